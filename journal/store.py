@@ -1,0 +1,111 @@
+"""The journal store contract and its in-memory implementation.
+
+Rules every implementation keeps (the contract suite in ``tests/journal/contract.py`` checks
+them against each store):
+
+1. Scope: every call names a ``ThreadRef``; events of another tenant, user or thread are never
+   returned, and an event id is unique within its thread.
+2. Order: ``seq`` starts at 1 per thread and has no gaps; one ``append`` call is one contiguous
+   batch even under concurrent appenders.
+3. Idempotency: appending an event whose id is already in the thread with the same fingerprint
+   returns the stored event (same seq) and writes nothing; a different fingerprint raises
+   ``EventConflict``. A batch is all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Protocol
+
+from journal.errors import EventConflict
+from journal.events import JournalEvent, NewEvent, ThreadRef
+
+
+class JournalStore(Protocol):
+    async def append(self, thread: ThreadRef, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        """Append a batch atomically; returns the stored events in order (see rule 3)."""
+        ...
+
+    async def read(
+        self, thread: ThreadRef, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        """Events with ``seq > after_seq`` in order, at most ``limit``."""
+        ...
+
+    async def read_tail(self, thread: ThreadRef, count: int) -> list[JournalEvent]:
+        """The last ``count`` events in order (cost grows with ``count``, not the thread)."""
+        ...
+
+    async def has_session(self, thread: ThreadRef, voice_session_id: str) -> bool:
+        """Whether any event of the thread was written by that voice session."""
+        ...
+
+    async def delete_thread(self, thread: ThreadRef) -> int:
+        """Erase a thread's events; returns how many were removed."""
+        ...
+
+
+class InMemoryJournalStore:
+    """Journal for tests and for runs without a database. Same rules as the PostgreSQL store."""
+
+    def __init__(self) -> None:
+        self._threads: dict[ThreadRef, list[JournalEvent]] = {}
+        self._lock = asyncio.Lock()
+
+    async def append(self, thread: ThreadRef, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        async with self._lock:
+            log = self._threads.setdefault(thread, [])
+            by_id = {e.event_id: e for e in log}
+            stored: list[JournalEvent] = []
+            fresh: list[JournalEvent] = []
+            batch_ids: dict[str, NewEvent] = {}
+            next_seq = len(log) + 1
+            now = datetime.now(UTC)
+            for event in events:
+                existing = by_id.get(event.event_id)
+                if existing is not None:
+                    if existing.fingerprint() != event.fingerprint():
+                        raise EventConflict(f"event {event.event_id} exists with other content")
+                    stored.append(existing)
+                    continue
+                earlier = batch_ids.get(event.event_id)
+                if earlier is not None:
+                    if earlier.fingerprint() != event.fingerprint():
+                        raise EventConflict(f"event {event.event_id} twice in one batch")
+                    stored.append(next(e for e in fresh if e.event_id == event.event_id))
+                    continue
+                batch_ids[event.event_id] = event
+                new = JournalEvent(
+                    thread=thread,
+                    seq=next_seq,
+                    event_id=event.event_id,
+                    kind=event.kind,
+                    payload=event.payload,
+                    voice_session_id=event.voice_session_id,
+                    created_at=now,
+                )
+                next_seq += 1
+                fresh.append(new)
+                stored.append(new)
+            log.extend(fresh)
+            return stored
+
+    async def read(
+        self, thread: ThreadRef, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        log = self._threads.get(thread, [])
+        out = log[after_seq:]
+        return out if limit is None else out[:limit]
+
+    async def read_tail(self, thread: ThreadRef, count: int) -> list[JournalEvent]:
+        log = self._threads.get(thread, [])
+        return log[-count:] if count > 0 else []
+
+    async def has_session(self, thread: ThreadRef, voice_session_id: str) -> bool:
+        return any(e.voice_session_id == voice_session_id for e in self._threads.get(thread, []))
+
+    async def delete_thread(self, thread: ThreadRef) -> int:
+        async with self._lock:
+            return len(self._threads.pop(thread, []))

@@ -1,0 +1,161 @@
+"""Plugin contracts: VAD, endpointing, ASR, brain, TTS.
+
+Each contract is a small ``typing.Protocol``. Implementations are async, cancellable (a
+cancelled task must leave the plugin usable for the next call) and never block the event loop:
+CPU-heavy work runs in a bounded worker pool. Every stage has an embedded, offline default and a
+fake (``plugins.fakes``) that takes a script and can be told to be slow, fail or time out.
+
+Per-session state lives in *streams* created by the plugin (``VAD.create_stream``), so one loaded
+model serves many sessions.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pipeline.audio import PCM, WordTiming
+
+# ---------------------------------------------------------------- VAD
+
+
+class VADEventKind(enum.Enum):
+    SPEECH_START = "speech_start"
+    SPEECH_END = "speech_end"
+
+
+@dataclass(frozen=True, slots=True)
+class VADEvent:
+    """A decision of the VAD. ``at_ms`` is the position in the input audio stream where the
+    speech started or ended (earlier than the frame that made the VAD decide)."""
+
+    kind: VADEventKind
+    at_ms: float
+
+
+@runtime_checkable
+class VADStream(Protocol):
+    async def process(self, pcm: PCM) -> Sequence[VADEvent]:
+        """Feed 16 kHz audio (any length); returns the decisions it caused, in order."""
+        ...
+
+    def reset(self) -> None:
+        """Forget the current speech state (used when the microphone is paused)."""
+        ...
+
+
+@runtime_checkable
+class VAD(Protocol):
+    def create_stream(self) -> VADStream: ...
+
+
+# ---------------------------------------------------------------- endpointing
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointVerdict:
+    """Whether an utterance sounds finished. ``complete=None`` means "no opinion" and the
+    coordinator falls back to its silence timer."""
+
+    complete: bool | None
+    probability: float = 0.0
+
+
+@runtime_checkable
+class Endpointer(Protocol):
+    async def predict(self, utterance: PCM) -> EndpointVerdict:
+        """Judge the user's utterance (16 kHz audio up to the end of speech)."""
+        ...
+
+
+# ---------------------------------------------------------------- ASR
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    text: str
+    language: str | None = None
+    final: bool = True
+
+
+@runtime_checkable
+class ASR(Protocol):
+    async def transcribe(self, utterance: PCM, *, language: str | None = None) -> Transcript:
+        """Transcribe one utterance of 16 kHz audio."""
+        ...
+
+
+# ---------------------------------------------------------------- brain
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call_id: str
+    name: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class BrainInput:
+    """What the brain sees for one response. ``model_text`` is history + current input rendered
+    as one user message; ``system`` holds role instructions (and later ``<memory_data>``)."""
+
+    system: str
+    model_text: str
+    current_input: str
+    language: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BrainDelta:
+    """A piece of the brain's answer: text to speak, or a tool call to run."""
+
+    text: str = ""
+    tool_call: ToolCall | None = None
+
+
+@runtime_checkable
+class Brain(Protocol):
+    def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
+        """Stream the answer. Cancelling the consuming task must stop the work."""
+        ...
+
+
+# ---------------------------------------------------------------- TTS
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechChunk:
+    """Synthesised audio for (part of) one sentence. ``words`` are relative to this chunk's
+    start and index into the sentence text given to ``TTS.stream``."""
+
+    pcm: PCM
+    sample_rate: int
+    words: tuple[WordTiming, ...] = field(default_factory=tuple)
+
+
+@runtime_checkable
+class TTS(Protocol):
+    def stream(self, text: str, *, voice: str | None, language: str | None) -> AsyncIterator[
+        SpeechChunk
+    ]:
+        """Synthesise one sentence or clause, streaming chunks as they are ready."""
+        ...
