@@ -38,7 +38,8 @@ class NewEvent:
     Payloads by kind:
     - user_input: ``{"text", "source": "voice"|"text"}``
     - assistant_output: ``{"text", "heard_text", "interrupted", "generation"}``
-    - tool_call: ``{"call_id", "name", "arguments"}``; tool_result: ``{"call_id", "name", "content"}``
+    - tool_call: ``{"call_id", "name", "arguments"}``
+    - tool_result: ``{"call_id", "name", "content"}``
     - summary: ``{"text", "from_seq", "to_seq", "checksum"}``
     """
 

@@ -45,6 +45,12 @@ class VADStream(Protocol):
         """Forget the current speech state (used when the microphone is paused)."""
         ...
 
+    @property
+    def voiced(self) -> bool:
+        """Whether the latest audio window was voiced, before any hysteresis. The barge-in
+        rule uses it to tell continuing speech from a short noise the VAD has not closed yet."""
+        ...
+
 
 @runtime_checkable
 class VAD(Protocol):
@@ -154,8 +160,8 @@ class SpeechChunk:
 
 @runtime_checkable
 class TTS(Protocol):
-    def stream(self, text: str, *, voice: str | None, language: str | None) -> AsyncIterator[
-        SpeechChunk
-    ]:
+    def stream(
+        self, text: str, *, voice: str | None, language: str | None
+    ) -> AsyncIterator[SpeechChunk]:
         """Synthesise one sentence or clause, streaming chunks as they are ready."""
         ...

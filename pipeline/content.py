@@ -1,0 +1,53 @@
+"""TurnContent: everything the brain is given for one response, and how it is rendered.
+
+``conversation_context`` is the projected history *before* the current input (from the journal,
+never from client-uploaded transcripts); ``model_text`` puts history and current input into one
+user message the way the product guide shows it (``最近对话上下文: … 当前用户输入: …``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plugins.contracts import BrainInput, ToolSpec
+
+_LABELS = {
+    "zh": ("最近对话上下文:", "当前用户输入:"),
+    "en": ("Recent conversation context:", "Current user input:"),
+}
+
+
+def labels_for(language: str | None) -> tuple[str, str]:
+    return _LABELS["zh" if (language or "").startswith("zh") else "en"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContent:
+    instructions: str
+    conversation_context: str
+    current_input: str
+    language: str | None = None
+    memory_data: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+
+    @property
+    def model_text(self) -> str:
+        context_label, input_label = labels_for(self.language)
+        if not self.conversation_context:
+            return f"{input_label}{self.current_input}"
+        return f"{context_label}\n{self.conversation_context}\n{input_label}{self.current_input}"
+
+    @property
+    def system_prompt(self) -> str:
+        if not self.memory_data:
+            return self.instructions
+        return f"{self.instructions}\n{self.memory_data}"
+
+    def to_brain_input(self) -> BrainInput:
+        return BrainInput(
+            system=self.system_prompt,
+            model_text=self.model_text,
+            current_input=self.current_input,
+            language=self.language,
+            tools=self.tools,
+        )

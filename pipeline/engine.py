@@ -1,0 +1,754 @@
+"""The cascaded engine: asyncio glue between the transport, the plugins and the coordinator.
+
+Theory of operation
+-------------------
+Input audio goes to the VAD inline (it is cheap per frame); VAD decisions and voiced frames go to
+the ``TurnCoordinator``; the engine executes the commands it returns and keeps one timer armed
+for ``coordinator.next_deadline()``.
+
+When the user pauses (``UserSpeechStopped``) the engine starts, concurrently with the end-of-turn
+decision, the endpointing model and a *speculative* transcription of the utterance so far; if the
+user resumes, both are cancelled. At commit the speculative transcript is reused when it covers the
+utterance, so ASR latency hides behind the endpoint wait.
+
+Each response (``StartResponse``) is one task owning three stages connected by bounded queues:
+the brain streams text → a ``SentenceSplitter`` hands each finished sentence to TTS → TTS audio is
+resampled to the session rate, cut into frames and paced to the client no more than
+``playout_lead`` ahead of real time. ``Interrupt`` cancels that task at once; every frame carries
+its generation and the sink drops frames of a generation that is no longer current, so nothing of
+an interrupted response is sent after the interruption event. The heard prefix comes from the
+``PlayoutTracker`` (client playback reports, else real-time estimate) and is what the journal keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from journal.errors import JournalError
+from journal.events import EventKind, NewEvent, ThreadRef
+from journal.projection import render_context
+from journal.store import JournalStore
+from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
+from pipeline.content import TurnContent
+from pipeline.playout import PlayoutTracker
+from pipeline.sentences import SentenceSplitter
+from pipeline.turns import (
+    Command,
+    CommitUserTurn,
+    DropUtterance,
+    Interrupt,
+    StartResponse,
+    TurnCoordinator,
+    TurnSettings,
+    UserSpeechResumed,
+    UserSpeechStarted,
+    UserSpeechStopped,
+)
+from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer, SpeechChunk, Transcript
+from plugins.errors import PluginError, PluginTimeout
+
+log = logging.getLogger(__name__)
+
+
+class OutputSink(Protocol):
+    """Where the engine's output goes (the voice session's ordered outbox)."""
+
+    def send_event(self, event: dict[str, Any]) -> None: ...
+
+    def send_audio(self, generation: int, pcm: bytes) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Plugins:
+    vad: VAD
+    asr: ASR
+    brain: Brain
+    tts: TTS
+    endpointer: Endpointer | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSettings:
+    output_sample_rate: int = 24_000
+    frame_ms: int = 40
+    """Duration of each audio frame sent to the client."""
+    playout_lead_ms: float = 300.0
+    """How far ahead of real-time playback the server may send audio."""
+    preroll_ms: float = 1_500.0
+    """Audio kept from before the VAD's speech start (covers VAD and barge-in latency)."""
+    max_utterance_s: float = 60.0
+    asr_timeout_s: float = 30.0
+    brain_timeout_s: float = 30.0
+    tts_timeout_s: float = 30.0
+    heard_report_wait_s: float = 0.5
+    """After an interruption, how long to wait for the client's playback report."""
+    history_events: int = 200
+    """Until the budgeted projector lands: how many recent journal events the brain sees."""
+    max_sentences_queued: int = 16
+    max_frames_queued: int = 750
+    """Synthesised audio waiting to be paced out (750 × 40 ms = 30 s)."""
+    turns: TurnSettings = field(default_factory=TurnSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class Persona:
+    """What the role contributes to a session (frozen at session start)."""
+
+    instructions: str
+    voice: str | None = None
+    language: str | None = None
+
+
+@dataclass
+class _Utterance:
+    turn_id: int
+    chunks: list[PCM]
+    samples: int = 0
+    speculation: asyncio.Task[Transcript] | None = None
+    endpoint_task: asyncio.Task[None] | None = None
+    speech_end_at: float | None = None
+
+    def audio(self) -> PCM:
+        return np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.int16)
+
+
+@dataclass
+class _Response:
+    generation: int
+    turn_id: int
+    response_id: str
+    tracker: PlayoutTracker = field(default_factory=PlayoutTracker)
+    task: asyncio.Task[None] | None = None
+    finalized: bool = False
+    marks: dict[str, float] = field(default_factory=dict)
+    audio_done: asyncio.Event = field(default_factory=asyncio.Event)
+    played_report: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        plugins: Plugins,
+        sink: OutputSink,
+        journal: JournalStore,
+        thread: ThreadRef,
+        persona: Persona,
+        voice_session_id: str,
+        settings: EngineSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.plugins = plugins
+        self.sink = sink
+        self.journal = journal
+        self.thread = thread
+        self.persona = persona
+        self.voice_session_id = voice_session_id
+        self.settings = settings or EngineSettings()
+        self.clock = clock
+        self.coordinator = TurnCoordinator(self.settings.turns)
+        self._vad = plugins.vad.create_stream()
+        self._stream_ms = 0.0
+        self._preroll: deque[PCM] = deque()
+        self._preroll_samples = 0
+        self._utterance: _Utterance | None = None
+        self._responses: dict[int, _Response] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+        self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
+
+    # ------------------------------------------------------------ input
+
+    async def push_audio(self, pcm: PCM) -> None:
+        """One frame of 16 kHz microphone audio."""
+        if self._closed:
+            return
+        now = self.clock()
+        self._stream_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
+        if self.coordinator.mic_paused:
+            return
+        self._remember(pcm)
+        events = await self._vad.process(pcm)
+        now = self.clock()
+        coordinator = self.coordinator
+        for event in events:
+            at = now - (self._stream_ms - event.at_ms) / 1000.0
+            if event.kind.value == "speech_start":
+                coordinator.on_speech_start(now, at=at)
+            else:
+                coordinator.on_speech_end(now, at=at)
+        if self._vad.voiced:
+            coordinator.on_voice(now)
+        coordinator.on_tick(now)
+        self._run(coordinator.commands())
+
+    def push_text(self, text: str) -> None:
+        self.coordinator.on_text_input(text, self.clock())
+        self._run(self.coordinator.commands())
+
+    def commit(self) -> bool:
+        ok = self.coordinator.commit(self.clock())
+        self._run(self.coordinator.commands())
+        return ok
+
+    def cancel_response(self) -> bool:
+        ok = self.coordinator.cancel_response(self.clock())
+        self._run(self.coordinator.commands())
+        return ok
+
+    def pause_microphone(self) -> None:
+        self.coordinator.pause_microphone(self.clock())
+        self._vad.reset()
+        self._preroll.clear()
+        self._preroll_samples = 0
+        self._run(self.coordinator.commands())
+
+    def resume_microphone(self) -> None:
+        self.coordinator.resume_microphone(self.clock())
+
+    def on_playback(self, generation: int, played_ms: float) -> None:
+        """The client reports how much of a generation's audio it has played."""
+        response = self._responses.get(generation)
+        if response is None:
+            return
+        response.tracker.on_client_played(played_ms)
+        response.played_report.set()
+
+    def is_current(self, generation: int) -> bool:
+        return self.coordinator.is_current(generation)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    # ------------------------------------------------------------ commands
+
+    def _run(self, commands: list[Command]) -> None:
+        for command in commands:
+            if isinstance(command, UserSpeechStarted):
+                self._begin_utterance(command)
+            elif isinstance(command, UserSpeechStopped):
+                self._on_pause(command)
+            elif isinstance(command, UserSpeechResumed):
+                self._cancel_speculation()
+                self._emit(
+                    "input_audio_buffer.speech_started",
+                    {"item_id": self._item_id(command.turn_id), "resumed": True},
+                )
+            elif isinstance(command, DropUtterance):
+                self._cancel_speculation()
+                self._utterance = None
+            elif isinstance(command, CommitUserTurn):
+                self._on_commit(command)
+            elif isinstance(command, StartResponse):
+                pass  # started together with its CommitUserTurn
+            elif isinstance(command, Interrupt):
+                self._on_interrupt(command)
+        self._arm_timer()
+
+    def _begin_utterance(self, command: UserSpeechStarted) -> None:
+        now = self.clock()
+        back_ms = max(0.0, (now - command.at) * 1000.0) + 200.0
+        keep = int(min(back_ms, self.settings.preroll_ms) * INPUT_SAMPLE_RATE / 1000)
+        chunks: list[PCM] = []
+        total = 0
+        for chunk in reversed(self._preroll):
+            if total >= keep:
+                break
+            chunks.append(chunk)
+            total += chunk.size
+        chunks.reverse()
+        self._cancel_speculation()
+        self._utterance = _Utterance(command.turn_id, chunks, total)
+        self._emit(
+            "input_audio_buffer.speech_started",
+            {
+                "item_id": self._item_id(command.turn_id),
+                "audio_start_ms": round(self._stream_ms - (now - command.at) * 1000.0),
+            },
+        )
+
+    def _on_pause(self, command: UserSpeechStopped) -> None:
+        utterance = self._utterance
+        self._emit(
+            "input_audio_buffer.speech_stopped",
+            {
+                "item_id": self._item_id(command.turn_id),
+                "audio_end_ms": round(self._stream_ms - (self.clock() - command.at) * 1000.0),
+            },
+        )
+        if utterance is None:
+            return
+        utterance.speech_end_at = command.at
+        audio = utterance.audio()
+        utterance.speculation = self._spawn(self._transcribe(audio), "asr-speculative")
+        if self.plugins.endpointer is not None:
+            utterance.endpoint_task = self._spawn(
+                self._judge_endpoint(command.turn_id, audio), "endpointer"
+            )
+
+    async def _judge_endpoint(self, turn_id: int, audio: PCM) -> None:
+        assert self.plugins.endpointer is not None
+        try:
+            verdict = await self.plugins.endpointer.predict(audio)
+        except PluginError as e:
+            log.warning("endpointer failed: %s", e)
+            return
+        self.coordinator.on_endpoint_verdict(turn_id, verdict.complete, self.clock())
+        self._run(self.coordinator.commands())
+
+    def _cancel_speculation(self) -> None:
+        utterance = self._utterance
+        if utterance is None:
+            return
+        for task in (utterance.speculation, utterance.endpoint_task):
+            if task is not None:
+                task.cancel()
+        utterance.speculation = utterance.endpoint_task = None
+
+    def _on_commit(self, command: CommitUserTurn) -> None:
+        generation = self.coordinator.generation
+        response = _Response(generation, command.turn_id, f"resp_{uuid.uuid4().hex[:16]}")
+        response.marks["committed"] = self.clock()
+        utterance, self._utterance = self._utterance, None
+        if utterance is not None and utterance.speech_end_at is not None:
+            response.marks["vad_end"] = utterance.speech_end_at
+        if command.text is None and utterance is not None and utterance.endpoint_task:
+            utterance.endpoint_task.cancel()
+        self._responses[generation] = response
+        for old in [g for g in self._responses if g < generation - 4]:
+            del self._responses[old]
+        self._emit(
+            "input_audio_buffer.committed" if command.text is None else "conversation.item.created",
+            {"item_id": self._item_id(command.turn_id), "reason": command.reason},
+        )
+        response.task = self._spawn(
+            self._respond(response, command.text, utterance), f"response-{generation}"
+        )
+
+    def _on_interrupt(self, command: Interrupt) -> None:
+        response = self._responses.get(command.generation)
+        if response is None:
+            return
+        self._emit(
+            "openrealtime.response.interrupted",
+            {
+                "response_id": response.response_id,
+                "generation": command.generation,
+                "reason": command.reason,
+            },
+        )
+        if response.task is not None:
+            response.task.cancel()
+        self._spawn(self._finish_interrupted(response, command.reason), "finish-interrupted")
+
+    # ------------------------------------------------------------ the response
+
+    async def _respond(
+        self, response: _Response, text: str | None, utterance: _Utterance | None
+    ) -> None:
+        try:
+            # The user's words are recorded even if the response is interrupted meanwhile.
+            text = await asyncio.shield(self._record_user_input(response, text, utterance))
+            if not text:
+                response.finalized = True
+                self._emit_done(response, "cancelled", reason="empty_input")
+                self._response_finished(response)
+                return
+            content = await self._turn_content(text, exclude_last=True)
+            self._emit(
+                "response.created",
+                {"response": {"id": response.response_id, "generation": response.generation}},
+            )
+            await self._speak(response, content)
+            response.audio_done.set()
+            self._emit(
+                "response.output_audio.done",
+                {"response_id": response.response_id, "generation": response.generation},
+            )
+            await self._await_playout(response)
+            await self._finalize(response, interrupted=False)
+            self._response_finished(response)
+        except asyncio.CancelledError:
+            raise
+        except (PluginError, JournalError) as error:
+            self._emit_error(error.code, str(error), retryable=error.retryable)
+            if not response.finalized:
+                response.finalized = True
+                self._emit_done(response, "failed", reason=error.code)
+            self._response_finished(response)
+
+    async def _record_user_input(
+        self, response: _Response, text: str | None, utterance: _Utterance | None
+    ) -> str:
+        if text is None:
+            transcript = await self._final_transcript(utterance)
+            response.marks["asr_final"] = self.clock()
+            text = transcript.text.strip()
+            self._emit(
+                "conversation.item.input_audio_transcription.completed",
+                {"item_id": self._item_id(response.turn_id), "transcript": text},
+            )
+        if text:
+            await self._append(
+                f"{self.voice_session_id}:{response.turn_id}:user",
+                EventKind.USER_INPUT,
+                {"text": text, "source": "text" if utterance is None else "voice"},
+            )
+        return text
+
+    async def _final_transcript(self, utterance: _Utterance | None) -> Transcript:
+        if utterance is None:
+            return Transcript("")
+        if utterance.speculation is not None:
+            return await utterance.speculation
+        return await self._transcribe(utterance.audio())
+
+    async def _transcribe(self, audio: PCM) -> Transcript:
+        if audio.size == 0:
+            return Transcript("")
+        try:
+            return await asyncio.wait_for(
+                self.plugins.asr.transcribe(audio, language=self._asr_language()),
+                self.settings.asr_timeout_s,
+            )
+        except TimeoutError as e:
+            raise PluginTimeout(f"ASR took longer than {self.settings.asr_timeout_s}s") from e
+
+    def _asr_language(self) -> str | None:
+        return self.persona.language if self.persona.language in ("zh", "en") else None
+
+    async def _turn_content(self, current_input: str, *, exclude_last: bool) -> TurnContent:
+        events = await self.journal.read_tail(self.thread, self.settings.history_events + 1)
+        if exclude_last and events:
+            events = events[:-1]
+        return TurnContent(
+            instructions=self.persona.instructions,
+            conversation_context=render_context(events, self.persona.language),
+            current_input=current_input,
+            language=self.persona.language,
+        )
+
+    async def _speak(self, response: _Response, content: TurnContent) -> None:
+        sentences: asyncio.Queue[str | None] = asyncio.Queue(self.settings.max_sentences_queued)
+        frames: asyncio.Queue[PCM | None] = asyncio.Queue(self.settings.max_frames_queued)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._think(response, content, sentences))
+                group.create_task(self._synthesize(response, sentences, frames))
+                await self._send(response, frames)
+        except* (PluginError, JournalError) as group:
+            # Report the first failing stage; the TaskGroup already cancelled the others.
+            raise group.exceptions[0] from None
+
+    async def _think(
+        self, response: _Response, content: TurnContent, sentences: asyncio.Queue[str | None]
+    ) -> None:
+        splitter = SentenceSplitter()
+        stream = self.plugins.brain.stream(content.to_brain_input())
+        idle = self.settings.brain_timeout_s
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(idle) as watchdog:
+                async for delta in stream:
+                    watchdog.reschedule(loop.time() + idle)
+                    if not delta.text:
+                        continue
+                    if "brain_first_token" not in response.marks:
+                        response.marks["brain_first_token"] = self.clock()
+                    self._emit(
+                        "response.output_text.delta",
+                        {
+                            "response_id": response.response_id,
+                            "generation": response.generation,
+                            "delta": delta.text,
+                        },
+                    )
+                    for sentence in splitter.feed(delta.text):
+                        watchdog.reschedule(None)
+                        await sentences.put(sentence)
+                        watchdog.reschedule(loop.time() + idle)
+        except TimeoutError as e:
+            raise PluginTimeout(f"brain was silent for more than {idle}s") from e
+        finally:
+            await _aclose(stream)
+        for sentence in splitter.flush():
+            await sentences.put(sentence)
+        await sentences.put(None)
+
+    async def _synthesize(
+        self,
+        response: _Response,
+        sentences: asyncio.Queue[str | None],
+        frames: asyncio.Queue[PCM | None],
+    ) -> None:
+        rate = self.settings.output_sample_rate
+        frame_samples = rate * self.settings.frame_ms // 1000
+        tracker = response.tracker
+        pending = np.zeros(0, dtype=np.int16)
+        idle = self.settings.tts_timeout_s
+        loop = asyncio.get_running_loop()
+        while (sentence := await sentences.get()) is not None:
+            tracker.add_sentence(sentence)
+            stream = self.plugins.tts.stream(
+                sentence, voice=self.persona.voice, language=self.persona.language
+            )
+            try:
+                async with asyncio.timeout(idle) as watchdog:
+                    async for chunk in stream:
+                        pcm = self._to_output_rate(chunk)
+                        if pcm.size == 0:
+                            continue
+                        tracker.add_audio(duration_ms(pcm.size, rate), chunk.words)
+                        if "tts_first_audio" not in response.marks:
+                            response.marks["tts_first_audio"] = self.clock()
+                        pending = np.concatenate((pending, pcm)) if pending.size else pcm
+                        whole = pending.size - pending.size % frame_samples
+                        watchdog.reschedule(None)
+                        for start in range(0, whole, frame_samples):
+                            await frames.put(pending[start : start + frame_samples])
+                        watchdog.reschedule(loop.time() + idle)
+                        pending = pending[whole:]
+            except TimeoutError as e:
+                raise PluginTimeout(f"TTS was silent for more than {idle}s") from e
+            finally:
+                await _aclose(stream)
+        if pending.size:
+            await frames.put(pending)
+        await frames.put(None)
+
+    def _to_output_rate(self, chunk: SpeechChunk) -> PCM:
+        from pipeline.audio import resample
+
+        return resample(chunk.pcm, chunk.sample_rate, self.settings.output_sample_rate)
+
+    async def _send(self, response: _Response, frames: asyncio.Queue[PCM | None]) -> None:
+        """Send frames in order, at most ``playout_lead_ms`` ahead of real-time playback."""
+        rate = self.settings.output_sample_rate
+        tracker = response.tracker
+        lead = self.settings.playout_lead_ms
+        while (frame := await frames.get()) is not None:
+            now = self.clock()
+            if tracker.first_sent_at is not None:
+                ahead = tracker.sent_ms - (now - tracker.first_sent_at) * 1000.0
+                if ahead > lead:
+                    await asyncio.sleep((ahead - lead) / 1000.0)
+                    now = self.clock()
+            if not self.coordinator.is_current(response.generation):
+                return
+            first = tracker.first_sent_at is None
+            self.sink.send_audio(response.generation, frame.tobytes())
+            tracker.on_sent(duration_ms(frame.size, rate), now)
+            if first:
+                response.marks["first_audio_sent"] = now
+                self.coordinator.on_audio_started(response.generation, now)
+                self._run(self.coordinator.commands())
+                self._emit_latency(response)
+
+    async def _await_playout(self, response: _Response) -> None:
+        tracker = response.tracker
+        while True:
+            end = tracker.playout_end()
+            if end is None:
+                return
+            if tracker.client_played_ms is not None and tracker.client_played_ms >= tracker.sent_ms:
+                return
+            remaining = end - self.clock()
+            if remaining <= 0:
+                return
+            response.played_report.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(response.played_report.wait(), remaining)
+
+    async def _finish_interrupted(self, response: _Response, reason: str) -> None:
+        if response.task is not None:
+            with contextlib.suppress(BaseException):
+                await response.task
+        if response.finalized:
+            return
+        if response.tracker.first_sent_at is not None and response.tracker.client_played_ms is None:
+            response.played_report.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    response.played_report.wait(), self.settings.heard_report_wait_s
+                )
+        try:
+            await self._finalize(response, interrupted=True, reason=reason)
+        except JournalError as e:
+            self._emit_error(e.code, str(e), retryable=e.retryable)
+
+    async def _finalize(
+        self, response: _Response, *, interrupted: bool, reason: str | None = None
+    ) -> None:
+        if response.finalized:
+            return
+        response.finalized = True
+        tracker = response.tracker
+        text = tracker.text
+        heard = tracker.heard_text(tracker.played_ms(self.clock())) if interrupted else text
+        if text:
+            await self._append(
+                f"{self.voice_session_id}:{response.turn_id}:assistant:{response.generation}",
+                EventKind.ASSISTANT_OUTPUT,
+                {
+                    "text": text,
+                    "heard_text": heard,
+                    "interrupted": interrupted,
+                    "generation": response.generation,
+                },
+            )
+        self._emit_done(
+            response,
+            "cancelled" if interrupted else "completed",
+            reason=reason,
+            text=text,
+            heard=heard,
+        )
+
+    def _response_finished(self, response: _Response) -> None:
+        self.coordinator.on_response_done(response.generation, self.clock())
+        self._run(self.coordinator.commands())
+
+    # ------------------------------------------------------------ output helpers
+
+    def _emit_done(
+        self,
+        response: _Response,
+        status: str,
+        *,
+        reason: str | None = None,
+        text: str = "",
+        heard: str = "",
+    ) -> None:
+        self._emit(
+            "response.done",
+            {
+                "response": {
+                    "id": response.response_id,
+                    "generation": response.generation,
+                    "status": status,
+                    "status_details": {"reason": reason} if reason else None,
+                    "output_text": text,
+                    "heard_text": heard,
+                    "interrupted": status == "cancelled" and reason != "empty_input",
+                }
+            },
+        )
+
+    def _emit_latency(self, response: _Response) -> None:
+        marks = response.marks
+        origin = marks.get("vad_end", marks["committed"])
+        self._emit(
+            "openrealtime.turn.latency",
+            {
+                "response_id": response.response_id,
+                "generation": response.generation,
+                "latency_ms": {
+                    name: round((marks[name] - origin) * 1000.0, 2)
+                    for name in (
+                        "committed",
+                        "asr_final",
+                        "brain_first_token",
+                        "tts_first_audio",
+                        "first_audio_sent",
+                    )
+                    if name in marks
+                },
+                "origin": "vad_end" if "vad_end" in marks else "committed",
+            },
+        )
+
+    def _emit_error(self, code: str, message: str, *, retryable: bool) -> None:
+        self._emit(
+            "error",
+            {
+                "error": {
+                    "type": "server_error",
+                    "code": code,
+                    "message": message,
+                    "retryable": retryable,
+                }
+            },
+        )
+
+    def _emit(self, kind: str, body: dict[str, Any]) -> None:
+        event = {"type": kind, **body}
+        for listener in self.listeners:
+            listener(kind, event)
+        self.sink.send_event(event)
+
+    async def _append(self, event_id: str, kind: EventKind, payload: dict[str, Any]) -> None:
+        await self.journal.append(
+            self.thread, [NewEvent(event_id, kind, payload, self.voice_session_id)]
+        )
+
+    def _item_id(self, turn_id: int) -> str:
+        return f"item_{self.voice_session_id[-8:]}_{turn_id}"
+
+    def _remember(self, pcm: PCM) -> None:
+        self._preroll.append(pcm)
+        self._preroll_samples += pcm.size
+        limit = self.settings.preroll_ms * INPUT_SAMPLE_RATE / 1000
+        while self._preroll_samples - self._preroll[0].size >= limit:
+            self._preroll_samples -= self._preroll.popleft().size
+        utterance = self._utterance
+        if utterance is not None:
+            max_samples = self.settings.max_utterance_s * INPUT_SAMPLE_RATE
+            if utterance.samples + pcm.size <= max_samples:
+                utterance.chunks.append(pcm)
+                utterance.samples += pcm.size
+
+    def _arm_timer(self) -> None:
+        deadline = self.coordinator.next_deadline()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if deadline is None or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, deadline - self.clock())
+        self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.coordinator.on_tick(self.clock())
+        self._run(self.coordinator.commands())
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.error("engine task %s failed", task.get_name(), exc_info=error)
+
+
+async def _aclose(stream: object) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,0 +1,380 @@
+"""Turn coordination: who has the floor, when a user turn ends, when the assistant is interrupted.
+
+Theory of operation
+-------------------
+``TurnCoordinator`` is sans-I/O: every input is a method call that carries ``now`` (seconds on
+one monotonic clock chosen by the caller), every output is a command appended to a list the
+caller drains with ``commands()``. It never awaits, reads a clock or touches a socket. The caller
+(the engine) also asks ``next_deadline()`` and calls ``on_tick(now)`` when it passes.
+
+Rule 1 — states. LISTENING (nobody talks), USER_SPEAKING, ENDPOINTING (the user paused; a timer
+runs), THINKING (a response was started, no audio out yet), SPEAKING (response audio is playing
+on the client). The legal moves are the table ``TRANSITIONS`` below; any other move is a bug and
+raises ``TurnStateError``.
+
+Rule 2 — end of turn. When speech ends the endpoint deadline is ``speech end + silence delay``.
+A verdict from the endpointing model moves it to ``speech end + complete delay`` (finished) or
+``speech end + incomplete delay`` (unfinished). Speech resuming before the deadline cancels it.
+An explicit commit or typed text ends the turn at once.
+
+Rule 3 — barge-in. While THINKING or SPEAKING, user speech is a *candidate* interruption. It
+interrupts only when it has lasted ``min_interrupt`` and is still voiced (the last voiced frame is
+within ``max_voice_gap``): shorter noises and backchannels are ignored. An interruption
+(``Interrupt``) makes the engine cancel the generation and clear playback; the candidate speech
+becomes the next user turn.
+
+Rule 4 — generations. Every response gets a new, increasing generation number. Only the current
+generation may produce output; ``is_current(g)`` is the fence the engine applies to everything it
+sends.
+
+Rule 5 — microphone pause. While paused, voice input is ignored and an unfinished user utterance
+is dropped; typed text still works and the assistant may finish speaking.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class TurnState(enum.Enum):
+    LISTENING = "listening"
+    USER_SPEAKING = "user_speaking"
+    ENDPOINTING = "endpointing"
+    THINKING = "thinking"
+    SPEAKING = "speaking"
+
+
+class Trigger(enum.Enum):
+    SPEECH_START = "speech_start"
+    SPEECH_END = "speech_end"
+    ENDPOINT_DUE = "endpoint_due"
+    COMMIT = "commit"
+    TEXT_INPUT = "text_input"
+    BARGE_IN = "barge_in"
+    AUDIO_STARTED = "audio_started"
+    RESPONSE_DONE = "response_done"
+    RESPONSE_DONE_USER_TALKING = "response_done_user_talking"
+    CANCEL = "cancel"
+    PAUSE = "pause"
+
+
+S, T = TurnState, Trigger
+TRANSITIONS: dict[tuple[TurnState, Trigger], TurnState] = {
+    (S.LISTENING, T.SPEECH_START): S.USER_SPEAKING,
+    (S.LISTENING, T.TEXT_INPUT): S.THINKING,
+    (S.USER_SPEAKING, T.SPEECH_END): S.ENDPOINTING,
+    (S.USER_SPEAKING, T.COMMIT): S.THINKING,
+    (S.USER_SPEAKING, T.TEXT_INPUT): S.THINKING,
+    (S.USER_SPEAKING, T.PAUSE): S.LISTENING,
+    (S.ENDPOINTING, T.SPEECH_START): S.USER_SPEAKING,
+    (S.ENDPOINTING, T.ENDPOINT_DUE): S.THINKING,
+    (S.ENDPOINTING, T.COMMIT): S.THINKING,
+    (S.ENDPOINTING, T.TEXT_INPUT): S.THINKING,
+    (S.ENDPOINTING, T.PAUSE): S.LISTENING,
+    (S.THINKING, T.AUDIO_STARTED): S.SPEAKING,
+    (S.THINKING, T.RESPONSE_DONE): S.LISTENING,
+    (S.THINKING, T.RESPONSE_DONE_USER_TALKING): S.USER_SPEAKING,
+    (S.THINKING, T.BARGE_IN): S.USER_SPEAKING,
+    (S.THINKING, T.TEXT_INPUT): S.THINKING,
+    (S.THINKING, T.CANCEL): S.LISTENING,
+    (S.SPEAKING, T.RESPONSE_DONE): S.LISTENING,
+    (S.SPEAKING, T.RESPONSE_DONE_USER_TALKING): S.USER_SPEAKING,
+    (S.SPEAKING, T.BARGE_IN): S.USER_SPEAKING,
+    (S.SPEAKING, T.TEXT_INPUT): S.THINKING,
+    (S.SPEAKING, T.CANCEL): S.LISTENING,
+}
+del S, T
+
+
+class TurnStateError(RuntimeError):
+    """An input arrived that the state table does not allow: a bug in the caller."""
+
+
+# ---------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True, slots=True)
+class UserSpeechStarted:
+    at: float
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserSpeechStopped:
+    """The user paused; the engine may start speculative ASR and the endpointing model."""
+
+    at: float
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserSpeechResumed:
+    """Speech resumed within the endpoint window: speculative work for the pause is stale."""
+
+    at: float
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DropUtterance:
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitUserTurn:
+    turn_id: int
+    reason: str  # "endpoint" | "commit" | "text"
+    text: str | None = None  # typed text; None = transcribe the utterance audio
+
+
+@dataclass(frozen=True, slots=True)
+class StartResponse:
+    generation: int
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    generation: int
+    reason: str  # "barge_in" | "text_input" | "cancel"
+
+
+Command = (
+    UserSpeechStarted
+    | UserSpeechStopped
+    | UserSpeechResumed
+    | DropUtterance
+    | CommitUserTurn
+    | StartResponse
+    | Interrupt
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnSettings:
+    """Timing rules, in seconds. ``auto_commit=False`` is push-to-talk: only an explicit commit
+    (or typed text) ends a turn."""
+
+    silence_delay: float = 0.8
+    complete_delay: float = 0.3
+    incomplete_delay: float = 2.5
+    min_interrupt: float = 0.4
+    max_voice_gap: float = 0.12
+    auto_commit: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("silence_delay", "complete_delay", "incomplete_delay", "min_interrupt"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TurnSettings.{name} must be >= 0")
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """User speech heard while the assistant has the floor."""
+
+    started: float
+    last_voiced: float
+
+
+@dataclass
+class TurnCoordinator:
+    settings: TurnSettings = field(default_factory=TurnSettings)
+    state: TurnState = TurnState.LISTENING
+    generation: int = 0
+    """The newest generation started; 0 before the first response."""
+    turn_id: int = 0
+    """The current (or last) user turn."""
+    mic_paused: bool = False
+
+    _commands: list[Command] = field(default_factory=list)
+    _speech_end: float | None = None
+    _endpoint_deadline: float | None = None
+    _candidate: _Candidate | None = None
+    _response_active: bool = False
+
+    # ------------------------------------------------------------ queries
+
+    def commands(self) -> list[Command]:
+        """Take the commands produced since the last call."""
+        out, self._commands = self._commands, []
+        return out
+
+    def is_current(self, generation: int) -> bool:
+        return self._response_active and generation == self.generation
+
+    def next_deadline(self) -> float | None:
+        deadlines = []
+        if self._endpoint_deadline is not None:
+            deadlines.append(self._endpoint_deadline)
+        c = self._candidate
+        if c is not None:
+            deadlines.append(c.started + self.settings.min_interrupt)
+        return min(deadlines) if deadlines else None
+
+    # ------------------------------------------------------------ voice input
+
+    def on_speech_start(self, now: float, *, at: float | None = None) -> None:
+        """The VAD decided speech started; ``at`` is when it began (≤ now)."""
+        if self.mic_paused:
+            return
+        at = now if at is None else at
+        if self.state is TurnState.LISTENING:
+            self.turn_id += 1
+            self._move(Trigger.SPEECH_START)
+            self._emit(UserSpeechStarted(at, self.turn_id))
+        elif self.state is TurnState.ENDPOINTING:
+            self._endpoint_deadline = None
+            self._speech_end = None
+            self._move(Trigger.SPEECH_START)
+            self._emit(UserSpeechResumed(at, self.turn_id))
+        elif self.state in (TurnState.THINKING, TurnState.SPEAKING):
+            self._candidate = _Candidate(started=at, last_voiced=now)
+            self._check_barge_in(now)
+
+    def on_voice(self, now: float) -> None:
+        """A frame the VAD judged voiced (before its hysteresis). Feeds the barge-in rule."""
+        c = self._candidate
+        if c is not None and not self.mic_paused:
+            c.last_voiced = now
+            self._check_barge_in(now)
+
+    def on_speech_end(self, now: float, *, at: float | None = None) -> None:
+        """The VAD decided speech ended; ``at`` is when it ended (≤ now)."""
+        if self.mic_paused:
+            return
+        at = now if at is None else at
+        if self.state is TurnState.USER_SPEAKING:
+            self._move(Trigger.SPEECH_END)
+            self._speech_end = at
+            if self.settings.auto_commit:
+                self._endpoint_deadline = at + self.settings.silence_delay
+            self._emit(UserSpeechStopped(at, self.turn_id))
+            self._maybe_endpoint(now)
+        elif self._candidate is not None:
+            # Noise or a backchannel shorter than the interruption threshold.
+            self._candidate = None
+
+    def on_endpoint_verdict(self, turn_id: int, complete: bool | None, now: float) -> None:
+        """The endpointing model judged the utterance of ``turn_id`` that ended at the pause."""
+        if (
+            turn_id != self.turn_id
+            or self.state is not TurnState.ENDPOINTING
+            or self._speech_end is None
+            or complete is None
+            or not self.settings.auto_commit
+        ):
+            return
+        delay = self.settings.complete_delay if complete else self.settings.incomplete_delay
+        self._endpoint_deadline = self._speech_end + delay
+        self._maybe_endpoint(now)
+
+    def on_tick(self, now: float) -> None:
+        self._maybe_endpoint(now)
+        if self._candidate is not None:
+            self._check_barge_in(now)
+
+    # ------------------------------------------------------------ explicit input
+
+    def commit(self, now: float) -> bool:
+        """Explicit end of the user's turn. False if there is no utterance to commit."""
+        if self.state not in (TurnState.USER_SPEAKING, TurnState.ENDPOINTING):
+            return False
+        self._commit(Trigger.COMMIT, "commit", None)
+        return True
+
+    def on_text_input(self, text: str, now: float) -> None:
+        """Typed text is a complete user turn; it interrupts any response in progress and
+        replaces an unfinished spoken utterance."""
+        if self.state in (TurnState.THINKING, TurnState.SPEAKING):
+            self._interrupt("text_input")
+        elif self.state in (TurnState.USER_SPEAKING, TurnState.ENDPOINTING):
+            self._emit(DropUtterance(self.turn_id))
+        self._candidate = None
+        self.turn_id += 1
+        self._commit(Trigger.TEXT_INPUT, "text", text)
+
+    def cancel_response(self, now: float) -> bool:
+        """The client asked to cancel the response in progress."""
+        if self.state not in (TurnState.THINKING, TurnState.SPEAKING):
+            return False
+        self._interrupt("cancel")
+        self._candidate = None
+        self._move(Trigger.CANCEL)
+        return True
+
+    def pause_microphone(self, now: float) -> None:
+        if self.mic_paused:
+            return
+        self.mic_paused = True
+        self._candidate = None
+        if self.state in (TurnState.USER_SPEAKING, TurnState.ENDPOINTING):
+            self._endpoint_deadline = None
+            self._speech_end = None
+            self._emit(DropUtterance(self.turn_id))
+            self._move(Trigger.PAUSE)
+
+    def resume_microphone(self, now: float) -> None:
+        self.mic_paused = False
+
+    # ------------------------------------------------------------ response progress
+
+    def on_audio_started(self, generation: int, now: float) -> None:
+        if self.is_current(generation) and self.state is TurnState.THINKING:
+            self._move(Trigger.AUDIO_STARTED)
+
+    def on_response_done(self, generation: int, now: float) -> None:
+        """The response finished: its audio has played out (or it produced none)."""
+        if not self.is_current(generation):
+            return
+        self._response_active = False
+        c, self._candidate = self._candidate, None
+        if c is not None and not self.mic_paused:
+            self.turn_id += 1
+            self._move(Trigger.RESPONSE_DONE_USER_TALKING)
+            self._emit(UserSpeechStarted(c.started, self.turn_id))
+        else:
+            self._move(Trigger.RESPONSE_DONE)
+
+    # ------------------------------------------------------------ internals
+
+    def _maybe_endpoint(self, now: float) -> None:
+        if self._endpoint_deadline is not None and now >= self._endpoint_deadline:
+            self._commit(Trigger.ENDPOINT_DUE, "endpoint", None)
+
+    def _check_barge_in(self, now: float) -> None:
+        c = self._candidate
+        if c is None:
+            return
+        if now - c.last_voiced > self.settings.max_voice_gap:
+            return
+        if now - c.started < self.settings.min_interrupt:
+            return
+        self._candidate = None
+        self._interrupt("barge_in")
+        self._move(Trigger.BARGE_IN)
+        self.turn_id += 1
+        self._emit(UserSpeechStarted(c.started, self.turn_id))
+
+    def _interrupt(self, reason: str) -> None:
+        if self._response_active:
+            self._response_active = False
+            self._emit(Interrupt(self.generation, reason))
+
+    def _commit(self, trigger: Trigger, reason: str, text: str | None) -> None:
+        self._move(trigger)
+        self._endpoint_deadline = None
+        self._speech_end = None
+        self.generation += 1
+        self._response_active = True
+        self._emit(CommitUserTurn(self.turn_id, reason, text))
+        self._emit(StartResponse(self.generation, self.turn_id))
+
+    def _move(self, trigger: Trigger) -> None:
+        target = TRANSITIONS.get((self.state, trigger))
+        if target is None:
+            raise TurnStateError(f"{trigger.value} is not allowed in {self.state.value}")
+        self.state = target
+
+    def _emit(self, command: Command) -> None:
+        self._commands.append(command)

@@ -1,0 +1,97 @@
+"""The offline default brain: rule-based, deterministic, honest.
+
+It is not a language model. It answers simple social turns (greetings, thanks, goodbyes, "who are
+you"), can repeat what the user said earlier in the thread (it reads the same ``model_text`` a
+model would, so it proves the history reached the brain), and otherwise says plainly that it does
+not know — in the user's language (Chinese when the input has CJK characters, else English).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+from journal.projection import speakers_for
+from pipeline.content import labels_for
+from plugins.contracts import BrainDelta, BrainInput
+
+_RULES: list[tuple[str, re.Pattern[str], str]] = [
+    (
+        "en",
+        re.compile(r"\b(hello|hi|hey|good (morning|afternoon|evening))\b", re.I),
+        "Hello! I am the offline assistant. How can I help you?",
+    ),
+    ("en", re.compile(r"\b(thanks|thank you)\b", re.I), "You are welcome."),
+    ("en", re.compile(r"\b(bye|goodbye|see you)\b", re.I), "Goodbye! Talk to you soon."),
+    ("en", re.compile(r"\bhow are you\b", re.I), "I am fine, thank you. How can I help?"),
+    (
+        "en",
+        re.compile(r"\b(who|what) are you\b|\byour name\b", re.I),
+        "I am the OpenRealtime offline assistant. I answer from what I have been given.",
+    ),
+    ("zh", re.compile(r"你好|您好|早上好|晚上好|嗨"), "你好!我是离线助手,有什么可以帮你?"),
+    ("zh", re.compile(r"谢谢|多谢"), "不客气。"),
+    ("zh", re.compile(r"再见|拜拜"), "再见!"),
+    ("zh", re.compile(r"你是谁|你叫什么"), "我是 OpenRealtime 离线助手,根据已有资料回答。"),
+]
+_RECALL = {
+    "en": re.compile(
+        r"\bwhat did i (just )?(say|ask)\b|\bmy (last|previous) (question|message)\b", re.I
+    ),
+    "zh": re.compile(r"我(刚才|之前|上一句)(说|问)了什么"),
+}
+_UNKNOWN = {
+    "en": "I am sorry, I do not know the answer to that.",
+    "zh": "抱歉,我不知道这个问题的答案。",
+}
+_RECALL_ANSWER = {"en": 'You said: "{}"', "zh": "你刚才说:“{}”"}
+_NOTHING_EARLIER = {
+    "en": "You have not said anything before this in our conversation.",
+    "zh": "在这次对话里你之前还没有说过什么。",
+}
+
+
+def detect_language(text: str) -> str:
+    return "zh" if re.search(r"[\u4e00-\u9fff]", text) else "en"
+
+
+def earlier_user_inputs(model_text: str) -> list[str]:
+    """The user's earlier messages, read back from the rendered context (either language)."""
+    out: list[str] = []
+    for lang in ("en", "zh"):
+        context_label, input_label = labels_for(lang)
+        user_prefix, _ = speakers_for(lang)
+        if not model_text.startswith(context_label):
+            continue
+        body = model_text[len(context_label) :]
+        body = body[: body.rfind(input_label)] if input_label in body else body
+        out = [
+            line[len(user_prefix) :] for line in body.splitlines() if line.startswith(user_prefix)
+        ]
+    return out
+
+
+class LocalBrain:
+    """Deterministic answers; streams word by word like a model would."""
+
+    async def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
+        for piece in _pieces(self.answer(request)):
+            yield BrainDelta(text=piece)
+
+    def answer(self, request: BrainInput) -> str:
+        text = request.current_input.strip()
+        lang = request.language if request.language in ("zh", "en") else detect_language(text)
+        lang = detect_language(text) if text else (lang or "en")
+        if _RECALL[lang].search(text):
+            earlier = earlier_user_inputs(request.model_text)
+            if earlier:
+                return _RECALL_ANSWER[lang].format(earlier[-1])
+            return _NOTHING_EARLIER[lang]
+        for rule_lang, pattern, reply in _RULES:
+            if rule_lang == lang and pattern.search(text):
+                return reply
+        return _UNKNOWN[lang]
+
+
+def _pieces(text: str) -> list[str]:
+    return re.findall(r"\S+\s*|\s+", text)

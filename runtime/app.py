@@ -1,0 +1,145 @@
+"""The HTTP + WebSocket application."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.accounts import Principal
+from runtime.roles import Role, default_role
+from runtime.services import Services
+from runtime.session import VoiceSession
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+
+class ApiError(HTTPException):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(status_code=status, detail={"code": code, "message": message})
+
+
+class RoleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=100)
+    instructions: str = Field(default="", max_length=20_000)
+    voice: str | None = Field(default=None, max_length=100)
+    language: str | None = Field(default=None, pattern=r"^(en|zh)$")
+    memory_enabled: bool = True
+
+
+class RolePatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(default=None, min_length=1, max_length=100)
+    instructions: str | None = Field(default=None, max_length=20_000)
+    voice: str | None = Field(default=None, max_length=100)
+    language: str | None = Field(default=None, pattern=r"^(en|zh)$")
+    memory_enabled: bool | None = None
+
+
+def role_json(role: Role) -> dict[str, Any]:
+    return {
+        "id": role.id,
+        "name": role.name,
+        "instructions": role.instructions,
+        "voice": role.voice,
+        "language": role.language,
+        "memory_enabled": role.memory_enabled,
+        "is_default": role.is_default,
+        "created_at": role.created_at.isoformat(),
+        "updated_at": role.updated_at.isoformat(),
+    }
+
+
+def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owns_services:
+            await services.close()
+
+    app = FastAPI(title="OpenRealtime", lifespan=lifespan)
+    app.state.services = services
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        detail = (
+            exc.detail
+            if isinstance(exc.detail, dict)
+            else {"code": "http_error", "message": str(exc.detail)}
+        )
+        return JSONResponse(detail, status_code=exc.status_code)
+
+    async def principal(request: Request) -> Principal:
+        found = await services.authenticate_header(request.headers.get("authorization"))
+        if found is None:
+            raise ApiError(401, "unauthorized", "a valid bearer token is required")
+        return found
+
+    Caller = Annotated[Principal, Depends(principal)]
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "sessions": len(services.active_sessions)}
+
+    @app.get("/api/me")
+    async def me(who: Caller) -> dict[str, str]:
+        return {"tenant": who.tenant, "user": who.user}
+
+    @app.get("/api/roles")
+    async def list_roles(who: Caller) -> dict[str, Any]:
+        await default_role(services.roles, who.tenant)
+        return {"roles": [role_json(r) for r in await services.roles.list(who.tenant)]}
+
+    @app.post("/api/roles", status_code=201)
+    async def create_role(body: RoleIn, who: Caller) -> dict[str, Any]:
+        role = await services.roles.create(who.tenant, **body.model_dump())
+        return role_json(role)
+
+    @app.get("/api/roles/{role_id}")
+    async def get_role(role_id: str, who: Caller) -> dict[str, Any]:
+        role = await services.roles.get(who.tenant, role_id)
+        if role is None:
+            raise ApiError(404, "role_not_found", f"no role {role_id}")
+        return role_json(role)
+
+    @app.patch("/api/roles/{role_id}")
+    async def update_role(role_id: str, body: RolePatch, who: Caller) -> dict[str, Any]:
+        changes = body.model_dump(exclude_unset=True)
+        if "name" in changes and changes["name"] is None:
+            raise ApiError(422, "invalid_role", "name cannot be null")
+        role = await services.roles.update(who.tenant, role_id, **changes)
+        if role is None:
+            raise ApiError(404, "role_not_found", f"no role {role_id}")
+        return role_json(role)
+
+    @app.delete("/api/roles/{role_id}", status_code=204)
+    async def delete_role(role_id: str, who: Caller) -> None:
+        role = await services.roles.get(who.tenant, role_id)
+        if role is None:
+            raise ApiError(404, "role_not_found", f"no role {role_id}")
+        if role.is_default:
+            raise ApiError(409, "role_is_default", "the default role cannot be deleted")
+        await services.roles.delete(who.tenant, role_id)
+
+    @app.websocket("/v1/realtime")
+    async def realtime(websocket: WebSocket) -> None:
+        if len(services.active_sessions) >= services.settings.max_sessions:
+            await websocket.close(1013, "server is at its session limit")
+            return
+        session = VoiceSession(websocket, services)
+        services.active_sessions.add(session.id)
+        try:
+            await session.run()
+        finally:
+            services.active_sessions.discard(session.id)
+
+    if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
+        app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
+    return app

@@ -1,0 +1,56 @@
+"""``openrealtime`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from runtime.config import Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="openrealtime", description="OpenRealtime voice runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the server")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--data-dir", type=Path)
+    args = parser.parse_args(argv)
+    overrides = {
+        k: v
+        for k, v in {"host": args.host, "port": args.port, "data_dir": args.data_dir}.items()
+        if v is not None
+    }
+    settings = Settings(**overrides)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        asyncio.run(_serve(settings))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def _serve(settings: Settings) -> None:
+    import signal
+
+    from runtime.server import running_server
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_server(settings) as server:
+        base = settings.public_url or server.http_url
+        print(f"OpenRealtime listening on {base}/#token={server.token}", flush=True)
+        print(f"WebSocket endpoint: {server.ws_url}", flush=True)
+        await stop.wait()
+        print("shutting down", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

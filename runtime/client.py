@@ -1,0 +1,206 @@
+"""A small Python client of the realtime protocol, used by the demos, benchmarks and tests.
+
+``RealtimeClient`` connects, starts a session and receives in a background task. Every server
+message is recorded in arrival order as a ``Received`` (JSON event or audio frame) with its
+``seq`` and arrival time; ``wait_for`` blocks until a message matching a predicate arrives.
+Messages are deduplicated by ``seq`` (a replay after a resume never shows twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from runtime.protocol import decode_audio
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    seq: int
+    at: float
+    event: dict[str, Any] | None = None
+    audio: bytes | None = None
+    generation: int = -1
+
+    @property
+    def type(self) -> str:
+        return "audio" if self.event is None else str(self.event.get("type"))
+
+
+class ClientClosed(Exception):
+    pass
+
+
+class RealtimeClient:
+    def __init__(self, url: str, token: str, *, clock: Callable[[], float] = time.perf_counter):
+        self.url = url
+        self.token = token
+        self.clock = clock
+        self.messages: list[Received] = []
+        self.session: dict[str, Any] = {}
+        self.close_code: int | None = None
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._arrived = asyncio.Condition()
+        self._last_seq = 0
+        self._cursor = 0
+
+    async def connect(
+        self,
+        *,
+        role_id: str | None = None,
+        output_sample_rate: int = 24_000,
+        turn_detection: dict[str, Any] | None = None,
+        timeout: float = 10.0,
+    ) -> dict[str, Any]:
+        self._ws = await websockets.connect(self.url, max_size=2**22, open_timeout=timeout)
+        self._reader = asyncio.create_task(self._read(), name="client-reader")
+        start: dict[str, Any] = {
+            "type": "session.start",
+            "token": self.token,
+            "output_sample_rate": output_sample_rate,
+        }
+        if role_id is not None:
+            start["role_id"] = role_id
+        if turn_detection is not None:
+            start["turn_detection"] = turn_detection
+        await self.send_json(start)
+        created = await self.wait_for(lambda m: m.type in ("session.created", "error"), timeout)
+        assert created.event is not None
+        if created.type == "error":
+            raise ClientClosed(json.dumps(created.event))
+        self.session = created.event["session"]
+        return self.session
+
+    # ------------------------------------------------------------ sending
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        assert self._ws is not None
+        await self._ws.send(json.dumps(message))
+
+    async def send_raw(self, data: str | bytes) -> None:
+        assert self._ws is not None
+        await self._ws.send(data)
+
+    async def send_audio(self, pcm: bytes) -> None:
+        assert self._ws is not None
+        await self._ws.send(pcm)
+
+    async def commit(self) -> None:
+        await self.send_json({"type": "input_audio_buffer.commit"})
+
+    async def send_text(self, text: str) -> None:
+        await self.send_json(
+            {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": text}],
+                },
+            }
+        )
+
+    async def cancel(self) -> None:
+        await self.send_json({"type": "response.cancel"})
+
+    async def pause(self) -> None:
+        await self.send_json({"type": "openrealtime.input.pause"})
+
+    async def resume(self) -> None:
+        await self.send_json({"type": "openrealtime.input.resume"})
+
+    async def report_playback(self, generation: int, played_ms: float) -> None:
+        await self.send_json(
+            {"type": "openrealtime.playback", "generation": generation, "played_ms": played_ms}
+        )
+
+    async def ack(self) -> None:
+        await self.send_json({"type": "openrealtime.ack", "seq": self._last_seq})
+
+    # ------------------------------------------------------------ receiving
+
+    async def wait_for(
+        self, predicate: Callable[[Received], bool], timeout: float = 10.0
+    ) -> Received:
+        """The first message after the cursor matching ``predicate``; moves the cursor past it."""
+        async with asyncio.timeout(timeout):
+            async with self._arrived:
+                while True:
+                    for index in range(self._cursor, len(self.messages)):
+                        if predicate(self.messages[index]):
+                            self._cursor = index + 1
+                            return self.messages[index]
+                    if self._reader is None or self._reader.done():
+                        raise ClientClosed(f"connection closed (code {self.close_code})")
+                    await self._arrived.wait()
+
+    async def wait_type(self, kind: str, timeout: float = 10.0) -> dict[str, Any]:
+        message = await self.wait_for(lambda m: m.type == kind, timeout)
+        assert message.event is not None
+        return message.event
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        return [
+            m.event
+            for m in self.messages
+            if m.event is not None and (kind is None or m.event.get("type") == kind)
+        ]
+
+    def audio(self, generation: int | None = None) -> list[Received]:
+        return [
+            m
+            for m in self.messages
+            if m.audio is not None and (generation is None or m.generation == generation)
+        ]
+
+    async def _read(self) -> None:
+        assert self._ws is not None
+        try:
+            async for data in self._ws:
+                now = self.clock()
+                if isinstance(data, bytes):
+                    seq, generation, pcm = decode_audio(data)
+                    message = Received(seq, now, audio=pcm, generation=generation)
+                else:
+                    event = json.loads(data)
+                    message = Received(int(event.get("seq", 0)), now, event=event)
+                if message.seq and message.seq <= self._last_seq:
+                    continue
+                self._last_seq = max(self._last_seq, message.seq)
+                async with self._arrived:
+                    self.messages.append(message)
+                    self._arrived.notify_all()
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self.close_code = self._ws.close_code
+            async with self._arrived:
+                self._arrived.notify_all()
+
+    async def wait_closed(self, timeout: float = 5.0) -> int | None:
+        if self._reader is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._reader), timeout)
+        return self.close_code
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            with contextlib.suppress(BaseException):
+                await self._reader
+
+    async def __aenter__(self) -> RealtimeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,49 @@
+"""Settings, read once from the environment (prefix ``OPENREALTIME_``) and the command line.
+
+Every setting has a documented default; a bad value fails at start with the key's name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OPENREALTIME_", extra="ignore", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    data_dir: Path = Path(".data")
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("OPENREALTIME_DATABASE_URL", "DATABASE_URL")
+    )
+    public_url: str | None = None
+    """The URL printed at start (default: http://host:port)."""
+
+    # plugins
+    vad: Literal["energy", "silero"] = "energy"
+    endpointing: Literal["silence", "smart_turn"] = "silence"
+    asr: Literal["whisper", "openai"] = "whisper"
+    asr_model: str = "base"
+    brain: Literal["local", "openai"] = "local"
+    tts: Literal["auto", "espeak", "piper", "openai"] = "auto"
+
+    # turn taking
+    silence_ms: int = Field(default=800, ge=0, le=10_000)
+    min_interrupt_ms: int = Field(default=400, ge=0, le=5_000)
+
+    # limits
+    max_message_bytes: int = Field(default=256 * 1024, ge=1024)
+    hard_max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_audio_frame_ms: int = Field(default=500, ge=10, le=10_000)
+    max_outbound_messages: int = Field(default=4_000, ge=16)
+    max_sessions: int = Field(default=500, ge=1)
+    start_timeout_s: float = Field(default=10.0, gt=0)
+    max_errors_per_session: int = Field(default=100, ge=1)
+
+    log_content: bool = False
+    """Log transcripts and prompts (debug only; off by default)."""

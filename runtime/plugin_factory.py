@@ -1,0 +1,54 @@
+"""Build the plugins a configuration names. Imports are lazy: a deployment that points a stage
+at a provider never loads the embedded model for it."""
+
+from __future__ import annotations
+
+from pipeline.engine import Plugins
+from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer
+from runtime.config import Settings
+
+
+def build_plugins(settings: Settings) -> Plugins:
+    return Plugins(
+        vad=_vad(settings),
+        asr=_asr(settings),
+        brain=_brain(settings),
+        tts=_tts(settings),
+        endpointer=_endpointer(settings),
+    )
+
+
+def _vad(settings: Settings) -> VAD:
+    if settings.vad == "silero":
+        from plugins.vad.silero import SileroVAD
+
+        return SileroVAD()
+    from plugins.vad.energy import EnergyVAD
+
+    return EnergyVAD()
+
+
+def _endpointer(settings: Settings) -> Endpointer | None:
+    if settings.endpointing == "smart_turn":
+        from plugins.endpointing.smart_turn import SmartTurnEndpointer
+
+        return SmartTurnEndpointer()
+    return None
+
+
+def _asr(settings: Settings) -> ASR:
+    from plugins.asr.whisper import WhisperASR
+
+    return WhisperASR(data_dir=settings.data_dir)
+
+
+def _brain(settings: Settings) -> Brain:
+    from plugins.brain.local import LocalBrain
+
+    return LocalBrain()
+
+
+def _tts(settings: Settings) -> TTS:
+    from plugins.tts import create_tts
+
+    return create_tts(settings.tts)

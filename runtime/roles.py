@@ -1,0 +1,115 @@
+"""Roles (SPEC RT-7): configured agents. Scoped by tenant; every tenant has a default role."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Protocol
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a helpful voice assistant. Answer briefly, in the user's language. "
+    "When you do not know, say so."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    id: str
+    tenant: str
+    name: str
+    instructions: str
+    voice: str | None
+    language: str | None
+    memory_enabled: bool
+    is_default: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class RoleStore(Protocol):
+    async def list(self, tenant: str) -> list[Role]: ...
+
+    async def get(self, tenant: str, role_id: str) -> Role | None: ...
+
+    async def create(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        instructions: str,
+        voice: str | None,
+        language: str | None,
+        memory_enabled: bool,
+        is_default: bool = False,
+    ) -> Role: ...
+
+    async def update(self, tenant: str, role_id: str, **changes: object) -> Role | None: ...
+
+    async def delete(self, tenant: str, role_id: str) -> bool: ...
+
+
+class InMemoryRoleStore:
+    def __init__(self) -> None:
+        self._roles: dict[tuple[str, str], Role] = {}
+
+    async def list(self, tenant: str) -> list[Role]:
+        roles = [r for (t, _), r in self._roles.items() if t == tenant]
+        return sorted(roles, key=lambda r: (not r.is_default, r.created_at))
+
+    async def get(self, tenant: str, role_id: str) -> Role | None:
+        return self._roles.get((tenant, role_id))
+
+    async def create(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        instructions: str,
+        voice: str | None,
+        language: str | None,
+        memory_enabled: bool,
+        is_default: bool = False,
+    ) -> Role:
+        now = datetime.now(UTC)
+        role = Role(
+            id=f"role_{uuid.uuid4().hex[:16]}",
+            tenant=tenant,
+            name=name,
+            instructions=instructions,
+            voice=voice,
+            language=language,
+            memory_enabled=memory_enabled,
+            is_default=is_default,
+            created_at=now,
+            updated_at=now,
+        )
+        self._roles[(tenant, role.id)] = role
+        return role
+
+    async def update(self, tenant: str, role_id: str, **changes: object) -> Role | None:
+        role = self._roles.get((tenant, role_id))
+        if role is None:
+            return None
+        updated = replace(role, **changes, updated_at=datetime.now(UTC))  # type: ignore[arg-type]
+        self._roles[(tenant, role_id)] = updated
+        return updated
+
+    async def delete(self, tenant: str, role_id: str) -> bool:
+        return self._roles.pop((tenant, role_id), None) is not None
+
+
+async def default_role(store: RoleStore, tenant: str) -> Role:
+    """The tenant's default role, created on first use."""
+    for role in await store.list(tenant):
+        if role.is_default:
+            return role
+    return await store.create(
+        tenant,
+        name="Assistant",
+        instructions=DEFAULT_INSTRUCTIONS,
+        voice=None,
+        language=None,
+        memory_enabled=True,
+        is_default=True,
+    )

@@ -1,0 +1,88 @@
+"""Running the app under uvicorn (websockets implementation), in-process or from the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import uvicorn
+
+from pipeline.engine import Plugins
+from runtime.app import create_app
+from runtime.config import Settings
+from runtime.services import Services, open_services
+
+
+@dataclass(frozen=True, slots=True)
+class RunningServer:
+    services: Services
+    host: str
+    port: int
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{self.host}:{self.port}/v1/realtime"
+
+    @property
+    def token(self) -> str:
+        assert self.services.local_token is not None
+        return self.services.local_token
+
+
+def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=settings.host,
+        port=settings.port,
+        ws="websockets-sansio",
+        ws_max_size=settings.hard_max_message_bytes,
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
+        log_level="warning",
+        lifespan="on",
+        access_log=False,
+    )
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the caller (CLI, tests) owns shutdown."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@contextlib.asynccontextmanager
+async def running_server(
+    settings: Settings, *, plugins: Plugins | None = None, services: Services | None = None
+) -> AsyncIterator[RunningServer]:
+    """Start the server on the current event loop (port 0 = a free port) until exit."""
+    own = services is None
+    services = services or await open_services(settings, plugins=plugins)
+    app = create_app(services)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    port = sock.getsockname()[1]
+    server = _Server(uvicorn_config(app, settings))
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield RunningServer(services, settings.host, port)
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(task, 10)
+        sock.close()
+        if own:
+            await services.close()

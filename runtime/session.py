@@ -1,0 +1,298 @@
+"""VoiceSession: one WebSocket connection serving one thread.
+
+Theory of operation
+-------------------
+The receive loop parses each client message (``runtime.protocol``) and hands it to the engine;
+a bad message becomes an ``error`` event and the loop goes on (after ``max_errors_per_session``
+of them the session closes with 4009). Everything the server sends goes through one bounded
+outbound queue drained by one writer task, which numbers messages with ``seq`` in send order and
+drops audio frames whose generation is no longer current — so after an interruption event no
+frame of that generation leaves the server. A client that stops reading fills the queue and is
+closed with 4010.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from journal.events import ThreadRef
+from pipeline.audio import pcm_from_bytes
+from pipeline.engine import Engine, EngineSettings, Persona
+from pipeline.turns import TurnSettings
+from runtime.accounts import Principal
+from runtime.protocol import (
+    Ack,
+    AudioAppend,
+    AudioCommit,
+    AudioFrame,
+    CloseCode,
+    ErrorCode,
+    InputPause,
+    InputResume,
+    ItemCreate,
+    Limits,
+    PlaybackProgress,
+    ProtocolError,
+    ResponseCancel,
+    SessionClose,
+    SessionStart,
+    decode_append,
+    encode_audio,
+    encode_event,
+    error_event,
+    parse_client_message,
+)
+
+if TYPE_CHECKING:
+    from runtime.services import Services
+
+log = logging.getLogger(__name__)
+
+
+class _Close(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _Out:
+    text: str | None
+    audio: bytes | None
+    event: dict[str, Any] | None
+    generation: int
+
+
+class Outbox:
+    """The ordered, bounded outbound queue of one session (the engine's ``OutputSink``)."""
+
+    def __init__(self, max_messages: int) -> None:
+        self._queue: asyncio.Queue[_Out | None] = asyncio.Queue(max_messages)
+        self.seq = 0
+        self.acked = 0
+        self.overflowed = False
+
+    def send_event(self, event: dict[str, Any]) -> None:
+        self._put(_Out(None, None, event, -1))
+
+    def send_audio(self, generation: int, pcm: bytes) -> None:
+        self._put(_Out(None, pcm, None, generation))
+
+    def _put(self, item: _Out | None) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+    def close(self) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(None)
+
+    async def get(self) -> _Out | None:
+        return await self._queue.get()
+
+
+class VoiceSession:
+    def __init__(self, websocket: WebSocket, services: Services) -> None:
+        self.ws = websocket
+        self.services = services
+        settings = services.settings
+        self.limits = Limits(
+            max_message_bytes=settings.max_message_bytes,
+            max_audio_frame_ms=settings.max_audio_frame_ms,
+        )
+        self.outbox = Outbox(settings.max_outbound_messages)
+        self.id = f"vs_{uuid.uuid4().hex}"
+        self.engine: Engine | None = None
+        self.principal: Principal | None = None
+        self._errors = 0
+        self._writer: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        await self.ws.accept()
+        self._writer = asyncio.create_task(self._write(), name=f"writer-{self.id[-6:]}")
+        close: _Close | None = None
+        try:
+            self.principal = await self.services.authenticate_header(
+                self.ws.headers.get("authorization")
+            )
+            start = await self._await_start()
+            await self._start(start)
+            await self._receive_loop()
+        except _Close as c:
+            close = c
+        except WebSocketDisconnect:
+            pass
+        finally:
+            if self.engine is not None:
+                await self.engine.close()
+            self.outbox.close()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self._writer, 2.0)
+            if not self._writer.done():
+                self._writer.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._writer
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await self.ws.close(close.code, close.reason)
+
+    # ------------------------------------------------------------ start
+
+    async def _await_start(self) -> SessionStart:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.services.settings.start_timeout_s
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise _Close(CloseCode.START_TIMEOUT, "no session.start in time")
+            try:
+                data = await asyncio.wait_for(self._receive(), remaining)
+            except TimeoutError:
+                raise _Close(CloseCode.START_TIMEOUT, "no session.start in time") from None
+            try:
+                message = parse_client_message(data, self.limits)
+            except ProtocolError as e:
+                self._error(e.code, e.message)
+                continue
+            if isinstance(message, SessionStart):
+                return message
+            self._error(ErrorCode.SESSION_NOT_STARTED, "send session.start first")
+
+    async def _start(self, start: SessionStart) -> None:
+        services = self.services
+        if start.token is not None:
+            self.principal = await services.accounts.authenticate(start.token)
+        if self.principal is None:
+            self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
+            raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
+        principal = self.principal
+        role = await services.role_for(principal, start.role_id)
+        if role is None:
+            self._error(ErrorCode.ROLE_NOT_FOUND, f"no role {start.role_id!r}")
+            raise _Close(CloseCode.FORBIDDEN, "role not found")
+        thread = ThreadRef(principal.tenant, principal.user, f"th_{uuid.uuid4().hex}")
+        settings = services.settings
+        detection = start.turn_detection
+        turns = TurnSettings(
+            silence_delay=(detection.silence_duration_ms or settings.silence_ms) / 1000.0,
+            min_interrupt=(
+                detection.min_interrupt_ms
+                if detection.min_interrupt_ms is not None
+                else settings.min_interrupt_ms
+            )
+            / 1000.0,
+            auto_commit=detection.type == "server_vad",
+        )
+        self.engine = Engine(
+            plugins=services.plugins,
+            sink=self.outbox,
+            journal=services.journal,
+            thread=thread,
+            persona=Persona(role.instructions, role.voice, role.language),
+            voice_session_id=self.id,
+            settings=EngineSettings(output_sample_rate=start.output_sample_rate, turns=turns),
+        )
+        self.outbox.send_event(
+            {
+                "type": "session.created",
+                "session": {
+                    "id": self.id,
+                    "thread_id": thread.thread_id,
+                    "role": {"id": role.id, "name": role.name},
+                    "input_sample_rate": 16000,
+                    "output_sample_rate": start.output_sample_rate,
+                    "turn_detection": detection.model_dump(),
+                },
+                "limits": {
+                    "max_message_bytes": self.limits.max_message_bytes,
+                    "max_audio_frame_ms": self.limits.max_audio_frame_ms,
+                    "max_text_chars": self.limits.max_text_chars,
+                },
+            }
+        )
+
+    # ------------------------------------------------------------ receive
+
+    async def _receive(self) -> str | bytes:
+        message = await self.ws.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000))
+        text = message.get("text")
+        if text is not None:
+            return str(text)
+        return bytes(message.get("bytes") or b"")
+
+    async def _receive_loop(self) -> None:
+        engine = self.engine
+        assert engine is not None
+        while True:
+            if self.outbox.overflowed:
+                raise _Close(CloseCode.SLOW_CONSUMER, "client is not reading its messages")
+            data = await self._receive()
+            try:
+                message = parse_client_message(data, self.limits)
+                if isinstance(message, AudioAppend):
+                    message = decode_append(message, self.limits)
+                if isinstance(message, AudioFrame):
+                    if message.pcm:
+                        await engine.push_audio(pcm_from_bytes(message.pcm))
+                elif isinstance(message, AudioCommit):
+                    if not engine.commit():
+                        raise ProtocolError(ErrorCode.COMMIT_EMPTY, "no user speech to commit")
+                elif isinstance(message, ItemCreate):
+                    text = "".join(part.text for part in message.item.content).strip()
+                    if text:
+                        engine.push_text(text)
+                elif isinstance(message, ResponseCancel):
+                    if not engine.cancel_response():
+                        raise ProtocolError(ErrorCode.NO_RESPONSE, "no response in progress")
+                elif isinstance(message, InputPause):
+                    engine.pause_microphone()
+                    self.outbox.send_event({"type": "openrealtime.input.paused"})
+                elif isinstance(message, InputResume):
+                    engine.resume_microphone()
+                    self.outbox.send_event({"type": "openrealtime.input.resumed"})
+                elif isinstance(message, PlaybackProgress):
+                    engine.on_playback(message.generation, message.played_ms)
+                elif isinstance(message, Ack):
+                    self.outbox.acked = max(self.outbox.acked, min(message.seq, self.outbox.seq))
+                elif isinstance(message, SessionClose):
+                    raise _Close(CloseCode.NORMAL, "closed by client")
+                elif isinstance(message, SessionStart):
+                    raise ProtocolError(ErrorCode.SESSION_ALREADY_STARTED, "session started")
+            except ProtocolError as e:
+                self._error(e.code, e.message)
+
+    def _error(self, code: str, message: str) -> None:
+        self._errors += 1
+        self.outbox.send_event(error_event(code, message))
+        if self._errors >= self.services.settings.max_errors_per_session:
+            raise _Close(CloseCode.TOO_MANY_ERRORS, "too many invalid messages")
+
+    # ------------------------------------------------------------ send
+
+    async def _write(self) -> None:
+        outbox = self.outbox
+        try:
+            while (item := await outbox.get()) is not None:
+                if item.audio is not None:
+                    engine = self.engine
+                    if engine is None or not engine.is_current(item.generation):
+                        continue
+                    outbox.seq += 1
+                    await self.ws.send_bytes(encode_audio(outbox.seq, item.generation, item.audio))
+                else:
+                    assert item.event is not None
+                    outbox.seq += 1
+                    await self.ws.send_text(encode_event(outbox.seq, item.event))
+        except (WebSocketDisconnect, RuntimeError, OSError) as e:
+            log.debug("writer stopped: %s", e)
