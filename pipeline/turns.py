@@ -339,7 +339,7 @@ class TurnCoordinator:
     # ------------------------------------------------------------ internals
 
     def _maybe_endpoint(self, now: float) -> None:
-        if self._endpoint_deadline is not None and now >= self._endpoint_deadline:
+        if self._endpoint_deadline is not None and now + 1e-9 >= self._endpoint_deadline:
             self._commit(Trigger.ENDPOINT_DUE, "endpoint", None)
 
     def _check_barge_in(self, now: float) -> None:
@@ -348,7 +348,7 @@ class TurnCoordinator:
             return
         if now - c.last_voiced > self.settings.max_voice_gap:
             return
-        if now - c.started < self.settings.min_interrupt:
+        if now - c.started + 1e-9 < self.settings.min_interrupt:
             return
         self._candidate = None
         self._interrupt("barge_in")

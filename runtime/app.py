@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,6 +58,17 @@ def role_json(role: Role) -> dict[str, Any]:
     }
 
 
+async def current_principal(request: Request) -> Principal:
+    services: Services = request.app.state.services
+    found = await services.authenticate_header(request.headers.get("authorization"))
+    if found is None:
+        raise ApiError(401, "unauthorized", "a valid bearer token is required")
+    return found
+
+
+Caller = Annotated[Principal, Depends(current_principal)]
+
+
 def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,13 +88,14 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
         )
         return JSONResponse(detail, status_code=exc.status_code)
 
-    async def principal(request: Request) -> Principal:
-        found = await services.authenticate_header(request.headers.get("authorization"))
-        if found is None:
-            raise ApiError(401, "unauthorized", "a valid bearer token is required")
-        return found
-
-    Caller = Annotated[Principal, Depends(principal)]
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return JSONResponse(
+            {"code": "invalid_request", "message": f"{where}: {first.get('msg', 'invalid')}"},
+            status_code=422,
+        )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from pipeline.content import TurnContent
+from plugins.brain.local import LocalBrain
+
+
+async def answer(text: str, context: str = "", language: str | None = None) -> str:
+    content = TurnContent("be brief", context, text, language=language)
+    return "".join([d.text async for d in LocalBrain().stream(content.to_brain_input())])
+
+
+async def test_social_turns_in_both_languages() -> None:
+    assert "Hello" in await answer("hi there")
+    assert await answer("谢谢你") == "不客气。"
+
+
+async def test_unknown_questions_are_admitted() -> None:
+    assert "do not know" in await answer("what is the capital of Peru?")
+    assert "不知道" in await answer("秘鲁的首都是哪里?")
+
+
+async def test_recall_reads_the_history_it_was_given() -> None:
+    context = "User: my dog is called Rex\nAssistant: Nice."
+    assert await answer("what did I say?", context) == 'You said: "my dog is called Rex"'
+    assert "not said anything" in await answer("what did I say?")
+    zh = "用户:我住在上海\n助手:好的。"
+    assert await answer("我刚才说了什么", zh, language="zh") == "你刚才说:“我住在上海”"
