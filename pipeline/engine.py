@@ -325,6 +325,10 @@ class Engine:
         utterance.speculation = utterance.endpoint_task = None
 
     def _on_commit(self, command: CommitUserTurn) -> None:
+        if command.reason != "endpoint":
+            # An explicit end of turn: speech heard from now on is new speech, even if the
+            # VAD has not seen the pause yet.
+            self._vad.reset()
         generation = self.coordinator.generation
         response = _Response(generation, command.turn_id, f"resp_{uuid.uuid4().hex[:16]}")
         response.marks["committed"] = self.clock()

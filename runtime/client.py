@@ -162,6 +162,17 @@ class RealtimeClient:
             if m.audio is not None and (generation is None or m.generation == generation)
         ]
 
+    def played_ms(self, generation: int, now: float | None = None) -> float:
+        """What a real-time player would have played of ``generation`` by ``now``: playback
+        starts when its first frame arrives and cannot run ahead of what arrived."""
+        frames = self.audio(generation)
+        if not frames:
+            return 0.0
+        rate = int(self.session.get("output_sample_rate", 24_000))
+        received_ms = sum(len(m.audio or b"") for m in frames) / 2 * 1000 / rate
+        elapsed_ms = ((now if now is not None else self.clock()) - frames[0].at) * 1000
+        return max(0.0, min(received_ms, elapsed_ms))
+
     async def _read(self) -> None:
         assert self._ws is not None
         try:

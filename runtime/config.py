@@ -27,10 +27,10 @@ class Settings(BaseSettings):
     # plugins
     vad: Literal["energy", "silero"] = "energy"
     endpointing: Literal["silence", "smart_turn"] = "silence"
-    asr: Literal["whisper", "openai"] = "whisper"
+    asr: Literal["whisper"] = "whisper"
     asr_model: str = "base"
-    brain: Literal["local", "openai"] = "local"
-    tts: Literal["auto", "espeak", "piper", "openai"] = "auto"
+    brain: Literal["local"] = "local"
+    tts: Literal["auto", "espeak", "piper"] = "auto"
 
     # turn taking
     silence_ms: int = Field(default=800, ge=0, le=10_000)

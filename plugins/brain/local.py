@@ -29,6 +29,8 @@ _RULES: list[tuple[str, re.Pattern[str], str]] = [
         re.compile(r"\b(who|what) are you\b|\byour name\b", re.I),
         "I am the OpenRealtime offline assistant. I answer from what I have been given.",
     ),
+    ("en", re.compile(r"^\W*(wait|stop|hold on)\b", re.I), "Okay, I stopped. Go ahead."),
+    ("zh", re.compile(r"^\W*(等一下|停|等等)"), "好的,我停下了,你说。"),
     ("zh", re.compile(r"你好|您好|早上好|晚上好|嗨"), "你好!我是离线助手,有什么可以帮你?"),
     ("zh", re.compile(r"谢谢|多谢"), "不客气。"),
     ("zh", re.compile(r"再见|拜拜"), "再见!"),

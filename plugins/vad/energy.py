@@ -51,6 +51,7 @@ class EnergyVADStream:
         return self._voiced
 
     def reset(self) -> None:
+        self._position += self._pending.size  # positions stay on the input stream's clock
         self._pending = np.zeros(0, dtype=np.int16)
         self._speaking = False
         self._run_start = None

