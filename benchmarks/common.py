@@ -1,0 +1,188 @@
+"""Shared pieces of the benchmarks: server subprocesses, a light protocol client, statistics.
+
+Servers run in their own process (ours with instant fake plugins, or the Pipecat baseline) so
+client-side work never shares an event loop with the server being measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+FRAME_MS = 20
+FRAME_SAMPLES = 16_000 * FRAME_MS // 1000
+
+
+def tone_frame(amplitude: int = 8000, freq: float = 220.0) -> bytes:
+    t = np.arange(FRAME_SAMPLES)
+    return (amplitude * np.sin(2 * np.pi * freq * t / 16_000)).astype("<i2").tobytes()
+
+
+SPEECH = tone_frame()
+SILENCE = b"\x00\x00" * FRAME_SAMPLES
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    if not values:
+        return None
+    return round(float(np.percentile(np.asarray(values, dtype=float), p)), 3)
+
+
+def p50_p99(values: Sequence[float]) -> dict[str, float | None]:
+    return {"p50": percentile(values, 50), "p99": percentile(values, 99)}
+
+
+@dataclass
+class ServerProcess:
+    url: str
+    token: str | None
+    process: asyncio.subprocess.Process
+
+    def cpu_seconds(self) -> float:
+        """User+system CPU time of the server process so far (Linux /proc)."""
+        with open(f"/proc/{self.process.pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+
+@contextlib.asynccontextmanager
+async def server_process(module: str, *args: str) -> AsyncIterator[ServerProcess]:
+    """Run ``python -m module --port 0 …`` until exit; it prints one JSON line when ready."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        "--port",
+        "0",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=None,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        if not line:
+            raise RuntimeError(f"{module} exited before it was ready")
+        info = json.loads(line)
+        yield ServerProcess(info["listening"], info.get("token"), process)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+@dataclass
+class Arrival:
+    at: float
+    kind: str  # "audio" or the event type
+    generation: int = -1
+    event: dict[str, Any] | None = None
+
+
+@dataclass
+class BenchClient:
+    """The same client code for our server and the Pipecat baseline.
+
+    ``handshake`` sends ``session.start`` and waits for ``session.created`` (ours); the
+    baseline has no session handshake. Audio from our server carries a 12-byte header."""
+
+    url: str
+    token: str | None
+    handshake: bool
+    arrivals: list[Arrival] = field(default_factory=list)
+    ws: ClientConnection | None = None
+    _reader: asyncio.Task[None] | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def connect(self, start: dict[str, Any] | None = None) -> None:
+        self.ws = await websockets.connect(self.url, max_size=2**22, open_timeout=30)
+        self._reader = asyncio.create_task(self._read())
+        if self.handshake:
+            await self.ws.send(
+                json.dumps({"type": "session.start", "token": self.token, **(start or {})})
+            )
+            await self.wait(lambda a: a.kind == "session.created", 0, 30)
+
+    async def _read(self) -> None:
+        assert self.ws is not None
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for data in self.ws:
+                now = time.perf_counter()
+                if isinstance(data, bytes):
+                    generation = -1
+                    if self.handshake:
+                        generation = int.from_bytes(data[8:12], "little")
+                    self.arrivals.append(Arrival(now, "audio", generation))
+                else:
+                    event = json.loads(data)
+                    self.arrivals.append(Arrival(now, str(event.get("type")), event=event))
+                self._changed.set()
+        self._changed.set()
+
+    async def wait(
+        self, predicate: Callable[[Arrival], bool], after: int, timeout: float
+    ) -> tuple[int, Arrival]:
+        """First arrival with index ≥ ``after`` matching ``predicate``."""
+        deadline = time.perf_counter() + timeout
+        index = after
+        while True:
+            while index < len(self.arrivals):
+                if predicate(self.arrivals[index]):
+                    return index, self.arrivals[index]
+                index += 1
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0 or (self._reader is not None and self._reader.done()):
+                raise TimeoutError("expected message did not arrive")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+
+    async def send(self, data: bytes | str) -> float:
+        assert self.ws is not None
+        await self.ws.send(data)
+        return time.perf_counter()
+
+    async def commit(self) -> float:
+        return await self.send(json.dumps({"type": "input_audio_buffer.commit"}))
+
+    async def stream(
+        self, frame: bytes, ms: int, on_frame: Callable[[int, float], None] | None = None
+    ) -> None:
+        """Send ``ms`` of audio as 20 ms frames at real-time pace."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for i in range(math.ceil(ms / FRAME_MS)):
+            sent = await self.send(frame)
+            if on_frame is not None:
+                on_frame(i, sent)
+            delay = start + (i + 1) * FRAME_MS / 1000 - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            await self.ws.close()
+        if self._reader is not None:
+            with contextlib.suppress(BaseException):
+                await self._reader
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result, ensure_ascii=False), flush=True)

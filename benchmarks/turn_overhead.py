@@ -1,0 +1,153 @@
+"""Runtime cost of a turn and of a barge-in, ours vs Pipecat, with instant fake plugins.
+
+``python -m benchmarks.turn_overhead --sessions 50 --turns 20`` prints one JSON object.
+
+Scenario (per session, all sessions concurrently, over real WebSockets on loopback, servers in
+their own processes): stream 600 ms of speech-like audio in real-time 20 ms frames, then send
+``input_audio_buffer.commit``. turn_overhead = commit sent → first audio byte received. With
+instant plugins this is pure runtime cost. On every second turn (ours) the client then talks over
+the answer: bargein_stop = the frame that crosses the interruption threshold (``min_interrupt``)
+is sent → ``openrealtime.response.interrupted`` received; frames_after_interrupt = audio frames of
+that generation received after the event. Otherwise the client waits for ``response.done``.
+
+Our sessions use push-to-talk turn detection (commit ends the turn, so the barge-in speech does
+not become an extra auto-committed turn); the Pipecat baseline maps commit onto its VAD's end of
+speech (see ``benchmarks.pipecat_baseline``) and runs the same client code without barge-in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import random
+from dataclasses import dataclass, field
+
+from benchmarks.common import (
+    FRAME_MS,
+    SILENCE,
+    SPEECH,
+    BenchClient,
+    emit,
+    p50_p99,
+    server_process,
+)
+
+MIN_INTERRUPT_MS = 300
+
+
+@dataclass
+class Results:
+    overhead_ms: list[float] = field(default_factory=list)
+    bargein_ms: list[float] = field(default_factory=list)
+    frames_after_interrupt: int = 0
+    failures: int = 0
+
+
+async def run_session(
+    url: str, token: str | None, *, ours: bool, turns: int, results: Results, offset: float
+) -> None:
+    await asyncio.sleep(offset)
+    client = BenchClient(url, token, handshake=ours)
+    try:
+        await client.connect({"turn_detection": {"type": "none"}})
+        for turn in range(turns):
+            await client.stream(SPEECH, 600)
+            mark = len(client.arrivals)
+            sent = await client.commit()
+            try:
+                _, first = await client.wait(lambda a: a.kind == "audio", mark, 30)
+            except TimeoutError:
+                results.failures += 1
+                continue
+            results.overhead_ms.append((first.at - sent) * 1000)
+            if ours and turn % 2 == 1:
+                await barge_in(client, mark, first.generation, results)
+            else:
+                try:
+                    await client.wait(lambda a: a.kind == "response.done", mark, 30)
+                except TimeoutError:
+                    results.failures += 1
+            await client.stream(SILENCE, 200)
+    finally:
+        await client.close()
+
+
+async def barge_in(client: BenchClient, mark: int, generation: int, results: Results) -> None:
+    crossing = math.ceil(MIN_INTERRUPT_MS / FRAME_MS) - 1  # 0-based index of the crossing frame
+    sent_at: dict[int, float] = {}
+    await client.stream(SPEECH, MIN_INTERRUPT_MS + 100, lambda i, t: sent_at.setdefault(i, t))
+    try:
+        index, event = await client.wait(
+            lambda a: a.kind == "openrealtime.response.interrupted", mark, 10
+        )
+    except TimeoutError:
+        results.failures += 1
+        return
+    results.bargein_ms.append((event.at - sent_at[crossing]) * 1000)
+    await client.stream(SILENCE, 300)
+    results.frames_after_interrupt += sum(
+        1 for a in client.arrivals[index + 1 :] if a.kind == "audio" and a.generation == generation
+    )
+
+
+async def measure(module: str, *, ours: bool, sessions: int, turns: int, seed: int) -> Results:
+    results = Results()
+    rng = random.Random(seed)
+    async with server_process(module) as server:
+        await asyncio.gather(
+            *(
+                run_session(
+                    server.url,
+                    server.token,
+                    ours=ours,
+                    turns=turns,
+                    results=results,
+                    offset=rng.uniform(0, 1.0),
+                )
+                for _ in range(sessions)
+            )
+        )
+    return results
+
+
+async def main_async(sessions: int, turns: int, skip_pipecat: bool) -> dict[str, object]:
+    ours = await measure(
+        "benchmarks.fake_server", ours=True, sessions=sessions, turns=turns, seed=1
+    )
+    result: dict[str, object] = {
+        "sessions": sessions,
+        "turns": turns,
+        "turn_overhead_ms": p50_p99(ours.overhead_ms),
+        "bargein_stop_ms": p50_p99(ours.bargein_ms),
+        "frames_after_interrupt": ours.frames_after_interrupt,
+        "failures": ours.failures,
+        "samples": {"turns": len(ours.overhead_ms), "barge_ins": len(ours.bargein_ms)},
+    }
+    if not skip_pipecat:
+        pipecat = await measure(
+            "benchmarks.pipecat_baseline", ours=False, sessions=sessions, turns=turns, seed=1
+        )
+        result["pipecat"] = {
+            "turn_overhead_ms": p50_p99(pipecat.overhead_ms),
+            "failures": pipecat.failures,
+            "samples": len(pipecat.overhead_ms),
+        }
+        ours_p50 = p50_p99(ours.overhead_ms)["p50"]
+        theirs_p50 = p50_p99(pipecat.overhead_ms)["p50"]
+        if ours_p50 is not None and theirs_p50:
+            result["ratio_vs_pipecat_p50"] = round(ours_p50 / theirs_p50, 3)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--skip-pipecat", action="store_true")
+    args = parser.parse_args()
+    emit(asyncio.run(main_async(args.sessions, args.turns, args.skip_pipecat)))
+
+
+if __name__ == "__main__":
+    main()
