@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample
 from plugins.tts import create_tts
-from runtime.client import RealtimeClient
+from runtime.client import RealtimeClient, Received
 from runtime.config import Settings
 from runtime.server import running_server
 
@@ -92,30 +93,53 @@ async def run_demo(data_dir: Path) -> dict[str, Any]:
                 await stream_silence(client, 0.5)
                 for index, voice in enumerate(voices):
                     next_step = SCRIPT[index + 1] if index + 1 < len(SCRIPT) else None
+                    answered = _latest_generation(client)
                     await stream_pcm(client, voice)
                     if next_step is not None and next_step.barge_in_after_s is not None:
                         # Listen until the answer has played a while, then talk over it.
-                        first = await client.wait_for(lambda m: m.audio is not None, 60)
+                        first = await _silence_until(client, lambda m: m.audio is not None)
                         wait = first.at + next_step.barge_in_after_s - client.clock()
                         await stream_silence(client, max(0.0, wait))
                         continue
-                    await _listen_until_done(client)
+                    await _listen_until_done(client, after_generation=answered)
             finally:
                 stop.set()
                 await reporter
     return _summary(client)
 
 
-async def _listen_until_done(client: RealtimeClient) -> None:
-    """Keep the microphone open (silence) until the response is done."""
-    done = asyncio.create_task(client.wait_type("response.done", 60))
-    while not done.done():
-        await stream_silence(client, 0.2)
-    event = done.result()
-    if event["response"]["status"] == "cancelled" and event["response"].get(
-        "status_details", {}
-    ) == {"reason": "empty_input"}:
-        await _listen_until_done(client)
+async def _silence_until(
+    client: RealtimeClient, predicate: Callable[[Received], bool], timeout: float = 60.0
+) -> Received:
+    """Keep the microphone open (streaming silence, as a quiet room would) until a message
+    matching ``predicate`` arrives."""
+    waiting = asyncio.create_task(client.wait_for(predicate, timeout))
+    try:
+        while not waiting.done():
+            await stream_silence(client, 0.2)
+    finally:
+        waiting.cancel()
+    return waiting.result()
+
+
+def _latest_generation(client: RealtimeClient) -> int:
+    created = client.events("response.created")
+    return int(created[-1]["response"]["generation"]) if created else 0
+
+
+async def _listen_until_done(client: RealtimeClient, *, after_generation: int) -> None:
+    """Listen until the answer to this turn (a generation newer than ``after_generation``) has
+    played out; a turn in which the ASR heard no words is skipped."""
+
+    def answer_done(m: Received) -> bool:
+        return (
+            m.type == "response.done"
+            and m.event is not None
+            and int(m.event["response"]["generation"]) > after_generation
+            and (m.event["response"].get("status_details") or {}).get("reason") != "empty_input"
+        )
+
+    await _silence_until(client, answer_done)
 
 
 def _summary(client: RealtimeClient) -> dict[str, Any]:

@@ -161,6 +161,7 @@ class TurnSettings:
     incomplete_delay: float = 2.5
     min_interrupt: float = 0.4
     max_voice_gap: float = 0.12
+    burst_join: float = 1.0
     auto_commit: bool = True
 
     def __post_init__(self) -> None:
@@ -175,6 +176,8 @@ class _Candidate:
 
     started: float
     last_voiced: float
+    utterance_start: float
+    """Where the user's utterance begins if this interrupts (an earlier short burst)."""
 
 
 @dataclass
@@ -191,6 +194,8 @@ class TurnCoordinator:
     _speech_end: float | None = None
     _endpoint_deadline: float | None = None
     _candidate: _Candidate | None = None
+    _burst: tuple[float, float] | None = None
+    """(start, end) of the last candidate that ended too short to interrupt."""
     _response_active: bool = False
 
     # ------------------------------------------------------------ queries
@@ -229,7 +234,10 @@ class TurnCoordinator:
             self._move(Trigger.SPEECH_START)
             self._emit(UserSpeechResumed(at, self.turn_id))
         elif self.state in (TurnState.THINKING, TurnState.SPEAKING):
-            self._candidate = _Candidate(started=at, last_voiced=now)
+            burst = self._burst
+            joined = burst is not None and at - burst[1] <= self.settings.burst_join
+            start = burst[0] if joined and burst is not None else at
+            self._candidate = _Candidate(started=at, last_voiced=now, utterance_start=start)
             self._check_barge_in(now)
 
     def on_voice(self, now: float) -> None:
@@ -253,6 +261,7 @@ class TurnCoordinator:
             self._maybe_endpoint(now)
         elif self._candidate is not None:
             # Noise or a backchannel shorter than the interruption threshold.
+            self._burst = (self._candidate.utterance_start, at)
             self._candidate = None
 
     def on_endpoint_verdict(self, turn_id: int, complete: bool | None, now: float) -> None:
@@ -329,10 +338,11 @@ class TurnCoordinator:
             return
         self._response_active = False
         c, self._candidate = self._candidate, None
+        self._burst = None
         if c is not None and not self.mic_paused:
             self.turn_id += 1
             self._move(Trigger.RESPONSE_DONE_USER_TALKING)
-            self._emit(UserSpeechStarted(c.started, self.turn_id))
+            self._emit(UserSpeechStarted(c.utterance_start, self.turn_id))
         else:
             self._move(Trigger.RESPONSE_DONE)
 
@@ -351,10 +361,11 @@ class TurnCoordinator:
         if now - c.started + 1e-9 < self.settings.min_interrupt:
             return
         self._candidate = None
+        self._burst = None
         self._interrupt("barge_in")
         self._move(Trigger.BARGE_IN)
         self.turn_id += 1
-        self._emit(UserSpeechStarted(c.started, self.turn_id))
+        self._emit(UserSpeechStarted(c.utterance_start, self.turn_id))
 
     def _interrupt(self, reason: str) -> None:
         if self._response_active:
@@ -363,6 +374,7 @@ class TurnCoordinator:
 
     def _commit(self, trigger: Trigger, reason: str, text: str | None) -> None:
         self._move(trigger)
+        self._burst = None
         self._endpoint_deadline = None
         self._speech_end = None
         self.generation += 1

@@ -158,6 +158,20 @@ def test_short_noise_does_not_interrupt() -> None:
     assert c.state is TurnState.LISTENING
 
 
+def test_a_short_burst_before_a_barge_in_joins_the_new_utterance() -> None:
+    c = TurnCoordinator(SETTINGS)
+    generation = start_response(c, audio_at=0.1)
+    speak(c, 1.0, 1.17)  # "Wait," — too short to interrupt
+    c.on_tick(1.3)
+    c.on_speech_end(1.5, at=1.2)
+    assert c.is_current(generation)
+    speak(c, 1.55, 1.96)  # "stop." — long enough
+    commands = c.commands()
+    assert Interrupt(generation, "barge_in") in commands
+    started = [x for x in commands if isinstance(x, UserSpeechStarted)]
+    assert started[-1].at == 1.0  # the utterance includes "Wait,"
+
+
 def test_typed_input_during_speech_interrupts_and_starts_a_new_response() -> None:
     c = TurnCoordinator(SETTINGS)
     first = start_response(c, audio_at=0.1)
