@@ -165,6 +165,7 @@ class Engine:
         self._responses: dict[int, _Response] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_deadline: float | None = None
         self._closed = False
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
 
@@ -722,9 +723,12 @@ class Engine:
 
     def _arm_timer(self) -> None:
         deadline = self.coordinator.next_deadline()
+        if deadline == self._timer_deadline:
+            return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._timer_deadline = deadline
         if deadline is None or self._closed:
             return
         loop = asyncio.get_running_loop()
@@ -733,6 +737,7 @@ class Engine:
 
     def _on_timer(self) -> None:
         self._timer = None
+        self._timer_deadline = None
         self.coordinator.on_tick(self.clock())
         self._run(self.coordinator.commands())
 

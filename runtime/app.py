@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Receive, Scope, Send
 
 from runtime.accounts import Principal
 from runtime.roles import Role, default_role
@@ -141,8 +142,31 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             raise ApiError(409, "role_is_default", "the default role cannot be deleted")
         await services.roles.delete(who.tenant, role_id)
 
-    @app.websocket("/v1/realtime")
-    async def realtime(websocket: WebSocket) -> None:
+    if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
+        app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
+    return app
+
+
+REALTIME_PATH = "/v1/realtime"
+
+
+class RealtimeApp:
+    """The ASGI entry point: the realtime WebSocket is served directly on the server's
+    ``receive``/``send`` (every audio frame would otherwise pass through the HTTP app's
+    middleware stack twice); everything else goes to the FastAPI app."""
+
+    def __init__(self, http: FastAPI, services: Services) -> None:
+        self.http = http
+        self.services = services
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and scope["path"] == REALTIME_PATH:
+            await self._realtime(WebSocket(scope, receive, send))
+        else:
+            await self.http(scope, receive, send)
+
+    async def _realtime(self, websocket: WebSocket) -> None:
+        services = self.services
         if len(services.active_sessions) >= services.settings.max_sessions:
             await websocket.close(1013, "server is at its session limit")
             return
@@ -153,6 +177,6 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
         finally:
             services.active_sessions.discard(session.id)
 
-    if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
-        app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
-    return app
+
+def create_asgi_app(services: Services) -> RealtimeApp:
+    return RealtimeApp(create_app(services), services)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from pipeline.engine import Plugins
-from runtime.app import create_app
+from runtime.app import create_asgi_app
 from runtime.config import Settings
 from runtime.services import Services, open_services
 
@@ -43,6 +43,8 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         port=settings.port,
         ws="websockets-sansio",
         ws_max_size=settings.hard_max_message_bytes,
+        # PCM audio does not compress; deflate would only cost CPU on every frame.
+        ws_per_message_deflate=False,
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         log_level="warning",
@@ -66,7 +68,7 @@ async def running_server(
     """Start the server on the current event loop (port 0 = a free port) until exit."""
     own = services is None
     services = services or await open_services(settings, plugins=plugins)
-    app = create_app(services)
+    app = create_asgi_app(services)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))

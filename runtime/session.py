@@ -17,8 +17,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -27,6 +26,7 @@ from pipeline.audio import pcm_from_bytes
 from pipeline.engine import Engine, EngineSettings, Persona
 from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
+from runtime.outbox import Outbox
 from runtime.protocol import (
     Ack,
     AudioAppend,
@@ -44,8 +44,6 @@ from runtime.protocol import (
     SessionClose,
     SessionStart,
     decode_append,
-    encode_audio,
-    encode_event,
     error_event,
     parse_client_message,
 )
@@ -63,43 +61,6 @@ class _Close(Exception):
         self.reason = reason
 
 
-@dataclass(slots=True)
-class _Out:
-    text: str | None
-    audio: bytes | None
-    event: dict[str, Any] | None
-    generation: int
-
-
-class Outbox:
-    """The ordered, bounded outbound queue of one session (the engine's ``OutputSink``)."""
-
-    def __init__(self, max_messages: int) -> None:
-        self._queue: asyncio.Queue[_Out | None] = asyncio.Queue(max_messages)
-        self.seq = 0
-        self.acked = 0
-        self.overflowed = False
-
-    def send_event(self, event: dict[str, Any]) -> None:
-        self._put(_Out(None, None, event, -1))
-
-    def send_audio(self, generation: int, pcm: bytes) -> None:
-        self._put(_Out(None, pcm, None, generation))
-
-    def _put(self, item: _Out | None) -> None:
-        try:
-            self._queue.put_nowait(item)
-        except asyncio.QueueFull:
-            self.overflowed = True
-
-    def close(self) -> None:
-        with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(None)
-
-    async def get(self) -> _Out | None:
-        return await self._queue.get()
-
-
 class VoiceSession:
     def __init__(self, websocket: WebSocket, services: Services) -> None:
         self.ws = websocket
@@ -109,16 +70,22 @@ class VoiceSession:
             max_message_bytes=settings.max_message_bytes,
             max_audio_frame_ms=settings.max_audio_frame_ms,
         )
-        self.outbox = Outbox(settings.max_outbound_messages)
+        self.outbox = Outbox(
+            send_text=websocket.send_text,
+            send_bytes=websocket.send_bytes,
+            is_current=self._is_current,
+            max_queued=settings.max_outbound_messages,
+        )
         self.id = f"vs_{uuid.uuid4().hex}"
         self.engine: Engine | None = None
         self.principal: Principal | None = None
         self._errors = 0
-        self._writer: asyncio.Task[None] | None = None
+
+    def _is_current(self, generation: int) -> bool:
+        return self.engine is not None and self.engine.is_current(generation)
 
     async def run(self) -> None:
         await self.ws.accept()
-        self._writer = asyncio.create_task(self._write(), name=f"writer-{self.id[-6:]}")
         close: _Close | None = None
         try:
             self.principal = await self.services.authenticate_header(
@@ -134,13 +101,7 @@ class VoiceSession:
         finally:
             if self.engine is not None:
                 await self.engine.close()
-            self.outbox.close()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(self._writer, 2.0)
-            if not self._writer.done():
-                self._writer.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._writer
+            await self.outbox.close()
             if close is not None:
                 with contextlib.suppress(Exception):
                     await self.ws.close(close.code, close.reason)
@@ -264,7 +225,7 @@ class VoiceSession:
                 elif isinstance(message, PlaybackProgress):
                     engine.on_playback(message.generation, message.played_ms)
                 elif isinstance(message, Ack):
-                    self.outbox.acked = max(self.outbox.acked, min(message.seq, self.outbox.seq))
+                    self.outbox.ack(message.seq)
                 elif isinstance(message, SessionClose):
                     raise _Close(CloseCode.NORMAL, "closed by client")
                 elif isinstance(message, SessionStart):
@@ -277,22 +238,3 @@ class VoiceSession:
         self.outbox.send_event(error_event(code, message))
         if self._errors >= self.services.settings.max_errors_per_session:
             raise _Close(CloseCode.TOO_MANY_ERRORS, "too many invalid messages")
-
-    # ------------------------------------------------------------ send
-
-    async def _write(self) -> None:
-        outbox = self.outbox
-        try:
-            while (item := await outbox.get()) is not None:
-                if item.audio is not None:
-                    engine = self.engine
-                    if engine is None or not engine.is_current(item.generation):
-                        continue
-                    outbox.seq += 1
-                    await self.ws.send_bytes(encode_audio(outbox.seq, item.generation, item.audio))
-                else:
-                    assert item.event is not None
-                    outbox.seq += 1
-                    await self.ws.send_text(encode_event(outbox.seq, item.event))
-        except (WebSocketDisconnect, RuntimeError, OSError) as e:
-            log.debug("writer stopped: %s", e)

@@ -16,6 +16,7 @@ from pipeline.audio import INPUT_SAMPLE_RATE, PCM
 from plugins.contracts import VADEvent, VADEventKind
 
 _WINDOW = INPUT_SAMPLE_RATE // 100  # 10 ms
+_EMPTY = np.zeros(0, dtype=np.int16)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,11 +63,11 @@ class EnergyVADStream:
     def process_sync(self, pcm: PCM) -> list[VADEvent]:
         data = np.concatenate((self._pending, pcm)) if self._pending.size else pcm
         whole = data.size - data.size % _WINDOW
-        self._pending = data[whole:].copy()
+        self._pending = data[whole:].copy() if whole < data.size else _EMPTY
         if whole == 0:
             return []
         windows = data[:whole].astype(np.float32).reshape(-1, _WINDOW)
-        loud = np.mean(windows * windows, axis=1) > self._threshold
+        loud = np.einsum("ij,ij->i", windows, windows) > self._threshold * _WINDOW
         events: list[VADEvent] = []
         need_speech = self._settings.min_speech_ms * INPUT_SAMPLE_RATE / 1000
         need_silence = self._settings.min_silence_ms * INPUT_SAMPLE_RATE / 1000

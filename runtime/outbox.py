@@ -1,0 +1,178 @@
+"""Outbox: the ordered, numbered, bounded stream of everything a session sends.
+
+Theory of operation
+-------------------
+Every server → client message gets the next ``seq`` at the moment it is written, so ``seq``
+order is send order. The engine calls ``send_event``/``send_audio`` synchronously; when nothing
+is queued the message is written at once on the caller's stack (the ASGI ``send`` of a writable
+WebSocket completes without suspending, so no task switch stands between the engine and the
+socket). Only when a write has to wait (transport flow control) does a drain task take over,
+and later messages queue behind it in order. Queued audio is checked against ``is_current`` when
+it is dequeued, so frames of a generation interrupted meanwhile are dropped, never sent.
+
+Bounds: at most ``max_queued`` messages wait; beyond that ``overflowed`` is set and the session
+closes with 4010 (slow consumer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import types
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.protocol import encode_audio, encode_event
+
+log = logging.getLogger(__name__)
+
+SendText = Callable[[str], Awaitable[None]]
+SendBytes = Callable[[bytes], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Item:
+    event: dict[str, Any] | None
+    audio: bytes | None
+    generation: int
+
+
+class Outbox:
+    def __init__(
+        self,
+        *,
+        send_text: SendText,
+        send_bytes: SendBytes,
+        is_current: Callable[[int], bool],
+        max_queued: int,
+    ) -> None:
+        self._send_text = send_text
+        self._send_bytes = send_bytes
+        self.is_current = is_current
+        self.max_queued = max_queued
+        self.seq = 0
+        self.acked = 0
+        self.overflowed = False
+        self.failed = False
+        self._queue: deque[_Item] = deque()
+        self._drain: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ engine side (OutputSink)
+
+    def send_event(self, event: dict[str, Any]) -> None:
+        self._submit(_Item(event, None, -1))
+
+    def send_audio(self, generation: int, pcm: bytes) -> None:
+        self._submit(_Item(None, pcm, generation))
+
+    def ack(self, seq: int) -> None:
+        self.acked = max(self.acked, min(seq, self.seq))
+
+    # ------------------------------------------------------------ writing
+
+    def _submit(self, item: _Item) -> None:
+        if self.failed:
+            return
+        if self._drain is None and not self._queue:
+            self._write_now(item)
+            return
+        if len(self._queue) >= self.max_queued:
+            self.overflowed = True
+            return
+        self._queue.append(item)
+
+    def _encode(self, item: _Item) -> Coroutine[Any, Any, None] | None:
+        if item.audio is not None:
+            if not self.is_current(item.generation):
+                return None
+            self.seq += 1
+            return _as_coroutine(
+                self._send_bytes(encode_audio(self.seq, item.generation, item.audio))
+            )
+        assert item.event is not None
+        self.seq += 1
+        return _as_coroutine(self._send_text(encode_event(self.seq, item.event)))
+
+    def _write_now(self, item: _Item) -> None:
+        coro = self._encode(item)
+        if coro is None:
+            return
+        try:
+            waiting_on = coro.send(None)
+        except StopIteration:
+            return
+        except Exception as e:
+            self._fail(e)
+            return
+        # The write must wait: a task finishes it, then drains what queues up meanwhile.
+        self._drain = asyncio.ensure_future(self._finish(coro, waiting_on))
+
+    async def _finish(self, coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+        try:
+            await _resume(coro, waiting_on)
+            while self._queue and not self.failed:
+                next_coro = self._encode(self._queue.popleft())
+                if next_coro is not None:
+                    await next_coro
+        except Exception as e:
+            self._fail(e)
+        finally:
+            self._drain = None
+
+    def _fail(self, error: BaseException) -> None:
+        log.debug("outbox write failed: %s", error)
+        self.failed = True
+        self._queue.clear()
+
+    async def close(self, timeout: float = 2.0) -> None:
+        """Let queued messages go out (bounded by ``timeout``), then stop."""
+        drain = self._drain
+        if drain is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(drain), timeout)
+            except (TimeoutError, Exception):
+                drain.cancel()
+                with contextlib.suppress(BaseException):
+                    await drain
+        self.failed = True
+        self._queue.clear()
+
+
+async def _as_coroutine_impl(awaitable: Awaitable[None]) -> None:
+    await awaitable
+
+
+def _as_coroutine(awaitable: Awaitable[None]) -> Coroutine[Any, Any, None]:
+    if asyncio.iscoroutine(awaitable):
+        return awaitable
+    return _as_coroutine_impl(awaitable)
+
+
+@types.coroutine
+def _yield(value: Any) -> Generator[Any, Any, Any]:
+    """Yield ``value`` to the running task exactly as the suspended coroutine did."""
+    return (yield value)
+
+
+async def _resume(coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+    """Drive a coroutine that already ran to its first suspension, from inside a task.
+
+    Each object it yields (an asyncio future) is passed up to this task unchanged, and the
+    value or exception the task is resumed with is passed down, so the coroutine cannot tell
+    it was started on another stack."""
+    while True:
+        try:
+            sent = await _yield(waiting_on)
+        except BaseException as e:
+            try:
+                waiting_on = coro.throw(e)
+            except StopIteration:
+                return
+            continue
+        try:
+            waiting_on = coro.send(sent)
+        except StopIteration:
+            return
