@@ -1,0 +1,266 @@
+"""The journal on PostgreSQL (SPEC J-2): the rules of ``journal/store.py`` kept by the database.
+
+Theory of operation
+-------------------
+Tables and the ``journal_append`` function live in ``journal/migrations/0001_journal.sql``.
+
+- Order (rule 2): each thread has a head row in ``journal_threads`` holding its last seq. An
+  append locks that row (``SELECT … FOR UPDATE``) for its transaction, so appends to one thread
+  queue behind each other and each batch takes the next contiguous seqs; appends to different
+  threads do not wait for each other. ``(tenant, user_id, thread_id, seq)`` is the primary key,
+  so a gap-free, duplicate-free order is also what the database enforces.
+- Idempotency (rule 3): ``(tenant, user_id, thread_id, event_id)`` is unique and each row keeps
+  the fingerprint the event had when first appended. Under the head lock, ``journal_append``
+  first checks every id already stored: a different fingerprint raises (SQLSTATE ``OR409``,
+  mapped to ``EventConflict``) before anything is written, so a batch is all-or-nothing; ids
+  already stored with the same fingerprint keep their seq and only the others are inserted.
+- One append is one statement, one round trip, one transaction. If the connection dies
+  (``pg_terminate_backend``, a restart, a network drop) or the call times out, we cannot know
+  whether it committed — so the same batch, with the same event ids, is sent again on a fresh
+  connection. Either it had committed (the retry finds every id and returns the stored seqs) or
+  it had not (the retry appends it): never lost, never duplicated, never a false conflict.
+  Reads are retried the same way. After ``max_attempts`` or ``retry_deadline`` the call raises
+  ``JournalUnavailable``.
+- ``read`` and ``read_tail`` walk the primary key index from a seq, so their cost grows with
+  the number of events returned, not with the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+
+from journal.errors import EventConflict, JournalUnavailable
+from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef, canonical_json
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CONFLICT_SQLSTATE = "OR409"
+
+_TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,  # class 08, including "connection was closed"
+    asyncpg.exceptions.OperatorInterventionError,  # 57: terminated backend, shutdown, cancel
+    asyncpg.exceptions.InsufficientResourcesError,  # 53: too many connections
+    asyncpg.exceptions.TransactionRollbackError,  # 40: serialization failure, deadlock
+    # A backend terminated while its connection sat idle in the pool sends an unsolicited
+    # error that leaves asyncpg's protocol stuck ("another operation is in progress") until
+    # the socket closes; the pool then drops that connection. Safe to retry: every call here
+    # is idempotent.
+    asyncpg.exceptions.InternalClientError,
+)
+
+_COLUMNS = "seq, event_id, kind, payload::text AS payload, voice_session_id, created_at"
+_SCOPE = "tenant = $1 AND user_id = $2 AND thread_id = $3"
+
+
+def _is_transient(error: BaseException) -> bool:
+    if isinstance(error, _TRANSIENT_ERRORS):
+        return True
+    # asyncpg reports a call on a connection that already went away as an InterfaceError.
+    return isinstance(error, asyncpg.InterfaceError) and "connection is closed" in str(error)
+
+
+class PostgresJournalStore:
+    """``JournalStore`` on an asyncpg pool whose database has the journal migrations applied.
+
+    Settings: ``query_timeout`` bounds each statement, ``acquire_timeout`` the wait for a pooled
+    connection; a failed call is tried at most ``max_attempts`` times within ``retry_deadline``
+    seconds; ``max_batch`` bounds the events of one append.
+    """
+
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        query_timeout: float = 10.0,
+        acquire_timeout: float = 10.0,
+        max_attempts: int = 6,
+        retry_deadline: float = 30.0,
+        max_batch: int = 1000,
+    ) -> None:
+        self._pool = pool
+        self._query_timeout = query_timeout
+        self._acquire_timeout = acquire_timeout
+        self._max_attempts = max_attempts
+        self._retry_deadline = retry_deadline
+        self._max_batch = max_batch
+
+    async def append(self, thread: ThreadRef, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        if len(events) > self._max_batch:
+            raise ValueError(f"a batch holds at most {self._max_batch} events, got {len(events)}")
+        unique: dict[str, NewEvent] = {}
+        fingerprints: dict[str, str] = {}
+        for event in events:
+            fingerprint = event.fingerprint()
+            earlier = fingerprints.get(event.event_id)
+            if earlier is None:
+                unique[event.event_id] = event
+                fingerprints[event.event_id] = fingerprint
+            elif earlier != fingerprint:
+                raise EventConflict(f"event {event.event_id} twice in one batch")
+        if not unique:
+            return []
+        batch = list(unique.values())
+        args = (
+            thread.tenant,
+            thread.user,
+            thread.thread_id,
+            [e.event_id for e in batch],
+            [e.kind.value for e in batch],
+            [canonical_json(e.payload) for e in batch],
+            [fingerprints[e.event_id] for e in batch],
+            [e.voice_session_id for e in batch],
+        )
+
+        async def call(conn: Any) -> list[Any]:
+            rows: list[Any] = await conn.fetch(
+                "SELECT o_event_id, o_seq, o_created_at"
+                " FROM journal_append($1, $2, $3, $4, $5, $6::jsonb[], $7, $8)",
+                *args,
+                timeout=self._query_timeout,
+            )
+            return rows
+
+        try:
+            rows = await self._run("append", call)
+        except asyncpg.PostgresError as e:
+            if e.sqlstate == CONFLICT_SQLSTATE:
+                raise EventConflict(str(e)) from e
+            if isinstance(e, asyncpg.DataError):
+                # e.g. a NUL character or NaN in a payload: PostgreSQL's jsonb cannot hold it.
+                raise ValueError(f"event payload cannot be stored: {e}") from e
+            raise
+        stored = {row["o_event_id"]: row for row in rows}
+        out: list[JournalEvent] = []
+        for event in events:
+            row = stored[event.event_id]
+            # Same fingerprint as the stored event, so the same kind, payload and session.
+            out.append(
+                JournalEvent(
+                    thread=thread,
+                    seq=row["o_seq"],
+                    event_id=event.event_id,
+                    kind=event.kind,
+                    payload=event.payload,
+                    voice_session_id=event.voice_session_id,
+                    created_at=row["o_created_at"],
+                )
+            )
+        return out
+
+    async def read(
+        self, thread: ThreadRef, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        async def call(conn: Any) -> list[Any]:
+            rows: list[Any] = await conn.fetch(
+                f"SELECT {_COLUMNS} FROM journal_events WHERE {_SCOPE} AND seq > $4"
+                " ORDER BY seq LIMIT $5",
+                thread.tenant,
+                thread.user,
+                thread.thread_id,
+                after_seq,
+                None if limit is None else max(limit, 0),
+                timeout=self._query_timeout,
+            )
+            return rows
+
+        return [_event(thread, row) for row in await self._run("read", call)]
+
+    async def read_tail(self, thread: ThreadRef, count: int) -> list[JournalEvent]:
+        if count <= 0:
+            return []
+
+        async def call(conn: Any) -> list[Any]:
+            rows: list[Any] = await conn.fetch(
+                f"SELECT {_COLUMNS} FROM journal_events WHERE {_SCOPE} ORDER BY seq DESC LIMIT $4",
+                thread.tenant,
+                thread.user,
+                thread.thread_id,
+                count,
+                timeout=self._query_timeout,
+            )
+            return rows
+
+        rows = await self._run("read_tail", call)
+        return [_event(thread, row) for row in reversed(rows)]
+
+    async def has_session(self, thread: ThreadRef, voice_session_id: str) -> bool:
+        async def call(conn: Any) -> bool:
+            found: bool = await conn.fetchval(
+                f"SELECT EXISTS (SELECT 1 FROM journal_events WHERE {_SCOPE}"
+                " AND voice_session_id = $4)",
+                thread.tenant,
+                thread.user,
+                thread.thread_id,
+                voice_session_id,
+                timeout=self._query_timeout,
+            )
+            return found
+
+        return await self._run("has_session", call)
+
+    async def delete_thread(self, thread: ThreadRef) -> int:
+        # Deleting the head row waits for appenders holding it and cascades to the events; the
+        # head seq is the number of events (seqs run from 1 without gaps). A retry after a lost
+        # reply finds nothing left and returns 0.
+        async def call(conn: Any) -> int:
+            removed: int | None = await conn.fetchval(
+                f"DELETE FROM journal_threads WHERE {_SCOPE} RETURNING head_seq",
+                thread.tenant,
+                thread.user,
+                thread.thread_id,
+                timeout=self._query_timeout,
+            )
+            return removed or 0
+
+        return await self._run("delete_thread", call)
+
+    async def _run(self, operation: str, call: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``call`` on a pooled connection; on a transient failure, again on a fresh one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_deadline
+        delay = 0.02
+        attempt = 1
+        while True:
+            try:
+                async with self._pool.acquire(timeout=self._acquire_timeout) as conn:
+                    return await call(conn)
+            except Exception as e:
+                if not _is_transient(e):
+                    raise
+                if attempt >= self._max_attempts or loop.time() + delay > deadline:
+                    raise JournalUnavailable(
+                        f"journal {operation} failed after {attempt} attempt(s): "
+                        f"{type(e).__name__}: {e}"
+                    ) from e
+                logger.warning(
+                    "journal %s failed (%s), retrying (attempt %d)",
+                    operation,
+                    type(e).__name__,
+                    attempt + 1,
+                )
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, 1.0)
+            attempt += 1
+
+
+def _event(thread: ThreadRef, row: Any) -> JournalEvent:
+    return JournalEvent(
+        thread=thread,
+        seq=row["seq"],
+        event_id=row["event_id"],
+        kind=EventKind(row["kind"]),
+        payload=json.loads(row["payload"]),
+        voice_session_id=row["voice_session_id"],
+        created_at=row["created_at"],
+    )
