@@ -39,6 +39,8 @@ MIN_INTERRUPT_MS = 300
 @dataclass
 class Results:
     overhead_ms: list[float] = field(default_factory=list)
+    server_ms: list[float] = field(default_factory=list)
+    """Ours only: commit handled → first frame written, from the server's latency event."""
     bargein_ms: list[float] = field(default_factory=list)
     frames_after_interrupt: int = 0
     failures: int = 0
@@ -61,6 +63,13 @@ async def run_session(
                 results.failures += 1
                 continue
             results.overhead_ms.append((first.at - sent) * 1000)
+            if ours:
+                _, latency = await client.wait(
+                    lambda a: a.kind == "openrealtime.turn.latency", mark, 5
+                )
+                assert latency.event is not None
+                marks = latency.event["latency_ms"]
+                results.server_ms.append(marks["first_audio_sent"] - marks["committed"])
             if ours and turn % 2 == 1:
                 await barge_in(client, mark, first.generation, results)
             else:
@@ -119,6 +128,7 @@ async def main_async(sessions: int, turns: int, skip_pipecat: bool) -> dict[str,
         "sessions": sessions,
         "turns": turns,
         "turn_overhead_ms": p50_p99(ours.overhead_ms),
+        "server_side_turn_overhead_ms": p50_p99(ours.server_ms),
         "bargein_stop_ms": p50_p99(ours.bargein_ms),
         "frames_after_interrupt": ours.frames_after_interrupt,
         "failures": ours.failures,
@@ -146,6 +156,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--skip-pipecat", action="store_true")
     args = parser.parse_args()
+    try:
+        import uvloop  # the client process too: its own loop delay is part of what it measures
+
+        uvloop.install()
+    except ImportError:
+        pass
     emit(asyncio.run(main_async(args.sessions, args.turns, args.skip_pipecat)))
 
 

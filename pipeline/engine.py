@@ -96,7 +96,7 @@ class EngineSettings:
     """Until the budgeted projector lands: how many recent journal events the brain sees."""
     max_sentences_queued: int = 16
     max_frames_queued: int = 750
-    """Synthesised audio waiting to be paced out (750 × 40 ms = 30 s)."""
+    """Synthesised audio waiting to be paced out (750 × 40 ms = 30 s); TTS waits beyond it."""
     turns: TurnSettings = field(default_factory=TurnSettings)
 
 
@@ -130,6 +130,9 @@ class _Response:
     tracker: PlayoutTracker = field(default_factory=PlayoutTracker)
     task: asyncio.Task[None] | None = None
     finalized: bool = False
+    recording: bool = True
+    """Still transcribing/journaling the user's input: an interruption must not cancel that."""
+    cancelled: bool = False
     marks: dict[str, float] = field(default_factory=dict)
     audio_done: asyncio.Event = field(default_factory=asyncio.Event)
     played_report: asyncio.Event = field(default_factory=asyncio.Event)
@@ -361,7 +364,10 @@ class Engine:
                 "reason": command.reason,
             },
         )
-        if response.task is not None:
+        response.cancelled = True
+        if response.task is not None and not response.recording:
+            # While the user's words are still being recorded the task runs on and stops
+            # by itself right after (the user's input must not be lost).
             response.task.cancel()
         self._spawn(self._finish_interrupted(response, command.reason), "finish-interrupted")
 
@@ -371,8 +377,10 @@ class Engine:
         self, response: _Response, text: str | None, utterance: _Utterance | None
     ) -> None:
         try:
-            # The user's words are recorded even if the response is interrupted meanwhile.
-            text = await asyncio.shield(self._record_user_input(response, text, utterance))
+            text = await self._record_user_input(response, text, utterance)
+            response.recording = False
+            if response.cancelled:
+                return
             if not text:
                 response.finalized = True
                 self._emit_done(response, "cancelled", reason="empty_input")
@@ -431,10 +439,9 @@ class Engine:
         if audio.size == 0:
             return Transcript("")
         try:
-            return await asyncio.wait_for(
-                self.plugins.asr.transcribe(audio, language=self._asr_language()),
-                self.settings.asr_timeout_s,
-            )
+            # asyncio.timeout, not wait_for: no extra task, so no extra trip round the loop.
+            async with asyncio.timeout(self.settings.asr_timeout_s):
+                return await self.plugins.asr.transcribe(audio, language=self._asr_language())
         except TimeoutError as e:
             raise PluginTimeout(f"ASR took longer than {self.settings.asr_timeout_s}s") from e
 
@@ -453,16 +460,18 @@ class Engine:
         )
 
     async def _speak(self, response: _Response, content: TurnContent) -> None:
+        """Brain → sentences → TTS → paced frames. The brain runs in this task, TTS in a
+        second one, pacing in a third only once audio is ahead of real time, so the first
+        frame reaches the socket after a single task switch."""
         sentences: asyncio.Queue[str | None] = asyncio.Queue(self.settings.max_sentences_queued)
-        frames: asyncio.Queue[PCM | None] = asyncio.Queue(self.settings.max_frames_queued)
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._think(response, content, sentences))
-                group.create_task(self._synthesize(response, sentences, frames))
-                await self._send(response, frames)
-        except* (PluginError, JournalError) as group:
+                pacer = _Pacer(self, response, group)
+                group.create_task(self._synthesize(response, sentences, pacer))
+                await self._think(response, content, sentences)
+        except* (PluginError, JournalError) as failure:
             # Report the first failing stage; the TaskGroup already cancelled the others.
-            raise group.exceptions[0] from None
+            raise failure.exceptions[0] from None
 
     async def _think(
         self, response: _Response, content: TurnContent, sentences: asyncio.Queue[str | None]
@@ -500,10 +509,7 @@ class Engine:
         await sentences.put(None)
 
     async def _synthesize(
-        self,
-        response: _Response,
-        sentences: asyncio.Queue[str | None],
-        frames: asyncio.Queue[PCM | None],
+        self, response: _Response, sentences: asyncio.Queue[str | None], pacer: _Pacer
     ) -> None:
         rate = self.settings.output_sample_rate
         frame_samples = rate * self.settings.frame_ms // 1000
@@ -527,46 +533,36 @@ class Engine:
                             response.marks["tts_first_audio"] = self.clock()
                         pending = np.concatenate((pending, pcm)) if pending.size else pcm
                         whole = pending.size - pending.size % frame_samples
-                        watchdog.reschedule(None)
                         for start in range(0, whole, frame_samples):
-                            await frames.put(pending[start : start + frame_samples])
-                        watchdog.reschedule(loop.time() + idle)
+                            pacer.push(pending[start : start + frame_samples])
                         pending = pending[whole:]
+                        if pacer.backlog > self.settings.max_frames_queued:
+                            watchdog.reschedule(None)
+                            await pacer.wait_for_room(self.settings.max_frames_queued // 2)
+                        watchdog.reschedule(loop.time() + idle)
             except TimeoutError as e:
                 raise PluginTimeout(f"TTS was silent for more than {idle}s") from e
             finally:
                 await _aclose(stream)
         if pending.size:
-            await frames.put(pending)
-        await frames.put(None)
+            pacer.push(pending)
+        await pacer.finish()
+
+    def _send_frame(self, response: _Response, frame: PCM, now: float) -> None:
+        tracker = response.tracker
+        first = tracker.first_sent_at is None
+        self.sink.send_audio(response.generation, frame.tobytes())
+        tracker.on_sent(duration_ms(frame.size, self.settings.output_sample_rate), now)
+        if first:
+            response.marks["first_audio_sent"] = now
+            self.coordinator.on_audio_started(response.generation, now)
+            self._run(self.coordinator.commands())
+            self._emit_latency(response)
 
     def _to_output_rate(self, chunk: SpeechChunk) -> PCM:
         from pipeline.audio import resample
 
         return resample(chunk.pcm, chunk.sample_rate, self.settings.output_sample_rate)
-
-    async def _send(self, response: _Response, frames: asyncio.Queue[PCM | None]) -> None:
-        """Send frames in order, at most ``playout_lead_ms`` ahead of real-time playback."""
-        rate = self.settings.output_sample_rate
-        tracker = response.tracker
-        lead = self.settings.playout_lead_ms
-        while (frame := await frames.get()) is not None:
-            now = self.clock()
-            if tracker.first_sent_at is not None:
-                ahead = tracker.sent_ms - (now - tracker.first_sent_at) * 1000.0
-                if ahead > lead:
-                    await asyncio.sleep((ahead - lead) / 1000.0)
-                    now = self.clock()
-            if not self.coordinator.is_current(response.generation):
-                return
-            first = tracker.first_sent_at is None
-            self.sink.send_audio(response.generation, frame.tobytes())
-            tracker.on_sent(duration_ms(frame.size, rate), now)
-            if first:
-                response.marks["first_audio_sent"] = now
-                self.coordinator.on_audio_started(response.generation, now)
-                self._run(self.coordinator.commands())
-                self._emit_latency(response)
 
     async def _await_playout(self, response: _Response) -> None:
         tracker = response.tracker
@@ -755,6 +751,65 @@ class Engine:
         error = task.exception()
         if error is not None:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
+
+
+class _Pacer:
+    """Sends a response's frames in order, at most ``playout_lead_ms`` ahead of real-time
+    playback. A frame that may go now is sent on the caller's stack; once audio is ahead, frames
+    wait in a queue that a drain task (in the response's TaskGroup) sends at real-time pace."""
+
+    def __init__(self, engine: Engine, response: _Response, group: asyncio.TaskGroup) -> None:
+        self.engine = engine
+        self.response = response
+        self.group = group
+        self.lead_ms = engine.settings.playout_lead_ms
+        self.queue: deque[PCM] = deque()
+        self.drain: asyncio.Task[None] | None = None
+        self.room = asyncio.Event()
+
+    @property
+    def backlog(self) -> int:
+        return len(self.queue)
+
+    def push(self, frame: PCM) -> None:
+        if self.drain is None and self._wait_s(self.engine.clock()) <= 0:
+            self._send(frame)
+            return
+        self.queue.append(frame)
+        if self.drain is None:
+            self.drain = self.group.create_task(self._drain())
+
+    async def wait_for_room(self, backlog: int) -> None:
+        while len(self.queue) > backlog:
+            self.room.clear()
+            await self.room.wait()
+
+    async def finish(self) -> None:
+        if self.drain is not None:
+            await self.drain
+
+    def _wait_s(self, now: float) -> float:
+        tracker = self.response.tracker
+        if tracker.first_sent_at is None:
+            return 0.0
+        ahead = tracker.sent_ms - (now - tracker.first_sent_at) * 1000.0
+        return (ahead - self.lead_ms) / 1000.0
+
+    async def _drain(self) -> None:
+        try:
+            while self.queue:
+                wait = self._wait_s(self.engine.clock())
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                self._send(self.queue.popleft())
+                self.room.set()
+        finally:
+            self.drain = None
+
+    def _send(self, frame: PCM) -> None:
+        engine, response = self.engine, self.response
+        if engine.coordinator.is_current(response.generation):
+            engine._send_frame(response, frame, engine.clock())
 
 
 async def _aclose(stream: object) -> None:
