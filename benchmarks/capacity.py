@@ -23,6 +23,7 @@ import contextlib
 import resource
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from benchmarks.common import (
     FRAME_MS,
@@ -34,13 +35,14 @@ from benchmarks.common import (
     server_process,
 )
 
-DEFAULT_STEPS = (1, 10, 25, 50, 100, 150, 200, 250, 300, 400, 500)
+DEFAULT_STEPS = (1, 2, 5, 10, 15, 25, 50, 75, 100, 125, 150, 175, 200, 250, 300)
 
 
 @dataclass
 class Step:
     sessions: int
     latencies_ms: list[float] = field(default_factory=list)
+    server_ms: list[float] = field(default_factory=list)
     failures: int = 0
     server_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
@@ -70,6 +72,13 @@ async def converse(
             try:
                 _, first = await client.wait(lambda a: a.kind == "audio", mark, 10)
                 step.latencies_ms.append((first.at - sent) * 1000)
+                if ours:
+                    _, event = await client.wait(
+                        lambda a: a.kind == "openrealtime.turn.latency", mark, 10
+                    )
+                    assert event.event is not None
+                    marks = event.event["latency_ms"]
+                    step.server_ms.append(marks["first_audio_sent"] - marks["committed"])
             except TimeoutError:
                 step.failures += 1
             rest = period - (loop.time() - turn_start)
@@ -95,7 +104,7 @@ async def ramp(
     duration: float,
     period: float,
     limit_ms: float,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     results: list[Step] = []
     baseline: float | None = None
     max_sessions = 0
@@ -143,6 +152,7 @@ async def ramp(
                 "failures": s.failures,
                 "latency_ms_p50": percentile(s.latencies_ms, 50),
                 "latency_ms_p99": percentile(s.latencies_ms, 99),
+                "server_side_ms_p99": percentile(s.server_ms, 99),
                 "server_cpu_pct": round(100 * s.server_cpu_s / s.wall_s, 1),
                 "client_cpu_pct": round(100 * s.client_cpu_s / s.wall_s, 1),
             }
@@ -171,9 +181,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             period=args.period,
             limit_ms=args.limit_ms,
         )
-        theirs = result["pipecat"]["max_sessions"]  # type: ignore[index]
+        pipecat = result["pipecat"]
+        assert isinstance(pipecat, dict)
+        theirs = pipecat["max_sessions"]
         if theirs:
-            result["ratio_vs_pipecat"] = round(ours["max_sessions"] / theirs, 2)  # type: ignore[operator]
+            result["ratio_vs_pipecat"] = round(ours["max_sessions"] / theirs, 2)
     return result
 
 

@@ -163,7 +163,7 @@ class BenchClient:
         return await self.send(json.dumps({"type": "input_audio_buffer.commit"}))
 
     async def stream(
-        self, frame: bytes, ms: int, on_frame: Callable[[int, float], None] | None = None
+        self, frame: bytes, ms: int, on_frame: Callable[[int, float], object] | None = None
     ) -> None:
         """Send ``ms`` of audio as 20 ms frames at real-time pace."""
         loop = asyncio.get_running_loop()

@@ -54,7 +54,16 @@ from pipeline.turns import (
     UserSpeechStarted,
     UserSpeechStopped,
 )
-from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer, SpeechChunk, Transcript
+from plugins.contracts import (
+    ASR,
+    TTS,
+    VAD,
+    Brain,
+    Endpointer,
+    SpeechChunk,
+    Transcript,
+    VADEventKind,
+)
 from plugins.errors import PluginError, PluginTimeout
 
 log = logging.getLogger(__name__)
@@ -81,7 +90,9 @@ class Plugins:
 class EngineSettings:
     output_sample_rate: int = 24_000
     frame_ms: int = 40
-    """Duration of each audio frame sent to the client."""
+    """Granularity of response audio (the first message is one frame)."""
+    max_audio_message_ms: int = 120
+    """Once audio runs ahead of real time, frames are sent in messages of up to this long."""
     playout_lead_ms: float = 300.0
     """How far ahead of real-time playback the server may send audio."""
     preroll_ms: float = 1_500.0
@@ -188,7 +199,7 @@ class Engine:
         coordinator = self.coordinator
         for event in events:
             at = now - (self._stream_ms - event.at_ms) / 1000.0
-            if event.kind.value == "speech_start":
+            if event.kind is VADEventKind.SPEECH_START:
                 coordinator.on_speech_start(now, at=at)
             else:
                 coordinator.on_speech_end(now, at=at)
@@ -548,7 +559,8 @@ class Engine:
             pacer.push(pending)
         await pacer.finish()
 
-    def _send_frame(self, response: _Response, frame: PCM, now: float) -> None:
+    def send_frame(self, response: _Response, frame: PCM, now: float) -> None:
+        """Write one message of a response's audio (the pacer decides when)."""
         tracker = response.tracker
         first = tracker.first_sent_at is None
         self.sink.send_audio(response.generation, frame.tobytes())
@@ -754,15 +766,23 @@ class Engine:
 
 
 class _Pacer:
-    """Sends a response's frames in order, at most ``playout_lead_ms`` ahead of real-time
-    playback. A frame that may go now is sent on the caller's stack; once audio is ahead, frames
-    wait in a queue that a drain task (in the response's TaskGroup) sends at real-time pace."""
+    """Sends a response's audio in order, at most ``playout_lead_ms`` ahead of real-time
+    playback.
+
+    Audio arrives in frames of ``frame_ms``. Whatever may go now is sent on the caller's stack
+    (the first frame alone, at once); audio beyond the lead waits in a queue that a drain task
+    (in the response's TaskGroup) sends as real time catches up — in messages of up to
+    ``max_audio_message_ms``, so a long answer costs one wake-up and one write per message
+    rather than per frame."""
 
     def __init__(self, engine: Engine, response: _Response, group: asyncio.TaskGroup) -> None:
         self.engine = engine
         self.response = response
         self.group = group
-        self.lead_ms = engine.settings.playout_lead_ms
+        settings = engine.settings
+        self.lead_ms = settings.playout_lead_ms
+        self.frame_ms = settings.frame_ms
+        self.per_message = max(1, settings.max_audio_message_ms // settings.frame_ms)
         self.queue: deque[PCM] = deque()
         self.drain: asyncio.Task[None] | None = None
         self.room = asyncio.Event()
@@ -772,12 +792,11 @@ class _Pacer:
         return len(self.queue)
 
     def push(self, frame: PCM) -> None:
-        if self.drain is None and self._wait_s(self.engine.clock()) <= 0:
-            self._send(frame)
-            return
         self.queue.append(frame)
         if self.drain is None:
-            self.drain = self.group.create_task(self._drain())
+            self._pump()
+            if self.queue:
+                self.drain = self.group.create_task(self._drain())
 
     async def wait_for_room(self, backlog: int) -> None:
         while len(self.queue) > backlog:
@@ -788,28 +807,41 @@ class _Pacer:
         if self.drain is not None:
             await self.drain
 
-    def _wait_s(self, now: float) -> float:
+    def _ahead_ms(self, now: float) -> float:
         tracker = self.response.tracker
         if tracker.first_sent_at is None:
-            return 0.0
-        ahead = tracker.sent_ms - (now - tracker.first_sent_at) * 1000.0
-        return (ahead - self.lead_ms) / 1000.0
+            return -self.lead_ms
+        return tracker.sent_ms - (now - tracker.first_sent_at) * 1000.0
+
+    def _pump(self) -> None:
+        engine, response, queue = self.engine, self.response, self.queue
+        while queue:
+            now = engine.clock()
+            ahead = self._ahead_ms(now)
+            if ahead > self.lead_ms:
+                break
+            if response.tracker.first_sent_at is None:
+                count = 1
+            else:
+                fits = 1 + int((self.lead_ms - ahead) // self.frame_ms)
+                count = min(len(queue), self.per_message, fits)
+            frames = [queue.popleft() for _ in range(count)]
+            if not engine.coordinator.is_current(response.generation):
+                queue.clear()
+                break
+            engine.send_frame(response, frames[0] if count == 1 else np.concatenate(frames), now)
+        self.room.set()
 
     async def _drain(self) -> None:
+        refill_at = self.lead_ms - (self.per_message - 1) * self.frame_ms
         try:
             while self.queue:
-                wait = self._wait_s(self.engine.clock())
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                self._send(self.queue.popleft())
-                self.room.set()
+                wait_ms = self._ahead_ms(self.engine.clock()) - refill_at
+                if wait_ms > 0:
+                    await asyncio.sleep(wait_ms / 1000.0)
+                self._pump()
         finally:
             self.drain = None
-
-    def _send(self, frame: PCM) -> None:
-        engine, response = self.engine, self.response
-        if engine.coordinator.is_current(response.generation):
-            engine._send_frame(response, frame, engine.clock())
 
 
 async def _aclose(stream: object) -> None:

@@ -151,6 +151,9 @@ Command = (
 )
 
 
+_NO_COMMANDS: list[Command] = []
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnSettings:
     """Timing rules, in seconds. ``auto_commit=False`` is push-to-talk: only an explicit commit
@@ -202,6 +205,8 @@ class TurnCoordinator:
 
     def commands(self) -> list[Command]:
         """Take the commands produced since the last call."""
+        if not self._commands:
+            return _NO_COMMANDS
         out, self._commands = self._commands, []
         return out
 
@@ -209,13 +214,12 @@ class TurnCoordinator:
         return self._response_active and generation == self.generation
 
     def next_deadline(self) -> float | None:
-        deadlines = []
-        if self._endpoint_deadline is not None:
-            deadlines.append(self._endpoint_deadline)
+        endpoint = self._endpoint_deadline
         c = self._candidate
-        if c is not None:
-            deadlines.append(c.started + self.settings.min_interrupt)
-        return min(deadlines) if deadlines else None
+        if c is None:
+            return endpoint
+        barge_in = c.started + self.settings.min_interrupt
+        return barge_in if endpoint is None else min(endpoint, barge_in)
 
     # ------------------------------------------------------------ voice input
 

@@ -21,6 +21,8 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, validation_alias=AliasChoices("OPENREALTIME_DATABASE_URL", "DATABASE_URL")
     )
+    ws_implementation: Literal["websockets-sansio", "websockets", "wsproto"] = "websockets-sansio"
+    """uvicorn's WebSocket protocol implementation."""
     public_url: str | None = None
     """The URL printed at start (default: http://host:port)."""
 

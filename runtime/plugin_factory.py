@@ -8,6 +8,17 @@ from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer
 from runtime.config import Settings
 
 
+async def warm_up(plugins: Plugins) -> None:
+    """Load models before the first session needs them (``load``/``warm_up`` if a plugin has
+    one); each plugin does its loading off the event loop."""
+    for plugin in (plugins.vad, plugins.asr, plugins.brain, plugins.tts, plugins.endpointer):
+        for name in ("load", "warm_up"):
+            method = getattr(plugin, name, None)
+            if method is not None:
+                await method()
+                break
+
+
 def build_plugins(settings: Settings) -> Plugins:
     return Plugins(
         vad=_vad(settings),

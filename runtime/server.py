@@ -41,7 +41,7 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         app,  # type: ignore[arg-type]
         host=settings.host,
         port=settings.port,
-        ws="websockets-sansio",
+        ws=settings.ws_implementation,
         ws_max_size=settings.hard_max_message_bytes,
         # PCM audio does not compress; deflate would only cost CPU on every frame.
         ws_per_message_deflate=False,

@@ -9,7 +9,7 @@ from journal.store import InMemoryJournalStore, JournalStore
 from pipeline.engine import Plugins
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
-from runtime.plugin_factory import build_plugins
+from runtime.plugin_factory import build_plugins, warm_up
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
 
 log = logging.getLogger(__name__)
@@ -46,9 +46,12 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
     """Build the process's services. ``plugins`` overrides the configured ones (tests,
     benchmarks with instant fakes)."""
     accounts = InMemoryAccountStore()
+    if plugins is None:
+        plugins = build_plugins(settings)
+        await warm_up(plugins)
     services = Services(
         settings=settings,
-        plugins=plugins or build_plugins(settings),
+        plugins=plugins,
         accounts=accounts,
         roles=InMemoryRoleStore(),
         journal=InMemoryJournalStore(),

@@ -67,6 +67,19 @@ class LanguageRoutingTTS:
         async for chunk in self.fallback.stream(text, voice=None, language=language or "en"):
             yield chunk
 
+    async def warm_up(self) -> None:
+        """Load every engine now, so the first sentence does not pay for it."""
+        for engine in {id(e): e for e in (self.english, self.chinese, self.fallback)}.values():
+            warm = getattr(engine, "warm_up", None)
+            if warm is None:
+                continue
+            try:
+                await warm()
+            except PluginUnavailable as e:
+                if engine is self.english:
+                    self.english_available = False
+                logger.warning("TTS engine unavailable at start: %s", e)
+
 
 def create_tts(name: str = "auto", *, speed: float = 1.0) -> TTS:
     """The embedded TTS called ``name`` ("auto", "piper" or "espeak"). ``speed`` scales the

@@ -67,19 +67,25 @@ class EnergyVADStream:
         if whole == 0:
             return []
         windows = data[:whole].astype(np.float32).reshape(-1, _WINDOW)
-        loud = np.einsum("ij,ij->i", windows, windows) > self._threshold * _WINDOW
+        flags: list[bool] = (
+            np.einsum("ij,ij->i", windows, windows) > self._threshold * _WINDOW
+        ).tolist()
+        self._voiced = flags[-1]
+        if self._run_start is None and (all(flags) if self._speaking else not any(flags)):
+            # The common case, per frame: nothing changes.
+            self._position += whole
+            return []
         events: list[VADEvent] = []
         need_speech = self._settings.min_speech_ms * INPUT_SAMPLE_RATE / 1000
         need_silence = self._settings.min_silence_ms * INPUT_SAMPLE_RATE / 1000
-        self._voiced = bool(loud[-1])
-        for is_loud in loud:
+        for is_loud in flags:
             window_end = self._position + _WINDOW
             if is_loud != self._speaking:
                 if self._run_start is None:
                     self._run_start = self._position
                 needed = need_speech if is_loud else need_silence
                 if window_end - self._run_start >= needed:
-                    self._speaking = bool(is_loud)
+                    self._speaking = is_loud
                     kind = VADEventKind.SPEECH_START if is_loud else VADEventKind.SPEECH_END
                     events.append(VADEvent(kind, self._run_start * 1000 / INPUT_SAMPLE_RATE))
                     self._run_start = None

@@ -55,9 +55,7 @@ async def long_answer_server(tmp_path: Path) -> AsyncIterator[RunningServer]:
             "Okay, I stopped.",
         ]
     )
-    plugins = fake_plugins(
-        asr=FakeASR(["wait stop"]), brain=brain, tts=FakeTTS(ms_per_char=40)
-    )
+    plugins = fake_plugins(asr=FakeASR(["wait stop"]), brain=brain, tts=FakeTTS(ms_per_char=40))
     settings = Settings(port=0, data_dir=tmp_path, silence_ms=300, min_interrupt_ms=300)
     async with running_server(settings, plugins=plugins) as running:
         yield running
