@@ -143,6 +143,17 @@ async def main_async(sessions: int, turns: int, skip_pipecat: bool) -> dict[str,
             "failures": pipecat.failures,
             "samples": len(pipecat.overhead_ms),
         }
+        # One session each as well: Pipecat's per-turn cost when it is not saturated.
+        ours_one = await measure(
+            "benchmarks.fake_server", ours=True, sessions=1, turns=turns, seed=2
+        )
+        pipecat_one = await measure(
+            "benchmarks.pipecat_baseline", ours=False, sessions=1, turns=turns, seed=2
+        )
+        result["single_session"] = {
+            "turn_overhead_ms": p50_p99(ours_one.overhead_ms),
+            "pipecat_turn_overhead_ms": p50_p99(pipecat_one.overhead_ms),
+        }
         ours_p50 = p50_p99(ours.overhead_ms)["p50"]
         theirs_p50 = p50_p99(pipecat.overhead_ms)["p50"]
         if ours_p50 is not None and theirs_p50:
