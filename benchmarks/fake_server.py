@@ -40,6 +40,7 @@ async def serve(port: int, min_interrupt_ms: int, silence_ms: int) -> None:
             min_interrupt_ms=min_interrupt_ms,
             silence_ms=silence_ms,
             max_sessions=10_000,
+            storage="memory",  # runtime overhead only; the journal has its own benchmark
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

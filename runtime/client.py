@@ -57,6 +57,8 @@ class RealtimeClient:
         self,
         *,
         role_id: str | None = None,
+        requested_thread_id: str | None = None,
+        previous_voice_session_id: str | None = None,
         output_sample_rate: int = 24_000,
         turn_detection: dict[str, Any] | None = None,
         timeout: float = 10.0,
@@ -70,6 +72,10 @@ class RealtimeClient:
         }
         if role_id is not None:
             start["role_id"] = role_id
+        if requested_thread_id is not None:
+            start["requested_thread_id"] = requested_thread_id
+        if previous_voice_session_id is not None:
+            start["previous_voice_session_id"] = previous_voice_session_id
         if turn_detection is not None:
             start["turn_detection"] = turn_detection
         await self.send_json(start)

@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     )
     ws_implementation: Literal["websockets-sansio", "websockets", "wsproto"] = "websockets-sansio"
     """uvicorn's WebSocket protocol implementation."""
+    storage: Literal["postgres", "memory"] = "postgres"
+    """Where roles, threads and the journal live: PostgreSQL (``DATABASE_URL`` or the embedded
+    server under ``data_dir``) or process memory (tests; nothing survives a restart)."""
     public_url: str | None = None
     """The URL printed at start (default: http://host:port)."""
 

@@ -54,6 +54,9 @@ class ErrorCode:
     SESSION_ALREADY_STARTED = "session_already_started"
     UNAUTHORIZED = "unauthorized"
     ROLE_NOT_FOUND = "role_not_found"
+    ROLE_MISMATCH = "role_mismatch"
+    THREAD_NOT_FOUND = "thread_not_found"
+    PREVIOUS_SESSION_UNKNOWN = "previous_session_not_in_thread"
     MESSAGE_TOO_LARGE = "message_too_large"
     ODD_LENGTH_AUDIO = "odd_length_audio"
     AUDIO_FRAME_TOO_LONG = "audio_frame_too_long"
@@ -102,6 +105,9 @@ class SessionStart(_Message):
     type: Literal["session.start"]
     token: str | None = Field(default=None, max_length=512)
     role_id: str | None = Field(default=None, max_length=128)
+    requested_thread_id: str | None = Field(default=None, max_length=128)
+    """Continue this thread (with ``previous_voice_session_id``) instead of starting one."""
+    previous_voice_session_id: str | None = Field(default=None, max_length=128)
     output_sample_rate: Literal[16000, 22050, 24000, 48000] = 24000
     turn_detection: TurnDetection = TurnDetection()
 

@@ -5,14 +5,23 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from journal.postgres_store import PostgresJournalStore
 from journal.store import InMemoryJournalStore, JournalStore
 from pipeline.engine import Plugins
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
+from runtime.database import Database, open_database
+from runtime.migrations import apply_migrations
 from runtime.plugin_factory import build_plugins, warm_up
+from runtime.postgres_stores import PostgresAccountStore, PostgresRoleStore, PostgresThreadStore
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
+from runtime.threads import InMemoryThreadStore, ThreadStore
 
 log = logging.getLogger(__name__)
+
+
+MIGRATED_PACKAGES = ("runtime", "journal")
+"""Every domain package whose schema the runtime applies at start, in order."""
 
 
 @dataclass
@@ -21,7 +30,9 @@ class Services:
     plugins: Plugins
     accounts: AccountStore
     roles: RoleStore
+    threads: ThreadStore
     journal: JournalStore
+    database: Database | None = None
     local_token: str | None = None
     active_sessions: set[str] = field(default_factory=set)
 
@@ -39,22 +50,43 @@ class Services:
         return await self.roles.get(principal.tenant, role_id)
 
     async def close(self) -> None:
-        pass
+        if self.database is not None:
+            await self.database.close()
+            self.database = None
 
 
 async def open_services(settings: Settings, *, plugins: Plugins | None = None) -> Services:
     """Build the process's services. ``plugins`` overrides the configured ones (tests,
     benchmarks with instant fakes)."""
-    accounts = InMemoryAccountStore()
     if plugins is None:
         plugins = build_plugins(settings)
         await warm_up(plugins)
-    services = Services(
-        settings=settings,
-        plugins=plugins,
-        accounts=accounts,
-        roles=InMemoryRoleStore(),
-        journal=InMemoryJournalStore(),
-    )
-    services.local_token = await ensure_local_token(accounts, settings.data_dir)
+    if settings.storage == "memory":
+        services = Services(
+            settings=settings,
+            plugins=plugins,
+            accounts=InMemoryAccountStore(),
+            roles=InMemoryRoleStore(),
+            threads=InMemoryThreadStore(),
+            journal=InMemoryJournalStore(),
+        )
+    else:
+        database = await open_database(
+            database_url=settings.database_url, data_dir=settings.data_dir
+        )
+        try:
+            await apply_migrations(database.pool, MIGRATED_PACKAGES)
+        except BaseException:
+            await database.close()
+            raise
+        services = Services(
+            settings=settings,
+            plugins=plugins,
+            accounts=PostgresAccountStore(database.pool),
+            roles=PostgresRoleStore(database.pool),
+            threads=PostgresThreadStore(database.pool),
+            journal=PostgresJournalStore(database.pool),
+            database=database,
+        )
+    services.local_token = await ensure_local_token(services.accounts, settings.data_dir)
     return services

@@ -47,6 +47,7 @@ from runtime.protocol import (
     error_event,
     parse_client_message,
 )
+from runtime.roles import Role
 
 if TYPE_CHECKING:
     from runtime.services import Services
@@ -136,11 +137,15 @@ class VoiceSession:
             self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
             raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
         principal = self.principal
-        role = await services.role_for(principal, start.role_id)
-        if role is None:
-            self._error(ErrorCode.ROLE_NOT_FOUND, f"no role {start.role_id!r}")
-            raise _Close(CloseCode.FORBIDDEN, "role not found")
-        thread = ThreadRef(principal.tenant, principal.user, f"th_{uuid.uuid4().hex}")
+        if start.requested_thread_id is None:
+            role = await services.role_for(principal, start.role_id)
+            if role is None:
+                self._error(ErrorCode.ROLE_NOT_FOUND, f"no role {start.role_id!r}")
+                raise _Close(CloseCode.FORBIDDEN, "role not found")
+            thread = ThreadRef(principal.tenant, principal.user, f"th_{uuid.uuid4().hex}")
+            await services.threads.create(thread.tenant, thread.user, thread.thread_id, role.id)
+        else:
+            thread, role = await self._continuation(principal, start)
         settings = services.settings
         detection = start.turn_detection
         turns = TurnSettings(
@@ -180,6 +185,42 @@ class VoiceSession:
                 },
             }
         )
+
+    async def _continuation(
+        self, principal: Principal, start: SessionStart
+    ) -> tuple[ThreadRef, Role]:
+        """Continue an existing thread (SPEC RES-2): the thread must be this user's, its role
+        must still exist, and the previous voice session must appear in its journal."""
+        services = self.services
+        assert start.requested_thread_id is not None
+        if start.previous_voice_session_id is None:
+            self._error(
+                ErrorCode.INVALID_MESSAGE,
+                "requested_thread_id needs previous_voice_session_id",
+            )
+            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
+        record = await services.threads.get(
+            principal.tenant, principal.user, start.requested_thread_id
+        )
+        if record is None:
+            # Someone else's thread and an unknown one look the same from here.
+            self._error(ErrorCode.THREAD_NOT_FOUND, "no such thread for this user")
+            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
+        if start.role_id is not None and start.role_id != record.role_id:
+            self._error(ErrorCode.ROLE_MISMATCH, "the thread belongs to another role")
+            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
+        role = await services.roles.get(principal.tenant, record.role_id)
+        if role is None:
+            self._error(ErrorCode.ROLE_NOT_FOUND, "the thread's role was deleted")
+            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
+        thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
+        if not await services.journal.has_session(thread, start.previous_voice_session_id):
+            self._error(
+                ErrorCode.PREVIOUS_SESSION_UNKNOWN,
+                "the previous voice session never served this thread",
+            )
+            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
+        return thread, role
 
     # ------------------------------------------------------------ receive
 

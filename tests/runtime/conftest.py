@@ -25,7 +25,9 @@ def fake_plugins(**overrides: object) -> Plugins:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(port=0, data_dir=tmp_path / "data", silence_ms=300, min_interrupt_ms=300)
+    return Settings(
+        port=0, data_dir=tmp_path / "data", silence_ms=300, min_interrupt_ms=300, storage="memory"
+    )
 
 
 @pytest.fixture

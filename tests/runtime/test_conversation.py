@@ -56,7 +56,9 @@ async def long_answer_server(tmp_path: Path) -> AsyncIterator[RunningServer]:
         ]
     )
     plugins = fake_plugins(asr=FakeASR(["wait stop"]), brain=brain, tts=FakeTTS(ms_per_char=40))
-    settings = Settings(port=0, data_dir=tmp_path, silence_ms=300, min_interrupt_ms=300)
+    settings = Settings(
+        port=0, storage="memory", data_dir=tmp_path, silence_ms=300, min_interrupt_ms=300
+    )
     async with running_server(settings, plugins=plugins) as running:
         yield running
 
@@ -146,7 +148,7 @@ async def test_short_noise_during_speech_does_not_interrupt(
 
 async def test_earlier_turns_reach_the_brain(tmp_path: Path) -> None:
     brain = FakeBrain(["Nice to meet you, Ada.", "Your name is Ada."])
-    settings = Settings(port=0, data_dir=tmp_path)
+    settings = Settings(port=0, storage="memory", data_dir=tmp_path)
     async with running_server(settings, plugins=fake_plugins(brain=brain)) as server:
         async with RealtimeClient(server.ws_url, server.token) as client:
             await client.connect()
@@ -186,7 +188,7 @@ async def test_a_failing_brain_reports_an_error_and_the_session_goes_on(
     tmp_path: Path,
 ) -> None:
     brain = FakeBrain(["never"], faults=Faults(fail=True))
-    settings = Settings(port=0, data_dir=tmp_path)
+    settings = Settings(port=0, storage="memory", data_dir=tmp_path)
     async with running_server(settings, plugins=fake_plugins(brain=brain)) as server:
         async with RealtimeClient(server.ws_url, server.token) as client:
             await client.connect()

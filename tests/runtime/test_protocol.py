@@ -104,7 +104,7 @@ async def test_unknown_role_is_refused(server: RunningServer) -> None:
 
 
 async def test_no_start_in_time_closes_with_4008(tmp_path: Path) -> None:
-    settings = Settings(port=0, data_dir=tmp_path, start_timeout_s=0.3)
+    settings = Settings(port=0, storage="memory", data_dir=tmp_path, start_timeout_s=0.3)
     async with running_server(settings, plugins=fake_plugins()) as srv:
         async with websockets.connect(srv.ws_url) as ws:
             with pytest.raises(websockets.ConnectionClosed) as closed:
@@ -115,7 +115,7 @@ async def test_no_start_in_time_closes_with_4008(tmp_path: Path) -> None:
 
 
 async def test_too_many_errors_close_the_session_with_4009(tmp_path: Path) -> None:
-    settings = Settings(port=0, data_dir=tmp_path, max_errors_per_session=5)
+    settings = Settings(port=0, storage="memory", data_dir=tmp_path, max_errors_per_session=5)
     async with running_server(settings, plugins=fake_plugins()) as srv:
         async with RealtimeClient(srv.ws_url, srv.token) as client:
             await client.connect()
@@ -126,7 +126,9 @@ async def test_too_many_errors_close_the_session_with_4009(tmp_path: Path) -> No
 
 
 async def test_a_frame_above_the_hard_limit_closes_with_1009(tmp_path: Path) -> None:
-    settings = Settings(port=0, data_dir=tmp_path, hard_max_message_bytes=64 * 1024)
+    settings = Settings(
+        port=0, storage="memory", data_dir=tmp_path, hard_max_message_bytes=64 * 1024
+    )
     async with running_server(settings, plugins=fake_plugins()) as srv:
         async with RealtimeClient(srv.ws_url, srv.token) as client:
             await client.connect()

@@ -1,0 +1,177 @@
+"""PostgreSQL implementations of the runtime's stores (accounts, roles, threads).
+
+Same contracts and rules as the in-memory stores beside each contract; the schema is
+``runtime/migrations/0001_core.sql``. Every query is scoped by tenant (and user where the row has
+one) and bounded by ``command_timeout``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+
+from runtime.accounts import Principal, hash_token
+from runtime.roles import Role
+from runtime.threads import Thread
+
+_TIMEOUT = 10.0
+
+
+class PostgresAccountStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def authenticate(self, token: str) -> Principal | None:
+        row = await self.pool.fetchrow(
+            "SELECT tenant, user_id FROM account_tokens WHERE token_hash = $1",
+            hash_token(token),
+            timeout=_TIMEOUT,
+        )
+        return None if row is None else Principal(row["tenant"], row["user_id"])
+
+    async def add_token(self, principal: Principal, token: str) -> None:
+        await self.pool.execute(
+            """INSERT INTO account_tokens (token_hash, tenant, user_id) VALUES ($1, $2, $3)
+               ON CONFLICT (token_hash) DO NOTHING""",
+            hash_token(token),
+            principal.tenant,
+            principal.user,
+            timeout=_TIMEOUT,
+        )
+
+
+_ROLE_COLUMNS = (
+    "id, tenant, name, instructions, voice, language, memory_enabled, is_default, "
+    "created_at, updated_at"
+)
+_EDITABLE = frozenset({"name", "instructions", "voice", "language", "memory_enabled"})
+
+
+def _role(row: asyncpg.Record) -> Role:
+    return Role(**dict(row))
+
+
+class PostgresRoleStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def list(self, tenant: str) -> list[Role]:
+        rows = await self.pool.fetch(
+            f"SELECT {_ROLE_COLUMNS} FROM roles WHERE tenant = $1 "
+            "ORDER BY is_default DESC, created_at, id",
+            tenant,
+            timeout=_TIMEOUT,
+        )
+        return [_role(r) for r in rows]
+
+    async def get(self, tenant: str, role_id: str) -> Role | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_ROLE_COLUMNS} FROM roles WHERE tenant = $1 AND id = $2",
+            tenant,
+            role_id,
+            timeout=_TIMEOUT,
+        )
+        return None if row is None else _role(row)
+
+    async def create(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        instructions: str,
+        voice: str | None,
+        language: str | None,
+        memory_enabled: bool,
+        is_default: bool = False,
+    ) -> Role:
+        role_id = f"role_{uuid.uuid4().hex[:16]}"
+        if is_default:
+            # Two processes may create the default at once: the partial unique index lets
+            # one win, and both return the winner.
+            row = await self.pool.fetchrow(
+                f"""INSERT INTO roles (tenant, id, name, instructions, voice, language,
+                                       memory_enabled, is_default)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, true)
+                    ON CONFLICT (tenant) WHERE is_default DO NOTHING
+                    RETURNING {_ROLE_COLUMNS}""",
+                tenant, role_id, name, instructions, voice, language, memory_enabled,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+            if row is None:
+                row = await self.pool.fetchrow(
+                    f"SELECT {_ROLE_COLUMNS} FROM roles WHERE tenant = $1 AND is_default",
+                    tenant,
+                    timeout=_TIMEOUT,
+                )
+            assert row is not None
+            return _role(row)
+        row = await self.pool.fetchrow(
+            f"""INSERT INTO roles (tenant, id, name, instructions, voice, language,
+                                   memory_enabled, is_default)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, false)
+                RETURNING {_ROLE_COLUMNS}""",
+            tenant, role_id, name, instructions, voice, language, memory_enabled,
+            timeout=_TIMEOUT,
+        )  # fmt: skip
+        assert row is not None
+        return _role(row)
+
+    async def update(self, tenant: str, role_id: str, **changes: object) -> Role | None:
+        unknown = set(changes) - _EDITABLE
+        if unknown:
+            raise ValueError(f"cannot change {sorted(unknown)}")
+        if not changes:
+            return await self.get(tenant, role_id)
+        names = sorted(changes)
+        assignments = ", ".join(f"{name} = ${i + 3}" for i, name in enumerate(names))
+        values: list[Any] = [changes[name] for name in names]
+        row = await self.pool.fetchrow(
+            f"UPDATE roles SET {assignments}, updated_at = now() "
+            f"WHERE tenant = $1 AND id = $2 RETURNING {_ROLE_COLUMNS}",
+            tenant,
+            role_id,
+            *values,
+            timeout=_TIMEOUT,
+        )
+        return None if row is None else _role(row)
+
+    async def delete(self, tenant: str, role_id: str) -> bool:
+        status = await self.pool.execute(
+            "DELETE FROM roles WHERE tenant = $1 AND id = $2", tenant, role_id, timeout=_TIMEOUT
+        )
+        return bool(status.endswith(" 1"))
+
+
+class PostgresThreadStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def create(self, tenant: str, user: str, thread_id: str, role_id: str) -> Thread:
+        await self.pool.execute(
+            """INSERT INTO threads (tenant, user_id, thread_id, role_id) VALUES ($1, $2, $3, $4)
+               ON CONFLICT (tenant, user_id, thread_id) DO NOTHING""",
+            tenant,
+            user,
+            thread_id,
+            role_id,
+            timeout=_TIMEOUT,
+        )
+        thread = await self.get(tenant, user, thread_id)
+        assert thread is not None
+        return thread
+
+    async def get(self, tenant: str, user: str, thread_id: str) -> Thread | None:
+        row = await self.pool.fetchrow(
+            """SELECT tenant, user_id, thread_id, role_id, created_at FROM threads
+               WHERE tenant = $1 AND user_id = $2 AND thread_id = $3""",
+            tenant,
+            user,
+            thread_id,
+            timeout=_TIMEOUT,
+        )
+        if row is None:
+            return None
+        return Thread(row["tenant"], row["user_id"], row["thread_id"], row["role_id"],
+                      row["created_at"])  # fmt: skip
