@@ -44,6 +44,8 @@ class CloseCode:
     TOO_MANY_ERRORS = 4009
     SLOW_CONSUMER = 4010
     """The client did not read its messages; the outbound queue filled up."""
+    JOURNAL_UNAVAILABLE = 4011
+    """The journal stayed unreachable until the session's buffer of unsaved events filled."""
 
 
 class ErrorCode:

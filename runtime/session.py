@@ -26,6 +26,7 @@ from pipeline.audio import pcm_from_bytes
 from pipeline.engine import Engine, EngineSettings, Persona
 from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
+from runtime.journal_buffer import BufferedJournal
 from runtime.outbox import Outbox
 from runtime.protocol import (
     Ack,
@@ -81,12 +82,22 @@ class VoiceSession:
         self.engine: Engine | None = None
         self.principal: Principal | None = None
         self._errors = 0
+        self._task: asyncio.Task[object] | None = None
+        self._close_request: _Close | None = None
+        self.journal = BufferedJournal(
+            services.journal,
+            on_outage=self._journal_outage,
+            on_recovered=self._journal_recovered,
+            on_overflow=self._journal_overflow,
+            max_buffered=settings.max_unsaved_events,
+        )
 
     def _is_current(self, generation: int) -> bool:
         return self.engine is not None and self.engine.is_current(generation)
 
     async def run(self) -> None:
         await self.ws.accept()
+        self._task = asyncio.current_task()
         close: _Close | None = None
         try:
             self.principal = await self.services.authenticate_header(
@@ -99,9 +110,15 @@ class VoiceSession:
             close = c
         except WebSocketDisconnect:
             pass
+        except asyncio.CancelledError:
+            if self._close_request is None or self._task is None:
+                raise
+            self._task.uncancel()
+            close = self._close_request
         finally:
             if self.engine is not None:
                 await self.engine.close()
+            await self.journal.close()
             await self.outbox.close()
             if close is not None:
                 with contextlib.suppress(Exception):
@@ -161,7 +178,7 @@ class VoiceSession:
         self.engine = Engine(
             plugins=services.plugins,
             sink=self.outbox,
-            journal=services.journal,
+            journal=self.journal,
             thread=thread,
             persona=Persona(role.instructions, role.voice, role.language),
             voice_session_id=self.id,
@@ -273,6 +290,30 @@ class VoiceSession:
                     raise ProtocolError(ErrorCode.SESSION_ALREADY_STARTED, "session started")
             except ProtocolError as e:
                 self._error(e.code, e.message)
+
+    def _journal_outage(self, reason: str) -> None:
+        self.outbox.send_event(
+            {
+                "type": "error",
+                "error": {
+                    "type": "server_error",
+                    "code": "journal_unavailable",
+                    "message": f"conversation history is not being saved right now ({reason}); "
+                    "it is kept and retried",
+                    "retryable": True,
+                },
+            }
+        )
+
+    def _journal_recovered(self) -> None:
+        self.outbox.send_event({"type": "openrealtime.journal.recovered"})
+
+    def _journal_overflow(self) -> None:
+        if self._close_request is None and self._task is not None:
+            self._close_request = _Close(
+                CloseCode.JOURNAL_UNAVAILABLE, "conversation history cannot be saved"
+            )
+            self._task.cancel()
 
     def _error(self, code: str, message: str) -> None:
         self._errors += 1
