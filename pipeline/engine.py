@@ -98,6 +98,8 @@ class EngineSettings:
     preroll_ms: float = 1_500.0
     """Audio kept from before the VAD's speech start (covers VAD and barge-in latency)."""
     max_utterance_s: float = 60.0
+    partial_every_s: float | None = 2.5
+    """During long speech, a partial transcript this often (None: never)."""
     asr_timeout_s: float = 30.0
     brain_timeout_s: float = 30.0
     tts_timeout_s: float = 30.0
@@ -127,7 +129,13 @@ class _Utterance:
     samples: int = 0
     speculation: asyncio.Task[Transcript] | None = None
     endpoint_task: asyncio.Task[None] | None = None
+    partial_task: asyncio.Task[None] | None = None
     speech_end_at: float | None = None
+    started_at: float = 0.0
+    last_partial_at: float = 0.0
+    asr_started: float | None = None
+    """When the transcription that ends up final started and finished (latency breakdown)."""
+    asr_done: float | None = None
 
     def audio(self) -> PCM:
         return np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.int16)
@@ -207,6 +215,8 @@ class Engine:
             coordinator.on_voice(now)
         coordinator.on_tick(now)
         self._run(coordinator.commands())
+        if self._utterance is not None:
+            self._maybe_partial(now)
 
     def push_text(self, text: str) -> None:
         self.coordinator.on_text_input(text, self.clock())
@@ -264,6 +274,8 @@ class Engine:
                 self._on_pause(command)
             elif isinstance(command, UserSpeechResumed):
                 self._cancel_speculation()
+                if self._utterance is not None:
+                    self._utterance.speech_end_at = None
                 self._emit(
                     "input_audio_buffer.speech_started",
                     {"item_id": self._item_id(command.turn_id), "resumed": True},
@@ -292,7 +304,7 @@ class Engine:
             total += chunk.size
         chunks.reverse()
         self._cancel_speculation()
-        self._utterance = _Utterance(command.turn_id, chunks, total)
+        self._utterance = _Utterance(command.turn_id, chunks, total, started_at=now)
         self._emit(
             "input_audio_buffer.speech_started",
             {
@@ -313,8 +325,10 @@ class Engine:
         if utterance is None:
             return
         utterance.speech_end_at = command.at
+        self._cancel_partial(utterance)
         audio = utterance.audio()
-        utterance.speculation = self._spawn(self._transcribe(audio), "asr-speculative")
+        utterance.speculation = self._spawn(self._timed_transcribe(utterance, audio),
+                                            "asr-speculative")  # fmt: skip
         if self.plugins.endpointer is not None:
             utterance.endpoint_task = self._spawn(
                 self._judge_endpoint(command.turn_id, audio), "endpointer"
@@ -334,10 +348,10 @@ class Engine:
         utterance = self._utterance
         if utterance is None:
             return
-        for task in (utterance.speculation, utterance.endpoint_task):
+        for task in (utterance.speculation, utterance.endpoint_task, utterance.partial_task):
             if task is not None:
                 task.cancel()
-        utterance.speculation = utterance.endpoint_task = None
+        utterance.speculation = utterance.endpoint_task = utterance.partial_task = None
 
     def _on_commit(self, command: CommitUserTurn) -> None:
         if command.reason != "endpoint":
@@ -426,6 +440,10 @@ class Engine:
         if text is None:
             transcript = await self._final_transcript(utterance)
             response.marks["asr_final"] = self.clock()
+            if utterance is not None and utterance.asr_started is not None:
+                response.marks["asr_started"] = utterance.asr_started
+                if utterance.asr_done is not None:
+                    response.marks["asr_done"] = utterance.asr_done
             text = transcript.text.strip()
             self._emit(
                 "conversation.item.input_audio_transcription.completed",
@@ -442,9 +460,53 @@ class Engine:
     async def _final_transcript(self, utterance: _Utterance | None) -> Transcript:
         if utterance is None:
             return Transcript("")
+        self._cancel_partial(utterance)
         if utterance.speculation is not None:
             return await utterance.speculation
-        return await self._transcribe(utterance.audio())
+        return await self._timed_transcribe(utterance, utterance.audio())
+
+    async def _timed_transcribe(self, utterance: _Utterance, audio: PCM) -> Transcript:
+        utterance.asr_started, utterance.asr_done = self.clock(), None
+        transcript = await self._transcribe(audio)
+        utterance.asr_done = self.clock()
+        return transcript
+
+    def _maybe_partial(self, now: float) -> None:
+        """During long speech, transcribe what was said so far every ``partial_every_s``
+        (one at a time per session; the ASR's worker pool bounds the total)."""
+        utterance = self._utterance
+        every = self.settings.partial_every_s
+        if (
+            utterance is None
+            or every is None
+            or utterance.speech_end_at is not None
+            or (utterance.partial_task is not None and not utterance.partial_task.done())
+            or now - max(utterance.started_at, utterance.last_partial_at) < every
+        ):
+            return
+        utterance.last_partial_at = now
+        utterance.partial_task = self._spawn(
+            self._partial(utterance.turn_id, utterance.audio()), "asr-partial"
+        )
+
+    async def _partial(self, turn_id: int, audio: PCM) -> None:
+        try:
+            transcript = await self._transcribe(audio)
+        except PluginError as e:
+            log.info("partial transcription failed: %s", e)
+            return
+        if transcript.text.strip() and self._utterance is not None:
+            self._emit(
+                "conversation.item.input_audio_transcription.delta",
+                {"item_id": self._item_id(turn_id), "transcript": transcript.text.strip(),
+                 "partial": True},
+            )  # fmt: skip
+
+    @staticmethod
+    def _cancel_partial(utterance: _Utterance) -> None:
+        if utterance.partial_task is not None:
+            utterance.partial_task.cancel()
+            utterance.partial_task = None
 
     async def _transcribe(self, audio: PCM) -> Transcript:
         if audio.size == 0:
@@ -678,6 +740,8 @@ class Engine:
                     name: round((marks[name] - origin) * 1000.0, 2)
                     for name in (
                         "committed",
+                        "asr_started",
+                        "asr_done",
                         "asr_final",
                         "brain_first_token",
                         "tts_first_audio",

@@ -202,3 +202,27 @@ async def test_a_failing_brain_reports_an_error_and_the_session_goes_on(
             await client.send_text("hello again")
             done = await client.wait_type("response.done")
             assert done["response"]["status"] == "completed"
+
+
+async def test_long_speech_gets_partial_transcripts(tmp_path: Path) -> None:
+    # 800 ms end-of-turn silence against the energy VAD's 300 ms hangover: the speculative
+    # transcription starts 500 ms before the commit.
+    settings = Settings(port=0, storage="memory", data_dir=tmp_path, silence_ms=800)
+    async with (
+        running_server(settings, plugins=fake_plugins()) as server,
+        RealtimeClient(server.ws_url, server.token) as client,
+    ):
+        await client.connect()
+        await stream(client, tone_frame(), 3200)
+        partial = await client.wait_type(
+            "conversation.item.input_audio_transcription.delta", timeout=5
+        )
+        assert partial["partial"] is True and partial["transcript"]
+        await stream(client, SILENCE, 1000)
+        final = await client.wait_type("conversation.item.input_audio_transcription.completed")
+        assert final["item_id"] == partial["item_id"]
+        latency = await client.wait_type("openrealtime.turn.latency")
+        marks = latency["latency_ms"]
+        # The final transcript is the speculative one started at the pause, before the commit.
+        assert marks["asr_started"] < marks["committed"] - 400
+        await client.wait_type("response.done")
