@@ -112,15 +112,22 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
+    """What a tool call returned. ``is_error`` marks a failure the brain is told about in
+    ``content`` (unknown tool, the handler raised or timed out)."""
+
     call_id: str
     name: str
     content: str
+    is_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class BrainInput:
     """What the brain sees for one response. ``model_text`` is history + current input rendered
-    as one user message; ``system`` holds role instructions (and later ``<memory_data>``)."""
+    as one user message; ``system`` holds role instructions (and later ``<memory_data>``).
+
+    In a tool round ``tool_calls`` holds the calls the brain made in earlier rounds of this
+    response (in order) and ``tool_results`` their results (see ``plugins.brain.tool_loop``)."""
 
     system: str
     model_text: str
@@ -128,14 +135,18 @@ class BrainInput:
     language: str | None = None
     tools: tuple[ToolSpec, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class BrainDelta:
-    """A piece of the brain's answer: text to speak, or a tool call to run."""
+    """A piece of the brain's answer: text to speak, or a tool call to run. ``tool_result`` is
+    set only by the tool loop (``plugins.brain.tool_loop``), never by a brain: it reports what a
+    tool returned so the caller can journal it."""
 
     text: str = ""
     tool_call: ToolCall | None = None
+    tool_result: ToolResult | None = None
 
 
 @runtime_checkable

@@ -4,6 +4,12 @@ It is not a language model. It answers simple social turns (greetings, thanks, g
 you"), can repeat what the user said earlier in the thread (it reads the same ``model_text`` a
 model would, so it proves the history reached the brain), and otherwise says plainly that it does
 not know — in the user's language (Chinese when the input has CJK characters, else English).
+
+Knowledge goes through the same tool path a model uses (``plugins.brain.tool_loop``): when
+``request.tools`` offers ``knowledge_search`` and no rule answers the input, it calls
+``knowledge_search({"query": <input>})``; called again with that result, it answers with the
+first sentence(s) inside the result's ``<untrusted_knowledge>`` block (naming the
+``[source: …]``), or says it does not know when the result holds no knowledge.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from collections.abc import AsyncIterator
 
 from journal.projection import speakers_for
 from pipeline.content import labels_for
-from plugins.contracts import BrainDelta, BrainInput
+from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult
+
+KNOWLEDGE_TOOL = "knowledge_search"
+"""The tool ``LocalBrain`` calls for questions its rules do not answer."""
 
 _RULES: list[tuple[str, re.Pattern[str], str]] = [
     (
@@ -46,6 +55,18 @@ _UNKNOWN = {
     "en": "I am sorry, I do not know the answer to that.",
     "zh": "抱歉,我不知道这个问题的答案。",
 }
+_NOT_FOUND = {
+    "en": "I am sorry, I do not know: I found nothing about that in my documents.",
+    "zh": "抱歉,我不知道:资料里没有找到相关内容。",
+}
+_FROM_SOURCE = {"en": 'According to "{}": {}', "zh": "根据《{}》:{}"}
+_KNOWLEDGE = re.compile(
+    r"(?:\[source:\s*(?P<source>[^\]\n]*)\]\s*)?"
+    r"<untrusted_knowledge>(?P<body>.*?)</untrusted_knowledge>",
+    re.S,
+)
+_SENTENCE = re.compile(r".+?(?:[.!?](?=\s|$)|[。!?]|$)", re.S)
+_ANSWER_CHARS = 200  # read sentences up to about this length: a spoken answer stays short
 _RECALL_ANSWER = {"en": 'You said: "{}"', "zh": "你刚才说:“{}”"}
 _NOTHING_EARLIER = {
     "en": "You have not said anything before this in our conversation.",
@@ -77,22 +98,85 @@ class LocalBrain:
     """Deterministic answers; streams word by word like a model would."""
 
     async def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
+        call = self.tool_call(request)
+        if call is not None:
+            yield BrainDelta(tool_call=call)
+            return
         for piece in _pieces(self.answer(request)):
             yield BrainDelta(text=piece)
 
-    def answer(self, request: BrainInput) -> str:
+    def tool_call(self, request: BrainInput) -> ToolCall | None:
+        """The knowledge search to make before answering, if any (see the module doc)."""
         text = request.current_input.strip()
-        lang = request.language if request.language in ("zh", "en") else detect_language(text)
-        lang = detect_language(text) if text else (lang or "en")
-        if _RECALL[lang].search(text):
-            earlier = earlier_user_inputs(request.model_text)
-            if earlier:
-                return _RECALL_ANSWER[lang].format(earlier[-1])
-            return _NOTHING_EARLIER[lang]
-        for rule_lang, pattern, reply in _RULES:
-            if rule_lang == lang and pattern.search(text):
-                return reply
+        if not text or _knowledge_results(request):
+            return None
+        if not any(tool.name == KNOWLEDGE_TOOL for tool in request.tools):
+            return None
+        if _rule_answer(request, text, _language(request, text)) is not None:
+            return None
+        return ToolCall(
+            call_id=f"local_{KNOWLEDGE_TOOL}_{len(request.tool_calls) + 1}",
+            name=KNOWLEDGE_TOOL,
+            arguments={"query": text},
+        )
+
+    def answer(self, request: BrainInput) -> str:
+        """The whole text answer (what ``stream`` speaks when it makes no tool call)."""
+        text = request.current_input.strip()
+        lang = _language(request, text)
+        reply = _rule_answer(request, text, lang)
+        if reply is not None:
+            return reply
+        results = _knowledge_results(request)
+        if results:
+            return _answer_from_knowledge(results, lang)
         return _UNKNOWN[lang]
+
+
+def _language(request: BrainInput, text: str) -> str:
+    if text:
+        return detect_language(text)
+    return request.language if request.language in ("zh", "en") else "en"
+
+
+def _rule_answer(request: BrainInput, text: str, lang: str) -> str | None:
+    if _RECALL[lang].search(text):
+        earlier = earlier_user_inputs(request.model_text)
+        if earlier:
+            return _RECALL_ANSWER[lang].format(earlier[-1])
+        return _NOTHING_EARLIER[lang]
+    for rule_lang, pattern, reply in _RULES:
+        if rule_lang == lang and pattern.search(text):
+            return reply
+    return None
+
+
+def _knowledge_results(request: BrainInput) -> list[ToolResult]:
+    return [result for result in request.tool_results if result.name == KNOWLEDGE_TOOL]
+
+
+def _answer_from_knowledge(results: list[ToolResult], lang: str) -> str:
+    """The first sentence(s) of the first knowledge block found, or "not found"."""
+    for result in results:
+        if result.is_error:
+            continue
+        for match in _KNOWLEDGE.finditer(result.content):
+            summary = _first_sentences(match["body"])
+            if not summary:
+                continue
+            source = (match["source"] or "").strip()
+            return _FROM_SOURCE[lang].format(source, summary) if source else summary
+    return _NOT_FOUND[lang]
+
+
+def _first_sentences(text: str) -> str:
+    text = " ".join(text.split())
+    out = ""
+    for sentence in _SENTENCE.findall(text):
+        if out and len(out) + len(sentence) > _ANSWER_CHARS:
+            break
+        out += sentence
+    return out.strip()
 
 
 def _pieces(text: str) -> list[str]:
