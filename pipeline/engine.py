@@ -98,6 +98,9 @@ class EngineSettings:
     preroll_ms: float = 1_500.0
     """Audio kept from before the VAD's speech start (covers VAD and barge-in latency)."""
     max_utterance_s: float = 60.0
+    speculate_after_ms: float | None = 150.0
+    """Quiet this long inside an utterance starts the speculative transcription (None: wait
+    for the VAD's end of speech)."""
     partial_every_s: float | None = 2.5
     """During long speech, a partial transcript this often (None: never)."""
     asr_timeout_s: float = 30.0
@@ -133,6 +136,7 @@ class _Utterance:
     speech_end_at: float | None = None
     started_at: float = 0.0
     last_partial_at: float = 0.0
+    quiet_since: float | None = None
     asr_started: float | None = None
     """When the transcription that ends up final started and finished (latency breakdown)."""
     asr_done: float | None = None
@@ -211,11 +215,13 @@ class Engine:
                 coordinator.on_speech_start(now, at=at)
             else:
                 coordinator.on_speech_end(now, at=at)
-        if self._vad.voiced:
+        voiced = self._vad.voiced
+        if voiced:
             coordinator.on_voice(now)
         coordinator.on_tick(now)
         self._run(coordinator.commands())
         if self._utterance is not None:
+            self._speculate_early(voiced, now)
             self._maybe_partial(now)
 
     def push_text(self, text: str) -> None:
@@ -327,8 +333,10 @@ class Engine:
         utterance.speech_end_at = command.at
         self._cancel_partial(utterance)
         audio = utterance.audio()
-        utterance.speculation = self._spawn(self._timed_transcribe(utterance, audio),
-                                            "asr-speculative")  # fmt: skip
+        if utterance.speculation is None:  # else: started early, on the same pause
+            utterance.speculation = self._spawn(
+                self._timed_transcribe(utterance, audio), "asr-speculative"
+            )
         if self.plugins.endpointer is not None:
             utterance.endpoint_task = self._spawn(
                 self._judge_endpoint(command.turn_id, audio), "endpointer"
@@ -470,6 +478,27 @@ class Engine:
         transcript = await self._transcribe(audio)
         utterance.asr_done = self.clock()
         return transcript
+
+    def _speculate_early(self, voiced: bool, now: float) -> None:
+        """Start the speculative transcription after ``speculate_after_ms`` of quiet, before the
+        VAD's own hangover confirms the pause; drop it if the user goes on speaking."""
+        utterance = self._utterance
+        after = self.settings.speculate_after_ms
+        if utterance is None or after is None or utterance.speech_end_at is not None:
+            return
+        if voiced:
+            utterance.quiet_since = None
+            if utterance.speculation is not None:
+                utterance.speculation.cancel()
+                utterance.speculation = None
+            return
+        if utterance.quiet_since is None:
+            utterance.quiet_since = now
+        elif utterance.speculation is None and (now - utterance.quiet_since) * 1000 >= after:
+            self._cancel_partial(utterance)
+            utterance.speculation = self._spawn(
+                self._timed_transcribe(utterance, utterance.audio()), "asr-speculative"
+            )
 
     def _maybe_partial(self, now: float) -> None:
         """During long speech, transcribe what was said so far every ``partial_every_s``

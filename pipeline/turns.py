@@ -13,6 +13,7 @@ on the client). The legal moves are the table ``TRANSITIONS`` below; any other m
 raises ``TurnStateError``.
 
 Rule 2 — end of turn. When speech ends the endpoint deadline is ``speech end + silence delay``.
+Voiced frames during the pause hold the commit (the VAD needs a moment to confirm a resumption).
 A verdict from the endpointing model moves it to ``speech end + complete delay`` (finished) or
 ``speech end + incomplete delay`` (unfinished). Speech resuming before the deadline cancels it.
 An explicit commit or typed text ends the turn at once.
@@ -197,6 +198,7 @@ class TurnCoordinator:
     _speech_end: float | None = None
     _endpoint_deadline: float | None = None
     _candidate: _Candidate | None = None
+    _voiced_in_pause: float | None = None
     _burst: tuple[float, float] | None = None
     """(start, end) of the last candidate that ended too short to interrupt."""
     _response_active: bool = False
@@ -215,6 +217,8 @@ class TurnCoordinator:
 
     def next_deadline(self) -> float | None:
         endpoint = self._endpoint_deadline
+        if endpoint is not None and self._voiced_in_pause is not None:
+            endpoint = max(endpoint, self._voiced_in_pause + self.settings.max_voice_gap + 1e-6)
         c = self._candidate
         if c is None:
             return endpoint
@@ -245,7 +249,10 @@ class TurnCoordinator:
             self._check_barge_in(now)
 
     def on_voice(self, now: float) -> None:
-        """A frame the VAD judged voiced (before its hysteresis). Feeds the barge-in rule."""
+        """A frame the VAD judged voiced (before its hysteresis). Feeds the barge-in rule and
+        holds the endpoint timer while the user may be resuming."""
+        if self.state is TurnState.ENDPOINTING:
+            self._voiced_in_pause = now
         c = self._candidate
         if c is not None and not self.mic_paused:
             c.last_voiced = now
@@ -353,6 +360,9 @@ class TurnCoordinator:
     # ------------------------------------------------------------ internals
 
     def _maybe_endpoint(self, now: float) -> None:
+        voiced = self._voiced_in_pause
+        if voiced is not None and now - voiced <= self.settings.max_voice_gap:
+            return  # sound again: the VAD may be about to confirm that speech resumed
         if self._endpoint_deadline is not None and now + 1e-9 >= self._endpoint_deadline:
             self._commit(Trigger.ENDPOINT_DUE, "endpoint", None)
 
@@ -391,6 +401,7 @@ class TurnCoordinator:
         if target is None:
             raise TurnStateError(f"{trigger.value} is not allowed in {self.state.value}")
         self.state = target
+        self._voiced_in_pause = None
 
     def _emit(self, command: Command) -> None:
         self._commands.append(command)

@@ -86,6 +86,25 @@ def test_resumed_speech_resets_the_endpoint_timer() -> None:
     assert c.turn_id == 1
 
 
+def test_voice_in_the_pause_holds_the_commit_until_the_vad_confirms() -> None:
+    c = TurnCoordinator(SETTINGS)
+    speak(c, 0.0, 1.0)
+    c.on_speech_end(1.3, at=1.0)
+    # The user resumes at 1.75; the VAD confirms only at 1.95 — after the 1.8 deadline.
+    for t in (1.76, 1.78, 1.80, 1.82, 1.84):
+        c.on_voice(t)
+        c.on_tick(t)
+    assert c.state is TurnState.ENDPOINTING
+    c.on_speech_start(1.95, at=1.75)
+    assert c.state is TurnState.USER_SPEAKING
+    # A pause with no sound commits on time.
+    c2 = TurnCoordinator(SETTINGS)
+    speak(c2, 0.0, 1.0)
+    c2.on_speech_end(1.3, at=1.0)
+    c2.on_tick(1.8)
+    assert c2.state is TurnState.THINKING
+
+
 def test_endpoint_verdict_moves_the_deadline() -> None:
     c = TurnCoordinator(SETTINGS)
     speak(c, 0.0, 1.0)
