@@ -1,0 +1,210 @@
+"""The speech benchmarks: small real runs (three utterances each), the WER normaliser, and the
+endpointing simulation on scripted VAD timelines in virtual time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import asr_roundtrip, endpointing
+from benchmarks.asr_roundtrip import cardinal, edit_distance, normalise, ordinal
+from benchmarks.endpointing import Clip, Config, VADTrace, simulate
+from benchmarks.speech_data import EndpointingUtterance, silence
+from pipeline.audio import PCM
+from pipeline.turns import TurnSettings
+from plugins.contracts import VADEventKind
+
+HEADLINE = ("premature_cutoffs", "late_ms_p50", "late_ms_p99")
+
+
+@pytest.fixture(scope="module")
+def whisper_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for the joined Whisper weights, so the model is prepared and loaded once."""
+    return tmp_path_factory.mktemp("whisper-data")
+
+
+# ---------------------------------------------------------------- ASR round trip
+
+
+@pytest.mark.parametrize(
+    ("written", "transcribed"),
+    [
+        ("The meeting starts at 3:30 today.", "The meeting starts at 3.30 today."),
+        ("My appointment is at 10:15.", "My appointment is at 1015."),
+        ("It costs $12.50.", "it costs 12 dollars 50 cents"),
+        ("The code is 4567.", "The code is four thousand five hundred sixty-seven."),
+        ("Take the 21st exit.", "Take the twenty-first exit."),
+        ("I'm sure I don't know.", "I am sure I do not know"),
+        ("Don't, it's fine.", "Don\u2019t, it\u2019s fine."),
+        ("Okay, you can't park after 6 pm.", "OK, you cannot park after 6PM."),
+        ("About 50% of the 12,000 people.", "about fifty percent of the twelve thousand people"),
+        ("What's 25 times 4?", "What is twenty five times four"),
+    ],
+)
+def test_normalise_makes_written_and_spoken_forms_equal(written: str, transcribed: str) -> None:
+    assert normalise(written) == normalise(transcribed)
+
+
+def test_normalise_keeps_real_differences() -> None:
+    assert normalise("Open the garage door.") != normalise("Open the grise door.")
+    assert normalise("$47.99") != normalise("$1.47.99")
+
+
+def test_number_words() -> None:
+    assert cardinal(4567) == "four thousand five hundred sixty seven"
+    assert cardinal(1_000_000) == "one million"
+    assert [ordinal(n) for n in (1, 2, 3, 12, 20, 21)] == [
+        "first",
+        "second",
+        "third",
+        "twelfth",
+        "twentieth",
+        "twenty first",
+    ]
+
+
+def test_edit_distance_counts_substitutions_insertions_and_deletions() -> None:
+    assert edit_distance("a b c".split(), "a b c".split()) == 0
+    assert edit_distance("a b c".split(), "a x c d".split()) == 2
+    assert edit_distance("a b c".split(), []) == 3
+
+
+async def test_asr_roundtrip_small_run(whisper_data_dir: Path) -> None:
+    result = await asr_roundtrip.run(limit=3, data_dir=whisper_data_dir)
+
+    assert result["sentences"] == 3
+    assert 0.0 <= result["wer"] <= 0.5
+    assert 0.0 < result["rtf_asr"] < 5.0
+    assert 0.0 < result["rtf_tts"] < 2.0
+    assert result["reference_words"] > 10
+
+
+def test_asr_roundtrip_prints_one_json_object(
+    whisper_data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asr_roundtrip.main(["--limit", "1", "--data-dir", str(whisper_data_dir)])
+
+    (line,) = capsys.readouterr().out.splitlines()
+    assert {"sentences", "wer", "rtf_asr", "rtf_tts"} <= json.loads(line).keys()
+
+
+# ---------------------------------------------------------------- endpointing simulation
+
+
+def scripted_trace(
+    seconds: float, speech: list[tuple[float, float]], *, decide_after: float = 0.4
+) -> VADTrace:
+    """A VAD timeline: each (start, end) span is voiced; SPEECH_START is decided 0.2 s after
+    the start, SPEECH_END ``decide_after`` after the end, both reported at the span edges."""
+    frames = round(seconds / endpointing.FRAME_S)
+    trace: VADTrace = []
+    for index in range(frames):
+        now = (index + 1) * endpointing.FRAME_S
+        events: list[tuple[VADEventKind, float]] = []
+        for start, end in speech:
+            if abs(now - (start + 0.2)) < 1e-6:
+                events.append((VADEventKind.SPEECH_START, start))
+            if abs(now - (end + decide_after)) < 1e-6:
+                events.append((VADEventKind.SPEECH_END, end))
+        voiced = any(start < now <= end for start, end in speech)
+        trace.append((tuple(events), voiced))
+    return trace
+
+
+def paused_clip(seconds: float, speech_end: float, resume: float, pause: float) -> Clip:
+    utterance = EndpointingUtterance("first half", "second half", pause)
+    return Clip(utterance, silence(seconds), speech_end, resume)
+
+
+async def test_silence_commits_exactly_at_the_silence_delay() -> None:
+    trace = scripted_trace(4.0, [(0.5, 1.5)])
+    clip = Clip(EndpointingUtterance("one go"), silence(4.0), 1.5, None)
+
+    outcome = await simulate(0, clip, trace, endpointing.silence_config(0.8), never_called)
+
+    assert outcome.commits == [pytest.approx(2.3)]
+
+
+async def test_a_complete_verdict_commits_when_it_arrives() -> None:
+    trace = scripted_trace(4.0, [(0.5, 1.5)])
+    clip = Clip(EndpointingUtterance("one go"), silence(4.0), 1.5, None)
+
+    async def complete(index: int, pcm: PCM, start: int, end: int) -> tuple[float | None, float]:
+        # The engine's pre-roll: 0.2 s before the speech start, up to the VAD's decision.
+        assert (start, end) == (round(0.3 * 16_000), round(1.9 * 16_000))
+        return 0.9, 0.1
+
+    outcome = await simulate(0, clip, trace, endpointing.smart_turn_config(), complete)
+
+    assert outcome.commits == [pytest.approx(2.0)]  # decided at 1.9, inference 0.1 s
+
+
+async def test_an_incomplete_verdict_bridges_a_pause_the_silence_timer_cuts() -> None:
+    # Speech 0.5–1.5, a 1.0 s pause, speech 2.5–3.5: the silence timer fires at 2.3.
+    trace = scripted_trace(8.0, [(0.5, 1.5), (2.5, 3.5)])
+    clip = paused_clip(8.0, 3.5, 2.5, 1.0)
+
+    async def incomplete_then_complete(
+        index: int, pcm: PCM, start: int, end: int
+    ) -> tuple[float | None, float]:
+        return (0.1 if end < 2.5 * 16_000 else 0.9), 0.05
+
+    silence_only = await simulate(0, clip, trace, endpointing.silence_config(0.8), never_called)
+    smart = await simulate(
+        0, clip, trace, endpointing.smart_turn_config(), incomplete_then_complete
+    )
+    scores = endpointing.score([clip, clip], [silence_only, smart])
+
+    assert silence_only.commits[0] == pytest.approx(2.3)
+    assert smart.commits == [pytest.approx(3.95)]
+    assert scores["premature_cutoffs"] == 1 and scores["committed_in_pause"] == 1
+
+
+async def test_a_cut_off_speaker_who_goes_on_becomes_a_new_turn() -> None:
+    # A 0.7 s pause: the timer fires at 2.3, 0.1 s after speech resumed but before the VAD
+    # confirmed it (at 2.4). The rest interrupts the (silent) response and is committed.
+    trace = scripted_trace(8.0, [(0.5, 1.5), (2.2, 3.5)])
+    clip = paused_clip(8.0, 3.5, 2.2, 0.7)
+
+    outcome = await simulate(0, clip, trace, endpointing.silence_config(0.8), never_called)
+    scores = endpointing.score([clip], [outcome])
+
+    assert outcome.commits == [pytest.approx(2.3), pytest.approx(4.3)]
+    assert scores["premature_cutoffs"] == 1 and scores["committed_in_pause"] == 0
+    assert scores["late_ms_p50"] == pytest.approx(800.0)
+
+
+async def never_called(index: int, pcm: PCM, start: int, end: int) -> tuple[float | None, float]:
+    raise AssertionError("the silence configuration asked Smart Turn")
+
+
+def test_configurations_share_the_silence_delay() -> None:
+    silence_config: Config = endpointing.silence_config()
+    smart: Config = endpointing.smart_turn_config()
+    assert silence_config.turn.silence_delay == smart.turn.silence_delay == 0.8
+    assert smart.turn == TurnSettings(silence_delay=0.8, complete_delay=0.3, incomplete_delay=2.5)
+
+
+async def test_endpointing_small_run() -> None:
+    result = await endpointing.run(limit=3)
+
+    assert result["utterances"] == 3
+    assert result["paused_utterances"] == 2  # the list alternates paused / one go
+    for name in ("silence", "smart_turn"):
+        scores = result[name]
+        assert set(HEADLINE) <= scores.keys()
+        assert 0 <= scores["premature_cutoffs"] <= result["paused_utterances"]
+        assert 100.0 < scores["late_ms_p50"] <= scores["late_ms_p99"] < 4000.0
+        assert scores["uncommitted"] == 0
+    assert result["settings"]["silence"]["silence_delay"] == 0.8
+    assert {"silence_delay", "smart_turn_threshold"} <= result["sweep"].keys()
+
+
+def test_endpointing_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
+    endpointing.main(["--limit", "1", "--no-sweep"])
+
+    (line,) = capsys.readouterr().out.splitlines()
+    result = json.loads(line)
+    assert result["utterances"] == 1 and set(HEADLINE) <= result["smart_turn"].keys()
