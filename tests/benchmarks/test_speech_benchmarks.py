@@ -162,17 +162,17 @@ async def test_an_incomplete_verdict_bridges_a_pause_the_silence_timer_cuts() ->
     assert scores["premature_cutoffs"] == 1 and scores["committed_in_pause"] == 1
 
 
-async def test_a_cut_off_speaker_who_goes_on_becomes_a_new_turn() -> None:
-    # A 0.7 s pause: the timer fires at 2.3, 0.1 s after speech resumed but before the VAD
-    # confirmed it (at 2.4). The rest interrupts the (silent) response and is committed.
+async def test_voice_after_a_pause_holds_the_commit_until_the_vad_confirms() -> None:
+    # A 0.7 s pause: the timer is due at 2.3, 0.1 s after speech resumed but before the VAD
+    # confirmed it (at 2.4). The voiced frames hold the commit, so the turn is not cut.
     trace = scripted_trace(8.0, [(0.5, 1.5), (2.2, 3.5)])
     clip = paused_clip(8.0, 3.5, 2.2, 0.7)
 
     outcome = await simulate(0, clip, trace, endpointing.silence_config(0.8), never_called)
     scores = endpointing.score([clip], [outcome])
 
-    assert outcome.commits == [pytest.approx(2.3), pytest.approx(4.3)]
-    assert scores["premature_cutoffs"] == 1 and scores["committed_in_pause"] == 0
+    assert outcome.commits == [pytest.approx(4.3)]
+    assert scores["premature_cutoffs"] == 0 and scores["committed_in_pause"] == 0
     assert scores["late_ms_p50"] == pytest.approx(800.0)
 
 
