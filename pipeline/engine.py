@@ -28,7 +28,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,13 +54,16 @@ from pipeline.turns import (
     UserSpeechStarted,
     UserSpeechStopped,
 )
+from plugins.brain.tool_loop import ToolHandler, run_brain_with_tools
 from plugins.contracts import (
     ASR,
     TTS,
     VAD,
     Brain,
+    BrainDelta,
     Endpointer,
     SpeechChunk,
+    ToolSpec,
     Transcript,
     VADEventKind,
 )
@@ -108,6 +111,8 @@ class EngineSettings:
     tts_timeout_s: float = 30.0
     heard_report_wait_s: float = 0.5
     """After an interruption, how long to wait for the client's playback report."""
+    max_tool_rounds: int = 4
+    tool_timeout_s: float = 10.0
     history_events: int = 200
     """Until the budgeted projector lands: how many recent journal events the brain sees."""
     max_sentences_queued: int = 16
@@ -173,8 +178,12 @@ class Engine:
         voice_session_id: str,
         settings: EngineSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tools: Mapping[str, ToolHandler] | None = None,
+        tool_specs: tuple[ToolSpec, ...] = (),
     ) -> None:
         self.plugins = plugins
+        self.tools: Mapping[str, ToolHandler] = tools or {}
+        self.tool_specs = tool_specs
         self.sink = sink
         self.journal = journal
         self.thread = thread
@@ -559,6 +568,7 @@ class Engine:
             conversation_context=render_context(events, self.persona.language),
             current_input=current_input,
             language=self.persona.language,
+            tools=self.tool_specs,
         )
 
     async def _speak(self, response: _Response, content: TurnContent) -> None:
@@ -579,13 +589,23 @@ class Engine:
         self, response: _Response, content: TurnContent, sentences: asyncio.Queue[str | None]
     ) -> None:
         splitter = SentenceSplitter()
-        stream = self.plugins.brain.stream(content.to_brain_input())
-        idle = self.settings.brain_timeout_s
+        stream = run_brain_with_tools(
+            self.plugins.brain,
+            content.to_brain_input(),
+            self.tools,
+            max_rounds=self.settings.max_tool_rounds,
+            tool_timeout=self.settings.tool_timeout_s,
+        )
+        # Tools run between a call and its result: the brain's idle watchdog must outlast them.
+        idle = self.settings.brain_timeout_s + self.settings.tool_timeout_s
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(idle) as watchdog:
                 async for delta in stream:
                     watchdog.reschedule(loop.time() + idle)
+                    if delta.tool_call is not None or delta.tool_result is not None:
+                        await self._journal_tool(response, delta)
+                        continue
                     if not delta.text:
                         continue
                     if "brain_first_token" not in response.marks:
@@ -609,6 +629,24 @@ class Engine:
         for sentence in splitter.flush():
             await sentences.put(sentence)
         await sentences.put(None)
+
+    async def _journal_tool(self, response: _Response, delta: BrainDelta) -> None:
+        prefix = f"{self.voice_session_id}:{response.turn_id}:{response.generation}"
+        if delta.tool_call is not None:
+            call = delta.tool_call
+            await self._append(
+                f"{prefix}:tool_call:{call.call_id}",
+                EventKind.TOOL_CALL,
+                {"call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+            )
+        elif delta.tool_result is not None:
+            result = delta.tool_result
+            await self._append(
+                f"{prefix}:tool_result:{result.call_id}",
+                EventKind.TOOL_RESULT,
+                {"call_id": result.call_id, "name": result.name, "content": result.content,
+                 "is_error": result.is_error},
+            )  # fmt: skip
 
     async def _synthesize(
         self, response: _Response, sentences: asyncio.Queue[str | None], pacer: _Pacer

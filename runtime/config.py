@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -32,10 +32,23 @@ class Settings(BaseSettings):
     # plugins
     vad: Literal["energy", "silero"] = "energy"
     endpointing: Literal["silence", "smart_turn"] = "silence"
-    asr: Literal["whisper"] = "whisper"
+    asr: Literal["whisper", "openai"] = "whisper"
     asr_model: str = "base"
-    brain: Literal["local"] = "local"
-    tts: Literal["auto", "espeak", "piper"] = "auto"
+    brain: Literal["local", "openai"] = "local"
+    tts: Literal["auto", "espeak", "piper", "openai"] = "auto"
+
+    # OpenAI-compatible providers (any base URL), one block per stage
+    brain_base_url: str = "https://api.openai.com/v1"
+    brain_api_key: SecretStr = SecretStr("")
+    brain_model: str = "gpt-4o-mini"
+    asr_base_url: str = "https://api.openai.com/v1"
+    asr_api_key: SecretStr = SecretStr("")
+    asr_model_name: str = "whisper-1"
+    tts_base_url: str = "https://api.openai.com/v1"
+    tts_api_key: SecretStr = SecretStr("")
+    tts_model: str = "gpt-4o-mini-tts"
+    tts_voice: str = "alloy"
+    provider_timeout_s: float = Field(default=30.0, gt=0)
 
     # turn taking
     silence_ms: int = Field(default=800, ge=0, le=10_000)
@@ -54,3 +67,17 @@ class Settings(BaseSettings):
 
     log_content: bool = False
     """Log transcripts and prompts (debug only; off by default)."""
+
+    @model_validator(mode="after")
+    def _providers_have_keys(self) -> Settings:
+        for stage in ("brain", "asr", "tts"):
+            key: SecretStr = getattr(self, f"{stage}_api_key")
+            base: str = getattr(self, f"{stage}_base_url")
+            if (
+                getattr(self, stage) == "openai"
+                and not key.get_secret_value()
+                and ("api.openai.com" in base)
+            ):
+                name = f"OPENREALTIME_{stage.upper()}"
+                raise ValueError(f"{name}=openai needs {name}_API_KEY")
+        return self

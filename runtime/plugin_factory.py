@@ -48,18 +48,47 @@ def _endpointer(settings: Settings) -> Endpointer | None:
 
 
 def _asr(settings: Settings) -> ASR:
+    if settings.asr == "openai":
+        from plugins.asr.openai_asr import OpenAIASR
+
+        return OpenAIASR(
+            base_url=settings.asr_base_url,
+            api_key=settings.asr_api_key.get_secret_value(),
+            model=settings.asr_model_name,
+            timeout=settings.provider_timeout_s,
+        )
     from plugins.asr.whisper import WhisperASR
 
-    return WhisperASR(data_dir=settings.data_dir)
+    model = None if settings.asr_model == "base" else settings.asr_model
+    return WhisperASR(model=model, data_dir=settings.data_dir)
 
 
 def _brain(settings: Settings) -> Brain:
+    if settings.brain == "openai":
+        from plugins.brain.openai_brain import OpenAIBrain
+
+        return OpenAIBrain(
+            base_url=settings.brain_base_url,
+            api_key=settings.brain_api_key.get_secret_value(),
+            model=settings.brain_model,
+            timeout=settings.provider_timeout_s,
+        )
     from plugins.brain.local import LocalBrain
 
     return LocalBrain()
 
 
 def _tts(settings: Settings) -> TTS:
+    if settings.tts == "openai":
+        from plugins.tts.openai_tts import OpenAITTS
+
+        return OpenAITTS(
+            base_url=settings.tts_base_url,
+            api_key=settings.tts_api_key.get_secret_value(),
+            model=settings.tts_model,
+            voice=settings.tts_voice,
+            timeout=settings.provider_timeout_s,
+        )
     from plugins.tts import create_tts
 
     return create_tts(settings.tts)

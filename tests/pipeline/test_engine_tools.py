@@ -1,0 +1,73 @@
+"""The engine runs the brain through the shared tool loop and journals calls and results."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from journal.events import EventKind, ThreadRef
+from journal.store import InMemoryJournalStore
+from pipeline.engine import Engine, Persona, Plugins
+from plugins.brain.local import KNOWLEDGE_TOOL, LocalBrain
+from plugins.contracts import ToolSpec
+from plugins.fakes import FakeASR, FakeTTS
+from plugins.vad.energy import EnergyVAD
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def send_event(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def send_audio(self, generation: int, pcm: bytes) -> None:
+        pass
+
+
+async def test_tool_calls_and_results_are_journaled_and_answered() -> None:
+    queries: list[str] = []
+
+    async def knowledge_search(arguments: dict[str, Any]) -> str:
+        queries.append(arguments["query"])
+        return (
+            "[source: Shop returns]\n<untrusted_knowledge>Returns are accepted within 7 days "
+            "of delivery.</untrusted_knowledge>"
+        )
+
+    sink, journal = Sink(), InMemoryJournalStore()
+    thread = ThreadRef("t", "u", "th")
+    engine = Engine(
+        plugins=Plugins(EnergyVAD(), FakeASR(), LocalBrain(), FakeTTS(ms_per_char=1)),
+        sink=sink,
+        journal=journal,
+        thread=thread,
+        persona=Persona("Answer from the documents."),
+        voice_session_id="vs_test",
+        tools={"knowledge_search": knowledge_search},
+        tool_specs=(
+            ToolSpec(
+                KNOWLEDGE_TOOL,
+                "Search the documents bound to this role.",
+                {"type": "object", "properties": {"query": {"type": "string"}}},
+            ),
+        ),
+    )
+    try:
+        engine.push_text("How long do I have to return an item?")
+        for _ in range(200):
+            if any(e["type"] == "response.done" for e in sink.events):
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await engine.close()
+    assert queries == ["How long do I have to return an item?"]
+    kinds = [e.kind for e in await journal.read(thread)]
+    assert kinds == [
+        EventKind.USER_INPUT,
+        EventKind.TOOL_CALL,
+        EventKind.TOOL_RESULT,
+        EventKind.ASSISTANT_OUTPUT,
+    ]
+    done = next(e for e in sink.events if e["type"] == "response.done")
+    assert "7 days" in done["response"]["output_text"]
