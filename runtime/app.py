@@ -102,6 +102,13 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     async def health() -> dict[str, Any]:
         return {"status": "ok", "sessions": len(services.active_sessions)}
 
+    @app.get("/metrics")
+    async def metrics(reset: bool = False) -> dict[str, Any]:
+        summary = services.loop_lag.summary()
+        if reset:
+            services.loop_lag.reset()
+        return {"sessions": len(services.active_sessions), "loop_lag_ms": summary}
+
     @app.get("/api/me")
     async def me(who: Caller) -> dict[str, str]:
         return {"tenant": who.tenant, "user": who.user}

@@ -80,8 +80,10 @@ async def running_server(
             if task.done():
                 task.result()
             await asyncio.sleep(0.01)
+        services.loop_lag.start()
         yield RunningServer(services, settings.host, port)
     finally:
+        await services.loop_lag.stop()
         server.should_exit = True
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(task, 10)

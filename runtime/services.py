@@ -11,6 +11,7 @@ from pipeline.engine import Plugins
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
 from runtime.database import Database, open_database
+from runtime.metrics import LoopLagMonitor
 from runtime.migrations import apply_migrations
 from runtime.plugin_factory import build_plugins, warm_up
 from runtime.postgres_stores import PostgresAccountStore, PostgresRoleStore, PostgresThreadStore
@@ -35,6 +36,7 @@ class Services:
     database: Database | None = None
     local_token: str | None = None
     active_sessions: set[str] = field(default_factory=set)
+    loop_lag: LoopLagMonitor = field(default_factory=LoopLagMonitor)
 
     async def authenticate_header(self, header: str | None) -> Principal | None:
         if not header:
