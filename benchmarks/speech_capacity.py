@@ -9,9 +9,11 @@ lag* is how late the server's event loop runs: every frame of every session wait
 long before it is processed (``GET /metrics``, ``loop_lag_ms``, a fresh window per step). A step
 passes while the lag p99 stays ≤ ``--limit-ms`` (100).
 
-- ``vad``: push-to-talk sessions that never commit: the cost of listening (VAD per frame).
+- ``vad``: the real Silero VAD with instant fakes behind it (push-to-talk sessions that never
+  commit): the cost of listening.
 - ``full``: server-side turn detection: every sentence is a turn through Whisper base, the local
-  brain and TTS, with barge-in rules active.
+  brain and TTS, with barge-in rules active. Each step also counts turns committed, answers
+  completed and errors: the loop may stay responsive while CPU Whisper falls behind.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from benchmarks.common import FRAME_SAMPLES, BenchClient, emit, server_process
 from benchmarks.voice_latency import synthesize
 
 VAD_STEPS = (10, 20, 40, 60, 80, 100, 150, 200)
-FULL_STEPS = (1, 2, 4, 6, 8, 12, 16)
+FULL_STEPS = (1, 2, 4, 8, 16, 24)
 
 
 async def converse(url: str, token: str | None, clip: bytes, *, vad_only: bool, until: float,
-                   offset: float) -> None:  # fmt: skip
+                   offset: float, tally: dict[str, int]) -> None:  # fmt: skip
     client = BenchClient(url, token, handshake=True)
     detection = {"type": "none"} if vad_only else {"type": "server_vad"}
     try:
@@ -50,6 +52,14 @@ async def converse(url: str, token: str | None, clip: bytes, *, vad_only: bool, 
                 await asyncio.sleep(delay)
     finally:
         await client.close()
+        kinds = [a.kind for a in client.arrivals]
+        tally["turns"] += kinds.count("input_audio_buffer.committed")
+        tally["answers"] += sum(
+            1 for a in client.arrivals
+            if a.kind == "response.done" and a.event is not None
+            and a.event["response"]["status"] == "completed"
+        )  # fmt: skip
+        tally["errors"] += kinds.count("error")
 
 
 def metrics(http: str, reset: bool) -> dict[str, Any]:
@@ -63,12 +73,14 @@ async def ramp(clip: bytes, *, vad_only: bool, steps: tuple[int, ...], duration:
     results = []
     best = 0
     lag_at_best: float | None = None
-    async with server_process("benchmarks.speech_server") as server:
+    extra = ("--vad-only",) if vad_only else ()
+    async with server_process("benchmarks.speech_server", *extra) as server:
         http = server.url.replace("ws://", "http://").removesuffix("/v1/realtime")
         for n in steps:
             loop = asyncio.get_running_loop()
             await asyncio.to_thread(metrics, http, True)
             until = loop.time() + duration
+            tally = {"turns": 0, "answers": 0, "errors": 0}
             await asyncio.gather(
                 *(
                     converse(
@@ -83,7 +95,7 @@ async def ramp(clip: bytes, *, vad_only: bool, steps: tuple[int, ...], duration:
                 )
             )
             lag = (await asyncio.to_thread(metrics, http, False))["loop_lag_ms"]
-            results.append({"sessions": n, "lag_ms": lag})
+            results.append({"sessions": n, "lag_ms": lag, **({} if vad_only else tally)})
             if lag["p99"] is None or lag["p99"] > limit_ms:
                 break
             best, lag_at_best = n, lag["p99"]

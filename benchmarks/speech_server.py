@@ -1,6 +1,6 @@
 """Our server with the embedded speech stack, for the speech benchmarks.
 
-``python -m benchmarks.speech_server --port 0 [--vad silero]`` prints
+``python -m benchmarks.speech_server --port 0 [--vad silero] [--vad-only]`` prints
 ``{"listening": ws_url, "token": …, "http": http_url}`` once ready. Storage is in memory: the
 benchmarks measure speech, not the database.
 """
@@ -18,7 +18,7 @@ from runtime.config import Settings
 from runtime.server import running_server
 
 
-async def serve(port: int, vad: str) -> None:
+async def serve(port: int, vad: str, vad_only: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="openrealtime-speech-bench-") as data_dir:
         settings = Settings(
             port=port,
@@ -31,7 +31,16 @@ async def serve(port: int, vad: str) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with running_server(settings) as server:
+        plugins = None
+        if vad_only:
+            # The real VAD, everything after it instant: what listening alone costs.
+            from pipeline.engine import Plugins
+            from plugins.fakes import FakeASR, FakeBrain, FakeTTS
+            from runtime.plugin_factory import build_plugins
+
+            real = build_plugins(settings)
+            plugins = Plugins(vad=real.vad, asr=FakeASR(), brain=FakeBrain(), tts=FakeTTS())
+        async with running_server(settings, plugins=plugins) as server:
             print(
                 json.dumps(
                     {"listening": server.ws_url, "token": server.token, "http": server.http_url}
@@ -45,8 +54,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--vad", choices=("energy", "silero"), default="silero")
+    parser.add_argument("--vad-only", action="store_true", help="instant fakes after the VAD")
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.vad))
+    asyncio.run(serve(args.port, args.vad, args.vad_only))
 
 
 if __name__ == "__main__":
