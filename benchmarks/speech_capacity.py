@@ -90,6 +90,7 @@ async def ramp(clip: bytes, *, vad_only: bool, steps: tuple[int, ...], duration:
                         vad_only=vad_only,
                         until=until,
                         offset=(i % 25) * 0.04,
+                        tally=tally,
                     )  # fmt: skip
                     for i in range(n)
                 )
