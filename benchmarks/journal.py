@@ -223,8 +223,18 @@ async def projection_times(
             store, thread, budget=budget, language="zh", checkpoints=checkpoints
         )
         times.append((time.perf_counter() - started) * 1000)
+    # The same thread without its checkpoints: the raw tail walk alone (J-5 without a summary).
+    raw_times: list[float] = []
+    raw = first
+    for _ in range(samples // 3):
+        started = time.perf_counter()
+        raw = await projector.project_thread(store, thread, budget=budget, language="zh")
+        raw_times.append((time.perf_counter() - started) * 1000)
     return {
         "times": times,
+        "without_checkpoints_ms": p50_p99(raw_times),
+        "without_checkpoints_rows_read": raw.rows_read,
+        "without_checkpoints_tokens": raw.tokens,
         "cold_ms": round(cold_ms, 3),
         "cold_rows_read": first.rows_read,
         "rows_read": result.rows_read,

@@ -4,10 +4,11 @@
 ``{"max_sessions_vad", "max_sessions_full", "lag_ms_p99_at_max", …}``.
 
 The server (its own process, Silero VAD) gets N concurrent sessions, each streaming a spoken
-sentence (our English TTS) and 2 s of silence, over and over, in real-time 20 ms frames. *Frame
+sentence (our English TTS) and 7 s of silence, over and over, in real-time 20 ms frames. *Frame
 lag* is how late the server's event loop runs: every frame of every session waits at least that
 long before it is processed (``GET /metrics``, ``loop_lag_ms``, a fresh window per step). A step
-passes while the lag p99 stays ≤ ``--limit-ms`` (100).
+passes while the lag p99 stays ≤ ``--limit-ms`` (100) — and, with the full stack, every committed
+turn was answered without errors.
 
 - ``vad``: the real Silero VAD with instant fakes behind it (push-to-talk sessions that never
   commit): the cost of listening.
@@ -57,7 +58,7 @@ async def converse(url: str, token: str | None, clip: bytes, *, vad_only: bool, 
         tally["answers"] += sum(
             1 for a in client.arrivals
             if a.kind == "response.done" and a.event is not None
-            and a.event["response"]["status"] == "completed"
+            and a.event["response"]["output_text"]
         )  # fmt: skip
         tally["errors"] += kinds.count("error")
 
@@ -99,13 +100,16 @@ async def ramp(clip: bytes, *, vad_only: bool, steps: tuple[int, ...], duration:
             results.append({"sessions": n, "lag_ms": lag, **({} if vad_only else tally)})
             if lag["p99"] is None or lag["p99"] > limit_ms:
                 break
+            # With the full stack a step must also answer every turn it committed, error-free.
+            if not vad_only and (tally["errors"] or tally["answers"] < tally["turns"]):
+                break
             best, lag_at_best = n, lag["p99"]
     return {"max_sessions": best, "lag_ms_p99_at_max": lag_at_best, "steps": results}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     voice = await synthesize("Could you tell me what the weather is like today?")
-    silence = np.zeros(2 * 16_000, dtype=np.int16)
+    silence = np.zeros(7 * 16_000, dtype=np.int16)  # room for the answer to play out
     clip = np.concatenate((voice, silence)).astype("<i2").tobytes()
     vad = await ramp(clip, vad_only=True, steps=VAD_STEPS, duration=args.duration,
                      limit_ms=args.limit_ms)  # fmt: skip
