@@ -139,7 +139,37 @@ def _language(request: BrainInput, text: str) -> str:
     return request.language if request.language in ("zh", "en") else "en"
 
 
+_ABOUT_ME = {
+    "en": re.compile(
+        r"\bwhat do you (know|remember) about me\b|\bwhat do you remember\b|\bmy preferences\b",
+        re.I,
+    ),
+    "zh": re.compile(r"(你|您)(记得|知道)(关于)?我(的)?什么|关于我你知道什么|你记得我吗"),
+}
+_MEMORY_ANSWER = {"en": "From our earlier conversations I remember: {}", "zh": "我记得:{}"}
+_NO_MEMORY = {
+    "en": "I do not remember anything about you from earlier conversations.",
+    "zh": "我没有记住之前对话中关于你的内容。",
+}
+_MEMORY_BLOCK = re.compile(r"<memory_data>(.*?)</memory_data>", re.S)
+
+
+def memory_entries(system: str) -> list[str]:
+    """The entries of the ``<memory_data>`` block the runtime put in the system prompt."""
+    match = _MEMORY_BLOCK.search(system)
+    if match is None:
+        return []
+    lines = (line.strip(" -•\t") for line in match.group(1).splitlines())
+    return [line for line in lines if line]
+
+
 def _rule_answer(request: BrainInput, text: str, lang: str) -> str | None:
+    if _ABOUT_ME[lang].search(text):
+        entries = memory_entries(request.system)
+        if not entries:
+            return _NO_MEMORY[lang]
+        separator = "; " if lang == "en" else "；"
+        return _MEMORY_ANSWER[lang].format(separator.join(entries[:5]))
     if _RECALL[lang].search(text):
         earlier = earlier_user_inputs(request.model_text)
         if earlier:

@@ -25,3 +25,22 @@ async def test_recall_reads_the_history_it_was_given() -> None:
     assert "not said anything" in await answer("what did I say?")
     zh = "用户:我住在上海\n助手:好的。"
     assert await answer("我刚才说了什么", zh, language="zh") == "你刚才说:“我住在上海”"
+
+
+async def test_answers_about_the_user_from_memory_data() -> None:
+    content = TurnContent(
+        "be brief",
+        "",
+        "What do you know about me?",
+        memory_data="<memory_data>\n- I prefer short answers\n- I live in Berlin\n</memory_data>",
+    )
+    text = "".join([d.text async for d in LocalBrain().stream(content.to_brain_input())])
+    assert text == (
+        "From our earlier conversations I remember: I prefer short answers; I live in Berlin"
+    )
+    assert "do not remember" in await answer("what do you remember about me?")
+    zh = TurnContent(
+        "", "", "你记得我什么", memory_data="<memory_data>我喜欢简洁回答</memory_data>"
+    )
+    text = "".join([d.text async for d in LocalBrain().stream(zh.to_brain_input())])
+    assert text == "我记得:我喜欢简洁回答"
