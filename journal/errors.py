@@ -4,6 +4,7 @@
 JournalError                 base
 ├── EventConflict            an event id was reused with different content (remote: caller bug)
 ├── ThreadNotFound           no such thread for this tenant/user
+├── CheckpointConflict       a checkpoint does not extend the thread's chain (lost a race)
 └── JournalUnavailable       the store cannot be reached (retryable)
 ```
 """
@@ -22,6 +23,10 @@ class EventConflict(JournalError):
 
 class ThreadNotFound(JournalError):
     code = "thread_not_found"
+
+
+class CheckpointConflict(JournalError):
+    code = "journal_checkpoint_conflict"
 
 
 class JournalUnavailable(JournalError):

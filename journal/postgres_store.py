@@ -226,32 +226,51 @@ class PostgresJournalStore:
         return await self._run("delete_thread", call)
 
     async def _run(self, operation: str, call: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``call`` on a pooled connection; on a transient failure, again on a fresh one."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._retry_deadline
-        delay = 0.02
-        attempt = 1
-        while True:
-            try:
-                async with self._pool.acquire(timeout=self._acquire_timeout) as conn:
-                    return await call(conn)
-            except Exception as e:
-                if not _is_transient(e):
-                    raise
-                if attempt >= self._max_attempts or loop.time() + delay > deadline:
-                    raise JournalUnavailable(
-                        f"journal {operation} failed after {attempt} attempt(s): "
-                        f"{type(e).__name__}: {e}"
-                    ) from e
-                logger.warning(
-                    "journal %s failed (%s), retrying (attempt %d)",
-                    operation,
-                    type(e).__name__,
-                    attempt + 1,
-                )
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, 1.0)
-            attempt += 1
+        return await run_with_retries(
+            self._pool,
+            f"journal {operation}",
+            call,
+            acquire_timeout=self._acquire_timeout,
+            max_attempts=self._max_attempts,
+            retry_deadline=self._retry_deadline,
+        )
+
+
+async def run_with_retries(
+    pool: Any,
+    operation: str,
+    call: Callable[[Any], Awaitable[T]],
+    *,
+    acquire_timeout: float,
+    max_attempts: int,
+    retry_deadline: float,
+) -> T:
+    """Run ``call`` on a pooled connection; on a transient failure, again on a fresh one.
+
+    Only for idempotent calls. Raises ``JournalUnavailable`` after ``max_attempts`` or
+    ``retry_deadline`` seconds; other errors propagate unchanged.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + retry_deadline
+    delay = 0.02
+    attempt = 1
+    while True:
+        try:
+            async with pool.acquire(timeout=acquire_timeout) as conn:
+                return await call(conn)
+        except Exception as e:
+            if not _is_transient(e):
+                raise
+            if attempt >= max_attempts or loop.time() + delay > deadline:
+                raise JournalUnavailable(
+                    f"{operation} failed after {attempt} attempt(s): {type(e).__name__}: {e}"
+                ) from e
+            logger.warning(
+                "%s failed (%s), retrying (attempt %d)", operation, type(e).__name__, attempt + 1
+            )
+        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        delay = min(delay * 2, 1.0)
+        attempt += 1
 
 
 def _event(thread: ThreadRef, row: Any) -> JournalEvent:

@@ -1,41 +1,87 @@
-"""Rendering journal events as the conversation context a model reads.
+"""Rendering journal events as the conversation context a model reads (the seed's format).
 
-Each user input becomes ``用户:…``/``User: …`` and each assistant output ``助手:…``/
-``Assistant: …``; an interrupted assistant output contributes only its heard prefix.
+One event is one line, in the thread's language:
+
+- user input: ``用户:…`` / ``User: …``
+- assistant output: ``助手:…`` / ``Assistant: …``; an interrupted output contributes only the
+  prefix the user heard, marked with `` …``
+- tool call: ``工具调用:name {arguments}`` / ``Tool call: name {arguments}``
+- tool result: ``工具结果(name):content`` / ``Tool result (name): content``
+- a verified summary (from a checkpoint, see ``journal/checkpoints.py``):
+  ``早前对话摘要:…`` / ``Summary of earlier conversation: …``
+
+Whitespace inside an event (line breaks included) is collapsed to single spaces, so an event
+never spans two lines and readers can tell speakers apart by the line prefix. ``summary``
+events found in the journal itself are not rendered: a summary is only trusted through a
+checkpoint whose checksum verifies.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from typing import Any
 
-from journal.events import EventKind, JournalEvent
+from journal.events import EventKind, JournalEvent, canonical_json
 
 _SPEAKERS = {"zh": ("用户:", "助手:"), "en": ("User: ", "Assistant: ")}
+_TOOL_CALL = {"zh": "工具调用:", "en": "Tool call: "}
+_TOOL_RESULT = {"zh": "工具结果({}):", "en": "Tool result ({}): "}
+_SUMMARY = {"zh": "早前对话摘要:", "en": "Summary of earlier conversation: "}
+_INTERRUPTED_MARK = " …"
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def language_key(language: str | None) -> str:
+    return "zh" if (language or "").startswith("zh") else "en"
 
 
 def speakers_for(language: str | None) -> tuple[str, str]:
-    return _SPEAKERS["zh" if (language or "").startswith("zh") else "en"]
+    return _SPEAKERS[language_key(language)]
+
+
+def one_line(text: str) -> str:
+    """``text`` with every whitespace run (line breaks included) as one space, stripped."""
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else canonical_json(value)
 
 
 def event_line(event: JournalEvent, language: str | None) -> str | None:
     """One event as a line of context, or None if it contributes nothing."""
-    user, assistant = speakers_for(language)
+    key = language_key(language)
+    user, assistant = _SPEAKERS[key]
+    payload = event.payload
     if event.kind is EventKind.USER_INPUT:
-        text = str(event.payload.get("text", "")).strip()
+        text = one_line(str(payload.get("text", "")))
         return f"{user}{text}" if text else None
     if event.kind is EventKind.ASSISTANT_OUTPUT:
-        interrupted = bool(event.payload.get("interrupted"))
-        key = "heard_text" if interrupted else "text"
-        text = str(event.payload.get(key, "")).strip()
+        interrupted = bool(payload.get("interrupted"))
+        text = one_line(str(payload.get("heard_text" if interrupted else "text", "")))
         if not text:
             return None
-        return f"{assistant}{text}" + (" …" if interrupted else "")
-    if event.kind is EventKind.SUMMARY:
-        text = str(event.payload.get("text", "")).strip()
-        return text or None
+        return f"{assistant}{text}" + (_INTERRUPTED_MARK if interrupted else "")
+    if event.kind is EventKind.TOOL_CALL:
+        name = one_line(str(payload.get("name", "")))
+        arguments = one_line(_as_text(payload.get("arguments", {})))
+        return f"{_TOOL_CALL[key]}{name} {arguments}".rstrip()
+    if event.kind is EventKind.TOOL_RESULT:
+        name = one_line(str(payload.get("name", "")))
+        content = one_line(_as_text(payload.get("content", "")))
+        return f"{_TOOL_RESULT[key].format(name)}{content}"
     return None
 
 
+def summary_line(text: str, language: str | None) -> str | None:
+    """A checkpoint's summary as a line of context, or None when it is empty."""
+    body = one_line(text)
+    return f"{_SUMMARY[language_key(language)]}{body}" if body else None
+
+
 def render_context(events: Iterable[JournalEvent], language: str | None) -> str:
+    """Every event's line, oldest first, with no budget (see ``journal/projector.py``)."""
     lines = (event_line(e, language) for e in events)
     return "\n".join(line for line in lines if line)

@@ -96,8 +96,9 @@ class InMemoryJournalStore:
         self, thread: ThreadRef, *, after_seq: int = 0, limit: int | None = None
     ) -> list[JournalEvent]:
         log = self._threads.get(thread, [])
-        out = log[after_seq:]
-        return out if limit is None else out[:limit]
+        start = max(after_seq, 0)  # seqs run from 1 without gaps: seq n is log[n - 1]
+        # Slice only what is returned, so the cost grows with ``limit``, not the thread.
+        return log[start:] if limit is None else log[start : start + max(limit, 0)]
 
     async def read_tail(self, thread: ThreadRef, count: int) -> list[JournalEvent]:
         log = self._threads.get(thread, [])
