@@ -35,11 +35,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from journal.errors import JournalError
-from journal.events import EventKind, NewEvent, ThreadRef
+from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.projection import render_context
 from journal.store import JournalStore
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.content import TurnContent
+from pipeline.history import ConversationHistory
 from pipeline.playout import PlayoutTracker
 from pipeline.sentences import SentenceSplitter
 from pipeline.turns import (
@@ -114,7 +115,7 @@ class EngineSettings:
     max_tool_rounds: int = 4
     tool_timeout_s: float = 10.0
     history_events: int = 200
-    """Until the budgeted projector lands: how many recent journal events the brain sees."""
+    """While the journal is unreachable: how many recent events the brain still sees."""
     max_sentences_queued: int = 16
     max_frames_queued: int = 750
     """Synthesised audio waiting to be paced out (750 × 40 ms = 30 s); TTS waits beyond it."""
@@ -180,8 +181,10 @@ class Engine:
         clock: Callable[[], float] = time.monotonic,
         tools: Mapping[str, ToolHandler] | None = None,
         tool_specs: tuple[ToolSpec, ...] = (),
+        history: ConversationHistory | None = None,
     ) -> None:
         self.plugins = plugins
+        self.history = history or ConversationHistory(journal)
         self.tools: Mapping[str, ToolHandler] = tools or {}
         self.tool_specs = tool_specs
         self.sink = sink
@@ -419,7 +422,7 @@ class Engine:
         self, response: _Response, text: str | None, utterance: _Utterance | None
     ) -> None:
         try:
-            text = await self._record_user_input(response, text, utterance)
+            text, user_seq = await self._record_user_input(response, text, utterance)
             response.recording = False
             if response.cancelled:
                 return
@@ -428,7 +431,7 @@ class Engine:
                 self._emit_done(response, "cancelled", reason="empty_input")
                 self._response_finished(response)
                 return
-            content = await self._turn_content(text, exclude_last=True)
+            content = await self._turn_content(text, before_seq=user_seq)
             self._emit(
                 "response.created",
                 {"response": {"id": response.response_id, "generation": response.generation}},
@@ -453,7 +456,9 @@ class Engine:
 
     async def _record_user_input(
         self, response: _Response, text: str | None, utterance: _Utterance | None
-    ) -> str:
+    ) -> tuple[str, int | None]:
+        """Transcribe (if spoken) and journal the user's turn; returns its text and seq (None
+        while the journal is unreachable and the event waits in the session's buffer)."""
         if text is None:
             transcript = await self._final_transcript(utterance)
             response.marks["asr_final"] = self.clock()
@@ -466,13 +471,15 @@ class Engine:
                 "conversation.item.input_audio_transcription.completed",
                 {"item_id": self._item_id(response.turn_id), "transcript": text},
             )
+        seq: int | None = None
         if text:
-            await self._append(
+            stored = await self._append(
                 f"{self.voice_session_id}:{response.turn_id}:user",
                 EventKind.USER_INPUT,
                 {"text": text, "source": "text" if utterance is None else "voice"},
             )
-        return text
+            seq = stored[-1].seq if stored and stored[-1].seq > 0 else None
+        return text, seq
 
     async def _final_transcript(self, utterance: _Utterance | None) -> Transcript:
         if utterance is None:
@@ -559,15 +566,27 @@ class Engine:
     def _asr_language(self) -> str | None:
         return self.persona.language if self.persona.language in ("zh", "en") else None
 
-    async def _turn_content(self, current_input: str, *, exclude_last: bool) -> TurnContent:
-        events = await self.journal.read_tail(self.thread, self.settings.history_events + 1)
-        if exclude_last and events:
-            events = events[:-1]
+    async def _turn_content(self, current_input: str, *, before_seq: int | None) -> TurnContent:
+        persona = self.persona
+        if before_seq is not None:
+            context = await self.history.context(
+                self.thread,
+                instructions=persona.instructions,
+                tools=self.tool_specs,
+                current_input=current_input,
+                language=persona.language,
+                before_seq=before_seq,
+            )
+        else:
+            # The journal is unreachable: what this session still holds (its buffer included),
+            # bounded by count, without the current input.
+            events = await self.journal.read_tail(self.thread, self.settings.history_events + 1)
+            context = render_context(events[:-1], persona.language)
         return TurnContent(
-            instructions=self.persona.instructions,
-            conversation_context=render_context(events, self.persona.language),
+            instructions=persona.instructions,
+            conversation_context=context,
             current_input=current_input,
-            language=self.persona.language,
+            language=persona.language,
             tools=self.tool_specs,
         )
 
@@ -757,6 +776,8 @@ class Engine:
                     "generation": response.generation,
                 },
             )
+        if text:
+            self._spawn(self._compact(), "compaction")
         self._emit_done(
             response,
             "cancelled" if interrupted else "completed",
@@ -764,6 +785,12 @@ class Engine:
             text=text,
             heard=heard,
         )
+
+    async def _compact(self) -> None:
+        try:
+            await self.history.compact(self.thread, language=self.persona.language)
+        except JournalError as e:
+            log.warning("compaction failed (will retry after a later turn): %s", e)
 
     def _response_finished(self, response: _Response) -> None:
         self.coordinator.on_response_done(response.generation, self.clock())
@@ -839,8 +866,10 @@ class Engine:
             listener(kind, event)
         self.sink.send_event(event)
 
-    async def _append(self, event_id: str, kind: EventKind, payload: dict[str, Any]) -> None:
-        await self.journal.append(
+    async def _append(
+        self, event_id: str, kind: EventKind, payload: dict[str, Any]
+    ) -> list[JournalEvent]:
+        return await self.journal.append(
             self.thread, [NewEvent(event_id, kind, payload, self.voice_session_id)]
         )
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from journal.checkpoints import CheckpointStore, InMemoryCheckpointStore
+from journal.postgres_checkpoints import PostgresCheckpointStore
 from journal.postgres_store import PostgresJournalStore
+from journal.projector import BudgetedConversationContextProjector
 from journal.store import InMemoryJournalStore, JournalStore
 from pipeline.engine import Plugins
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
@@ -33,6 +36,10 @@ class Services:
     roles: RoleStore
     threads: ThreadStore
     journal: JournalStore
+    checkpoints: CheckpointStore
+    projector: BudgetedConversationContextProjector = field(
+        default_factory=BudgetedConversationContextProjector
+    )
     database: Database | None = None
     local_token: str | None = None
     active_sessions: set[str] = field(default_factory=set)
@@ -71,6 +78,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             roles=InMemoryRoleStore(),
             threads=InMemoryThreadStore(),
             journal=InMemoryJournalStore(),
+            checkpoints=InMemoryCheckpointStore(),
         )
     else:
         database = await open_database(
@@ -88,6 +96,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             roles=PostgresRoleStore(database.pool),
             threads=PostgresThreadStore(database.pool),
             journal=PostgresJournalStore(database.pool),
+            checkpoints=PostgresCheckpointStore(database.pool),
             database=database,
         )
     services.local_token = await ensure_local_token(services.accounts, settings.data_dir)

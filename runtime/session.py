@@ -24,6 +24,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from journal.events import ThreadRef
 from pipeline.audio import pcm_from_bytes
 from pipeline.engine import Engine, EngineSettings, Persona
+from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
 from runtime.journal_buffer import BufferedJournal
@@ -179,6 +180,9 @@ class VoiceSession:
             plugins=services.plugins,
             sink=self.outbox,
             journal=self.journal,
+            history=ConversationHistory(
+                self.journal, services.checkpoints, projector=services.projector
+            ),
             thread=thread,
             persona=Persona(role.instructions, role.voice, role.language),
             voice_session_id=self.id,
