@@ -4,20 +4,20 @@ Theory of operation
 -------------------
 Input audio goes to the VAD inline (it is cheap per frame); VAD decisions and voiced frames go to
 the ``TurnCoordinator``; the engine executes the commands it returns and keeps one timer armed
-for ``coordinator.next_deadline()``.
+for ``coordinator.next_deadline()``. The microphone buffer, the utterance and all transcription
+(speculative at pauses, partial during long speech) live in ``SpeechCapture``
+(``pipeline/capture.py``); at a confirmed pause the engine also asks the endpointing model.
 
-When the user pauses (``UserSpeechStopped``) the engine starts, concurrently with the end-of-turn
-decision, the endpointing model and a *speculative* transcription of the utterance so far; if the
-user resumes, both are cancelled. At commit the speculative transcript is reused when it covers the
-utterance, so ASR latency hides behind the endpoint wait.
-
-Each response (``StartResponse``) is one task owning three stages connected by bounded queues:
-the brain streams text → a ``SentenceSplitter`` hands each finished sentence to TTS → TTS audio is
-resampled to the session rate, cut into frames and paced to the client no more than
-``playout_lead`` ahead of real time. ``Interrupt`` cancels that task at once; every frame carries
-its generation and the sink drops frames of a generation that is no longer current, so nothing of
-an interrupted response is sent after the interruption event. The heard prefix comes from the
-``PlayoutTracker`` (client playback reports, else real-time estimate) and is what the journal keeps.
+Each response is one task: it journals the user's input (an interruption cannot cancel that
+part), projects the thread's history within the budget (``ConversationHistory``), then runs the
+brain through the shared tool loop in this task and TTS in a second one, connected by a bounded
+sentence queue (a ``SentenceSplitter`` hands each finished sentence on); audio is resampled to the
+session rate and paced to the client by a ``Pacer`` (``pipeline/pacer.py``) at most
+``playout_lead_ms`` ahead of real time. ``Interrupt`` cancels the task at once; the pacer and the
+session's outbox both check that the generation is still current, so nothing of an interrupted
+response is sent after the interruption event. The heard prefix comes from the
+``PlayoutTracker`` (client playback reports, else a real-time estimate) and is what the journal
+keeps. After each response the thread is compacted if it grew past its threshold.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import contextlib
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,8 +38,10 @@ from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.projection import render_context
 from journal.store import JournalStore
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
+from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
 from pipeline.history import ConversationHistory
+from pipeline.pacer import Pacer
 from pipeline.playout import PlayoutTracker
 from pipeline.sentences import SentenceSplitter
 from pipeline.turns import (
@@ -65,7 +66,6 @@ from plugins.contracts import (
     Endpointer,
     SpeechChunk,
     ToolSpec,
-    Transcript,
     VADEventKind,
 )
 from plugins.errors import PluginError, PluginTimeout
@@ -132,26 +132,6 @@ class Persona:
 
 
 @dataclass
-class _Utterance:
-    turn_id: int
-    chunks: list[PCM]
-    samples: int = 0
-    speculation: asyncio.Task[Transcript] | None = None
-    endpoint_task: asyncio.Task[None] | None = None
-    partial_task: asyncio.Task[None] | None = None
-    speech_end_at: float | None = None
-    started_at: float = 0.0
-    last_partial_at: float = 0.0
-    quiet_since: float | None = None
-    asr_started: float | None = None
-    """When the transcription that ends up final started and finished (latency breakdown)."""
-    asr_done: float | None = None
-
-    def audio(self) -> PCM:
-        return np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.int16)
-
-
-@dataclass
 class _Response:
     generation: int
     turn_id: int
@@ -197,9 +177,19 @@ class Engine:
         self.coordinator = TurnCoordinator(self.settings.turns)
         self._vad = plugins.vad.create_stream()
         self._stream_ms = 0.0
-        self._preroll: deque[PCM] = deque()
-        self._preroll_samples = 0
-        self._utterance: _Utterance | None = None
+        settings = self.settings
+        self.capture = SpeechCapture(
+            asr=plugins.asr,
+            clock=clock,
+            spawn=self._spawn,
+            on_partial=self._emit_partial,
+            language=persona.language,
+            preroll_ms=settings.preroll_ms,
+            max_utterance_s=settings.max_utterance_s,
+            asr_timeout_s=settings.asr_timeout_s,
+            speculate_after_ms=settings.speculate_after_ms,
+            partial_every_s=settings.partial_every_s,
+        )
         self._responses: dict[int, _Response] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -217,7 +207,7 @@ class Engine:
         self._stream_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
         if self.coordinator.mic_paused:
             return
-        self._remember(pcm)
+        self.capture.remember(pcm)
         events = await self._vad.process(pcm)
         now = self.clock()
         coordinator = self.coordinator
@@ -232,9 +222,7 @@ class Engine:
             coordinator.on_voice(now)
         coordinator.on_tick(now)
         self._run(coordinator.commands())
-        if self._utterance is not None:
-            self._speculate_early(voiced, now)
-            self._maybe_partial(now)
+        self.capture.after_frame(voiced, now)
 
     def push_text(self, text: str) -> None:
         self.coordinator.on_text_input(text, self.clock())
@@ -253,8 +241,7 @@ class Engine:
     def pause_microphone(self) -> None:
         self.coordinator.pause_microphone(self.clock())
         self._vad.reset()
-        self._preroll.clear()
-        self._preroll_samples = 0
+        self.capture.clear_preroll()
         self._run(self.coordinator.commands())
 
     def resume_microphone(self) -> None:
@@ -291,16 +278,13 @@ class Engine:
             elif isinstance(command, UserSpeechStopped):
                 self._on_pause(command)
             elif isinstance(command, UserSpeechResumed):
-                self._cancel_speculation()
-                if self._utterance is not None:
-                    self._utterance.speech_end_at = None
+                self.capture.resume()
                 self._emit(
                     "input_audio_buffer.speech_started",
                     {"item_id": self._item_id(command.turn_id), "resumed": True},
                 )
             elif isinstance(command, DropUtterance):
-                self._cancel_speculation()
-                self._utterance = None
+                self.capture.drop()
             elif isinstance(command, CommitUserTurn):
                 self._on_commit(command)
             elif isinstance(command, StartResponse):
@@ -311,18 +295,7 @@ class Engine:
 
     def _begin_utterance(self, command: UserSpeechStarted) -> None:
         now = self.clock()
-        back_ms = max(0.0, (now - command.at) * 1000.0) + 200.0
-        keep = int(min(back_ms, self.settings.preroll_ms) * INPUT_SAMPLE_RATE / 1000)
-        chunks: list[PCM] = []
-        total = 0
-        for chunk in reversed(self._preroll):
-            if total >= keep:
-                break
-            chunks.append(chunk)
-            total += chunk.size
-        chunks.reverse()
-        self._cancel_speculation()
-        self._utterance = _Utterance(command.turn_id, chunks, total, started_at=now)
+        self.capture.begin(command.turn_id, command.at, now)
         self._emit(
             "input_audio_buffer.speech_started",
             {
@@ -332,7 +305,6 @@ class Engine:
         )
 
     def _on_pause(self, command: UserSpeechStopped) -> None:
-        utterance = self._utterance
         self._emit(
             "input_audio_buffer.speech_stopped",
             {
@@ -340,16 +312,9 @@ class Engine:
                 "audio_end_ms": round(self._stream_ms - (self.clock() - command.at) * 1000.0),
             },
         )
-        if utterance is None:
-            return
-        utterance.speech_end_at = command.at
-        self._cancel_partial(utterance)
-        audio = utterance.audio()
-        if utterance.speculation is None:  # else: started early, on the same pause
-            utterance.speculation = self._spawn(
-                self._timed_transcribe(utterance, audio), "asr-speculative"
-            )
-        if self.plugins.endpointer is not None:
+        audio = self.capture.pause(command.at)
+        utterance = self.capture.utterance
+        if audio is not None and utterance is not None and self.plugins.endpointer is not None:
             utterance.endpoint_task = self._spawn(
                 self._judge_endpoint(command.turn_id, audio), "endpointer"
             )
@@ -364,15 +329,6 @@ class Engine:
         self.coordinator.on_endpoint_verdict(turn_id, verdict.complete, self.clock())
         self._run(self.coordinator.commands())
 
-    def _cancel_speculation(self) -> None:
-        utterance = self._utterance
-        if utterance is None:
-            return
-        for task in (utterance.speculation, utterance.endpoint_task, utterance.partial_task):
-            if task is not None:
-                task.cancel()
-        utterance.speculation = utterance.endpoint_task = utterance.partial_task = None
-
     def _on_commit(self, command: CommitUserTurn) -> None:
         if command.reason != "endpoint":
             # An explicit end of turn: speech heard from now on is new speech, even if the
@@ -381,7 +337,7 @@ class Engine:
         generation = self.coordinator.generation
         response = _Response(generation, command.turn_id, f"resp_{uuid.uuid4().hex[:16]}")
         response.marks["committed"] = self.clock()
-        utterance, self._utterance = self._utterance, None
+        utterance = self.capture.take()
         if utterance is not None and utterance.speech_end_at is not None:
             response.marks["vad_end"] = utterance.speech_end_at
         if command.text is None and utterance is not None and utterance.endpoint_task:
@@ -419,7 +375,7 @@ class Engine:
     # ------------------------------------------------------------ the response
 
     async def _respond(
-        self, response: _Response, text: str | None, utterance: _Utterance | None
+        self, response: _Response, text: str | None, utterance: Utterance | None
     ) -> None:
         try:
             text, user_seq = await self._record_user_input(response, text, utterance)
@@ -455,12 +411,12 @@ class Engine:
             self._response_finished(response)
 
     async def _record_user_input(
-        self, response: _Response, text: str | None, utterance: _Utterance | None
+        self, response: _Response, text: str | None, utterance: Utterance | None
     ) -> tuple[str, int | None]:
         """Transcribe (if spoken) and journal the user's turn; returns its text and seq (None
         while the journal is unreachable and the event waits in the session's buffer)."""
         if text is None:
-            transcript = await self._final_transcript(utterance)
+            transcript = await self.capture.final_transcript(utterance)
             response.marks["asr_final"] = self.clock()
             if utterance is not None and utterance.asr_started is not None:
                 response.marks["asr_started"] = utterance.asr_started
@@ -480,91 +436,6 @@ class Engine:
             )
             seq = stored[-1].seq if stored and stored[-1].seq > 0 else None
         return text, seq
-
-    async def _final_transcript(self, utterance: _Utterance | None) -> Transcript:
-        if utterance is None:
-            return Transcript("")
-        self._cancel_partial(utterance)
-        if utterance.speculation is not None:
-            return await utterance.speculation
-        return await self._timed_transcribe(utterance, utterance.audio())
-
-    async def _timed_transcribe(self, utterance: _Utterance, audio: PCM) -> Transcript:
-        utterance.asr_started, utterance.asr_done = self.clock(), None
-        transcript = await self._transcribe(audio)
-        utterance.asr_done = self.clock()
-        return transcript
-
-    def _speculate_early(self, voiced: bool, now: float) -> None:
-        """Start the speculative transcription after ``speculate_after_ms`` of quiet, before the
-        VAD's own hangover confirms the pause; drop it if the user goes on speaking."""
-        utterance = self._utterance
-        after = self.settings.speculate_after_ms
-        if utterance is None or after is None or utterance.speech_end_at is not None:
-            return
-        if voiced:
-            utterance.quiet_since = None
-            if utterance.speculation is not None:
-                utterance.speculation.cancel()
-                utterance.speculation = None
-            return
-        if utterance.quiet_since is None:
-            utterance.quiet_since = now
-        elif utterance.speculation is None and (now - utterance.quiet_since) * 1000 >= after:
-            self._cancel_partial(utterance)
-            utterance.speculation = self._spawn(
-                self._timed_transcribe(utterance, utterance.audio()), "asr-speculative"
-            )
-
-    def _maybe_partial(self, now: float) -> None:
-        """During long speech, transcribe what was said so far every ``partial_every_s``
-        (one at a time per session; the ASR's worker pool bounds the total)."""
-        utterance = self._utterance
-        every = self.settings.partial_every_s
-        if (
-            utterance is None
-            or every is None
-            or utterance.speech_end_at is not None
-            or (utterance.partial_task is not None and not utterance.partial_task.done())
-            or now - max(utterance.started_at, utterance.last_partial_at) < every
-        ):
-            return
-        utterance.last_partial_at = now
-        utterance.partial_task = self._spawn(
-            self._partial(utterance.turn_id, utterance.audio()), "asr-partial"
-        )
-
-    async def _partial(self, turn_id: int, audio: PCM) -> None:
-        try:
-            transcript = await self._transcribe(audio)
-        except PluginError as e:
-            log.info("partial transcription failed: %s", e)
-            return
-        if transcript.text.strip() and self._utterance is not None:
-            self._emit(
-                "conversation.item.input_audio_transcription.delta",
-                {"item_id": self._item_id(turn_id), "transcript": transcript.text.strip(),
-                 "partial": True},
-            )  # fmt: skip
-
-    @staticmethod
-    def _cancel_partial(utterance: _Utterance) -> None:
-        if utterance.partial_task is not None:
-            utterance.partial_task.cancel()
-            utterance.partial_task = None
-
-    async def _transcribe(self, audio: PCM) -> Transcript:
-        if audio.size == 0:
-            return Transcript("")
-        try:
-            # asyncio.timeout, not wait_for: no extra task, so no extra trip round the loop.
-            async with asyncio.timeout(self.settings.asr_timeout_s):
-                return await self.plugins.asr.transcribe(audio, language=self._asr_language())
-        except TimeoutError as e:
-            raise PluginTimeout(f"ASR took longer than {self.settings.asr_timeout_s}s") from e
-
-    def _asr_language(self) -> str | None:
-        return self.persona.language if self.persona.language in ("zh", "en") else None
 
     async def _turn_content(self, current_input: str, *, before_seq: int | None) -> TurnContent:
         persona = self.persona
@@ -597,7 +468,18 @@ class Engine:
         sentences: asyncio.Queue[str | None] = asyncio.Queue(self.settings.max_sentences_queued)
         try:
             async with asyncio.TaskGroup() as group:
-                pacer = _Pacer(self, response, group)
+                settings = self.settings
+                generation = response.generation
+                pacer = Pacer(
+                    tracker=response.tracker,
+                    clock=self.clock,
+                    group=group,
+                    is_current=lambda: self.coordinator.is_current(generation),
+                    send=lambda frame, now: self.send_frame(response, frame, now),
+                    lead_ms=settings.playout_lead_ms,
+                    frame_ms=settings.frame_ms,
+                    message_ms=settings.max_audio_message_ms,
+                )
                 group.create_task(self._synthesize(response, sentences, pacer))
                 await self._think(response, content, sentences)
         except* (PluginError, JournalError) as failure:
@@ -668,7 +550,7 @@ class Engine:
             )  # fmt: skip
 
     async def _synthesize(
-        self, response: _Response, sentences: asyncio.Queue[str | None], pacer: _Pacer
+        self, response: _Response, sentences: asyncio.Queue[str | None], pacer: Pacer
     ) -> None:
         rate = self.settings.output_sample_rate
         frame_samples = rate * self.settings.frame_ms // 1000
@@ -860,6 +742,12 @@ class Engine:
             },
         )
 
+    def _emit_partial(self, turn_id: int, text: str) -> None:
+        self._emit(
+            "conversation.item.input_audio_transcription.delta",
+            {"item_id": self._item_id(turn_id), "transcript": text, "partial": True},
+        )
+
     def _emit(self, kind: str, body: dict[str, Any]) -> None:
         event = {"type": kind, **body}
         for listener in self.listeners:
@@ -875,19 +763,6 @@ class Engine:
 
     def _item_id(self, turn_id: int) -> str:
         return f"item_{self.voice_session_id[-8:]}_{turn_id}"
-
-    def _remember(self, pcm: PCM) -> None:
-        self._preroll.append(pcm)
-        self._preroll_samples += pcm.size
-        limit = self.settings.preroll_ms * INPUT_SAMPLE_RATE / 1000
-        while self._preroll_samples - self._preroll[0].size >= limit:
-            self._preroll_samples -= self._preroll.popleft().size
-        utterance = self._utterance
-        if utterance is not None:
-            max_samples = self.settings.max_utterance_s * INPUT_SAMPLE_RATE
-            if utterance.samples + pcm.size <= max_samples:
-                utterance.chunks.append(pcm)
-                utterance.samples += pcm.size
 
     def _arm_timer(self) -> None:
         deadline = self.coordinator.next_deadline()
@@ -923,85 +798,6 @@ class Engine:
         error = task.exception()
         if error is not None:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
-
-
-class _Pacer:
-    """Sends a response's audio in order, at most ``playout_lead_ms`` ahead of real-time
-    playback.
-
-    Audio arrives in frames of ``frame_ms``. Whatever may go now is sent on the caller's stack
-    (the first frame alone, at once); audio beyond the lead waits in a queue that a drain task
-    (in the response's TaskGroup) sends as real time catches up — in messages of up to
-    ``max_audio_message_ms``, so a long answer costs one wake-up and one write per message
-    rather than per frame."""
-
-    def __init__(self, engine: Engine, response: _Response, group: asyncio.TaskGroup) -> None:
-        self.engine = engine
-        self.response = response
-        self.group = group
-        settings = engine.settings
-        self.lead_ms = settings.playout_lead_ms
-        self.frame_ms = settings.frame_ms
-        self.per_message = max(1, settings.max_audio_message_ms // settings.frame_ms)
-        self.queue: deque[PCM] = deque()
-        self.drain: asyncio.Task[None] | None = None
-        self.room = asyncio.Event()
-
-    @property
-    def backlog(self) -> int:
-        return len(self.queue)
-
-    def push(self, frame: PCM) -> None:
-        self.queue.append(frame)
-        if self.drain is None:
-            self._pump()
-            if self.queue:
-                self.drain = self.group.create_task(self._drain())
-
-    async def wait_for_room(self, backlog: int) -> None:
-        while len(self.queue) > backlog:
-            self.room.clear()
-            await self.room.wait()
-
-    async def finish(self) -> None:
-        if self.drain is not None:
-            await self.drain
-
-    def _ahead_ms(self, now: float) -> float:
-        tracker = self.response.tracker
-        if tracker.first_sent_at is None:
-            return -self.lead_ms
-        return tracker.sent_ms - (now - tracker.first_sent_at) * 1000.0
-
-    def _pump(self) -> None:
-        engine, response, queue = self.engine, self.response, self.queue
-        while queue:
-            now = engine.clock()
-            ahead = self._ahead_ms(now)
-            if ahead > self.lead_ms:
-                break
-            if response.tracker.first_sent_at is None:
-                count = 1
-            else:
-                fits = 1 + int((self.lead_ms - ahead) // self.frame_ms)
-                count = min(len(queue), self.per_message, fits)
-            frames = [queue.popleft() for _ in range(count)]
-            if not engine.coordinator.is_current(response.generation):
-                queue.clear()
-                break
-            engine.send_frame(response, frames[0] if count == 1 else np.concatenate(frames), now)
-        self.room.set()
-
-    async def _drain(self) -> None:
-        refill_at = self.lead_ms - (self.per_message - 1) * self.frame_ms
-        try:
-            while self.queue:
-                wait_ms = self._ahead_ms(self.engine.clock()) - refill_at
-                if wait_ms > 0:
-                    await asyncio.sleep(wait_ms / 1000.0)
-                self._pump()
-        finally:
-            self.drain = None
 
 
 async def _aclose(stream: object) -> None:
