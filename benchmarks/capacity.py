@@ -34,6 +34,7 @@ from benchmarks.common import (
     percentile,
     server_process,
 )
+from runtime.loop import install_uvloop
 
 DEFAULT_STEPS = (1, 2, 5, 10, 15, 25, 50, 75, 100, 125, 150, 175, 200, 250, 300)
 
@@ -197,12 +198,7 @@ def main() -> None:
     parser.add_argument("--limit-ms", type=float, default=50.0)
     parser.add_argument("--skip-pipecat", action="store_true")
     args = parser.parse_args()
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     emit(asyncio.run(main_async(args)))
 
 

@@ -18,6 +18,7 @@ from pipeline.engine import Plugins
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
 from runtime.config import Settings
+from runtime.loop import install_uvloop
 from runtime.server import running_server
 
 REPLY = "Sure thing, here. This is the answer. Anything else?"
@@ -57,12 +58,7 @@ def main() -> None:
     parser.add_argument("--min-interrupt-ms", type=int, default=300)
     parser.add_argument("--silence-ms", type=int, default=300)
     args = parser.parse_args()
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     asyncio.run(serve(args.port, args.min_interrupt_ms, args.silence_ms))
 
 

@@ -51,6 +51,7 @@ from journal.postgres_checkpoints import PostgresCheckpointStore
 from journal.postgres_store import PostgresJournalStore
 from journal.projector import BudgetedConversationContextProjector, ContextBudget
 from runtime.database import open_database
+from runtime.loop import install_uvloop
 from runtime.migrations import apply_migrations
 
 SIZES = (100, 10_000, 100_000)
@@ -355,12 +356,7 @@ def main() -> None:
     parser.add_argument("--appends-one", type=int, default=2000, help="events, one writer")
     parser.add_argument("--appends-each", type=int, default=200, help="events per writer of 50")
     args = parser.parse_args()
-    try:  # the server runs on uvloop (uvicorn's default when installed): measure the same
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     emit(asyncio.run(run(args)))
 
 

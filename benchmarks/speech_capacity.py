@@ -29,6 +29,7 @@ import numpy as np
 
 from benchmarks.common import FRAME_SAMPLES, BenchClient, emit, server_process
 from benchmarks.voice_latency import synthesize
+from runtime.loop import install_uvloop
 
 VAD_STEPS = (10, 20, 40, 60, 80, 100, 150, 200)
 FULL_STEPS = (1, 2, 4, 8, 16, 24)
@@ -136,12 +137,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--limit-ms", type=float, default=100.0)
     args = parser.parse_args()
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     emit(asyncio.run(run(args)))
 
 

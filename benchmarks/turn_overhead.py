@@ -32,6 +32,7 @@ from benchmarks.common import (
     p50_p99,
     server_process,
 )
+from runtime.loop import install_uvloop
 
 MIN_INTERRUPT_MS = 300
 
@@ -167,12 +168,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--skip-pipecat", action="store_true")
     args = parser.parse_args()
-    try:
-        import uvloop  # the client process too: its own loop delay is part of what it measures
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     emit(asyncio.run(main_async(args.sessions, args.turns, args.skip_pipecat)))
 
 

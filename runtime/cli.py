@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from runtime.config import Settings
+from runtime.loop import install_uvloop
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    install_uvloop()
     try:
         asyncio.run(_serve(settings))
     except KeyboardInterrupt:
