@@ -51,6 +51,8 @@ class RealtimeClient:
         self._reader: asyncio.Task[None] | None = None
         self._arrived = asyncio.Condition()
         self._last_seq = 0
+        self._acked = 0
+        self.ack_every = 64
         self._cursor = 0
 
     async def connect(
@@ -193,6 +195,12 @@ class RealtimeClient:
                 if message.seq and message.seq <= self._last_seq:
                     continue
                 self._last_seq = max(self._last_seq, message.seq)
+                if self._last_seq - self._acked >= self.ack_every:
+                    # Acknowledge now and then, so the server's replay window stays small.
+                    self._acked = self._last_seq
+                    await self._ws.send(
+                        json.dumps({"type": "openrealtime.ack", "seq": self._acked})
+                    )
                 async with self._arrived:
                     self.messages.append(message)
                     self._arrived.notify_all()

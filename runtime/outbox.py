@@ -12,6 +12,11 @@ it is dequeued, so frames of a generation interrupted meanwhile are dropped, nev
 
 Bounds: at most ``max_queued`` messages wait; beyond that ``overflowed`` is set and the session
 closes with 4010 (slow consumer).
+
+Replay window (for resuming after a dropped connection): every message written is also kept,
+encoded, until the client acknowledges it (``ack``) — at most ``max_replay_bytes`` and
+``max_replay_age_s`` of it. ``replay_after(seq)`` returns what a reconnecting client missed, and
+the range the window can no longer supply.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -48,6 +54,9 @@ class Outbox:
         send_bytes: SendBytes,
         is_current: Callable[[int], bool],
         max_queued: int,
+        max_replay_bytes: int = 1024 * 1024,
+        max_replay_age_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._send_text = send_text
         self._send_bytes = send_bytes
@@ -59,6 +68,11 @@ class Outbox:
         self.failed = False
         self._queue: deque[_Item] = deque()
         self._drain: asyncio.Task[None] | None = None
+        self.max_replay_bytes = max_replay_bytes
+        self.max_replay_age_s = max_replay_age_s
+        self.clock = clock
+        self._sent: deque[tuple[int, float, str | bytes]] = deque()
+        self._sent_bytes = 0
 
     # ------------------------------------------------------------ engine side (OutputSink)
 
@@ -70,6 +84,29 @@ class Outbox:
 
     def ack(self, seq: int) -> None:
         self.acked = max(self.acked, min(seq, self.seq))
+        sent = self._sent
+        while sent and sent[0][0] <= self.acked:
+            self._sent_bytes -= len(sent.popleft()[2])
+
+    def replay_after(self, seq: int) -> tuple[list[str | bytes], tuple[int, int] | None]:
+        """Messages with a higher ``seq`` still in the window, in order, and the range
+        ``(first, last)`` of those after ``seq`` the window no longer holds (None if none)."""
+        self._trim()
+        retained = [data for s, _, data in self._sent if s > seq]
+        oldest = self._sent[0][0] if self._sent else self.seq + 1
+        missing = (seq + 1, oldest - 1) if oldest - 1 > seq else None
+        return retained, missing
+
+    def _retain(self, seq: int, data: str | bytes) -> None:
+        self._sent.append((seq, self.clock(), data))
+        self._sent_bytes += len(data)
+        self._trim()
+
+    def _trim(self) -> None:
+        sent = self._sent
+        horizon = self.clock() - self.max_replay_age_s
+        while sent and (self._sent_bytes > self.max_replay_bytes or sent[0][1] < horizon):
+            self._sent_bytes -= len(sent.popleft()[2])
 
     # ------------------------------------------------------------ writing
 
@@ -89,12 +126,14 @@ class Outbox:
             if not self.is_current(item.generation):
                 return None
             self.seq += 1
-            return _as_coroutine(
-                self._send_bytes(encode_audio(self.seq, item.generation, item.audio))
-            )
+            audio = encode_audio(self.seq, item.generation, item.audio)
+            self._retain(self.seq, audio)
+            return _as_coroutine(self._send_bytes(audio))
         assert item.event is not None
         self.seq += 1
-        return _as_coroutine(self._send_text(encode_event(self.seq, item.event)))
+        text = encode_event(self.seq, item.event)
+        self._retain(self.seq, text)
+        return _as_coroutine(self._send_text(text))
 
     def _write_now(self, item: _Item) -> None:
         coro = self._encode(item)
