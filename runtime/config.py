@@ -60,6 +60,8 @@ class Settings(BaseSettings):
     max_audio_frame_ms: int = Field(default=500, ge=10, le=10_000)
     max_outbound_messages: int = Field(default=4_000, ge=16)
     max_sessions: int = Field(default=500, ge=1)
+    resume_ttl_s: float = Field(default=180.0, gt=0)
+    """How long a dropped session waits for its client to resume (and its token lives)."""
     max_unsaved_events: int = Field(default=256, ge=1)
     """Journal events a session keeps while the database is unreachable (then close 4011)."""
     start_timeout_s: float = Field(default=10.0, gt=0)

@@ -73,6 +73,9 @@ class Outbox:
         self.clock = clock
         self._sent: deque[tuple[int, float, str | bytes]] = deque()
         self._sent_bytes = 0
+        self.detached = False
+        """No connection: messages are numbered and kept for replay, not written."""
+        self._replaying = False
 
     # ------------------------------------------------------------ engine side (OutputSink)
 
@@ -110,10 +113,37 @@ class Outbox:
 
     # ------------------------------------------------------------ writing
 
+    def detach(self) -> None:
+        """The connection dropped: keep numbering and keeping messages, stop writing."""
+        self.detached = True
+        self.failed = False
+        while self._queue:
+            coro = self._encode(self._queue.popleft())
+            if coro is not None:
+                coro.close()
+
+    def attach(self, send_text: SendText, send_bytes: SendBytes) -> None:
+        """A new connection: new messages wait behind the replay (``replay_done``)."""
+        self._send_text, self._send_bytes = send_text, send_bytes
+        self.detached = False
+        self.failed = False
+        self._replaying = True
+
+    def replay_done(self) -> None:
+        """The replay was written: what queued meanwhile goes out, in order, then live."""
+        self._replaying = False
+        if self._queue and self._drain is None:
+            self._drain = asyncio.ensure_future(self._finish(None, None))
+
     def _submit(self, item: _Item) -> None:
         if self.failed:
             return
-        if self._drain is None and not self._queue:
+        if self.detached:
+            coro = self._encode(item)  # numbered and kept for replay
+            if coro is not None:
+                coro.close()
+            return
+        if self._drain is None and not self._queue and not self._replaying:
             self._write_now(item)
             return
         if len(self._queue) >= self.max_queued:
@@ -149,9 +179,10 @@ class Outbox:
         # The write must wait: a task finishes it, then drains what queues up meanwhile.
         self._drain = asyncio.ensure_future(self._finish(coro, waiting_on))
 
-    async def _finish(self, coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+    async def _finish(self, coro: Coroutine[Any, Any, None] | None, waiting_on: Any) -> None:
         try:
-            await _resume(coro, waiting_on)
+            if coro is not None:
+                await _resume(coro, waiting_on)
             while self._queue and not self.failed:
                 next_coro = self._encode(self._queue.popleft())
                 if next_coro is not None:
@@ -162,9 +193,13 @@ class Outbox:
             self._drain = None
 
     def _fail(self, error: BaseException) -> None:
+        """The connection broke: what still waits is numbered and kept for a resume."""
         log.debug("outbox write failed: %s", error)
         self.failed = True
-        self._queue.clear()
+        while self._queue:
+            coro = self._encode(self._queue.popleft())
+            if coro is not None:
+                coro.close()
 
     async def close(self, timeout: float = 2.0) -> None:
         """Let queued messages go out (bounded by ``timeout``), then stop."""

@@ -42,6 +42,8 @@ class CloseCode:
     START_TIMEOUT = 4008
     """No valid ``session.start`` in time."""
     TOO_MANY_ERRORS = 4009
+    SUPERSEDED = 4012
+    """Another connection resumed this session (the older connection is fenced off)."""
     SLOW_CONSUMER = 4010
     """The client did not read its messages; the outbound queue filled up."""
     JOURNAL_UNAVAILABLE = 4011
@@ -58,6 +60,9 @@ class ErrorCode:
     ROLE_NOT_FOUND = "role_not_found"
     ROLE_MISMATCH = "role_mismatch"
     THREAD_NOT_FOUND = "thread_not_found"
+    RESUME_REFUSED = "resume_refused"
+    SESSION_NOT_LIVE = "session_not_live"
+    TOKEN_IN_URL = "token_in_url"
     PREVIOUS_SESSION_UNKNOWN = "previous_session_not_in_thread"
     MESSAGE_TOO_LARGE = "message_too_large"
     ODD_LENGTH_AUDIO = "odd_length_audio"
@@ -112,6 +117,16 @@ class SessionStart(_Message):
     previous_voice_session_id: str | None = Field(default=None, max_length=128)
     output_sample_rate: Literal[16000, 22050, 24000, 48000] = 24000
     turn_detection: TurnDetection = TurnDetection()
+
+
+class SessionResume(_Message):
+    """Pick up a session after a dropped connection (first message of the new connection)."""
+
+    type: Literal["session.resume"]
+    token: str | None = Field(default=None, max_length=512)
+    session_id: str = Field(max_length=128)
+    resume_token: str = Field(max_length=512)
+    last_seq: int = Field(ge=0)
 
 
 class AudioAppend(_Message):
@@ -170,6 +185,7 @@ class SessionClose(_Message):
 
 ClientMessage = Annotated[
     SessionStart
+    | SessionResume
     | AudioAppend
     | AudioCommit
     | ItemCreate
@@ -185,6 +201,7 @@ _ADAPTER: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 KNOWN_TYPES = frozenset(
     {
         "session.start",
+        "session.resume",
         "input_audio_buffer.append",
         "input_audio_buffer.commit",
         "conversation.item.create",

@@ -84,6 +84,8 @@ async def running_server(
         yield RunningServer(services, settings.host, port)
     finally:
         await services.loop_lag.stop()
+        for session in list(services.live_sessions.values()):
+            await session.shutdown()
         server.should_exit = True
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(task, 10)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from journal.checkpoints import CheckpointStore, InMemoryCheckpointStore
 from journal.postgres_checkpoints import PostgresCheckpointStore
@@ -18,6 +19,7 @@ from runtime.metrics import LoopLagMonitor
 from runtime.migrations import apply_migrations
 from runtime.plugin_factory import build_plugins, warm_up
 from runtime.postgres_stores import PostgresAccountStore, PostgresRoleStore, PostgresThreadStore
+from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
 from runtime.threads import InMemoryThreadStore, ThreadStore
 
@@ -40,9 +42,12 @@ class Services:
     projector: BudgetedConversationContextProjector = field(
         default_factory=BudgetedConversationContextProjector
     )
+    resume_tokens: ResumeTokenStore = field(default_factory=InMemoryResumeTokenStore)
     database: Database | None = None
     local_token: str | None = None
     active_sessions: set[str] = field(default_factory=set)
+    live_sessions: dict[str, Any] = field(default_factory=dict)
+    """Voice sessions of this process by id, connected or waiting to be resumed."""
     loop_lag: LoopLagMonitor = field(default_factory=LoopLagMonitor)
 
     async def authenticate_header(self, header: str | None) -> Principal | None:
@@ -59,6 +64,8 @@ class Services:
         return await self.roles.get(principal.tenant, role_id)
 
     async def close(self) -> None:
+        for session in list(self.live_sessions.values()):
+            await session.shutdown()
         if self.database is not None:
             await self.database.close()
             self.database = None
@@ -97,6 +104,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             threads=PostgresThreadStore(database.pool),
             journal=PostgresJournalStore(database.pool),
             checkpoints=PostgresCheckpointStore(database.pool),
+            resume_tokens=PostgresResumeTokenStore(database.pool),
             database=database,
         )
     services.local_token = await ensure_local_token(services.accounts, settings.data_dir)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -44,11 +45,13 @@ from runtime.protocol import (
     ProtocolError,
     ResponseCancel,
     SessionClose,
+    SessionResume,
     SessionStart,
     decode_append,
     error_event,
     parse_client_message,
 )
+from runtime.resume import VoiceSessionRecord
 from runtime.roles import Role
 
 if TYPE_CHECKING:
@@ -83,6 +86,11 @@ class VoiceSession:
         self.engine: Engine | None = None
         self.principal: Principal | None = None
         self._errors = 0
+        self._attached = False
+        self._closed = False
+        self._expiry: asyncio.TimerHandle | None = None
+        self._shutdown_task: asyncio.Task[None] | None = None
+        self._fresh_token = ""
         self._task: asyncio.Task[object] | None = None
         self._close_request: _Close | None = None
         self.journal = BufferedJournal(
@@ -97,15 +105,78 @@ class VoiceSession:
         return self.engine is not None and self.engine.is_current(generation)
 
     async def run(self) -> None:
-        await self.ws.accept()
+        """Serve a new connection: a new session (``session.start``) or, when its first
+        message is ``session.resume``, hand the connection to the session it resumes."""
+        ws = self.ws
+        await ws.accept()
         self._task = asyncio.current_task()
+        try:
+            if "resume_token" in ws.query_params:
+                self._error(ErrorCode.TOKEN_IN_URL, "a resume token is never sent in the URL")
+                raise _Close(CloseCode.FORBIDDEN, "resume token in the URL")
+            self.principal = await self.services.authenticate_header(
+                ws.headers.get("authorization")
+            )
+            first = await self._await_start()
+            if isinstance(first, SessionResume):
+                target = await self._redeem(first)
+                # This object only did the handshake; the resumed session serves from here.
+                await self.outbox.close()
+                await target.serve_resumed(ws, first.last_seq, self._fresh_token)
+                return
+            await self._start(first)
+        except _Close as c:
+            await self._close_connection(ws, c)
+            await self.shutdown()
+            return
+        except WebSocketDisconnect:
+            await self.shutdown()
+            return
+        await self._serve(ws)
+
+    async def serve_resumed(self, ws: WebSocket, last_seq: int, token: str) -> None:
+        """Attach a resuming connection: fence the previous one, replay what the client missed
+        behind a barrier (nothing new interleaves), then go live."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        previous, self.ws = self.ws, ws
+        self._task = asyncio.current_task()
+        if previous is not ws and self._attached:
+            with contextlib.suppress(Exception):
+                await previous.close(CloseCode.SUPERSEDED, "resumed by another connection")
+        self.outbox.attach(ws.send_text, ws.send_bytes)
+        replay, missing = self.outbox.replay_after(last_seq)
+        try:
+            await ws.send_text(
+                json.dumps(
+                    {
+                        "type": "openrealtime.session.resumed",
+                        "session_id": self.id,
+                        "resume_token": token,
+                        "replayed": len(replay),
+                        "missing": list(missing) if missing else None,
+                        "last_seq": self.outbox.seq,
+                    }
+                )
+            )
+            for data in replay:
+                if isinstance(data, bytes):
+                    await ws.send_bytes(data)
+                else:
+                    await ws.send_text(data)
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            self.outbox.detach()
+            await self._detach()
+            return
+        self.outbox.replay_done()
+        await self._serve(ws)
+
+    async def _serve(self, ws: WebSocket) -> None:
+        """The receive loop of one connection, and what its end means for the session."""
+        self._attached = True
         close: _Close | None = None
         try:
-            self.principal = await self.services.authenticate_header(
-                self.ws.headers.get("authorization")
-            )
-            start = await self._await_start()
-            await self._start(start)
             await self._receive_loop()
         except _Close as c:
             close = c
@@ -116,18 +187,76 @@ class VoiceSession:
                 raise
             self._task.uncancel()
             close = self._close_request
-        finally:
-            if self.engine is not None:
-                await self.engine.close()
-            await self.journal.close()
-            await self.outbox.close()
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    await self.ws.close(close.code, close.reason)
+        if self.ws is not ws:
+            return  # fenced: a newer connection serves this session now
+        self._attached = False
+        if close is not None:
+            await self._close_connection(ws, close)
+            await self.shutdown()
+        else:
+            self.outbox.detach()
+            await self._detach()
+
+    async def _detach(self) -> None:
+        """The connection dropped: the session waits ``resume_ttl_s`` for its client."""
+        ttl = self.services.settings.resume_ttl_s
+        try:
+            await self.services.resume_tokens.extend(self.id, ttl_s=ttl)
+        except Exception as e:  # the token store is best effort here; expiry still applies
+            log.warning("could not extend the resume token: %s", e)
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.call_later(
+            ttl,
+            lambda: self._spawn_shutdown(),  # noqa: PLW0108 - a fresh task each time
+        )
+
+    def _spawn_shutdown(self) -> None:
+        self._shutdown_task = asyncio.ensure_future(self.shutdown())
+
+    async def shutdown(self) -> None:
+        """End the session for good: engine, journal buffer, outbox, registry."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self.services.live_sessions.pop(self.id, None)
+        if self.engine is not None:
+            await self.engine.close()
+        await self.journal.close()
+        await self.outbox.close()
+
+    async def _close_connection(self, ws: WebSocket, close: _Close) -> None:
+        with contextlib.suppress(Exception):
+            await ws.close(close.code, close.reason)
+
+    async def _redeem(self, resume: SessionResume) -> VoiceSession:
+        services = self.services
+        if resume.token is not None:
+            self.principal = await services.accounts.authenticate(resume.token)
+        if self.principal is None:
+            self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
+            raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
+        redeemed = await services.resume_tokens.redeem(
+            self.principal, resume.session_id, resume.resume_token,
+            ttl_s=services.settings.resume_ttl_s,
+        )  # fmt: skip
+        if redeemed is None:
+            self._error(ErrorCode.RESUME_REFUSED, "this session cannot be resumed with that token")
+            raise _Close(CloseCode.FORBIDDEN, "resume refused")
+        record, self._fresh_token = redeemed
+        target = services.live_sessions.get(record.session_id)
+        if not isinstance(target, VoiceSession) or target._closed:
+            self._error(
+                ErrorCode.SESSION_NOT_LIVE,
+                "the session is not live on this server; continue its thread instead",
+            )
+            raise _Close(CloseCode.FORBIDDEN, "session not live")
+        return target
 
     # ------------------------------------------------------------ start
 
-    async def _await_start(self) -> SessionStart:
+    async def _await_start(self) -> SessionStart | SessionResume:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.services.settings.start_timeout_s
         while True:
@@ -143,7 +272,7 @@ class VoiceSession:
             except ProtocolError as e:
                 self._error(e.code, e.message)
                 continue
-            if isinstance(message, SessionStart):
+            if isinstance(message, SessionStart | SessionResume):
                 return message
             self._error(ErrorCode.SESSION_NOT_STARTED, "send session.start first")
 
@@ -188,9 +317,15 @@ class VoiceSession:
             voice_session_id=self.id,
             settings=EngineSettings(output_sample_rate=start.output_sample_rate, turns=turns),
         )
+        resume_token = await services.resume_tokens.issue(
+            VoiceSessionRecord(self.id, thread.tenant, thread.user, thread.thread_id, role.id),
+            ttl_s=settings.resume_ttl_s,
+        )
+        services.live_sessions[self.id] = self
         self.outbox.send_event(
             {
                 "type": "session.created",
+                "resume_token": resume_token,
                 "session": {
                     "id": self.id,
                     "thread_id": thread.thread_id,
@@ -290,7 +425,7 @@ class VoiceSession:
                     self.outbox.ack(message.seq)
                 elif isinstance(message, SessionClose):
                     raise _Close(CloseCode.NORMAL, "closed by client")
-                elif isinstance(message, SessionStart):
+                elif isinstance(message, SessionStart | SessionResume):
                     raise ProtocolError(ErrorCode.SESSION_ALREADY_STARTED, "session started")
             except ProtocolError as e:
                 self._error(e.code, e.message)
