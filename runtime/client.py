@@ -51,6 +51,7 @@ class RealtimeClient:
         self._reader: asyncio.Task[None] | None = None
         self._arrived = asyncio.Condition()
         self._last_seq = 0
+        self.resume_token = ""
         self._acked = 0
         self.ack_every = 64
         self._cursor = 0
@@ -86,7 +87,55 @@ class RealtimeClient:
         if created.type == "error":
             raise ClientClosed(json.dumps(created.event))
         self.session = created.event["session"]
+        self.resume_token = str(created.event.get("resume_token", ""))
         return self.session
+
+    async def reconnect(
+        self, *, attempts: int = 5, backoff: float = 0.1, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """Reconnect after a dropped connection and resume the session: retries with
+        exponential backoff, replays what was missed (messages already seen are dropped by
+        ``seq``), and keeps the rotated resume token. Returns the server's resumed event."""
+        last_error: Exception | None = None
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(backoff * 2 ** (attempt - 1))
+            await self._stop_reader()
+            try:
+                self._ws = await websockets.connect(self.url, max_size=2**22, open_timeout=timeout)
+                await self._ws.send(
+                    json.dumps(
+                        {
+                            "type": "session.resume",
+                            "token": self.token,
+                            "session_id": self.session["id"],
+                            "resume_token": self.resume_token,
+                            "last_seq": self._last_seq,
+                        }
+                    )
+                )
+                first = json.loads(await asyncio.wait_for(self._ws.recv(), timeout))
+            except (OSError, TimeoutError, websockets.ConnectionClosed) as e:
+                last_error = e
+                continue
+            if first.get("type") != "openrealtime.session.resumed":
+                raise ClientClosed(json.dumps(first))
+            self.resume_token = str(first["resume_token"])
+            self._reader = asyncio.create_task(self._read(), name="client-reader")
+            return dict(first)
+        raise ClientClosed(f"could not resume after {attempts} attempts: {last_error}")
+
+    async def drop(self) -> None:
+        """Cut the connection without ending the session (as a network failure would)."""
+        await self._stop_reader()
+
+    async def _stop_reader(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            with contextlib.suppress(BaseException):
+                await self._reader
+            self._reader = None
 
     # ------------------------------------------------------------ sending
 

@@ -139,3 +139,23 @@ async def test_resume_is_refused_to_others_in_the_url_and_after_expiry(tmp_path:
         await client.close()
         await asyncio.sleep(0.6)  # past the resume window
         assert await refused(await resume(server, session["id"], token, 0)) == "resume_refused"
+
+
+async def test_the_python_client_resumes_and_dedupes_by_seq(slow_server: RunningServer) -> None:
+    server = slow_server
+    async with RealtimeClient(server.ws_url, server.token) as client:
+        await client.connect()
+        await client.send_text("tell me")
+        await client.wait_for(lambda m: m.audio is not None)
+        await client.drop()
+        await asyncio.sleep(0.3)
+        resumed = await client.reconnect()
+        assert resumed["missing"] is None
+        await client.wait_type("response.done", timeout=15)
+        seqs = [m.seq for m in client.messages]
+        assert seqs == list(range(1, len(seqs) + 1))
+        # The rotated token works again after a second drop.
+        await client.drop()
+        await client.reconnect()
+        await client.send_text("again")
+        await client.wait_type("response.done", timeout=15)
