@@ -122,6 +122,12 @@ class RealtimeClient:
                 raise ClientClosed(json.dumps(first))
             self.resume_token = str(first["resume_token"])
             self._reader = asyncio.create_task(self._read(), name="client-reader")
+            # Return once the replay is in: everything up to the server's seq at the resume.
+            try:
+                await self.wait_for_seq(int(first.get("last_seq", 0)), timeout)
+            except (ClientClosed, TimeoutError) as e:
+                last_error = e  # dropped again during the replay: resume once more
+                continue
             return dict(first)
         raise ClientClosed(f"could not resume after {attempts} attempts: {last_error}")
 
@@ -196,6 +202,15 @@ class RealtimeClient:
                         if predicate(self.messages[index]):
                             self._cursor = index + 1
                             return self.messages[index]
+                    if self._reader is None or self._reader.done():
+                        raise ClientClosed(f"connection closed (code {self.close_code})")
+                    await self._arrived.wait()
+
+    async def wait_for_seq(self, seq: int, timeout: float = 10.0) -> None:
+        """Until every message up to ``seq`` has arrived (or the connection closed)."""
+        async with asyncio.timeout(timeout):
+            async with self._arrived:
+                while self._last_seq < seq:
                     if self._reader is None or self._reader.done():
                         raise ClientClosed(f"connection closed (code {self.close_code})")
                     await self._arrived.wait()
