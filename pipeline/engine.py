@@ -143,7 +143,6 @@ class _Response:
     """Still transcribing/journaling the user's input: an interruption must not cancel that."""
     cancelled: bool = False
     marks: dict[str, float] = field(default_factory=dict)
-    audio_done: asyncio.Event = field(default_factory=asyncio.Event)
     played_report: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -195,7 +194,6 @@ class Engine:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: float | None = None
         self._closed = False
-        self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
 
     # ------------------------------------------------------------ input
 
@@ -393,7 +391,6 @@ class Engine:
                 {"response": {"id": response.response_id, "generation": response.generation}},
             )
             await self._speak(response, content)
-            response.audio_done.set()
             self._emit(
                 "response.output_audio.done",
                 {"response_id": response.response_id, "generation": response.generation},
@@ -750,8 +747,6 @@ class Engine:
 
     def _emit(self, kind: str, body: dict[str, Any]) -> None:
         event = {"type": kind, **body}
-        for listener in self.listeners:
-            listener(kind, event)
         self.sink.send_event(event)
 
     async def _append(
