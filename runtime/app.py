@@ -5,26 +5,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket
+from fastapi import FastAPI, HTTPException, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
-from runtime.accounts import Principal
+from runtime.api import ApiError, Caller
 from runtime.roles import Role, default_role
 from runtime.services import Services
 from runtime.session import VoiceSession
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
-
-
-class ApiError(HTTPException):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(status_code=status, detail={"code": code, "message": message})
 
 
 class RoleIn(BaseModel):
@@ -57,17 +52,6 @@ def role_json(role: Role) -> dict[str, Any]:
         "created_at": role.created_at.isoformat(),
         "updated_at": role.updated_at.isoformat(),
     }
-
-
-async def current_principal(request: Request) -> Principal:
-    services: Services = request.app.state.services
-    found = await services.authenticate_header(request.headers.get("authorization"))
-    if found is None:
-        raise ApiError(401, "unauthorized", "a valid bearer token is required")
-    return found
-
-
-Caller = Annotated[Principal, Depends(current_principal)]
 
 
 def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:

@@ -37,12 +37,11 @@ import pytest
 
 from runtime.database import EmbeddedPostgres, open_database
 from runtime.migrations import apply_migrations
+from runtime.services import MIGRATED_PACKAGES
 
 T = TypeVar("T")
 
 TEST_DATABASE_URL_ENV = "OPENREALTIME_TEST_DATABASE_URL"
-MIGRATED_PACKAGES: tuple[str, ...] = ("runtime", "journal")
-"""Packages whose migrations the session database gets; add a package here with its SQL."""
 APPLICATION_NAME = "openrealtime-test"
 """The ``application_name`` of ``pg_pool``'s connections (fault tests find them by it)."""
 
