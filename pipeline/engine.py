@@ -9,7 +9,10 @@ for ``coordinator.next_deadline()``. The microphone buffer, the utterance and al
 (``pipeline/capture.py``); at a confirmed pause the engine also asks the endpointing model.
 
 Each response is one task: it journals the user's input (an interruption cannot cancel that
-part), projects the thread's history within the budget (``ConversationHistory``), then runs the
+part), projects the thread's history within the budget (``ConversationHistory``) — while
+the session's long-term memory (``TurnMemory``) is read beside it for the system prompt, bounded
+by ``memory_read_timeout_s``, and each journaled final user message goes to memory extraction in
+a task of its own, so memory never holds or fails a turn — then runs the
 brain through the shared tool loop in this task and TTS in a second one, connected by a bounded
 sentence queue (a ``SentenceSplitter`` hands each finished sentence on); audio is resampled to the
 session rate and paced to the client by a ``Pacer`` (``pipeline/pacer.py``) at most
@@ -29,6 +32,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -81,6 +85,18 @@ class OutputSink(Protocol):
     def send_audio(self, generation: int, pcm: bytes) -> None: ...
 
 
+class TurnMemory(Protocol):
+    """Long-term memory for one session (``memory.session.SessionMemory``): ``read`` starts
+    when a turn starts and its block goes into the system prompt; ``on_user_final`` runs after
+    each journaled final user message. Neither may fail the turn."""
+
+    async def read(self) -> str | None: ...
+
+    async def on_user_final(
+        self, text: str, *, thread_id: str, seq: int | None, at: datetime
+    ) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Plugins:
     vad: VAD
@@ -112,6 +128,8 @@ class EngineSettings:
     tts_timeout_s: float = 30.0
     heard_report_wait_s: float = 0.5
     """After an interruption, how long to wait for the client's playback report."""
+    memory_read_timeout_s: float = 1.0
+    """How long a turn waits for its long-term memory read (then goes on without it)."""
     max_tool_rounds: int = 4
     tool_timeout_s: float = 10.0
     history_events: int = 200
@@ -161,8 +179,11 @@ class Engine:
         tools: Mapping[str, ToolHandler] | None = None,
         tool_specs: tuple[ToolSpec, ...] = (),
         history: ConversationHistory | None = None,
+        incarnation: int = 0,
+        memory: TurnMemory | None = None,
     ) -> None:
         self.plugins = plugins
+        self.memory = memory
         self.history = history or ConversationHistory(journal)
         self.tools: Mapping[str, ToolHandler] = tools or {}
         self.tool_specs = tool_specs
@@ -171,6 +192,11 @@ class Engine:
         self.thread = thread
         self.persona = persona
         self.voice_session_id = voice_session_id
+        # A session continued from the journal after a resume (its epoch) numbers its turns
+        # from 1 again: the suffix keeps its journal event ids and item ids distinct.
+        suffix = f".{incarnation}" if incarnation else ""
+        self._event_prefix = voice_session_id + suffix
+        self._item_prefix = f"item_{voice_session_id[-8:]}{suffix}"
         self.settings = settings or EngineSettings()
         self.clock = clock
         self.coordinator = TurnCoordinator(self.settings.turns)
@@ -375,6 +401,8 @@ class Engine:
     async def _respond(
         self, response: _Response, text: str | None, utterance: Utterance | None
     ) -> None:
+        # Long-term memory is read while the input is transcribed and journaled.
+        memory_read = self._spawn(self.memory.read(), "memory-read") if self.memory else None
         try:
             text, user_seq = await self._record_user_input(response, text, utterance)
             response.recording = False
@@ -385,7 +413,7 @@ class Engine:
                 self._emit_done(response, "cancelled", reason="empty_input")
                 self._response_finished(response)
                 return
-            content = await self._turn_content(text, before_seq=user_seq)
+            content = await self._turn_content(text, before_seq=user_seq, memory=memory_read)
             self._emit(
                 "response.created",
                 {"response": {"id": response.response_id, "generation": response.generation}},
@@ -406,6 +434,9 @@ class Engine:
                 response.finalized = True
                 self._emit_done(response, "failed", reason=error.code)
             self._response_finished(response)
+        finally:
+            if memory_read is not None and not memory_read.done():
+                memory_read.cancel()
 
     async def _record_user_input(
         self, response: _Response, text: str | None, utterance: Utterance | None
@@ -427,14 +458,39 @@ class Engine:
         seq: int | None = None
         if text:
             stored = await self._append(
-                f"{self.voice_session_id}:{response.turn_id}:user",
+                f"{self._event_prefix}:{response.turn_id}:user",
                 EventKind.USER_INPUT,
                 {"text": text, "source": "text" if utterance is None else "voice"},
             )
             seq = stored[-1].seq if stored and stored[-1].seq > 0 else None
+            if self.memory is not None and stored:
+                self._spawn(
+                    self.memory.on_user_final(
+                        text, thread_id=self.thread.thread_id, seq=seq, at=stored[-1].created_at
+                    ),
+                    "memory-extract",
+                )
         return text, seq
 
-    async def _turn_content(self, current_input: str, *, before_seq: int | None) -> TurnContent:
+    async def _memory_data(self, read: asyncio.Task[str | None] | None) -> str | None:
+        if read is None:
+            return None
+        done, _ = await asyncio.wait({read}, timeout=self.settings.memory_read_timeout_s)
+        if not done:
+            read.cancel()
+            log.warning("memory read timed out; the turn goes on without memory")
+            return None
+        if read.cancelled() or read.exception() is not None:
+            return None
+        return read.result()
+
+    async def _turn_content(
+        self,
+        current_input: str,
+        *,
+        before_seq: int | None,
+        memory: asyncio.Task[str | None] | None = None,
+    ) -> TurnContent:
         persona = self.persona
         if before_seq is not None:
             context = await self.history.context(
@@ -455,6 +511,7 @@ class Engine:
             conversation_context=context,
             current_input=current_input,
             language=persona.language,
+            memory_data=await self._memory_data(memory),
             tools=self.tool_specs,
         )
 
@@ -529,7 +586,7 @@ class Engine:
         await sentences.put(None)
 
     async def _journal_tool(self, response: _Response, delta: BrainDelta) -> None:
-        prefix = f"{self.voice_session_id}:{response.turn_id}:{response.generation}"
+        prefix = f"{self._event_prefix}:{response.turn_id}:{response.generation}"
         if delta.tool_call is not None:
             call = delta.tool_call
             await self._append(
@@ -646,7 +703,7 @@ class Engine:
         heard = tracker.heard_text(tracker.played_ms(self.clock())) if interrupted else text
         if text:
             await self._append(
-                f"{self.voice_session_id}:{response.turn_id}:assistant:{response.generation}",
+                f"{self._event_prefix}:{response.turn_id}:assistant:{response.generation}",
                 EventKind.ASSISTANT_OUTPUT,
                 {
                     "text": text,
@@ -757,7 +814,7 @@ class Engine:
         )
 
     def _item_id(self, turn_id: int) -> str:
-        return f"item_{self.voice_session_id[-8:]}_{turn_id}"
+        return f"{self._item_prefix}_{turn_id}"
 
     def _arm_timer(self) -> None:
         deadline = self.coordinator.next_deadline()

@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
+from runtime import api_conversations, api_knowledge, api_memory
 from runtime.api import ApiError, Caller
 from runtime.roles import Role, default_role
 from runtime.services import Services
@@ -133,6 +134,9 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             raise ApiError(409, "role_is_default", "the default role cannot be deleted")
         await services.roles.delete(who.tenant, role_id)
 
+    app.include_router(api_conversations.router)
+    app.include_router(api_memory.router)
+    app.include_router(api_knowledge.router)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
         app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
     return app
@@ -162,11 +166,12 @@ class RealtimeApp:
             await websocket.close(1013, "server is at its session limit")
             return
         session = VoiceSession(websocket, services)
-        services.active_sessions.add(session.id)
+        connection = session.id  # a resume may give the session another id while it runs
+        services.active_sessions.add(connection)
         try:
             await session.run()
         finally:
-            services.active_sessions.discard(session.id)
+            services.active_sessions.discard(connection)
 
 
 def create_asgi_app(services: Services) -> RealtimeApp:

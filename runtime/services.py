@@ -11,6 +11,12 @@ from journal.postgres_checkpoints import PostgresCheckpointStore
 from journal.postgres_store import PostgresJournalStore
 from journal.projector import BudgetedConversationContextProjector
 from journal.store import InMemoryJournalStore, JournalStore
+from knowledge.base import KnowledgeBase
+from knowledge.embedding import E5Embedder
+from knowledge.postgres_store import PostgresKnowledgeStore
+from knowledge.store import InMemoryKnowledgeStore
+from memory.postgres_store import PostgresMemoryStore
+from memory.store import InMemoryMemoryStore, MemoryStore
 from pipeline.engine import Plugins
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
@@ -18,7 +24,9 @@ from runtime.database import Database, open_database
 from runtime.metrics import LoopLagMonitor
 from runtime.migrations import apply_migrations
 from runtime.plugin_factory import build_plugins, warm_up
+from runtime.postgres_records import PostgresRecordStore
 from runtime.postgres_stores import PostgresAccountStore, PostgresRoleStore, PostgresThreadStore
+from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
 from runtime.threads import InMemoryThreadStore, ThreadStore
@@ -26,7 +34,7 @@ from runtime.threads import InMemoryThreadStore, ThreadStore
 log = logging.getLogger(__name__)
 
 
-MIGRATED_PACKAGES = ("runtime", "journal")
+MIGRATED_PACKAGES = ("runtime", "journal", "memory", "knowledge")
 """Every domain package whose schema the runtime applies at start, in order."""
 
 
@@ -43,6 +51,14 @@ class Services:
         default_factory=BudgetedConversationContextProjector
     )
     resume_tokens: ResumeTokenStore = field(default_factory=InMemoryResumeTokenStore)
+    records: RecordStore = field(default_factory=InMemoryRecordStore)
+    """Conversation records: the history page's transcripts (issue 8)."""
+    memory: MemoryStore = field(default_factory=InMemoryMemoryStore)
+    """Long-term memory per user and role (issue 7)."""
+    knowledge: KnowledgeBase = field(
+        default_factory=lambda: KnowledgeBase(InMemoryKnowledgeStore())
+    )
+    """Documents, role bindings and retrieval (issue 6); this default has semantic recall off."""
     database: Database | None = None
     local_token: str | None = None
     active_sessions: set[str] = field(default_factory=set)
@@ -63,7 +79,15 @@ class Services:
             return await default_role(self.roles, principal.tenant)
         return await self.roles.get(principal.tenant, role_id)
 
+    def fence_session(self, session_id: str, epoch: int) -> None:
+        """A resume moved ``session_id`` to ``epoch`` (maybe on another process): the copy
+        this process holds, if older, stops serving (its connection is closed with 4012)."""
+        session = self.live_sessions.get(session_id)
+        if session is not None:
+            session.fence(epoch)
+
     async def close(self) -> None:
+        await self.resume_tokens.close()
         for session in list(self.live_sessions.values()):
             await session.shutdown()
         if self.database is not None:
@@ -71,9 +95,26 @@ class Services:
             self.database = None
 
 
+def record_limits(settings: Settings) -> RecordLimits:
+    return RecordLimits(
+        max_segment_messages=settings.conversation_segment_max_messages,
+        max_segment_bytes=settings.conversation_segment_max_bytes,
+        max_messages=settings.conversation_max_messages,
+    )
+
+
+def knowledge_base(settings: Settings, database: Database | None) -> KnowledgeBase:
+    """The knowledge base on the process's database (or memory), semantic recall per
+    ``settings.knowledge_semantic`` (the model loads on first use, off the event loop)."""
+    store = InMemoryKnowledgeStore() if database is None else PostgresKnowledgeStore(database.pool)
+    embedder = E5Embedder.shared() if settings.knowledge_semantic else None
+    return KnowledgeBase(store, embedder=embedder)
+
+
 async def open_services(settings: Settings, *, plugins: Plugins | None = None) -> Services:
     """Build the process's services. ``plugins`` overrides the configured ones (tests,
     benchmarks with instant fakes)."""
+    warm = plugins is None
     if plugins is None:
         plugins = build_plugins(settings)
         await warm_up(plugins)
@@ -86,6 +127,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             threads=InMemoryThreadStore(),
             journal=InMemoryJournalStore(),
             checkpoints=InMemoryCheckpointStore(),
+            records=InMemoryRecordStore(record_limits(settings)),
         )
     else:
         database = await open_database(
@@ -104,8 +146,15 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             threads=PostgresThreadStore(database.pool),
             journal=PostgresJournalStore(database.pool),
             checkpoints=PostgresCheckpointStore(database.pool),
-            resume_tokens=PostgresResumeTokenStore(database.pool),
+            resume_tokens=PostgresResumeTokenStore(database.pool, url=database.url),
+            records=PostgresRecordStore(database.pool, limits=record_limits(settings)),
+            memory=PostgresMemoryStore(database.pool),
             database=database,
         )
+    services.knowledge = knowledge_base(settings, services.database)
+    if warm and services.knowledge.embedder is not None:
+        await services.knowledge.embedder.reference()  # loads the model now, off the loop
     services.local_token = await ensure_local_token(services.accounts, settings.data_dir)
+    # A resume continued on another process fences this process's copy of the session.
+    await services.resume_tokens.watch(services.fence_session)
     return services

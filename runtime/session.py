@@ -9,6 +9,16 @@ outbound queue drained by one writer task, which numbers messages with ``seq`` i
 drops audio frames whose generation is no longer current — so after an interruption event no
 frame of that generation leaves the server. A client that stops reading fills the queue and is
 closed with 4010.
+
+Resuming (SPEC RES-1, RES-4): a connection whose first message is ``session.resume`` redeems
+the token (shared store: PostgreSQL with several processes). If the session is live in this
+process at the token's epoch, the connection is handed to it and its outbox replays what the
+client missed. Otherwise — the process that held it died or is another one — the session is
+continued *from the journal* here: same session id, next epoch (``claim``, which fences any
+older copy: a process still holding it closes it with 4012), a new engine on the same thread
+and a fresh outbox numbered on from the client's ``last_seq``. Nothing can be replayed then, so
+``session.resumed`` says so and carries ``reconcile``: the range to give up and the session's
+user/assistant items from the journal, which the client shows instead of what it had.
 """
 
 from __future__ import annotations
@@ -22,13 +32,15 @@ from typing import TYPE_CHECKING
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from journal.events import ThreadRef
+from journal.events import EventKind, ThreadRef
+from knowledge.tool import make_knowledge_tool
 from pipeline.audio import pcm_from_bytes
 from pipeline.engine import Engine, EngineSettings, Persona
 from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
 from runtime.journal_buffer import BufferedJournal
+from runtime.memory_hook import session_memory
 from runtime.outbox import Outbox
 from runtime.protocol import (
     Ack,
@@ -47,6 +59,7 @@ from runtime.protocol import (
     SessionClose,
     SessionResume,
     SessionStart,
+    TurnDetection,
     decode_append,
     error_event,
     parse_client_message,
@@ -58,6 +71,13 @@ if TYPE_CHECKING:
     from runtime.services import Services
 
 log = logging.getLogger(__name__)
+
+RESUME_RACE_ATTEMPTS = 3
+"""How often a resume looks again when a concurrent resume of the session claimed it first."""
+RECONCILE_SCAN_EVENTS = 400
+"""How many of the thread's last journal events a reconcile looks through."""
+RECONCILE_MAX_ITEMS = 50
+"""At most this many (the latest) items go into a reconcile; ``complete`` says if cut."""
 
 
 class _Close(Exception):
@@ -83,6 +103,9 @@ class VoiceSession:
             max_queued=settings.max_outbound_messages,
         )
         self.id = f"vs_{uuid.uuid4().hex}"
+        self.epoch = 0
+        """Bumped each time the session is continued from the journal (see the module doc)."""
+        self.thread: ThreadRef | None = None
         self.engine: Engine | None = None
         self.principal: Principal | None = None
         self._errors = 0
@@ -90,6 +113,7 @@ class VoiceSession:
         self._closed = False
         self._expiry: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
+        self._fence_task: asyncio.Task[None] | None = None
         self._fresh_token = ""
         self._task: asyncio.Task[object] | None = None
         self._close_request: _Close | None = None
@@ -120,11 +144,14 @@ class VoiceSession:
             first = await self._await_start()
             if isinstance(first, SessionResume):
                 target = await self._redeem(first)
-                # This object only did the handshake; the resumed session serves from here.
-                await self.outbox.close()
-                await target.serve_resumed(ws, first.last_seq, self._fresh_token)
-                return
-            await self._start(first)
+                if target is not None:
+                    # This object only did the handshake; the resumed session serves from here.
+                    await self.outbox.close()
+                    await target.serve_resumed(ws, first.last_seq, self._fresh_token)
+                    return
+                # Continued from the journal: this object is the session now.
+            else:
+                await self._start(first)
         except _Close as c:
             await self._close_connection(ws, c)
             await self.shutdown()
@@ -148,6 +175,10 @@ class VoiceSession:
         self.outbox.attach(ws.send_text, ws.send_bytes)
         replay, missing = self.outbox.replay_after(last_seq)
         try:
+            reconcile = None
+            if missing is not None:
+                # Same answer as a journal continuation gives, for the range that is gone.
+                reconcile = await self._reconcile(missing[0], missing[1])
             await ws.send_text(
                 json.dumps(
                     {
@@ -156,6 +187,7 @@ class VoiceSession:
                         "resume_token": token,
                         "replayed": len(replay),
                         "missing": list(missing) if missing else None,
+                        "reconcile": reconcile,
                         "last_seq": self.outbox.seq,
                     }
                 )
@@ -187,10 +219,12 @@ class VoiceSession:
                 raise
             self._task.uncancel()
             close = self._close_request
-        if self.ws is not ws:
-            return  # fenced: a newer connection serves this session now
+        if self.ws is not ws or self._closed:
+            return  # fenced: a newer connection (or another process) serves this session now
         self._attached = False
         if close is not None:
+            if close.code == CloseCode.NORMAL:
+                await self._revoke()  # the client ended it: nothing to resume any more
             await self._close_connection(ws, close)
             await self.shutdown()
         else:
@@ -199,6 +233,8 @@ class VoiceSession:
 
     async def _detach(self) -> None:
         """The connection dropped: the session waits ``resume_ttl_s`` for its client."""
+        if self._closed:
+            return
         ttl = self.services.settings.resume_ttl_s
         try:
             await self.services.resume_tokens.extend(self.id, ttl_s=ttl)
@@ -210,8 +246,28 @@ class VoiceSession:
             lambda: self._spawn_shutdown(),  # noqa: PLW0108 - a fresh task each time
         )
 
+    async def _revoke(self) -> None:
+        try:
+            await self.services.resume_tokens.extend(self.id, ttl_s=0)
+        except Exception as e:  # best effort: the token expires anyway
+            log.warning("could not revoke the resume token: %s", e)
+
     def _spawn_shutdown(self) -> None:
         self._shutdown_task = asyncio.ensure_future(self.shutdown())
+
+    def fence(self, epoch: int) -> None:
+        """The session was continued at ``epoch`` elsewhere: if this copy is older, close its
+        connection (4012) and end it without touching the token, which is the new copy's."""
+        if epoch <= self.epoch or self._closed or self._fence_task is not None:
+            return
+        self._fence_task = asyncio.ensure_future(self._fenced())
+
+    async def _fenced(self) -> None:
+        log.info("voice session %s was resumed elsewhere; closing this copy", self.id)
+        await self.shutdown()
+        if self._attached:
+            with contextlib.suppress(Exception):
+                await self.ws.close(CloseCode.SUPERSEDED, "resumed on another server")
 
     async def shutdown(self) -> None:
         """End the session for good: engine, journal buffer, outbox, registry."""
@@ -220,7 +276,8 @@ class VoiceSession:
         self._closed = True
         if self._expiry is not None:
             self._expiry.cancel()
-        self.services.live_sessions.pop(self.id, None)
+        if self.services.live_sessions.get(self.id) is self:
+            del self.services.live_sessions[self.id]
         if self.engine is not None:
             await self.engine.close()
         await self.journal.close()
@@ -230,29 +287,129 @@ class VoiceSession:
         with contextlib.suppress(Exception):
             await ws.close(close.code, close.reason)
 
-    async def _redeem(self, resume: SessionResume) -> VoiceSession:
+    async def _redeem(self, resume: SessionResume) -> VoiceSession | None:
+        """Check the token; the live session to hand the connection to, or None when this
+        object has continued the session from the journal instead."""
         services = self.services
         if resume.token is not None:
             self.principal = await services.accounts.authenticate(resume.token)
         if self.principal is None:
             self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
             raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
-        redeemed = await services.resume_tokens.redeem(
-            self.principal, resume.session_id, resume.resume_token,
-            ttl_s=services.settings.resume_ttl_s,
-        )  # fmt: skip
-        if redeemed is None:
-            self._error(ErrorCode.RESUME_REFUSED, "this session cannot be resumed with that token")
+        for _attempt in range(RESUME_RACE_ATTEMPTS):
+            redeemed = await services.resume_tokens.redeem(
+                self.principal, resume.session_id, resume.resume_token,
+                ttl_s=services.settings.resume_ttl_s,
+            )  # fmt: skip
+            if redeemed is None:
+                self._error(
+                    ErrorCode.RESUME_REFUSED, "this session cannot be resumed with that token"
+                )
+                raise _Close(CloseCode.FORBIDDEN, "resume refused")
+            record, self._fresh_token = redeemed
+            target = services.live_sessions.get(record.session_id)
+            if isinstance(target, VoiceSession) and not target._closed:
+                if target.epoch == record.epoch:
+                    return target
+                target.fence(record.epoch + 1)  # a stale copy another process took over
+            if await self._continue_from_journal(record, resume.last_seq):
+                return None
+            # Another resume of this session claimed it first (e.g. the client's retry of an
+            # attempt whose answer it never got): look again, and like any later connection,
+            # take over from it.
+        self._error(ErrorCode.RESUME_REFUSED, "the session is being resumed elsewhere")
+        raise _Close(CloseCode.FORBIDDEN, "resume refused")
+
+    async def _continue_from_journal(self, record: VoiceSessionRecord, last_seq: int) -> bool:
+        """Serve a session whose outbox is not here (SPEC RES-4): same id, next epoch, same
+        thread — checked like a continuation —, and tell the client what to reconcile. False
+        if another resume claimed the session first."""
+        services = self.services
+        principal = self.principal
+        assert principal is not None
+        owned = await services.threads.get(principal.tenant, principal.user, record.thread_id)
+        if owned is None:
+            self._error(ErrorCode.THREAD_NOT_FOUND, "no such thread for this user")
             raise _Close(CloseCode.FORBIDDEN, "resume refused")
-        record, self._fresh_token = redeemed
-        target = services.live_sessions.get(record.session_id)
-        if not isinstance(target, VoiceSession) or target._closed:
-            self._error(
-                ErrorCode.SESSION_NOT_LIVE,
-                "the session is not live on this server; continue its thread instead",
+        role = await services.roles.get(principal.tenant, record.role_id)
+        if role is None:
+            self._error(ErrorCode.ROLE_NOT_FOUND, "the thread's role was deleted")
+            raise _Close(CloseCode.FORBIDDEN, "resume refused")
+        claimed = await services.resume_tokens.claim(record)
+        if claimed is None:
+            return False
+        # No await from the claim to the registration: a later claim's fence finds this copy.
+        held = services.live_sessions.get(claimed.session_id)
+        if isinstance(held, VoiceSession) and held is not self and not held._closed:
+            if held.epoch > claimed.epoch:  # a later resume got here first after all
+                self._error(ErrorCode.RESUME_REFUSED, "the session was resumed again meanwhile")
+                raise _Close(CloseCode.SUPERSEDED, "resumed by another connection")
+            held.fence(claimed.epoch)
+        self.id, self.epoch = claimed.session_id, claimed.epoch
+        options = claimed.options
+        detection = TurnDetection.model_validate(options.get("turn_detection", {}))
+        thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
+        self._build_engine(thread, role, int(options.get("output_sample_rate", 24_000)), detection)
+        services.live_sessions[self.id] = self
+        # The new stream goes on from what the client has; what the old one sent after that
+        # is gone with its process and comes back as journal items instead.
+        self.outbox.seq = self.outbox.acked = last_seq
+        reconcile = await self._reconcile(last_seq + 1, None)
+        if self._closed:  # fenced meanwhile by a still later resume
+            raise _Close(CloseCode.SUPERSEDED, "resumed by another connection")
+        # If this send fails the receive loop sees the drop and the session waits to be resumed
+        # (a retry with the same token gets the same new token: runtime/resume.py rule 4).
+        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+            await self.ws.send_text(
+                json.dumps(
+                    {
+                        "type": "openrealtime.session.resumed",
+                        "session_id": self.id,
+                        "resume_token": self._fresh_token,
+                        "replayed": False,
+                        "missing": None,
+                        "reconcile": reconcile,
+                        "last_seq": self.outbox.seq,
+                        "session": self._session_json(role, detection),
+                    }
+                )
             )
-            raise _Close(CloseCode.FORBIDDEN, "session not live")
-        return target
+        return True
+
+    async def _reconcile(self, from_seq: int, to_seq: int | None) -> dict[str, object]:
+        """What a client needs when messages ``from_seq``..``to_seq`` (None: up to where the
+        old stream ended, unknown here) cannot be replayed: this session's user and assistant
+        items as the journal has them, oldest first, to show instead of its own."""
+        assert self.thread is not None
+        items: list[dict[str, object]] = []
+        events = await self.journal.read_tail(self.thread, RECONCILE_SCAN_EVENTS)
+        for event in events:
+            if event.voice_session_id != self.id:
+                continue
+            payload = event.payload
+            if event.kind is EventKind.USER_INPUT:
+                items.append({"journal_seq": event.seq, "role": "user",
+                              "text": str(payload.get("text", ""))})  # fmt: skip
+            elif event.kind is EventKind.ASSISTANT_OUTPUT:
+                interrupted = bool(payload.get("interrupted"))
+                items.append(
+                    {
+                        "journal_seq": event.seq,
+                        "role": "assistant",
+                        # What the user heard: an interrupted answer only up to the cut.
+                        "text": str(payload.get("heard_text" if interrupted else "text", "")),
+                        "interrupted": interrupted,
+                    }
+                )
+        scanned_all = len(events) < RECONCILE_SCAN_EVENTS or events[0].voice_session_id != self.id
+        return {
+            "from_seq": from_seq,
+            "to_seq": to_seq,
+            "session_id": self.id,
+            "thread_id": self.thread.thread_id,
+            "items": items[-RECONCILE_MAX_ITEMS:],
+            "complete": scanned_all and len(items) <= RECONCILE_MAX_ITEMS,
+        }
 
     # ------------------------------------------------------------ start
 
@@ -295,6 +452,48 @@ class VoiceSession:
             thread, role = await self._continuation(principal, start)
         settings = services.settings
         detection = start.turn_detection
+        self._build_engine(thread, role, start.output_sample_rate, detection)
+        options = {
+            "output_sample_rate": start.output_sample_rate,
+            "turn_detection": detection.model_dump(exclude_none=True),
+        }
+        resume_token = await services.resume_tokens.issue(
+            VoiceSessionRecord(
+                self.id, thread.tenant, thread.user, thread.thread_id, role.id, options=options
+            ),
+            ttl_s=settings.resume_ttl_s,
+        )
+        services.live_sessions[self.id] = self
+        self.outbox.send_event(
+            {
+                "type": "session.created",
+                "resume_token": resume_token,
+                "session": self._session_json(role, detection),
+                "limits": {
+                    "max_message_bytes": self.limits.max_message_bytes,
+                    "max_audio_frame_ms": self.limits.max_audio_frame_ms,
+                    "max_text_chars": self.limits.max_text_chars,
+                },
+            }
+        )
+
+    def _session_json(self, role: Role, detection: TurnDetection) -> dict[str, object]:
+        assert self.engine is not None and self.thread is not None
+        return {
+            "id": self.id,
+            "thread_id": self.thread.thread_id,
+            "role": {"id": role.id, "name": role.name},
+            "input_sample_rate": 16000,
+            "output_sample_rate": self.engine.settings.output_sample_rate,
+            "turn_detection": detection.model_dump(),
+        }
+
+    def _build_engine(
+        self, thread: ThreadRef, role: Role, output_sample_rate: int, detection: TurnDetection
+    ) -> None:
+        services = self.services
+        settings = services.settings
+        self.thread = thread
         turns = TurnSettings(
             silence_delay=(detection.silence_duration_ms or settings.silence_ms) / 1000.0,
             min_interrupt=(
@@ -304,6 +503,10 @@ class VoiceSession:
             )
             / 1000.0,
             auto_commit=detection.type == "server_vad",
+        )
+        # The knowledge tool searches the authenticated user's documents bound to this role.
+        knowledge_spec, knowledge_tool = make_knowledge_tool(
+            services.knowledge, tenant=thread.tenant, user=thread.user, role_id=role.id
         )
         self.engine = Engine(
             plugins=services.plugins,
@@ -315,31 +518,11 @@ class VoiceSession:
             thread=thread,
             persona=Persona(role.instructions, role.voice, role.language),
             voice_session_id=self.id,
-            settings=EngineSettings(output_sample_rate=start.output_sample_rate, turns=turns),
-        )
-        resume_token = await services.resume_tokens.issue(
-            VoiceSessionRecord(self.id, thread.tenant, thread.user, thread.thread_id, role.id),
-            ttl_s=settings.resume_ttl_s,
-        )
-        services.live_sessions[self.id] = self
-        self.outbox.send_event(
-            {
-                "type": "session.created",
-                "resume_token": resume_token,
-                "session": {
-                    "id": self.id,
-                    "thread_id": thread.thread_id,
-                    "role": {"id": role.id, "name": role.name},
-                    "input_sample_rate": 16000,
-                    "output_sample_rate": start.output_sample_rate,
-                    "turn_detection": detection.model_dump(),
-                },
-                "limits": {
-                    "max_message_bytes": self.limits.max_message_bytes,
-                    "max_audio_frame_ms": self.limits.max_audio_frame_ms,
-                    "max_text_chars": self.limits.max_text_chars,
-                },
-            }
+            settings=EngineSettings(output_sample_rate=output_sample_rate, turns=turns),
+            incarnation=self.epoch,
+            memory=session_memory(services, thread, role, self.outbox.send_event),
+            tools={knowledge_spec.name: knowledge_tool},
+            tool_specs=(knowledge_spec,),
         )
 
     async def _continuation(

@@ -78,17 +78,18 @@ async def test_a_dropped_connection_resumes_without_gap_or_duplicate(
     assert after == list(range(before[-1] + 1, before[-1] + 1 + len(after)))
     assert sorted(set(before) | set(after)) == list(range(1, after[-1] + 1))
 
-    # The token rotated: the one used above is refused now.
+    # The token rotated: the new one works …
+    ws = await resume(server, session["id"], resumed["resume_token"], after[-1])
+    again = json.loads(await ws.recv())
+    assert again["type"] == "openrealtime.session.resumed"
+    await ws.close()
+    # … and once it has been used, the first one is refused.
     ws = await resume(server, session["id"], created["resume_token"], after[-1])
     refusal = json.loads(await ws.recv())
     assert refusal["error"]["code"] == "resume_refused"
     with pytest.raises(websockets.ConnectionClosed) as closed:
         await ws.recv()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == CloseCode.FORBIDDEN
-    # … while the rotated one works.
-    ws = await resume(server, session["id"], resumed["resume_token"], after[-1])
-    assert json.loads(await ws.recv())["type"] == "openrealtime.session.resumed"
-    await ws.close()
 
 
 async def test_a_second_connection_fences_the_first(server: RunningServer) -> None:

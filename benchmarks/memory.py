@@ -1,0 +1,197 @@
+"""Long-term memory on PostgreSQL: injection read and extraction cost (SPEC MEM-2, MEM-5).
+
+``python -m benchmarks.memory`` prints one JSON object::
+
+    {"entries": 100000, "inject_ms": {"p50", "p99"}, "extract_ms": {"p50", "p99"},
+     "details": {…}}
+
+- Data: ``--users`` users (default 1,000) × one role × ``--per-user`` entries (default 100, the
+  per-role limit), realistic Chinese and English contents, bulk-loaded with ``COPY`` into
+  ``memory_entries`` (the same columns and hashes the store writes).
+- ``inject_ms``: one turn's memory read as the voice path does it (``SessionMemory.read``:
+  the role switch, the user×role's 20 most recent entries through ``PostgresMemoryStore``, and
+  the rendered ``<memory_data>`` block within the default budget), for random users, one at a
+  time. Target p50 ≤ 2 ms.
+- ``extract_ms``: the pattern part of extraction (``memory.extraction.extract``) on a mix of
+  user messages (statements to remember, questions, small talk, negations, secrets). Target
+  p50 ≤ 1 ms. ``details.extract_and_save_ms`` adds saving what was found through the store
+  (advisory lock, one lookup, insert, change log) for users with room left.
+
+Database: ``--database-url`` (or ``OPENREALTIME_DATABASE_URL`` / ``DATABASE_URL``) names a
+server where this benchmark may create a database; without one it starts the embedded
+PostgreSQL in a temporary directory. Either way it creates its own database, applies the
+migrations and drops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from benchmarks.common import emit, p50_p99
+from benchmarks.journal import bench_database
+from memory.entries import KINDS, content_hash, owner_key
+from memory.extraction import extract
+from memory.postgres_store import PostgresMemoryStore
+from memory.session import MemorySettings, SessionMemory
+from runtime.loop import install_uvloop
+from runtime.migrations import apply_migrations
+
+_CONTENTS = [
+    "我喜欢简洁回答", "我的目标是学会日语", "我和同事每周一起复盘", "我住在杭州",
+    "I prefer step-by-step explanations", "My goal is to run a marathon next year",
+    "I work with my brother every weekend", "My favorite color is green",
+    "我不喜欢太长的解释", "I'm allergic to peanuts", "我打算长期学习编程",
+    "My name is Ann and I like green tea with a little honey in the afternoon",
+]  # fmt: skip
+_MESSAGES = [
+    "我喜欢简洁回答", "我的目标是学会日语", "请查知识库,星河商店的退货期限是多少?",
+    "我是因为商品质量问题退货。", "那运费谁承担?", "I prefer concise answers.",
+    "What is the weather like tomorrow?", "My name is not Bob", "Please remember that my "
+    "birthday is March 3", "My password is hunter2", "嗯,其实我搬到了深圳,我在腾讯工作",
+    "If I lived in Paris I would be happy", "Thanks, that was helpful!",
+    "I plan to learn Spanish this year, and I like jazz.", "你记得我什么?",
+    "Could you tell me more about the return policy for damaged items please?",
+]  # fmt: skip
+
+_COLUMNS = (
+    "tenant", "owner", "id", "role_id", "kind", "key", "content", "content_hash", "origin",
+    "source_thread_id", "source_seq", "stated_at", "status", "revision", "created_at",
+    "updated_at",
+)  # fmt: skip
+
+
+def rows_for(user: int, per_user: int, rng: random.Random) -> list[tuple[Any, ...]]:
+    owner = owner_key(f"user-{user}")
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = []
+    for n in range(per_user):
+        content = f"{rng.choice(_CONTENTS)} #{n}"
+        at = start + timedelta(minutes=n * 7 + user)
+        rows.append(
+            (
+                "bench", owner, f"mem_{user}_{n}", "role", KINDS[n % len(KINDS)], None, content,
+                content_hash(content), "extraction", f"th_{user}_{n // 10}", n, at, "active", 1,
+                at, at,
+            )
+        )  # fmt: skip
+    return rows
+
+
+async def bulk_load(pool: Any, users: int, per_user: int) -> float:
+    rng = random.Random(7)
+    started = time.perf_counter()
+    async with pool.acquire() as conn:
+        batch: list[tuple[Any, ...]] = []
+        for user in range(users):
+            batch.extend(rows_for(user, per_user, rng))
+            if len(batch) >= 20_000:
+                await conn.copy_records_to_table("memory_entries", records=batch, columns=_COLUMNS)
+                batch = []
+        if batch:
+            await conn.copy_records_to_table("memory_entries", records=batch, columns=_COLUMNS)
+        await conn.execute("ANALYZE memory_entries")
+    return time.perf_counter() - started
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    database_url = (
+        args.database_url
+        or os.environ.get("OPENREALTIME_DATABASE_URL")
+        or os.environ.get("DATABASE_URL")
+        or None
+    )
+    async with bench_database(database_url) as url:
+        pool = await asyncpg.create_pool(url, min_size=2, max_size=4, command_timeout=300)
+        try:
+            await apply_migrations(pool, ["memory"])
+            load_s = await bulk_load(pool, args.users, args.per_user)
+            store = PostgresMemoryStore(pool)
+            settings = MemorySettings()
+
+            async def enabled() -> bool:
+                return True
+
+            rng = random.Random(11)
+            inject: list[float] = []
+            sizes: list[int] = []
+            for sample in range(args.samples + 50):
+                user = rng.randrange(args.users)
+                memory = SessionMemory(
+                    store, tenant="bench", user=f"user-{user}", role_id="role",
+                    language="zh", is_enabled=enabled, settings=settings,
+                )  # fmt: skip
+                started = time.perf_counter()
+                block = await memory.read()
+                elapsed = (time.perf_counter() - started) * 1000
+                if sample >= 50:  # the first reads warm the pool's prepared statements
+                    inject.append(elapsed)
+                    sizes.append(len(block or ""))
+
+            extract_times: list[float] = []
+            found = 0
+            for _ in range(args.samples):
+                for message in _MESSAGES:
+                    started = time.perf_counter()
+                    found += len(extract(message))
+                    extract_times.append((time.perf_counter() - started) * 1000)
+
+            saves: list[float] = []
+            saved = 0
+            statements = [m for m in _MESSAGES if extract(m)]
+            for sample in range(min(args.samples, 500)):
+                memory = SessionMemory(
+                    store, tenant="bench", user=f"fresh-{sample}", role_id="role",
+                    language=None, is_enabled=enabled, settings=settings,
+                )  # fmt: skip
+                message = statements[sample % len(statements)]
+                started = time.perf_counter()
+                await memory.on_user_final(
+                    message, thread_id=f"th_fresh_{sample}", seq=1, at=datetime.now(UTC)
+                )
+                saves.append((time.perf_counter() - started) * 1000)
+                saved += memory.counters.saved
+        finally:
+            await pool.close()
+    entries = args.users * args.per_user
+    return {
+        "entries": entries,
+        "inject_ms": p50_p99(inject),
+        "extract_ms": p50_p99(extract_times),
+        "details": {
+            "server": "external" if database_url else "embedded",
+            "users": args.users,
+            "entries_per_user_role": args.per_user,
+            "bulk_load_s": round(load_s, 2),
+            "inject_samples": len(inject),
+            "injected_entries": settings.max_entries,
+            "budget_chars": settings.budget_chars,
+            "memory_data_chars_p50": sorted(sizes)[len(sizes) // 2] if sizes else 0,
+            "extract_samples": len(extract_times),
+            "extracted_per_message": round(found / max(1, len(extract_times)), 2),
+            "extract_and_save_ms": p50_p99(saves),
+            "entries_saved": saved,
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", help="server to create the benchmark database on")
+    parser.add_argument("--users", type=int, default=1_000)
+    parser.add_argument("--per-user", type=int, default=100, help="entries per user×role")
+    parser.add_argument("--samples", type=int, default=1_000, help="reads / rounds of messages")
+    args = parser.parse_args()
+    install_uvloop()
+    emit(asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()

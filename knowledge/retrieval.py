@@ -1,0 +1,347 @@
+"""Hybrid retrieval over one owner's chunks (SPEC KB-2, KB-5).
+
+Theory of operation
+-------------------
+``KnowledgeIndex`` is built from a ``KnowledgeSnapshot`` and then only read. It holds an
+inverted index (term → chunks with term frequencies) and, when the chunks carry embeddings, a
+matrix of their vectors.
+
+Lexical side (always on). Rule 1: a chunk's terms are its body's plus its document's name's
+(``knowledge.text.terms``); a term in the name counts ``TITLE_WEIGHT`` times, so title and body
+both match. Rule 2: chunks are ranked by BM25. Rule 3 (coverage gate): a chunk qualifies only
+when it covers at least ``min_coverage`` of the query's weight. The query's units are its
+English content words and the content characters of its Chinese runs, each covered by its
+terms and their synonyms (``knowledge.text.ParsedQuery``). A unit weighs how much it says:
+
+- covered by a term some chunk has: that term's IDF over the largest possible IDF, capped by
+  the term's background weight (``knowledge.text.background_weight``: everyday words — come,
+  work, 需要 — weigh little even where the documents happen to use them);
+- covered by no chunk's term: its least weight among its terms' background weights and, for a
+  Chinese character, the character as a word on its own (at least ``CHARACTER_WEIGHT``). So a
+  paraphrase's everyday words (someone, while, 满足, 带) barely count against it, while a rare
+  word the documents lack (colour, vacation, 私教, 到账) sinks the match: the documents do not
+  say what the question asks.
+
+So one common word, or filler, never makes a match on its own, and bigrams that straddle two
+words do not sink a Chinese question. Rule 3b: a chunk that matches only through its
+document's name (no query term in its body) does not qualify unless it covers every unit —
+the name says the question is on the document's topic, not that this chunk answers it.
+
+Semantic side (when a query vector is given). Rule 4: cosine similarity of the query to every
+eligible chunk; chunks at or above ``semantic_floor`` qualify, best first, at most
+``SEMANTIC_CANDIDATES``. The caller sets the floor per query (``knowledge.base``: the query's
+baseline plus a margin), which keeps questions far from every document without hits. Rule 4b
+(specificity): a chunk must also beat its document's *name* by ``specificity`` — a question
+about the document's topic but not about anything it says (the colours of the headphones a
+warranty sheet covers) is as close to the name as to any chunk, and gets no semantic hit.
+
+Rule 5: the two rankings are fused by reciprocal-rank fusion (``1 / (RRF_K + rank)`` summed
+over the lists a chunk appears in). Rule 6: results are diversified: picked greedily by fused
+score, each further chunk of an already picked document discounted by ``SAME_DOCUMENT_DECAY``,
+so results prefer covering different sources. Rule 7: only documents bound to the requested
+role are eligible (``role_id=None``: all of the owner's documents).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from knowledge.embedding import from_bytes
+from knowledge.store import KnowledgeSnapshot
+from knowledge.text import ParsedQuery, background_weight, terms
+
+TITLE_WEIGHT = 2
+BM25_K1 = 1.2
+BM25_B = 0.75
+RRF_K = 60
+SEMANTIC_CANDIDATES = 20
+SEMANTIC_ROWS = 200
+"""Most vectors above the floor looked at (best first) before picking the candidates."""
+SAME_DOCUMENT_DECAY = 0.5
+DEFAULT_MIN_COVERAGE = 0.5
+CHARACTER_WEIGHT = 0.4
+"""The least a Chinese character no document bigram covers weighs as a word on its own."""
+DEFAULT_SPECIFICITY = 0.015
+DEFAULT_SEMANTIC_FLOOR = 0.9
+"""Used only when the caller gives no floor (``KnowledgeBase`` always does)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    document_id: str
+    document_name: str
+    chunk_text: str
+    score: float
+    lexical_score: float | None = None
+    semantic_score: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalHit:
+    chunk: int
+    score: float
+    """BM25"""
+    units_covered: float
+    """Share of the query's coverage units the chunk covers (0–1, unweighted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    document_id: str
+    document_name: str
+    text: str
+    length: int
+
+
+class KnowledgeIndex:
+    """A read-only search index of one owner's chunks (see the module doc)."""
+
+    def __init__(self, snapshot: KnowledgeSnapshot, *, dim: int | None = None) -> None:
+        self.version = snapshot.version
+        self._chunks: list[_Chunk] = []
+        self._postings: dict[str, list[tuple[int, int, bool]]] = {}
+        """term → (chunk, term frequency with the title's weight, whether the body has it)"""
+        self._roles = {doc_id: frozenset(d.role_ids) for doc_id, d in snapshot.documents.items()}
+        title_terms = {doc_id: Counter(terms(d.name)) for doc_id, d in snapshot.documents.items()}
+        vectors: list[npt.NDArray[np.float32]] = []
+        rows: list[int] = []
+        for stored in snapshot.chunks:
+            info = snapshot.documents.get(stored.document_id)
+            if info is None:
+                continue
+            counts = Counter(terms(stored.text))
+            body_terms = set(counts)
+            for term, n in title_terms[stored.document_id].items():
+                counts[term] += TITLE_WEIGHT * n
+            index = len(self._chunks)
+            self._chunks.append(
+                _Chunk(stored.document_id, info.name, stored.text, sum(counts.values()))
+            )
+            body = counts.keys() - title_terms[stored.document_id].keys()
+            body |= {t for t in title_terms[stored.document_id] if t in body_terms}
+            for term, n in counts.items():
+                self._postings.setdefault(term, []).append((index, n, term in body))
+            if dim is not None and stored.embedding is not None:
+                found = from_bytes(stored.embedding, dim)
+                if found is not None:
+                    vectors.append(found)
+                    rows.extend([index] * len(found))
+        self._avg_length = (
+            sum(c.length for c in self._chunks) / len(self._chunks) if self._chunks else 1.0
+        )
+        # One row per stored vector (a chunk may have several); ``_matrix_rows`` maps a row to
+        # its chunk.
+        self._matrix = np.concatenate(vectors) if vectors else np.zeros((0, dim or 1), np.float32)
+        self._matrix_rows = np.array(rows, dtype=np.int64)
+        self._embedded = len(set(rows))
+        # The documents' name vectors (Rule 4b), by document.
+        self._name_vectors: dict[str, npt.NDArray[np.float32]] = {}
+        if dim is not None:
+            for doc_id, data in snapshot.name_embeddings.items():
+                found = from_bytes(data, dim)
+                if found is not None and doc_id in self._roles:
+                    self._name_vectors[doc_id] = found[0]
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    @property
+    def embedded(self) -> int:
+        """Chunks that have vectors."""
+        return self._embedded
+
+    def serves(self, role_id: str | None) -> bool:
+        """Whether any chunk is eligible for ``role_id`` (else every search is empty)."""
+        if role_id is None:
+            return bool(self._chunks)
+        return any(role_id in roles for roles in self._roles.values())
+
+    def _idf(self, df: int) -> float:
+        n = len(self._chunks)
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    def _eligible(self, role_id: str | None) -> frozenset[str] | None:
+        if role_id is None:
+            return None
+        return frozenset(doc for doc, roles in self._roles.items() if role_id in roles)
+
+    def _unit_weight(
+        self, unit: frozenset[str], word: str | None, idf: dict[str, float], rarest: float
+    ) -> float:
+        """Rule 3's weight of one query unit (see the module doc)."""
+        known = [min(idf[t] / rarest, background_weight(t)) for t in unit if t in self._postings]
+        if known:
+            return max(known)
+        weight = min(background_weight(t) for t in unit)
+        if word is not None and word not in unit:  # a Chinese character: a word on its own?
+            weight = min(weight, max(background_weight(word), CHARACTER_WEIGHT))
+        return weight
+
+    def lexical(
+        self,
+        query: ParsedQuery,
+        *,
+        role_id: str | None = None,
+        min_coverage: float = DEFAULT_MIN_COVERAGE,
+        eligible: frozenset[str] | None = None,
+    ) -> list[LexicalHit]:
+        """Chunks passing the coverage gate (Rules 1–3b), best BM25 score first."""
+        if eligible is None:
+            eligible = self._eligible(role_id)
+        if not query.terms or not self._chunks:
+            return []
+        rarest = self._idf(0)
+        idf = {t: self._idf(len(self._postings.get(t, ()))) for t in query.terms}
+        words = query.words or (None,) * len(query.units)
+        units = [
+            (unit, self._unit_weight(unit, word, idf, rarest))
+            for unit, word in zip(query.units, words, strict=True)
+        ]
+        total = sum(weight for _, weight in units)
+        scores: dict[int, float] = {}
+        matched: dict[int, set[str]] = {}
+        in_body: set[int] = set()
+        for term in query.terms:
+            postings = self._postings.get(term)
+            if not postings:
+                continue
+            weight = idf[term]
+            for index, tf, body in postings:
+                chunk = self._chunks[index]
+                norm = BM25_K1 * (1 - BM25_B + BM25_B * chunk.length / self._avg_length)
+                scores[index] = scores.get(index, 0.0) + weight * tf * (BM25_K1 + 1) / (tf + norm)
+                matched.setdefault(index, set()).add(term)
+                if body:
+                    in_body.add(index)
+        need = min_coverage * total
+        out: list[LexicalHit] = []
+        for index, score in scores.items():
+            if eligible is not None and self._chunks[index].document_id not in eligible:
+                continue
+            have = matched[index]
+            covered = [weight for unit, weight in units if not have.isdisjoint(unit)]
+            if sum(covered) < need:
+                continue
+            # Rule 3b: the title alone says a question is on the document's topic, not that
+            # this chunk answers it — unless the question is nothing but the title.
+            if index not in in_body and len(covered) < len(units):
+                continue
+            out.append(LexicalHit(index, score, len(covered) / len(units) if units else 0.0))
+        out.sort(key=lambda hit: (-hit.score, hit.chunk))
+        return out
+
+    def semantic(
+        self,
+        query_vector: npt.NDArray[np.float32],
+        *,
+        role_id: str | None = None,
+        floor: float = DEFAULT_SEMANTIC_FLOOR,
+        eligible: frozenset[str] | None = None,
+        specificity: float | None = DEFAULT_SPECIFICITY,
+    ) -> list[tuple[int, float]]:
+        """(chunk, cosine similarity) of chunks at or above ``floor`` and, unless
+        ``specificity`` is None, at least that much above their document name's similarity;
+        best first."""
+        if eligible is None:
+            eligible = self._eligible(role_id)
+        if not len(self._matrix_rows):
+            return []
+        sims = self._matrix @ query_vector
+        candidates = np.flatnonzero(sims >= floor)
+        if not len(candidates):
+            return []
+        if len(candidates) > SEMANTIC_ROWS:
+            candidates = candidates[
+                np.argpartition(-sims[candidates], SEMANTIC_ROWS)[:SEMANTIC_ROWS]
+            ]
+        chunk_of = self._matrix_rows[candidates]
+        if eligible is not None:
+            keep = np.fromiter(
+                (self._chunks[i].document_id in eligible for i in chunk_of),
+                dtype=bool,
+                count=len(chunk_of),
+            )
+            candidates, chunk_of = candidates[keep], chunk_of[keep]
+        best: dict[int, float] = {}  # a chunk's best row
+        for row, chunk in zip(candidates.tolist(), chunk_of.tolist(), strict=True):
+            sim = float(sims[row])
+            if sim > best.get(chunk, -2.0):
+                best[chunk] = sim
+        if specificity is not None and self._name_vectors:
+            by_name: dict[str, float] = {}
+            for chunk in list(best):
+                doc_id = self._chunks[chunk].document_id
+                name_vector = self._name_vectors.get(doc_id)
+                if name_vector is None:
+                    continue
+                if doc_id not in by_name:
+                    by_name[doc_id] = float(name_vector @ query_vector)
+                if best[chunk] < by_name[doc_id] + specificity:
+                    del best[chunk]
+        ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))
+        return ranked[:SEMANTIC_CANDIDATES]
+
+    def search(
+        self,
+        query: ParsedQuery,
+        query_vector: npt.NDArray[np.float32] | None = None,
+        *,
+        role_id: str | None = None,
+        limit: int = 3,
+        min_coverage: float = DEFAULT_MIN_COVERAGE,
+        semantic_floor: float = DEFAULT_SEMANTIC_FLOOR,
+        specificity: float | None = DEFAULT_SPECIFICITY,
+        lexical: list[LexicalHit] | None = None,
+    ) -> list[Hit]:
+        """The best ``limit`` chunks, fused and diversified (see the module doc). ``lexical``:
+        this query's ``lexical()`` result when the caller already has it."""
+        eligible = self._eligible(role_id)
+        if eligible is not None and not eligible:
+            return []
+        if lexical is None:
+            lexical = self.lexical(query, min_coverage=min_coverage, eligible=eligible)
+        semantic = (
+            self.semantic(
+                query_vector, floor=semantic_floor, eligible=eligible, specificity=specificity
+            )
+            if query_vector is not None
+            else []
+        )
+        fused: dict[int, float] = {}
+        lexical_scores: dict[int, float] = {}
+        semantic_scores: dict[int, float] = {}
+        for rank, hit in enumerate(lexical[: SEMANTIC_CANDIDATES * 2], start=1):
+            fused[hit.chunk] = fused.get(hit.chunk, 0.0) + 1.0 / (RRF_K + rank)
+            lexical_scores[hit.chunk] = hit.score
+        for rank, (index, sim) in enumerate(semantic, start=1):
+            fused[index] = fused.get(index, 0.0) + 1.0 / (RRF_K + rank)
+            semantic_scores[index] = sim
+        picked: list[Hit] = []
+        per_document: Counter[str] = Counter()
+        remaining = dict(fused)
+        while remaining and len(picked) < limit:
+            index = max(
+                remaining,
+                key=lambda i: (
+                    remaining[i] * SAME_DOCUMENT_DECAY ** per_document[self._chunks[i].document_id],
+                    -i,
+                ),
+            )
+            chunk = self._chunks[index]
+            picked.append(
+                Hit(
+                    document_id=chunk.document_id,
+                    document_name=chunk.document_name,
+                    chunk_text=chunk.text,
+                    score=round(remaining.pop(index), 6),
+                    lexical_score=lexical_scores.get(index),
+                    semantic_score=semantic_scores.get(index),
+                )
+            )
+            per_document[chunk.document_id] += 1
+        return picked

@@ -1,0 +1,354 @@
+"""Text handling for the knowledge base: sentence-preserving chunking and lexical terms.
+
+Chunking
+--------
+A document is split into sentences — after Chinese ``。！？；`` (and their ASCII forms when a
+space, a line end or CJK text follows), and at every line break — then sentences are packed into
+chunks of about ``target_chars`` characters. A sentence is never cut unless it alone is longer
+than ``max_chars`` (then it is cut at a comma or space if possible, else hard). A Markdown
+heading (``# …``) or a blank line closes the current chunk, so sections stay apart.
+
+Terms (SPEC KB-2)
+-----------------
+Chinese (CJK) runs become overlapping character bigrams (a lone character stays a unigram);
+other runs of letters and digits become whole words, case-folded and lightly stemmed (plural
+``-s``/``-es``/``-ies``, ``-ing``, ``-ed``). ``query_terms`` also drops filler — English stop
+words and Chinese question bigrams such as 怎么 / 什么 / 多少 — unless nothing else is left, so
+filler never decides a match; bigrams across a particle, pronoun or the copula (店的, 的退,
+限是, 我换) and bigrams overlapping filler (足什 in 满足什么) — those span two words. A query
+word with synonyms (``SYNONYMS``: a small general-purpose table — 邮费/运费, warranty/guarantee,
+Saturday/weekend) also looks for them. The coverage gate in ``knowledge.retrieval`` counts the
+rest, weighing words the documents lack by how common they are in everyday language
+(``background_weight``, from the word frequencies in ``knowledge/data/common_words.tsv``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from dataclasses import dataclass
+from importlib import resources
+
+_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_]+", re.UNICODE)
+_IS_CJK = re.compile(rf"[{_CJK}]")
+# Sentence ends: CJK punctuation always; ASCII . ! ? ; only before whitespace, the end or CJK
+# text (so 3.5, e.g. and URLs stay whole).
+_SENTENCE_END = re.compile(rf"[。！？；!?;…]+[”’」』)）]*|\.(?=\s|$|[{_CJK}])")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
+_HEADING_MARK = "\x00h"  # marks a heading among a chunk's parts while it is being built
+_JOINS_CJK = re.compile(rf"[{_CJK}\u3000-\u303f\uff00-\uffef]")
+
+STOP_WORDS = frozenset(
+    """a an the is are was were be been am do does did doing done have has had of to in on at
+    for from by with about as into than then this that these those it its i me my we our you your
+    he she they them their what which who whom whose when where why how can could should would
+    will shall may might must please tell know want need get there here and or but if so not no
+    any some all just also very much many more most s t""".split()
+)
+"""English words that never decide a match (after case folding, before stemming)."""
+
+FILLER_BIGRAMS = frozenset(
+    """怎么 怎样 什么 多少 多久 如何 是否 是不 不是 请问 问一 一下 可以 能不 不能 能否 的是 是什
+    么是 有没 没有 有什 哪些 哪个 哪里 为什 知道 告诉 告诉 我们 你们 他们 吗 呢 我想 想知 想问
+    一个 这个 那个 要怎 该怎 需要 能够 应该 一般 时候 的话 这样 那样 还是 或者 几个 多长 多大
+    多远 多高 多重 关于 有关 麻烦 帮我 请你 是否""".split()
+)
+"""Chinese question and filler bigrams that never decide a match."""
+
+
+_STOP_CHARS = frozenset("的了吗呢吧啊呀么几谁啥哪是我你他她它把被让和与或也都就才又很")
+"""Particles, pronouns, the copula and question characters: a query bigram holding one (店的,
+的退, 几点, 限是, 我换) spans a word boundary or asks rather than names, and is dropped."""
+
+SYNONYMS: tuple[tuple[str, ...], ...] = (
+    # English (whole words; stemmed like any other word)
+    ("warranty", "guarantee"),
+    ("headphones", "headset", "earphones"),
+    ("weekend", "saturday", "sunday"),
+    ("visitor", "guest"),
+    ("clean", "wash", "wipe"),
+    ("meal", "food"),
+    ("cost", "price", "fee"),
+    ("buy", "purchase"),
+    ("reimburse", "refund", "repay"),
+    # Chinese (two-character words: one bigram each)
+    ("运费", "邮费"),
+    ("毛巾", "浴巾"),
+    ("价格", "价钱"),
+    ("购买", "购物"),
+    ("上班", "工作"),
+    ("营业", "开门"),
+    ("手机", "电话"),
+)
+"""Groups of words that mean the same in everyday use, general-purpose (not fitted to one
+document). A query word in a group also looks for the other words of its group."""
+
+
+def _synonym_map() -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for group in SYNONYMS:
+        keys = [terms(word)[0] for word in group]
+        assert all(terms(word) == [key] for word, key in zip(group, keys, strict=True))
+        for key in keys:
+            out[key] = tuple(k for k in keys if k != key)
+    return out
+
+
+def normalize(text: str) -> str:
+    """NFKC (full-width to half-width) and case folding."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def stem(word: str) -> str:
+    """A light English stemmer: plurals, -ing, -ed. Short words and numbers stay as they are."""
+    if len(word) <= 3 or not word.isalpha() or not word.isascii():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            base = word[: -len(suffix)]
+            if len(base) >= 2 and base[-1] == base[-2] and base[-1] not in "lsz":
+                base = base[:-1]  # stopped -> stop
+            elif base.endswith(("at", "iv", "ur", "bl", "pl")) or (
+                suffix == "ing" and base.endswith("c")
+            ):
+                base += "e"  # rated -> rate, arriving -> arrive
+            return base
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """Every lexical term of ``text``, in order, repeats kept (for term frequencies)."""
+    out: list[str] = []
+    for token in _TOKEN.findall(normalize(text)):
+        if _IS_CJK.match(token):
+            if len(token) == 1:
+                out.append(token)
+            else:
+                out.extend(token[i : i + 2] for i in range(len(token) - 1))
+        else:
+            out.extend(_split_mixed(token))
+    return out
+
+
+def _split_mixed(token: str) -> list[str]:
+    # "v1" stays one word; "7天" was already split by the CJK class. Kana etc. are words.
+    return [stem(token)]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuery:
+    """A query's lexical side: ``terms`` (distinct, filler removed) rank chunks; ``units`` are
+    what the coverage gate counts — one per English word and one per content character of a
+    Chinese run, each the set of query terms that would cover it (for a character: the kept
+    bigrams it is part of). So 积分的有效期是多久 has the units 积 分 有 效 期 是, and a chunk
+    with 积分 and 有效期 covers five of six even though the bigram 期是 appears nowhere."""
+
+    terms: tuple[str, ...]
+    units: tuple[frozenset[str], ...]
+    words: tuple[str, ...] = ()
+    """Per unit, what it stands for: the English word (stemmed) or the Chinese character — a
+    character may be a word on its own (带, 买), so a unit no document bigram covers weighs no
+    more than that word (``knowledge.retrieval``)."""
+
+
+def parse_query(text: str) -> ParsedQuery:
+    """The query's terms and coverage units (see ``ParsedQuery`` and the module doc).
+
+    A bigram that overlaps a filler bigram (足什 in 满足什么) straddles a word boundary and is
+    dropped like the filler itself. A term with synonyms (``SYNONYMS``) brings them along: each
+    is a query term, and covers the same unit. When the query holds nothing but filler, the
+    filler is kept."""
+    terms_seen: dict[str, None] = {}
+    units: list[frozenset[str]] = []
+    words: list[str] = []
+    fallback: dict[str, None] = {}
+    for token in _TOKEN.findall(normalize(text)):
+        if not _IS_CJK.match(token):
+            word = stem(token)
+            fallback.setdefault(word, None)
+            if token not in STOP_WORDS:
+                covering = frozenset((word, *_SYNONYMS.get(word, ())))
+                for term in covering:
+                    terms_seen.setdefault(term, None)
+                units.append(covering)
+                words.append(word)
+            continue
+        if len(token) == 1:
+            fallback.setdefault(token, None)
+            continue
+        grams = [token[i : i + 2] for i in range(len(token) - 1)]
+        for gram in grams:
+            fallback.setdefault(gram, None)
+        filler_positions = {
+            i + k for i, g in enumerate(grams) if g in FILLER_BIGRAMS for k in (0, 1)
+        }
+        kept = [
+            _content_gram(g) and i not in filler_positions and i + 1 not in filler_positions
+            for i, g in enumerate(grams)
+        ]
+        expanded = [
+            (gram, *_SYNONYMS.get(gram, ())) if keep else ()
+            for gram, keep in zip(grams, kept, strict=True)
+        ]
+        for group in expanded:
+            for term in group:
+                terms_seen.setdefault(term, None)
+        for position, char in enumerate(token):
+            if char in _STOP_CHARS or position in filler_positions:
+                continue
+            covering = frozenset(
+                term
+                for i in (position - 1, position)
+                if 0 <= i < len(grams)
+                for term in expanded[i]
+            )
+            if covering:
+                units.append(covering)
+                words.append(char)
+    if not terms_seen:
+        every = tuple(fallback)
+        return ParsedQuery(every, tuple(frozenset((t,)) for t in every), every)
+    return ParsedQuery(tuple(terms_seen), tuple(units), tuple(words))
+
+
+def _content_gram(gram: str) -> bool:
+    return gram not in FILLER_BIGRAMS and _STOP_CHARS.isdisjoint(gram)
+
+
+def query_terms(text: str) -> list[str]:
+    """The distinct terms of a query that can decide a match (``parse_query(text).terms``)."""
+    return list(parse_query(text).terms)
+
+
+def is_cjk(text: str) -> bool:
+    return _IS_CJK.search(text) is not None
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` cut into sentences (each keeps its punctuation); line breaks end sentences."""
+    out: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            out.append("")  # a paragraph break, kept so chunking can close a chunk there
+            continue
+        start = 0
+        for match in _SENTENCE_END.finditer(line):
+            piece = line[start : match.end()].strip()
+            if piece:
+                out.append(piece)
+            start = match.end()
+        rest = line[start:].strip()
+        if rest:
+            out.append(rest)
+    return out
+
+
+def chunk_text(text: str, *, target_chars: int = 160, max_chars: int = 400) -> list[str]:
+    """``text`` cut into chunks of whole sentences (see the module doc)."""
+    if target_chars < 1 or max_chars < target_chars:
+        raise ValueError("need 1 <= target_chars <= max_chars")
+    chunks: list[str] = []
+    current: list[str] = []
+    section: list[str] = []  # the headings over the current text, repeated in each chunk
+    size = 0
+
+    def flush(keep_section: bool = False) -> None:
+        nonlocal current, size
+        if current and not _only_heading(current):
+            chunks.append(_join(current))
+        elif current and not keep_section:
+            return  # headings with no text yet: they open the next chunk
+        current = list(section) if keep_section else []
+        size = sum(len(h) for h in current)
+
+    for sentence in sentences(text):
+        if not sentence:
+            flush()
+            continue
+        if _HEADING.match(sentence):
+            heading = _HEADING_MARK + _HEADING.sub("", sentence).strip().strip("#").strip()
+            if not _only_heading(current):
+                flush()
+                section = []
+            section.append(heading)
+            current.append(heading)
+            size += len(heading)
+            continue
+        for piece in _cut_long(sentence, max_chars):
+            if size + len(piece) > target_chars and not _only_heading(current):
+                flush(keep_section=True)
+            current.append(piece)
+            size += len(piece) + 1
+    flush()
+    return chunks
+
+
+def _only_heading(parts: list[str]) -> bool:
+    return bool(parts) and all(p.startswith(_HEADING_MARK) for p in parts)
+
+
+def _join(parts: list[str]) -> str:
+    """Headings on their own lines (without their ``#``), then the sentences."""
+    out = ""
+    for part in parts:
+        if part.startswith(_HEADING_MARK):
+            out += part[len(_HEADING_MARK) :] + "\n"
+            continue
+        if out and not out.endswith("\n"):
+            out += "" if _JOINS_CJK.match(out[-1]) and _JOINS_CJK.match(part[0]) else " "
+        out += part
+    return out.strip()
+
+
+def _cut_long(sentence: str, max_chars: int) -> list[str]:
+    pieces: list[str] = []
+    while len(sentence) > max_chars:
+        window = sentence[:max_chars]
+        cut = max(window.rfind(c) for c in ",，、 ")
+        cut = cut + 1 if cut > max_chars // 2 else max_chars
+        pieces.append(sentence[:cut].strip())
+        sentence = sentence[cut:].strip()
+    if sentence:
+        pieces.append(sentence)
+    return pieces
+
+
+_SYNONYMS = _synonym_map()
+
+
+COMMON_ZIPF = 5.5
+"""A word at least this frequent in general text (Zipf scale: 5.5 ≈ three per ten thousand
+words — way, right, 需要, 自己) weighs ``COMMON_WEIGHT`` when the documents lack it."""
+RARE_ZIPF = 4.3
+"""A word at most this frequent (or not in ``knowledge/data/common_words.tsv``) weighs 1."""
+COMMON_WEIGHT = 0.2
+
+
+@functools.cache
+def _common_words() -> dict[str, float]:
+    data = resources.files("knowledge").joinpath("data/common_words.tsv").read_text("utf-8")
+    out: dict[str, float] = {}
+    for line in data.splitlines():
+        if line and not line.startswith("#"):
+            word, zipf = line.split("\t")
+            out[word] = int(zipf) / 10
+    return out
+
+
+def background_weight(term: str) -> float:
+    """How much a query term the documents lack says about the question, from 1 (a rare word —
+    the question asks about something the documents do not name) down to ``COMMON_WEIGHT`` (an
+    everyday word — someone, while, 满足 — that a paraphrase brings along). Linear in the term's
+    Zipf frequency between ``RARE_ZIPF`` and ``COMMON_ZIPF``."""
+    zipf = _common_words().get(term, 0.0)
+    share = min(1.0, max(0.0, (COMMON_ZIPF - zipf) / (COMMON_ZIPF - RARE_ZIPF)))
+    return COMMON_WEIGHT + (1 - COMMON_WEIGHT) * share

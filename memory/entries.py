@@ -1,0 +1,248 @@
+"""Long-term memory entries (SPEC MEM-1) and the rules every store applies to them.
+
+Theory of operation
+-------------------
+An entry belongs to one user and one role: it is stored under ``(tenant, owner, role_id)``
+where ``owner`` is the SHA-256 of the user id (``owner_key``) — the user id itself is never
+stored in memory rows. An entry has a kind (preference, goal, correction, relation, fact), its
+content (≤ ``MAX_ENTRY_CHARS``), an optional stable ``key`` (``birthday``, ``current_city``…),
+where it came from (``origin``: extraction or person; ``source_thread_id``/``source_seq`` for
+extracted entries), ``stated_at`` (when the user said it: the source event's time, or the time
+of a manual change), a ``revision`` (1, then +1 on every change), a status (``active`` or
+``deleted``: a deleted entry keeps its id and nothing of its content) and created/updated
+times.
+
+Saving a draft (``plan_save``, the same decision in every store):
+
+1. A draft from a blocked source is refused (``blocked``): the source conversation was deleted
+   (a receipt and a tombstone block it for every role, forever) or a person edited or deleted
+   an entry from it (blocked for that role, for statements made up to the edit).
+2. A keyed draft replaces the active entry with that key — unless its content is the same
+   (``unchanged``: a re-save does not replay) or it was stated before the entry's
+   ``stated_at`` (``stale``: an older transcript never overwrites a newer statement or a
+   manual edit).
+3. A draft from the same source event as an extracted entry of the same kind updates it (an
+   ASR correction of that message), under the same time rule.
+4. Exact duplicates (same normalised content in the same user×role) are merged: nothing
+   changes (``duplicate``).
+5. At ``MAX_ENTRIES_PER_ROLE`` active entries a new entry is refused (``full``): nothing is
+   evicted behind the person's back; keyed updates still apply. A manual add raises
+   ``MemoryFull``; extraction reports it in its status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, get_args
+
+from memory.errors import InvalidMemory, SensitiveContent
+
+MemoryKind = Literal["preference", "goal", "correction", "relation", "fact"]
+KINDS: tuple[MemoryKind, ...] = get_args(MemoryKind)
+Actor = Literal["extraction", "person"]
+SaveAction = Literal["created", "updated", "unchanged", "duplicate", "stale", "blocked", "full"]
+
+MAX_ENTRY_CHARS = 300
+"""Longest entry content (characters); longer statements are not stored (never truncated)."""
+MAX_ENTRIES_PER_ROLE = 100
+"""Most active entries one user keeps for one role."""
+
+
+def owner_key(user: str) -> str:
+    """The owner partition key: SHA-256 (hex) of the user id."""
+    return hashlib.sha256(user.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySource:
+    """The final user message a draft was extracted from."""
+
+    thread_id: str
+    seq: int | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryDraft:
+    kind: MemoryKind
+    content: str
+    key: str | None = None
+    actor: Actor = "person"
+    source: MemorySource | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEntry:
+    id: str
+    tenant: str
+    owner: str
+    role_id: str
+    kind: MemoryKind
+    key: str | None
+    content: str
+    origin: Actor
+    source_thread_id: str | None
+    source_seq: int | None
+    stated_at: datetime
+    status: Literal["active", "deleted"]
+    revision: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryChange:
+    """One line of the change log. It never holds content, so a deletion deletes."""
+
+    seq: int
+    entry_id: str
+    role_id: str
+    action: str
+    """created, updated, deleted, source_deleted, imported."""
+    actor: Actor
+    at: datetime
+    revision: int
+    kind: str
+    key: str | None
+    source_thread_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionReceipt:
+    receipt_id: str
+    source_thread_id: str
+    deleted: int
+    entry_ids: tuple[str, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SourceBlock:
+    """Statements of ``source_thread_id`` made up to ``through`` (None: ever) are not extracted
+    again, for ``role_id`` (None: every role)."""
+
+    role_id: str | None
+    source_thread_id: str
+    through: datetime | None
+    reason: Literal["deleted", "edited"]
+    at: datetime
+
+    def blocks(self, role_id: str, source: MemorySource) -> bool:
+        if source.thread_id != self.source_thread_id:
+            return False
+        if self.role_id is not None and self.role_id != role_id:
+            return False
+        return self.through is None or source.at <= self.through
+
+
+@dataclass(frozen=True, slots=True)
+class SaveOutcome:
+    action: SaveAction
+    entry: MemoryEntry | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.action in ("created", "updated")
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    imported: int
+    skipped: int
+
+
+# ------------------------------------------------------------------ content rules
+
+_TRAILING = " \t\r\n.。!！?？;；,，、"
+_SPACES = re.compile(r"\s+")
+
+_SENSITIVE = re.compile(
+    r"password|passwd|passphrase|passcode|\bpin\b|pin code|api[ _-]?key|secret|\btoken\b"
+    r"|credential|private key|access key|ssh key|security code|\bcvv\b|social security"
+    r"|credit card|card number|bank account|iban"
+    r"|密码|口令|密钥|秘钥|私钥|验证码|令牌|身份证|银行卡|卡号|信用卡|账号密码"
+    r"|https?://|www\.|ftp://|\b[\w.-]+\.(?:com|net|org|io|cn|dev|app)/\S*"
+    r"|\bsk-[A-Za-z0-9]{8,}|\bAKIA[0-9A-Z]{12,}|\bghp_[A-Za-z0-9]{10,}"
+    r"|(?=[A-Za-z0-9_\-]{24,})(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{24,}"
+    r"|\d[\d -]{11,}\d",
+    re.I,
+)
+
+
+def is_sensitive(text: str) -> bool:
+    """Passwords, keys, tokens, access links, card-like numbers: never stored (MEM-3)."""
+    return _SENSITIVE.search(text) is not None
+
+
+def clean_content(content: str) -> str:
+    """Whitespace collapsed and trimmed; raises ``InvalidMemory``/``SensitiveContent``."""
+    text = _SPACES.sub(" ", content).strip()
+    if not text:
+        raise InvalidMemory("memory content is empty")
+    if len(text) > MAX_ENTRY_CHARS:
+        raise InvalidMemory(f"memory content is longer than {MAX_ENTRY_CHARS} characters")
+    if is_sensitive(text):
+        raise SensitiveContent("passwords, keys and access links are never stored in memory")
+    return text
+
+
+def normalize(content: str) -> str:
+    """What "exact duplicate" compares: NFKC, case-folded, whitespace collapsed, no trailing
+    punctuation."""
+    text = unicodedata.normalize("NFKC", content).casefold()
+    return _SPACES.sub(" ", text).strip(_TRAILING)
+
+
+def content_hash(content: str) -> str:
+    return hashlib.sha256(normalize(content).encode("utf-8")).hexdigest()
+
+
+def check_kind(kind: str) -> MemoryKind:
+    if kind not in KINDS:
+        raise InvalidMemory(f"kind must be one of {', '.join(KINDS)}")
+    return kind
+
+
+@dataclass(frozen=True, slots=True)
+class SavePlan:
+    action: SaveAction
+    target: MemoryEntry | None = None
+    """The entry updated (``updated``) or matched (``unchanged``, ``duplicate``, ``stale``)."""
+
+
+def plan_save(
+    draft: MemoryDraft,
+    *,
+    blocked: bool,
+    by_key: MemoryEntry | None,
+    by_source: MemoryEntry | None,
+    by_hash: MemoryEntry | None,
+    active: int,
+    max_entries: int = MAX_ENTRIES_PER_ROLE,
+) -> SavePlan:
+    """Decide what saving ``draft`` does (module docstring, rules 1–5). ``by_key``: the active
+    entry with the draft's key; ``by_source``: the active extracted entry of the draft's kind
+    from the same source event; ``by_hash``: the active entry with the same normalised
+    content; ``active``: active entries of the user×role."""
+    if blocked:
+        return SavePlan("blocked")
+    digest = content_hash(draft.content)
+    for current in (by_key, by_source):
+        if current is None:
+            continue
+        if content_hash(current.content) == digest and current.kind == draft.kind:
+            return SavePlan("unchanged", current)
+        if draft.source is not None and draft.source.at < current.stated_at:
+            return SavePlan("stale", current)
+        if by_hash is not None and by_hash.id != current.id:
+            return SavePlan("duplicate", by_hash)
+        return SavePlan("updated", current)
+    if by_hash is not None:
+        return SavePlan("duplicate", by_hash)
+    if active >= max_entries:
+        return SavePlan("full")
+    return SavePlan("created")

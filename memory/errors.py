@@ -1,0 +1,55 @@
+"""Errors of the memory package.
+
+::
+
+    MemoryStoreError
+    ├── InvalidMemory          (remote: bad content from a person or an import; 422)
+    │   └── SensitiveContent   (passwords, keys, access links are never stored; 422)
+    ├── MemoryNotFound         (no such entry for this user; 404)
+    ├── StaleRevision          (the entry changed since it was read; 409)
+    ├── DuplicateMemory        (an edit would duplicate another active entry; 409)
+    ├── MemoryFull             (the user×role holds MAX_ENTRIES_PER_ROLE entries; 409)
+    └── MemoryUnavailable      (local/infrastructure: the store cannot be reached; retryable)
+
+Every error carries a stable ``code`` (used by the HTTP API and the ``memory.status`` event).
+"""
+
+from __future__ import annotations
+
+
+class MemoryStoreError(Exception):
+    code = "memory_error"
+    retryable = False
+
+
+class InvalidMemory(MemoryStoreError):
+    code = "invalid_memory"
+
+
+class SensitiveContent(InvalidMemory):
+    code = "sensitive_content"
+
+
+class MemoryNotFound(MemoryStoreError):
+    code = "memory_not_found"
+
+
+class StaleRevision(MemoryStoreError):
+    code = "stale_revision"
+
+    def __init__(self, message: str, current_revision: int) -> None:
+        super().__init__(message)
+        self.current_revision = current_revision
+
+
+class DuplicateMemory(MemoryStoreError):
+    code = "duplicate_memory"
+
+
+class MemoryFull(MemoryStoreError):
+    code = "memory_full"
+
+
+class MemoryUnavailable(MemoryStoreError):
+    code = "memory_unavailable"
+    retryable = True

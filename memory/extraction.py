@@ -1,0 +1,255 @@
+"""Rule-based extraction of long-term memories from a final user message (SPEC MEM-2/3/4).
+
+Theory of operation
+-------------------
+A message is split into clauses (sentence ends; a comma followed by a new first-person start).
+Each clause, with leading fillers ("well,", "actually", "嗯", "其实"…) removed, is matched
+against one table of anchored patterns per language (Chinese when the clause has CJK
+characters). A pattern only matches at the start of the clause, in the first person, so
+statements about third parties ("my friend likes…", "他喜欢…") and reported speech never match.
+The first matching rule gives the kind (preference, goal, correction, relation, fact) and, for
+stable facts, a key (``name``, ``birthday``, ``current_city``, ``hometown``, ``job``,
+``employer``, ``native_language``, ``favorite:<thing>``, ``relation:<who>``): a newer statement
+with the same key replaces the older one in the store.
+
+A clause is *not* stored when it is a question (ends with ``?``/``？``, or is a Chinese question
+by its particles and question words), hypothetical (if/suppose/would…, 如果/假如/要是…),
+reported speech, negated after the matched stem ("my name is not…", "我喜欢的不是…"), longer
+than ``MAX_ENTRY_CHARS``, or sensitive (passwords, keys, access links: ``is_sensitive``).
+"Remember that …"/"请记住…" and "correction: …"/"纠正一下…" store what follows: as a stable fact
+when it is one, else as a correction. Weak goal stems ("I plan to…", "我打算…") need a
+learning/long-term word after them, so "I plan to return this" is not a goal.
+
+The content stored is the clause as said (fillers and trailing punctuation removed). Matching
+is deliberately conservative: complex sentences, indirect phrasing and several facts in one
+clause may not be stored. Everything here is pure and fast (well under a millisecond for a
+normal message); saving is the store's job.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from memory.entries import MAX_ENTRY_CHARS, MemoryKind, is_sensitive
+
+MAX_MESSAGE_CHARS = 2_000
+"""Longer messages are not scanned at all (bounded work per message)."""
+MAX_PER_MESSAGE = 5
+"""Most memories one message yields."""
+
+
+@dataclass(frozen=True, slots=True)
+class Extracted:
+    kind: MemoryKind
+    content: str
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    kind: MemoryKind
+    pattern: re.Pattern[str]
+    key: str | None = None
+    """A stable key; ``{what}`` / ``{rel}`` are filled from the match."""
+    gate: re.Pattern[str] | None = None
+    """The rest of the clause must contain this (weak stems)."""
+    inner: bool = False
+    """Store what follows the stem (remember/correction commands)."""
+
+
+_EN_GOAL_WORDS = re.compile(
+    r"\b(learn|become|study|practi[cs]e|improve|master|get better|run|lose|save|finish|start|"
+    r"train|build|write|read|speak|pass|graduate|long[- ]term|every (day|week)|daily|weekly|"
+    r"next year|this year)\b",
+    re.I,
+)
+_ZH_GOAL_WORDS = re.compile(r"学|成为|考|坚持|长期|每天|每周|将来|以后|明年|今年|练|提高|掌握|减肥")
+
+_EN_RELATIONS = (
+    r"wife|husband|partner|boyfriend|girlfriend|son|daughter|mother|mom|mum|father|dad|"
+    r"brother|sister|boss|manager|dog|cat|baby|kid|child"
+)
+_ZH_RELATIONS = (
+    r"妻子|老婆|丈夫|老公|儿子|女儿|妈妈|母亲|爸爸|父亲|哥哥|姐姐|弟弟|妹妹|男朋友|女朋友|"
+    r"老板|领导|狗|猫|孩子|宝宝"
+)
+_ZH_PEOPLE = (
+    r"同事|朋友|家人|妻子|老婆|丈夫|老公|孩子|儿子|女儿|父母|妈妈|爸爸|男朋友|女朋友|室友|"
+    r"同学|老板|领导|团队|队友|邻居|哥哥|姐姐|弟弟|妹妹"
+)
+
+
+def _en(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.I)
+
+
+# One rule per line reads best for pattern tables.
+# fmt: off
+_EN_RULES: tuple[_Rule, ...] = (
+    _Rule("correction", _en(r"(?:please\s+)?(?:remember|keep in mind|note)\s*(?:that\s*)?[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
+    _Rule("correction", _en(r"(?:correction|to correct myself|let me correct (?:that|myself)|i misspoke)\s*[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
+    _Rule("fact", _en(r"(?:my name is|call me|i'm called|i am called|my name's)\s+(?P<rest>.+)"), key="name"),  # noqa: E501
+    _Rule("fact", _en(r"(?:my birthday is|my birthday's|i was born on)\s+(?P<rest>.+)"), key="birthday"),  # noqa: E501
+    _Rule("fact", _en(r"(?:i (?:currently |now |still )?live in|i'm (?:currently |now )?living in|i am (?:currently |now )?living in|i (?:just |recently )?moved to|i(?:'m| am) based in|my (?:current )?city is|my home is in)\s+(?P<rest>.+)"), key="current_city"),  # noqa: E501
+    _Rule("fact", _en(r"(?:i(?:'m| am) (?:originally )?from|i come from|my hometown is|i grew up in)\s+(?P<rest>.+)"), key="hometown"),  # noqa: E501
+    _Rule("fact", _en(r"(?:i work as|i(?:'m| am) working as|my job is|my profession is|my occupation is|i(?:'m| am) employed as)\s+(?P<rest>.+)"), key="job"),  # noqa: E501
+    _Rule("fact", _en(r"(?:i work (?:at|for)|my employer is|my company is)\s+(?P<rest>.+)"), key="employer"),  # noqa: E501
+    _Rule("fact", _en(r"(?:my (?:native|first|mother) (?:language|tongue) is|i(?:'m| am) a native speaker of)\s+(?P<rest>.+)"), key="native_language"),  # noqa: E501
+    _Rule("fact", _en(r"(?:i(?:'m| am) allergic to|i(?:'m| am) (?:a )?(?:vegetarian|vegan)|i (?:don't|do not) eat)(?P<rest>.*)")),  # noqa: E501
+    _Rule("preference", _en(r"my (?:favou?rite) (?P<what>[a-z][a-z ]{0,28}?) is\s+(?P<rest>.+)"), key="favorite:{what}"),  # noqa: E501
+    _Rule("relation", _en(rf"my (?P<rel>{_EN_RELATIONS})(?:'s name is| is called| is named)\s+(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
+    _Rule("relation", _en(rf"(?:i have (?:an? |one |two |three |four |\d+ )?(?:{_EN_RELATIONS})s?\b|i (?:work|live|study|train|play|meet|travel|cook|run) with my\b|i(?:'m| am) married\b)(?P<rest>.*)")),  # noqa: E501
+    _Rule("goal", _en(r"my (?:main |long[- ]term |big |biggest |personal )?(?:goal|aim|dream|objective|plan) is\s+(?P<rest>.+)")),  # noqa: E501
+    _Rule("goal", _en(r"(?:i(?:'m| am) (?:planning|trying|hoping|aiming|working) to|i plan to|i intend to|i want to|i hope to|i(?:'m| am) learning|i(?:'m| am) studying)\s+(?P<rest>.+)"), gate=_EN_GOAL_WORDS),  # noqa: E501
+    _Rule("preference", _en(r"i (?:really |much |also |generally |usually |always |strongly |definitely |honestly |still |actually )?(?:prefer|like|love|enjoy|hate|dislike|can't stand|cannot stand|don't like|do not like|don't enjoy|do not enjoy|am a fan of)\s+(?P<rest>.+)")),  # noqa: E501
+    _Rule("preference", _en(r"i'm a fan of\s+(?P<rest>.+)")),
+)
+
+_ZH_RULES: tuple[_Rule, ...] = (
+    _Rule("correction", re.compile(r"(?:请|麻烦)?(?:你)?(?:帮我)?(?:记住|要记住|记下|记一下)(?:一下)?[,，:：]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
+    _Rule("correction", re.compile(r"(?:纠正一下|更正一下|我纠正一下|我更正一下|更正|纠正)[,，:：]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
+    _Rule("fact", re.compile(r"(?:我的名字是|我的名字叫|我叫|你可以叫我|叫我|我的名字)(?P<rest>.+)"), key="name"),  # noqa: E501
+    _Rule("fact", re.compile(r"我的?生日(?:是|在)(?P<rest>.+)"), key="birthday"),
+    _Rule("fact", re.compile(r"我(?:现在|目前|如今|已经)?(?:住在|生活在|定居在|居住在|常住在|搬到了|搬到|搬去了|搬去)(?P<rest>.+)"), key="current_city"),  # noqa: E501
+    _Rule("fact", re.compile(r"(?:我来自|我老家是|我老家在|我的家乡是|我的老家是|我是在)(?P<rest>.+?)(?:长大的?)?$"), key="hometown"),  # noqa: E501
+    _Rule("fact", re.compile(r"(?:我的工作是|我的职业是|我从事|我是一名|我是一位|我的工作是做)(?P<rest>.+)"), key="job"),  # noqa: E501
+    _Rule("fact", re.compile(r"我(?:现在|目前)?在(?P<rest>.+?)(?:工作|上班)$"), key="employer"),
+    _Rule("fact", re.compile(r"我的母语是(?P<rest>.+)"), key="native_language"),
+    _Rule("fact", re.compile(r"我(?:对)(?P<rest>.+?)过敏|我(?:是)?吃素的?(?P<rest2>.*)")),
+    _Rule("preference", re.compile(r"我最喜欢的(?P<what>.{1,8}?)是(?P<rest>.+)"), key="favorite:{what}"),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:的)?(?P<rel>{_ZH_RELATIONS})(?:的名字)?叫(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:和|跟|与)(?:我的)?(?:{_ZH_PEOPLE})(?P<rest>.+)")),
+    _Rule("relation", re.compile(rf"我有(?:一个|两个|三个|四个|[0-9]+个)?(?:{_ZH_RELATIONS}|{_ZH_PEOPLE})(?P<rest>.*)")),  # noqa: E501
+    _Rule("goal", re.compile(r"我的(?:目标|梦想|计划|愿望|长期目标|学习目标)是(?P<rest>.+)")),
+    _Rule("goal", re.compile(r"我(?:打算|计划|准备|想要|希望|正在)(?P<rest>.+)"), gate=_ZH_GOAL_WORDS),  # noqa: E501
+    _Rule("preference", re.compile(r"我(?:很|也|最|比较|更|真的|一直|特别|非常|还是|平时|一般|向来)?(?:喜欢|爱吃|爱喝|爱看|爱听|偏好|偏爱|讨厌|不喜欢|不太喜欢|不爱|习惯|倾向于|更倾向于)(?P<rest>.+)")),  # noqa: E501
+)
+_COMMAND_ONLY = re.compile(
+    r"\s*(?:请|麻烦你?)?(?:记住|纠正一下|更正一下)\s*|\s*(?:please )?remember(?: that)?\s*", re.I
+)
+# fmt: on
+
+_CJK = re.compile(r"[\u3400-\u9fff]")
+# A "." only ends a sentence before a space or the end ("3.5", "example.com" stay whole).
+_SENTENCE = re.compile(r"(?:[^.!?。！？;；\n]|\.(?=[^\s.!?]))+[.!?。！？;；]*")
+_CLAUSE_SPLIT = re.compile(
+    r"[,，]\s*(?=我|I\b|I'|[Mm]y\b)|\s+and\s+(?=I\b|I'|[Mm]y\b)|(?:而且|并且)(?=我)"
+)
+_EN_FILLER = re.compile(
+    r"^(?:(?:well|so|oh|ok|okay|actually|also|and|but|by the way|btw|just so you know|fyi|hey|"
+    r"hi|hello|yes|yeah|um|uh|hmm|no|oh and)\b[\s,!.:-]*)+",
+    re.I,
+)
+_ZH_FILLER = re.compile(
+    r"^(?:(?:顺便说一下|顺便说|对了|另外|还有|然后|而且|那个|其实|好的|是的|不过|但是|你好|您好|嗯|啊|哦|呃|对)"
+    r"[\s,，!！。:：]*)+"
+)
+_TRAILING = " \t.。!！?？;；,，、\"'“”"
+_EN_QUESTION = re.compile(
+    r"^(?:do|does|did|is|are|am|can|could|would|should|will|what|why|how|when|where|who|which)\b",
+    re.I,
+)
+_ZH_QUESTION = re.compile(r"[吗呢么]$|什么|为什么|怎么|哪里|哪儿|哪个|是不是|有没有|多少|几个|谁")
+_EN_HYPOTHETICAL = re.compile(
+    r"\b(?:if|suppose|supposing|imagine|pretend|hypothetically|would|wish|maybe|perhaps|might|"
+    r"unless)\b|\bi'd\b",
+    re.I,
+)
+_ZH_HYPOTHETICAL = re.compile(r"如果|假如|假设|要是|万一|假装|想象|也许|可能|或许|的话|假若|倘若")
+_EN_REPORTED = re.compile(r"\b(?:said|says|told|tells|thinks|claims)\b", re.I)
+_ZH_REPORTED = re.compile(r"(?:他|她|他们|她们|别人|朋友|同事)(?:说|认为|觉得|告诉)")
+_EN_NEGATION = re.compile(r"\b(?:not|never|no longer|nothing|none|no)\b|n't\b", re.I)
+_ZH_NEGATION = re.compile(r"不是|没有|并不|不再|从不|从来不|从没|不会|不想|没")
+_FIRST_PERSON = re.compile(
+    r"我|\bi\b|\bi'|\bmy\b|\bremember\b|\bcall me\b|\bcorrection\b|记住|纠正|更正", re.I
+)
+
+
+def _clauses(text: str) -> list[str]:
+    out: list[str] = []
+    for sentence in _SENTENCE.findall(text):
+        parts = _CLAUSE_SPLIT.split(sentence)
+        merged: list[str] = []
+        for part in parts:
+            # "请记住，我…" / "remember, I…": the command and what follows belong together.
+            if merged and _COMMAND_ONLY.fullmatch(merged[-1]):
+                merged[-1] = merged[-1] + "，" + part
+            else:
+                merged.append(part)
+        out.extend(p.strip() for p in merged if p.strip())
+    return out
+
+
+def _strip(clause: str, zh: bool) -> str:
+    filler = _ZH_FILLER if zh else _EN_FILLER
+    return filler.sub("", clause.strip()).strip()
+
+
+def _refused(clause: str, zh: bool) -> bool:
+    """Questions, hypotheticals and reported speech (whole clause)."""
+    body = clause.rstrip(" \t.。!！;；,，")
+    if body.endswith(("?", "？")):
+        return True
+    if zh:
+        return bool(
+            _ZH_QUESTION.search(body) or _ZH_HYPOTHETICAL.search(body) or _ZH_REPORTED.search(body)
+        )
+    return bool(
+        _EN_QUESTION.match(body) or _EN_HYPOTHETICAL.search(body) or _EN_REPORTED.search(body)
+    )
+
+
+def _match(clause: str, zh: bool, *, nested: bool = False) -> Extracted | None:
+    for rule in _ZH_RULES if zh else _EN_RULES:
+        match = rule.pattern.match(clause)
+        if match is None:
+            continue
+        groups = match.groupdict()
+        rest = (groups.get("rest") or groups.get("rest2") or "").strip()
+        if rule.inner:
+            if nested:
+                return None
+            inner = _strip(rest, zh).strip(_TRAILING)
+            if not inner:
+                return None
+            found = _match(inner, zh, nested=True)
+            if found is not None and found.key is not None:
+                return found
+            return Extracted("correction", inner)
+        if (_ZH_NEGATION if zh else _EN_NEGATION).search(rest):
+            return None
+        if rule.gate is not None and not rule.gate.search(rest):
+            continue
+        key = rule.key
+        if key is not None:
+            what = (groups.get("what") or "").strip().lower()
+            rel = (groups.get("rel") or "").strip().lower()
+            key = key.format(what=what, rel=rel)
+        return Extracted(rule.kind, clause, key)
+    return None
+
+
+def extract(text: str) -> list[Extracted]:
+    """The memories a final user message states (see the module docstring), in order."""
+    if not text or len(text) > MAX_MESSAGE_CHARS or not _FIRST_PERSON.search(text):
+        return []
+    found: list[Extracted] = []
+    seen: set[str] = set()
+    for raw in _clauses(text):
+        zh = _CJK.search(raw) is not None
+        if _refused(raw, zh):
+            continue
+        clause = _strip(raw, zh).strip(_TRAILING)
+        if not clause or len(clause) > MAX_ENTRY_CHARS or is_sensitive(clause):
+            continue
+        item = _match(clause, zh)
+        if item is None or item.content in seen:
+            continue
+        if is_sensitive(item.content) or len(item.content) > MAX_ENTRY_CHARS:
+            continue
+        seen.add(item.content)
+        found.append(item)
+        if len(found) >= MAX_PER_MESSAGE:
+            break
+    return found

@@ -1,0 +1,56 @@
+"""Wiring long-term memory (``memory/``) into a voice session.
+
+``session_memory`` builds the engine's ``TurnMemory`` for one session: the services' memory
+store, scoped to the session's tenant, user and role; ``memory_enabled`` is read from the role
+store at the start of every read and extraction (so switching memory off for a role takes
+effect at the next turn of running sessions, and a deleted role has no memory); extraction
+status goes to the client as ``openrealtime.memory.status`` events through the outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from journal.events import ThreadRef
+from memory.session import MemorySettings, SessionMemory
+from runtime.roles import Role
+
+if TYPE_CHECKING:
+    from runtime.services import Services
+
+log = logging.getLogger(__name__)
+
+
+def memory_settings(services: Services) -> MemorySettings:
+    settings = services.settings
+    return MemorySettings(
+        budget_chars=settings.memory_budget_chars,
+        max_entries=settings.memory_inject_max_entries,
+        read_timeout_s=settings.memory_read_timeout_s,
+    )
+
+
+def session_memory(
+    services: Services,
+    thread: ThreadRef,
+    role: Role,
+    send_event: Callable[[dict[str, Any]], None],
+) -> SessionMemory:
+    tenant, role_id = thread.tenant, role.id
+
+    async def is_enabled() -> bool:
+        current = await services.roles.get(tenant, role_id)
+        return current is not None and current.memory_enabled
+
+    return SessionMemory(
+        services.memory,
+        tenant=tenant,
+        user=thread.user,
+        role_id=role_id,
+        language=role.language,
+        is_enabled=is_enabled,
+        report=send_event,
+        settings=memory_settings(services),
+    )

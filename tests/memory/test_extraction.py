@@ -1,0 +1,146 @@
+"""Extraction table tests (SPEC MEM-2/3/4): what is remembered, as which kind and key, and
+what never is (negations, questions, third parties, hypotheticals, secrets)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from memory.extraction import MAX_MESSAGE_CHARS, Extracted, extract
+
+REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
+    # Chinese (the product guide's examples first)
+    ("我喜欢简洁回答", [("preference", None, "我喜欢简洁回答")]),
+    ("我不喜欢太长的解释", [("preference", None, "我不喜欢太长的解释")]),
+    ("我偏好中文交流。", [("preference", None, "我偏好中文交流")]),
+    ("我的目标是学会日语", [("goal", None, "我的目标是学会日语")]),
+    ("我打算长期学习编程", [("goal", None, "我打算长期学习编程")]),
+    ("请记住我更喜欢分步骤说明", [("correction", None, "我更喜欢分步骤说明")]),
+    ("纠正一下，我叫王小明", [("fact", "name", "我叫王小明")]),
+    ("我和同事每周一起复盘", [("relation", None, "我和同事每周一起复盘")]),
+    ("我的生日是3月5日", [("fact", "birthday", "我的生日是3月5日")]),
+    ("我现在住在杭州", [("fact", "current_city", "我现在住在杭州")]),
+    ("嗯，其实我搬到了深圳", [("fact", "current_city", "我搬到了深圳")]),
+    ("我是一名老师", [("fact", "job", "我是一名老师")]),
+    ("我在腾讯工作", [("fact", "employer", "我在腾讯工作")]),
+    ("我来自成都", [("fact", "hometown", "我来自成都")]),
+    ("我的母语是粤语", [("fact", "native_language", "我的母语是粤语")]),
+    ("我最喜欢的颜色是蓝色", [("preference", "favorite:颜色", "我最喜欢的颜色是蓝色")]),
+    ("我女儿叫朵朵", [("relation", "relation:女儿", "我女儿叫朵朵")]),
+    (
+        "我叫小明，我住在上海。我喜欢喝茶！",
+        [
+            ("fact", "name", "我叫小明"),
+            ("fact", "current_city", "我住在上海"),
+            ("preference", None, "我喜欢喝茶"),
+        ],
+    ),
+    # English
+    ("I prefer concise answers.", [("preference", None, "I prefer concise answers")]),
+    ("I don't like long explanations", [("preference", None, "I don't like long explanations")]),
+    ("Well, actually I love spicy food!", [("preference", None, "I love spicy food")]),
+    ("My goal is to learn Japanese", [("goal", None, "My goal is to learn Japanese")]),
+    ("I plan to learn Spanish this year", [("goal", None, "I plan to learn Spanish this year")]),
+    (
+        "Please remember that I want step-by-step answers",
+        [("correction", None, "I want step-by-step answers")],
+    ),
+    (
+        "Please remember that my birthday is March 3",
+        [("fact", "birthday", "my birthday is March 3")],
+    ),  # noqa: E501
+    ("Correction: my name is Anne", [("fact", "name", "my name is Anne")]),
+    (
+        "My name is Tom and I live in Paris",
+        [("fact", "name", "My name is Tom"), ("fact", "current_city", "I live in Paris")],
+    ),  # noqa: E501
+    ("I was born on July 4th", [("fact", "birthday", "I was born on July 4th")]),
+    ("I just moved to Berlin", [("fact", "current_city", "I just moved to Berlin")]),
+    ("I work as a nurse", [("fact", "job", "I work as a nurse")]),
+    ("I'm from Lagos", [("fact", "hometown", "I'm from Lagos")]),
+    (
+        "My favorite color is green",
+        [("preference", "favorite:color", "My favorite color is green")],
+    ),  # noqa: E501
+    ("My wife's name is Anna", [("relation", "relation:wife", "My wife's name is Anna")]),
+    (
+        "I work with my brother every weekend",
+        [("relation", None, "I work with my brother every weekend")],
+    ),  # noqa: E501
+    ("I'm allergic to peanuts", [("fact", None, "I'm allergic to peanuts")]),
+]
+
+NOT_REMEMBERED = [
+    # negations
+    "My name is not Bob",
+    "I am not from here",
+    "我不住在北京",
+    "我喜欢的不是咖啡",
+    "I never said I like tea",
+    # questions
+    "Do I like tea?",
+    "I live in Paris?",
+    "我喜欢吗？",
+    "你喜欢什么",
+    "我住在哪里",
+    # third parties and reported speech
+    "My friend likes jazz",
+    "He prefers tea",
+    "他喜欢猫",
+    "我朋友喜欢猫",
+    "He said I like tea",
+    "她说我喜欢猫",
+    # hypotheticals
+    "If I lived in Paris I would be happy",
+    "I would prefer a window seat",
+    "Maybe I like tea",
+    "如果我住在北京就好了",
+    "假如我的目标是赚钱",
+    # secrets and access links
+    "My password is hunter2",
+    "请记住我的密码是123456",
+    "Remember that my API key is sk-abcdefghijklmnopqrst",
+    "Please remember this link https://example.com/share/abc",
+    "我喜欢用这个链接 www.example.com/x",
+    # requests and small talk are not memories
+    "I plan to return this item",
+    "我打算退货",
+    "Hello there",
+    "What is the weather",
+    "退货期限是多少？",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), REMEMBERED)
+def test_statements_are_remembered(text: str, expected: list[tuple[str, str | None, str]]) -> None:
+    assert extract(text) == [Extracted(kind, content, key) for kind, key, content in expected]
+
+
+@pytest.mark.parametrize("text", NOT_REMEMBERED)
+def test_non_statements_are_not_remembered(text: str) -> None:
+    assert extract(text) == []
+
+
+def test_too_long_statements_are_not_stored_or_cut() -> None:
+    long_clause = "I like " + "very " * 80 + "long walks"
+    assert len(long_clause) > 300
+    assert extract(long_clause) == []
+    assert extract("I like tea. " * (MAX_MESSAGE_CHARS // 12 + 1)) == []
+
+
+def test_at_most_five_memories_per_message() -> None:
+    text = "。".join(f"我喜欢第{n}种茶" for n in range(9))
+    assert len(extract(text)) == 5
+
+
+def test_pattern_extraction_is_fast() -> None:
+    messages = [text for text, _ in REMEMBERED] + NOT_REMEMBERED
+    timings = []
+    for _ in range(20):
+        for message in messages:
+            start = time.perf_counter()
+            extract(message)
+            timings.append((time.perf_counter() - start) * 1000)
+    assert statistics.median(timings) < 1.0
