@@ -1,0 +1,145 @@
+"""Screenshots of every page, drawn by Debian's Chromium against a real server with some
+content (a conversation, a view-only record, memories, a document).
+
+    .venv/bin/python -m tests.web.screenshots            # writes docs/screenshots/*.png
+
+``tests/web/test_screenshots.py`` runs the same capture into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from runtime.config import Settings
+from runtime.server import RunningServer, running_server
+from tests.web.conftest import (
+    BASE_ARGS,
+    CHROMIUM,
+    last_answer,
+    say,
+    silence_file,
+    start_talking,
+    text_plugins,
+    wait_js,
+)
+
+LAPTOP = {"width": 1000, "height": 680}
+PHONE = {"width": 390, "height": 760}
+SHOP_TEXT = (
+    "Returns are accepted within 7 days of delivery.\n"
+    "Items must be unused, in their original packaging, with the order number.\n"
+    "Customer service hours: weekdays 09:00-18:00.\n"
+)
+
+
+async def _call(page: Any, method: str, path: str, body: Any = None) -> Any:
+    return await page.evaluate(
+        """async ([method, path, body]) => {
+            const headers = {Authorization: 'Bearer ' + localStorage.getItem('openrealtime.token'),
+                             'Content-Type': 'application/json'};
+            const r = await fetch(path, {method, headers,
+                                         body: body ? JSON.stringify(body) : undefined});
+            return r.status;
+        }""",
+        [method, path, body],
+    )
+
+
+async def _seed(page: Any) -> str:
+    """A short conversation on the talk page, a view-only record, a memory and a document."""
+    await start_talking(page)
+    await say(page, "hello")
+    await last_answer(page, "Hello")
+    await say(page, "what did I just say")
+    await last_answer(page, "You said")
+    record_id = str(await page.evaluate("window.openrealtime.record.id"))
+    await wait_js(
+        page, f"window.openrealtime.saver.status({record_id!r})?.state === 'saved'", 10_000
+    )
+    await _call(
+        page, "POST", "/api/conversations",
+        {"id": "imported-1", "idempotency_key": "seed-1", "base_version": 0, "start_index": 0,
+         "title": "An imported conversation (no runtime ids)",
+         "messages": [{"role": "user", "text": "Hi from an older version"}]},
+    )  # fmt: skip
+    roles = await page.evaluate("window.openrealtime.session.role.id")
+    await _call(page, "POST", "/api/memory", {"role_id": roles, "kind": "preference",
+                                             "content": "I like short answers"})  # fmt: skip
+    await _call(page, "POST", "/api/documents", {"name": "Shop returns policy v1",
+                                                "text": SHOP_TEXT, "role_id": roles})  # fmt: skip
+    return record_id
+
+
+async def capture(
+    server: RunningServer, out: Path, wav: Path, problems: list[str] | None = None
+) -> list[Path]:
+    """Draw every page into ``out`` (an existing folder); returns the files written. Script
+    errors and error banners seen on the way are appended to ``problems``."""
+    problems = [] if problems is None else problems
+    from playwright.async_api import async_playwright
+
+    shots: list[Path] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[*BASE_ARGS, f"--use-file-for-fake-audio-capture={wav}"],
+        )
+        try:
+            context = await browser.new_context(viewport=LAPTOP)
+            page = await context.new_page()
+            page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
+            await page.goto(f"{server.http_url}/#token={server.token}")
+            await page.wait_for_selector("body[data-ready=true]")
+            record_id = await _seed(page)
+
+            async def shot(name: str) -> None:
+                for banner in await page.locator(".banner.bad:visible").all_text_contents():
+                    problems.append(f"{name}: {banner}")
+                path = out / f"{name}.png"
+                await page.screenshot(path=str(path), full_page=name == "knowledge")
+                shots.append(path)
+
+            await shot("talk")
+            await page.set_viewport_size(PHONE)
+            await shot("talk-phone")
+            await page.click("#start")  # end the session before leaving
+            await page.set_viewport_size(LAPTOP)
+            for name, path in [
+                ("history", "/history.html"),
+                ("history-detail", f"/history.html?id={record_id}"),
+                ("history-view-only", "/history.html?id=imported-1"),
+                ("memory", "/memory.html"),
+                ("knowledge", "/knowledge.html"),
+            ]:
+                await page.goto(f"{server.http_url}{path}")
+                await page.wait_for_selector("body[data-ready=true]")
+                if name == "knowledge":
+                    await page.fill("#query", "how many days for returns")
+                    await page.click("#search-form button")
+                    await page.wait_for_selector("#hits li")
+                await page.evaluate("window.scrollTo(0, 0)")
+                await shot(name)
+        finally:
+            await browser.close()
+    return shots
+
+
+async def _main(out: Path) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        settings = Settings(port=0, data_dir=Path(folder) / "data", storage="memory")
+        async with running_server(settings, plugins=text_plugins(10.0)) as server:
+            for path in await capture(server, out, silence_file(Path(folder))):
+                print(path)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
+    folder = parser.parse_args().out
+    folder.mkdir(parents=True, exist_ok=True)
+    asyncio.run(_main(folder))

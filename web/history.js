@@ -1,0 +1,149 @@
+// The history page (SPEC WEB-2, RES-3, CONV-4): this account's conversation records, one in
+// detail, "continue this conversation" for records the runtime can continue (view-only with the
+// server's reason otherwise), export, and delete with the option to erase the runtime journal.
+
+import {
+  account,
+  api,
+  downloadJson,
+  el,
+  errorText,
+  formatTime,
+  listRoles,
+  plural,
+  renderHeader,
+  requireToken,
+} from "./api.js";
+import { RecordSaver } from "./records.js";
+
+const $ = (id) => document.getElementById(id);
+let roleNames = new Map();
+
+function notice(text, kind = "") {
+  const box = $("notice");
+  box.className = `banner ${kind}`.trim();
+  box.textContent = text;
+  box.classList.toggle("hidden", !text);
+}
+
+function roleName(id) {
+  return roleNames.get(id) || id || "default role";
+}
+
+async function showList() {
+  $("detail").classList.add("hidden");
+  $("list-panel").classList.remove("hidden");
+  let conversations;
+  try {
+    ({ conversations } = await api("/api/conversations"));
+  } catch (error) {
+    notice(`Could not load conversations: ${errorText(error)}`, "bad");
+    return;
+  }
+  const list = $("conversations");
+  list.replaceChildren();
+  for (const c of conversations) {
+    const link = el("a", { class: "item-link", href: `history.html?id=${encodeURIComponent(c.id)}` }, c.title || "Untitled conversation");
+    const badge = c.continuable
+      ? el("span", { class: "badge ok" }, "can continue")
+      : el("span", { class: "badge warn", title: c.view_only_reason || "" }, "view only");
+    list.append(
+      el(
+        "li",
+        { "data-id": c.id },
+        el("div", { class: "row spread" }, link, badge),
+        el("div", { class: "muted small" }, `${roleName(c.role_id)} · ${plural(c.message_count, "message")} · ${formatTime(c.updated_at)}`),
+      ),
+    );
+  }
+  $("empty").classList.toggle("hidden", conversations.length > 0);
+}
+
+async function showDetail(id) {
+  $("list-panel").classList.add("hidden");
+  $("detail").classList.remove("hidden");
+  let record;
+  try {
+    record = await api(`/api/conversations/${encodeURIComponent(id)}`);
+  } catch (error) {
+    notice(`Could not open the conversation: ${errorText(error)}`, "bad");
+    return;
+  }
+  $("detail-title").textContent = record.title || "Untitled conversation";
+  $("detail-meta").textContent =
+    `${roleName(record.role_id)} · ${plural(record.message_count, "message")} · started ${formatTime(record.created_at)} · updated ${formatTime(record.updated_at)}`;
+  const messages = $("messages");
+  messages.replaceChildren(
+    ...record.messages.map((m) =>
+      el("div", { class: `msg ${m.role}`, "data-role": m.role }, el("span", { class: "text" }, m.text)),
+    ),
+  );
+  const cont = $("continue");
+  cont.classList.toggle("hidden", !record.continuable);
+  cont.href = `index.html?continue=${encodeURIComponent(record.id)}`;
+  const viewOnly = $("view-only");
+  viewOnly.classList.toggle("hidden", record.continuable);
+  viewOnly.textContent = record.continuable ? "" : `View only: ${record.view_only_reason}`;
+  $("export").onclick = () => downloadJson(`conversation-${record.id}.json`, record);
+  $("delete").onclick = () => {
+    $("erase-journal").checked = false;
+    $("delete-dialog").showModal();
+  };
+  $("delete-dialog").onclose = async () => {
+    if ($("delete-dialog").returnValue !== "delete") return;
+    await deleteRecord(record, $("erase-journal").checked);
+  };
+}
+
+async function deleteRecord(record, eraseJournal) {
+  let report;
+  try {
+    report = await api(`/api/conversations/${encodeURIComponent(record.id)}?erase_journal=${eraseJournal}`, {
+      method: "DELETE",
+    });
+  } catch (error) {
+    notice(`Not deleted: ${errorText(error)}`, "bad");
+    return;
+  }
+  const lines = [
+    `Conversation record: removed`,
+    `Memories learned from it: ${report.memories_removed} removed${report.receipt_id ? ` (receipt ${report.receipt_id})` : ""}`,
+    `Runtime journal: ${eraseJournal ? `${report.journal_events_removed} events erased` : "kept"}`,
+    ...report.kept.map((k) => `Kept — ${k.what}: ${k.why}`),
+  ];
+  $("delete-report-text").textContent = lines.join("\n");
+  $("delete-report").classList.remove("hidden");
+  $("messages").classList.add("hidden");
+  for (const id of ["continue", "export", "delete", "view-only"]) $(id).classList.add("hidden");
+  const saver = window.openrealtimeSaver;
+  if (saver) await saver.discard(record.id);
+}
+
+async function main() {
+  renderHeader("history.html");
+  if (!requireToken()) return;
+  const who = await account();
+  roleNames = new Map((await listRoles()).map((r) => [r.id, r.name]));
+  // Unsent transcripts this account left behind are retried from here too (CONV-3).
+  const saver = new RecordSaver(who);
+  window.openrealtimeSaver = saver;
+  const resumed = await saver.resumePending();
+  if (resumed.length) {
+    $("pending").textContent = `Saving ${resumed.length} conversation(s) kept on this device…`;
+    $("pending").classList.remove("hidden");
+    saver.addEventListener("status", () => {
+      const open = [...saver.records.values()].filter((e) => e.snapshot.inflight || e.snapshot.confirmed < e.snapshot.messages.length);
+      if (!open.length) {
+        $("pending").classList.add("hidden");
+        showList();
+      }
+    });
+  }
+  $("refresh").addEventListener("click", showList);
+  const id = new URLSearchParams(location.search).get("id");
+  if (id) await showDetail(id);
+  else await showList();
+  document.body.dataset.ready = "true";
+}
+
+main().catch((error) => notice(`The page failed to start: ${errorText(error)}`, "bad"));
