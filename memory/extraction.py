@@ -2,28 +2,43 @@
 
 Theory of operation
 -------------------
-A message is split into clauses (sentence ends; a comma followed by a new first-person start).
-Each clause, with leading fillers ("well,", "actually", "嗯", "其实"…) removed, is matched
-against one table of anchored patterns per language (Chinese when the clause has CJK
-characters). A pattern only matches at the start of the clause, in the first person, so
-statements about third parties ("my friend likes…", "他喜欢…") and reported speech never match.
-The first matching rule gives the kind (preference, goal, correction, relation, fact) and, for
-stable facts, a key (``name``, ``birthday``, ``current_city``, ``hometown``, ``job``,
-``employer``, ``native_language``, ``favorite:<thing>``, ``relation:<who>``): a newer statement
-with the same key replaces the older one in the store.
+A message is split into clauses (sentence ends; a comma or "and"/"but"/"但是" followed by a new
+first-person start). Each clause, with leading fillers and discourse markers ("well,",
+"actually", "no,", "sorry, I mean", "嗯", "其实", "不对", "我说错了"…) and stress adverbs inside it
+("I actually live…", "我其实住在…") removed, is matched against one table of anchored patterns
+per language (Chinese when the clause has CJK characters). A pattern only matches at the start
+of the clause, in the first person, so statements about third parties ("my friend likes…",
+"他喜欢…") and reported speech never match. The first matching rule gives the kind
+(preference, goal, correction, relation, fact) and, for stable facts, a key (``name``,
+``birthday``, ``current_city``, ``hometown``, ``job``, ``employer``, ``native_language``,
+``favorite:<thing>``, ``relation:<who>``): a newer statement with the same key replaces the
+older one in the store.
 
 A clause is *not* stored when it is a question (ends with ``?``/``？``, or is a Chinese question
 by its particles and question words), hypothetical (if/suppose/would…, 如果/假如/要是…),
 reported speech, negated after the matched stem ("my name is not…", "我喜欢的不是…"), longer
 than ``MAX_ENTRY_CHARS``, or sensitive (passwords, keys, access links: ``is_sensitive``).
 "Remember that …"/"请记住…" and "correction: …"/"纠正一下…" store what follows: as a stable fact
-when it is one, else as a correction. Weak goal stems ("I plan to…", "我打算…") need a
-learning/long-term word after them, so "I plan to return this" is not a goal.
+when it is one, else as a correction.
 
-The content stored is the clause as said (fillers and trailing punctuation removed). Matching
-is deliberately conservative: complex sentences, indirect phrasing and several facts in one
-clause may not be stored. Everything here is pure and fast (well under a millisecond for a
-normal message); saving is the store's job.
+Spoken corrections: a trailing contrastive negation names the old value and is dropped before
+matching ("Actually my birthday is June 5, not May 5" → ``birthday``: "my birthday is June 5";
+"不对，我住在上海，不是北京" → ``current_city``: "我住在上海"); English needs a comma or dash before
+the "not". "X is not A, (but/it's) B" and "…不是A，(而)是B" are read as "X is B" / "…是B". A tail
+where "not" qualifies instead of contrasting ("not only…", "not far from…", "不是因为…", "不是很…")
+is no contrast, so the clause stays negated. Nothing else changes: a negation without a
+corrected value ("my name is not Anne", "I don't live in Berlin", "我不住在北京") stores nothing,
+and the question, hypothetical, reported-speech and first-person checks apply to the corrected
+statement as to any other. Under a stable key the correction replaces the older value in the
+store; unkeyed corrections keep the kind of the statement they make.
+
+Weak goal stems ("I plan to…", "我打算…") need a learning/long-term word after them, so "I plan
+to return this" is not a goal.
+
+The content stored is the clause as said (fillers, stress adverbs, a contrastive tail and
+trailing punctuation removed). Matching is deliberately conservative: complex sentences,
+indirect phrasing and several facts in one clause may not be stored. Everything here is pure
+and fast (well under a millisecond for a normal message); saving is the store's job.
 """
 
 from __future__ import annotations
@@ -133,18 +148,58 @@ _COMMAND_ONLY = re.compile(
 _CJK = re.compile(r"[\u3400-\u9fff]")
 # A "." only ends a sentence before a space or the end ("3.5", "example.com" stay whole).
 _SENTENCE = re.compile(r"(?:[^.!?。！？;；\n]|\.(?=[^\s.!?]))+[.!?。！？;；]*")
+# A new clause starts at a comma (optionally followed by a connective such as "but"/"但是",
+# which stays with the clause and is stripped as a filler) or a bare "and"/"but" before a
+# first-person start: "I said Berlin earlier, but I actually live in Munich" is two clauses.
 _CLAUSE_SPLIT = re.compile(
-    r"[,，]\s*(?=我|I\b|I'|[Mm]y\b)|\s+and\s+(?=I\b|I'|[Mm]y\b)|(?:而且|并且)(?=我)"
+    r"[,，]\s*(?=(?:(?:[Bb]ut|[Aa]nd|[Ss]o|[Aa]ctually)[\s,]+)?(?:I\b|I'|[Mm]y\b))"
+    r"|\s+(?:and|but)\s+(?=I\b|I'|[Mm]y\b)"
+    r"|[,，]\s*(?=(?:但是|可是|不过|其实|实际上|事实上|而且|所以)?我)"
+    r"|(?:而且|并且|但是|可是|不过)(?=我)"
 )
+# Leading fillers and discourse markers, corrective ones included ("no,", "sorry, I mean",
+# "不对", "我说错了"): what follows them is matched as an ordinary statement.
 _EN_FILLER = re.compile(
     r"^(?:(?:well|so|oh|ok|okay|actually|also|and|but|by the way|btw|just so you know|fyi|hey|"
-    r"hi|hello|yes|yeah|um|uh|hmm|no|oh and)\b[\s,!.:-]*)+",
+    r"hi|hello|yes|yeah|um|uh|hmm|no|nope|oh and|sorry|wait|oops|in fact|to be clear|"
+    r"i mean(?: to say)?|i meant(?: to say)?|scratch that|let me rephrase)\b[\s,!.:-]*)+",
     re.I,
 )
 _ZH_FILLER = re.compile(
-    r"^(?:(?:顺便说一下|顺便说|对了|另外|还有|然后|而且|那个|其实|好的|是的|不过|但是|你好|您好|嗯|啊|哦|呃|对)"
-    r"[\s,，!！。:：]*)+"
+    r"^(?:(?:顺便说一下|顺便说|对了|另外|还有|然后|而且|那个|其实|实际上|事实上|好的|是的|不过|但是|可是|"
+    r"所以|你好|您好|不对|不是的|我刚才说错了|刚才说错了|我说错了|说错了|错了|准确地说|确切地说|嗯|啊|哦|呃|对)"
+    r"[\s,，!！。:：]*|不是[\s,，!！。:：]+)+"
 )
+# "actually"/"其实" inside a clause only stress it: "I actually live in…" reads "I live in…".
+_EN_ADVERB = re.compile(r"\s+(?:actually|in fact)\b,?(?=\s)", re.I)
+_ZH_ADVERB = re.compile(r"其实|实际上|事实上")
+# A trailing contrastive negation names the old value of a correction ("…Munich now, not
+# Berlin", "…上海，不是北京"): it is dropped and what comes before it is matched. Tails where
+# "not" qualifies rather than contrasts ("not only…", "not because…", "不是因为…") are not
+# contrasts: they stay, and the clause counts as negated. English needs the comma/dash.
+_EN_CONTRAST = re.compile(
+    r"(?:\s*[,;]|\s+[-–—])\s*(?:and\s+|but\s+)?(?:not|no longer)\s+"
+    r"(?!(?:only|just|because|that|to mention|to say|sure|really|at all|bad|much|many|anymore|"
+    r"any|yet|always|ever|even|so|too|very|quite|far|near|close|exactly|necessarily|entirely|"
+    r"completely|fully|all|every|everyone|everything|if|when|unless|since|until|while|i|me|we|"
+    r"you|he|she|they|it|this|like|a lot)\b)[^,;:!?]{1,40}$",
+    re.I,
+)
+_ZH_CONTRAST = re.compile(
+    r"[，,；;]?\s*(?:而|但)?(?:不是|并不是|而不是|而非|不再是|不在|不叫)"
+    r"(?!因为|为了|说|很|太|特别|非常|真的|所有|每|一直|只|故意|我|你|他|她|它|什么|谁|哪|吗|那么|这么|"
+    r"一般|经常|总|常)[^，,。；;！!？?]{1,20}$"
+)
+# "X is not A, (but/it's) B" and "…不是A，(而)是B" state B: read as "X is B" / "…是B".
+_EN_NOT_BUT = re.compile(
+    r"(?P<stem>.+?)\s+(?:is not|isn't|is no longer)\s+[^,;]{1,40}?(?:\s*,\s*|\s+)"
+    r"(?:but(?: it's| it is)?|it's|it is)\s+(?P<new>[^,;]{1,60})",
+    re.I,
+)
+_ZH_NOT_BUT = re.compile(
+    r"(?P<stem>我[^，,]{0,12}?)(?:不是|并不是)[^，,是]{1,20}[，,]?\s*(?:而|但)?是(?P<new>[^，,]{1,40})"
+)
+_ZH_EMPTY_REST = re.compile(r"[的了是在呢吧啊呀\s,，]*")
 _TRAILING = " \t.。!！?？;；,，、\"'“”"
 _EN_QUESTION = re.compile(
     r"^(?:do|does|did|is|are|am|can|could|would|should|will|what|why|how|when|where|who|which)\b",
@@ -160,7 +215,7 @@ _ZH_HYPOTHETICAL = re.compile(r"如果|假如|假设|要是|万一|假装|想象
 _EN_REPORTED = re.compile(r"\b(?:said|says|told|tells|thinks|claims)\b", re.I)
 _ZH_REPORTED = re.compile(r"(?:他|她|他们|她们|别人|朋友|同事)(?:说|认为|觉得|告诉)")
 _EN_NEGATION = re.compile(r"\b(?:not|never|no longer|nothing|none|no)\b|n't\b", re.I)
-_ZH_NEGATION = re.compile(r"不是|没有|并不|不再|从不|从来不|从没|不会|不想|没")
+_ZH_NEGATION = re.compile(r"不是|没有|并不|不再|从不|从来不|从没|不会|不想|不叫|不在|不住|没")
 _FIRST_PERSON = re.compile(
     r"我|\bi\b|\bi'|\bmy\b|\bremember\b|\bcall me\b|\bcorrection\b|记住|纠正|更正", re.I
 )
@@ -182,8 +237,14 @@ def _clauses(text: str) -> list[str]:
 
 
 def _strip(clause: str, zh: bool) -> str:
-    filler = _ZH_FILLER if zh else _EN_FILLER
-    return filler.sub("", clause.strip()).strip()
+    """The clause without fillers and stress adverbs, "X is not A but B" read as "X is B"."""
+    if zh:
+        body = _ZH_ADVERB.sub("", _ZH_FILLER.sub("", clause.strip())).strip()
+        rewrite = _ZH_NOT_BUT.fullmatch(body.strip(_TRAILING))
+        return f"{rewrite['stem']}是{rewrite['new']}" if rewrite else body
+    body = _EN_ADVERB.sub("", _EN_FILLER.sub("", clause.strip())).strip()
+    rewrite = _EN_NOT_BUT.fullmatch(body.strip(_TRAILING))
+    return f"{rewrite['stem']} is {rewrite['new']}" if rewrite else body
 
 
 def _refused(clause: str, zh: bool) -> bool:
@@ -201,6 +262,18 @@ def _refused(clause: str, zh: bool) -> bool:
 
 
 def _match(clause: str, zh: bool, *, nested: bool = False) -> Extracted | None:
+    tail = (_ZH_CONTRAST if zh else _EN_CONTRAST).search(clause)
+    if tail is not None:
+        # "…June 5, not May 5": the statement before the contrast, when it is one on its own.
+        head = clause[: tail.start()].strip(_TRAILING)
+        if head and not _refused(head, zh):  # "我住在上海吗，不是北京" asks
+            found = _match_rules(head, zh, nested=nested, contrast=True)
+            if found is not None:
+                return found
+    return _match_rules(clause, zh, nested=nested, contrast=False)
+
+
+def _match_rules(clause: str, zh: bool, *, nested: bool, contrast: bool) -> Extracted | None:
     for rule in _ZH_RULES if zh else _EN_RULES:
         match = rule.pattern.match(clause)
         if match is None:
@@ -216,7 +289,9 @@ def _match(clause: str, zh: bool, *, nested: bool = False) -> Extracted | None:
             found = _match(inner, zh, nested=True)
             if found is not None and found.key is not None:
                 return found
-            return Extracted("correction", inner)
+            return Extracted("correction", found.content if found is not None else inner)
+        if contrast and rest and _ZH_EMPTY_REST.fullmatch(rest):
+            return None  # "我喜欢的｜不是咖啡": the contrast is the whole statement
         if (_ZH_NEGATION if zh else _EN_NEGATION).search(rest):
             return None
         if rule.gate is not None and not rule.gate.search(rest):
