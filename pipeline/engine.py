@@ -196,7 +196,8 @@ class Engine:
         # from 1 again: the suffix keeps its journal event ids and item ids distinct.
         suffix = f".{incarnation}" if incarnation else ""
         self._event_prefix = voice_session_id + suffix
-        self._item_prefix = f"item_{voice_session_id[-8:]}{suffix}"
+        # The whole session id: item ids stay unique across every session of a thread.
+        self._item_prefix = f"item_{voice_session_id.removeprefix('vs_')}{suffix}"
         self.settings = settings or EngineSettings()
         self.clock = clock
         self.coordinator = TurnCoordinator(self.settings.turns)
