@@ -8,8 +8,9 @@ not know — in the user's language (Chinese when the input has CJK characters, 
 Knowledge goes through the same tool path a model uses (``plugins.brain.tool_loop``): when
 ``request.tools`` offers ``knowledge_search`` and no rule answers the input, it calls
 ``knowledge_search({"query": <input>})``; called again with that result, it answers with the
-first sentence(s) inside the result's ``<untrusted_knowledge>`` block (naming the
-``[source: …]``), or says it does not know when the result holds no knowledge.
+sentence of the ``<untrusted_knowledge>`` blocks that shares most words with the question (else
+the first block's first sentences), naming its ``[source: …]``, or says it does not know when
+the result holds no knowledge.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class LocalBrain:
             return reply
         results = _knowledge_results(request)
         if results:
-            return _answer_from_knowledge(results, lang)
+            return _answer_from_knowledge(results, lang, text)
         return _UNKNOWN[lang]
 
 
@@ -185,18 +186,49 @@ def _knowledge_results(request: BrainInput) -> list[ToolResult]:
     return [result for result in request.tool_results if result.name == KNOWLEDGE_TOOL]
 
 
-def _answer_from_knowledge(results: list[ToolResult], lang: str) -> str:
-    """The first sentence(s) of the first knowledge block found, or "not found"."""
+def _answer_from_knowledge(results: list[ToolResult], lang: str, question: str) -> str:
+    """The sentence of the knowledge blocks that shares most words with the question (the
+    best-ranked block wins ties), else the first sentence(s) of the first block; or "not
+    found" when no block holds text."""
+    wanted = _terms(question)
+    best: tuple[int, str, str] | None = None  # (overlap, source, sentence)
+    fallback: tuple[str, str] | None = None
     for result in results:
         if result.is_error:
             continue
         for match in _KNOWLEDGE.finditer(result.content):
-            summary = _first_sentences(match["body"])
-            if not summary:
-                continue
+            body = " ".join(match["body"].split())
             source = (match["source"] or "").strip()
-            return _FROM_SOURCE[lang].format(source, summary) if source else summary
-    return _NOT_FOUND[lang]
+            if fallback is None and body:
+                fallback = (source, _first_sentences(body))
+            for sentence in _SENTENCE.findall(body):
+                overlap = len(wanted & _terms(sentence))
+                if overlap and (best is None or overlap > best[0]):
+                    best = (overlap, source, sentence.strip())
+    if best is not None:
+        source, summary = best[1], best[2]
+    elif fallback is not None:
+        source, summary = fallback
+    else:
+        return _NOT_FOUND[lang]
+    return _FROM_SOURCE[lang].format(source, summary) if source else summary
+
+
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
+_WORD = re.compile(r"[a-z0-9]{3,}")
+_STOP = frozenset(
+    "the and for are was were you your does what when where which with how many much can".split()
+)
+
+
+def _terms(text: str) -> set[str]:
+    """Chinese character bigrams and English words (3+ letters, no stop words; cut to five
+    letters, a crude stem: "charging" and "charge" meet) of ``text``."""
+    lowered = text.lower()
+    terms = {w[:5] for w in _WORD.findall(lowered) if w not in _STOP}
+    for run in _CJK_RUN.findall(lowered):
+        terms.update(run[i : i + 2] for i in range(len(run) - 1))
+    return terms
 
 
 def _first_sentences(text: str) -> str:

@@ -108,7 +108,26 @@ async def test_local_brain_answers_in_chinese_from_chinese_knowledge() -> None:
     deltas = await run(
         LocalBrain(), request_for("多久可以退货?", KNOWLEDGE), {"knowledge_search": knowledge}
     )
-    assert text_of(deltas) == "根据《退货政策》:购买后三十天内可以退货。请带好收据。"
+    assert text_of(deltas) == "根据《退货政策》:购买后三十天内可以退货。"
+
+
+async def test_local_brain_answers_with_the_sentence_that_matches_the_question() -> None:
+    knowledge = Knowledge(
+        "[source: Nova]\n<untrusted_knowledge>The battery lasts 30 hours. A full charge takes "
+        "two hours. Accidental damage is not covered.</untrusted_knowledge>\n"
+        "[source: 售后]\n<untrusted_knowledge>退货期限为签收后 7 天。"
+        "退货运费规则:质量问题由商店承担。</untrusted_knowledge>"
+    )
+    tools = {KNOWLEDGE_TOOL: knowledge}
+    charging = await run(
+        LocalBrain(), request_for("How long does charging take?", KNOWLEDGE), tools
+    )
+    assert text_of(charging) == 'According to "Nova": A full charge takes two hours.'
+    postage = await run(LocalBrain(), request_for("那运费谁承担?", KNOWLEDGE), tools)
+    assert text_of(postage) == "根据《售后》:退货运费规则:质量问题由商店承担。"
+    # Nothing in common with the question: the first sentence of the best-ranked block.
+    vague = await run(LocalBrain(), request_for("tell me something", KNOWLEDGE), tools)
+    assert text_of(vague).startswith('According to "Nova": The battery lasts 30 hours.')
 
 
 @pytest.mark.parametrize(
