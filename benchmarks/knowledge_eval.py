@@ -61,7 +61,7 @@ import numpy as np
 from benchmarks.common import emit, percentile
 from knowledge.base import KnowledgeBase, KnowledgeLimits
 from knowledge.embedding import E5Embedder, to_bytes
-from knowledge.retrieval import Hit
+from knowledge.retrieval import SPECIFIC_WORD_WEIGHT, Hit
 from knowledge.store import InMemoryKnowledgeStore, NewChunk
 from knowledge.text import parse_query
 
@@ -163,21 +163,27 @@ def _found(hits: list[Hit], task: dict[str, Any], names: dict[str, str]) -> bool
 
 SWEEP_MARGINS = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05)
 SWEEP_SPECIFICITY = (None, 0.0, 0.01, 0.015, 0.02, 0.03)
+SWEEP_SPECIFIC_WORD = (None, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 async def _sweep(
     knowledge: KnowledgeBase, tasks: list[dict[str, Any]], names: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """Recall and no-answer figures for other semantic margins and specificities (same index,
-    same query vectors), one varied at a time."""
+    """Recall and no-answer figures for other semantic margins, specificities and specific-word
+    weights (Rule 4c of ``knowledge.retrieval``; same index, same query vectors), one varied at a
+    time."""
     assert knowledge.embedder is not None
     index = await knowledge.index(TENANT, USER)
     reference = await knowledge.embedder.reference()
     rows = []
     vectors = {t["query"]: await knowledge.embedder.query(t["query"]) for t in tasks}
-    grid: list[tuple[float, float | None]] = [(m, knowledge.specificity) for m in SWEEP_MARGINS]
-    grid += [(knowledge.semantic_margin, sp) for sp in SWEEP_SPECIFICITY]
-    for margin, specificity in grid:
+    word = SPECIFIC_WORD_WEIGHT
+    grid: list[tuple[float, float | None, float | None]] = [
+        (m, knowledge.specificity, word) for m in SWEEP_MARGINS
+    ]
+    grid += [(knowledge.semantic_margin, sp, word) for sp in SWEEP_SPECIFICITY]
+    grid += [(knowledge.semantic_margin, knowledge.specificity, w) for w in SWEEP_SPECIFIC_WORD]
+    for margin, specificity, specific_word in grid:
         found = empty_right = empty_wrong = 0
         for task in tasks:
             vector = vectors[task["query"]]
@@ -189,6 +195,7 @@ async def _sweep(
                 min_coverage=knowledge.min_coverage,
                 semantic_floor=float(np.max(reference @ vector)) + margin,
                 specificity=specificity,
+                specific_word_weight=specific_word,
             )
             if task["kind"] == "no_answer":
                 empty_right += not hits
@@ -200,6 +207,7 @@ async def _sweep(
             {
                 "margin": margin,
                 "specificity": specificity,
+                "specific_word": specific_word,
                 "recall_at_3": round(found / max(answerable, 1), 3),
                 "no_answer_precision": round(empty_right / max(empty_right + empty_wrong, 1), 3),
                 "no_answer_recall": round(empty_right / max(len(tasks) - answerable, 1), 3),
@@ -252,7 +260,7 @@ def _write_report(
         "```",
         "",
         f"Semantic margin {semantic_floor} over the query's baseline, specificity "
-        f"{specificity}; see the module docstring of "
+        f"{specificity}, specific-word weight {SPECIFIC_WORD_WEIGHT}; see the module docstring of "
         "`benchmarks/knowledge_eval.py` for what each figure measures. The top-level quality "
         "figures are the main split (the settings were tuned on it); `holdout` is the held-out "
         "split, written before the tuning and never tuned on.",
@@ -269,16 +277,19 @@ def _write_report(
         "",
         "## Other settings",
         "",
-        "The main split with the semantic margin or the specificity changed (one at a time; "
-        "specificity None = rule off; every query embedded). The defaults were chosen on the "
-        "main split; read these as how sensitive the figures are, and the held-out figures "
-        "above as what to expect on new questions.",
+        "The main split with the semantic margin, the specificity (Rule 4b of "
+        "`knowledge.retrieval`) or the specific-word weight (Rule 4c: a chunk whose body holds a "
+        "query word this specific, and its document's name does not, is exempt from Rule 4b) "
+        "changed, one at a time; None = that rule off; every query embedded. The defaults were "
+        "chosen on the main split; read these as how sensitive the figures are, and the "
+        "held-out figures above as what to expect on new questions.",
         "",
-        "| margin | specificity | recall@3 | no-answer precision | no-answer recall |",
-        "|---|---|---|---|---|",
+        "| margin | specificity | specific word | recall@3 | no-answer precision "
+        "| no-answer recall |",
+        "|---|---|---|---|---|---|",
         *(
-            f"| {r['margin']} | {r['specificity']} | {r['recall_at_3']} | "
-            f"{r['no_answer_precision']} | {r['no_answer_recall']} |"
+            f"| {r['margin']} | {r['specificity']} | {r['specific_word']} | "
+            f"{r['recall_at_3']} | {r['no_answer_precision']} | {r['no_answer_recall']} |"
             for r in sweep
         ),
         "",

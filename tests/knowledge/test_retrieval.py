@@ -1,19 +1,31 @@
 """Retrieval (SPEC KB-2, KB-5) through ``KnowledgeBase`` on both stores: title and body match,
 the coverage gate, diversity across documents, role filtering, isolation, cache invalidation,
-semantic recall with the real offline model, and correctness with semantic off."""
+semantic recall with the real offline model (and Rule 4c, a specific word exempting a chunk from
+the name rule), and correctness with semantic off."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pytest
 
+from benchmarks.knowledge_eval import ROOT, document_name, load_tasks
 from knowledge.base import KnowledgeBase, KnowledgeLimits
-from knowledge.embedding import E5Embedder
+from knowledge.embedding import E5Embedder, to_bytes
 from knowledge.errors import InvalidDocument, LimitExceeded
-from knowledge.store import InMemoryKnowledgeStore, KnowledgeStore
+from knowledge.retrieval import SPECIFIC_WORD_WEIGHT, KnowledgeIndex
+from knowledge.store import (
+    DocumentInfo,
+    InMemoryKnowledgeStore,
+    KnowledgeSnapshot,
+    KnowledgeStore,
+    StoredChunk,
+)
+from knowledge.text import background_weight, parse_query
 
 T, ALICE, BOB = "t", "alice", "bob"
 SHOP = (
@@ -231,3 +243,88 @@ async def test_lexical_search_over_ten_thousand_chunks_is_fast() -> None:
         await knowledge.search(T, ALICE, "alpha gamma notes", role_id="r")
         timings.append(time.perf_counter() - start)
     assert sorted(timings)[10] < 0.05  # generous for a loaded CI machine; the benchmark reports
+
+
+def _snapshot_index(
+    documents: dict[str, list[tuple[str, list[float]]]], name_vectors: dict[str, list[float]]
+) -> KnowledgeIndex:
+    """An index over hand-made chunks and vectors: document name → [(chunk text, vector)]."""
+    now = datetime.now(UTC)
+    infos: dict[str, DocumentInfo] = {}
+    chunks: list[StoredChunk] = []
+    names: dict[str, bytes] = {}
+    for number, (name, pieces) in enumerate(documents.items()):
+        doc_id = f"doc{number}"
+        infos[doc_id] = DocumentInfo(doc_id, name, 1, len(pieces), ("r",), now, now)
+        for ordinal, (text, vector) in enumerate(pieces):
+            unit = np.array(vector, dtype=np.float32)
+            chunks.append(StoredChunk(doc_id, ordinal, text, to_bytes(unit / np.linalg.norm(unit))))
+        if name in name_vectors:
+            names[doc_id] = to_bytes(np.array(name_vectors[name], dtype=np.float32))
+    return KnowledgeIndex(KnowledgeSnapshot(1, infos, chunks, names), dim=3)
+
+
+ON_TOPIC = [1.0, 0.0, 0.0]
+"""The name's direction: a query along it is as close to the name as can be."""
+AWAY = [0.0, 0.0, 1.0]
+
+
+def _search(index: KnowledgeIndex, query: str, **kwargs: Any) -> list[str]:
+    vector = np.array(ON_TOPIC, dtype=np.float32)
+    hits = index.search(parse_query(query), vector, role_id="r", semantic_floor=0.5, **kwargs)
+    return [h.chunk_text for h in hits]
+
+
+def test_a_specific_word_in_the_body_exempts_a_chunk_from_the_name_rule() -> None:
+    # Every chunk answer is closer to the query than the floor (0.8 > 0.5) but not to the
+    # name (0.8 < 1.0): Rule 4b alone rejects them. Filler chunks make the words' document
+    # frequencies realistic (a word in one of 30 chunks is specific).
+    towel = "毛巾与淋浴\n前台免费提供毛巾。"
+    umbrella = "Lost and found\nLost umbrellas are kept at the front desk."
+    claims = "Claims\nClaims are paid within 30 days."
+    index = _snapshot_index(
+        {
+            "阳光健身中心会员须知": [(towel, [0.8, 0.6, 0.0])]
+            + [(f"储物柜第 {i} 排仅限当天使用。", AWAY) for i in range(14)],
+            "Northwind Office Handbook": [
+                (umbrella, [0.8, 0.6, 0.0]),
+                (claims, [0.8, 0.6, 0.0]),
+                ("Wi-Fi\nThe guest network is NW-Guest.", [0.8, 0.6, 0.0]),
+            ]
+            + [(f"Desk {i} is on floor {i}.", AWAY) for i in range(12)],
+        },
+        {"阳光健身中心会员须知": ON_TOPIC, "Northwind Office Handbook": ON_TOPIC},
+    )
+    # 浴巾 (a synonym of 毛巾) and umbrella are rare words the chunk's body says and the name
+    # does not: the question asks about that chunk, though it is closer to the name.
+    assert _search(index, "去健身房锻炼需要自己带浴巾吗?") == [towel]
+    forgot = "I forgot my umbrella in the building last week, who has it now?"
+    assert _search(index, forgot) == [umbrella]
+    # Without Rule 4c, Rule 4b rejects them (and the lexical side alone finds nothing).
+    for query in ("去健身房锻炼需要自己带浴巾吗?", forgot):
+        assert _search(index, query, specific_word_weight=None) == []
+        assert index.lexical(parse_query(query), role_id="r") == []
+    # Nothing specific shared: an everyday word (day), a word of the name (Northwind, 健身),
+    # or nothing at all — the name rule stands.
+    assert _search(index, "How many vacation days do new employees get?") == []
+    assert _search(index, "Who is the chief executive of Northwind?") == []
+    assert _search(index, "健身房的私教课多少钱一节?") == []
+    assert SPECIFIC_WORD_WEIGHT > background_weight("employee")
+
+
+async def test_a_towel_question_about_the_gym_finds_the_towel_rule(embedder: E5Embedder) -> None:
+    """Rule 4c with the real model over the evaluation's documents (the gym's name is closer to
+    the question than the towel sentence is)."""
+    knowledge = KnowledgeBase(InMemoryKnowledgeStore(), embedder=embedder)
+    for relative in load_tasks()["documents"]:
+        path = ROOT / relative
+        text = path.read_text(encoding="utf-8")
+        await knowledge.add_document(T, ALICE, name=document_name(path), text=text, role_ids=["r"])
+    hits = await knowledge.search(T, ALICE, "去健身房锻炼需要自己带浴巾吗?", role_id="r")
+    assert any("免费提供毛巾" in h.chunk_text for h in hits)
+    for off_topic in (
+        "健身房的私教课多少钱一节?",
+        "Is there a gym for employees in the office?",
+        "Which colours are the Nova X2 headphones sold in?",
+    ):
+        assert await knowledge.search(T, ALICE, off_topic, role_id="r") == []
