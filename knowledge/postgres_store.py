@@ -7,18 +7,22 @@ owner's writers (so the ``max_documents`` count cannot race) and gives readers t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import asyncpg
 
-from knowledge.errors import DocumentNotFound, KnowledgeUnavailable, LimitExceeded
+from knowledge.errors import KnowledgeUnavailable
 from knowledge.store import (
     Document,
     DocumentInfo,
     KnowledgeSnapshot,
     NewChunk,
     StoredChunk,
+    check_found,
+    check_room,
+    check_update,
     new_document_id,
 )
 
@@ -43,6 +47,46 @@ def _info(row: asyncpg.Record) -> DocumentInfo:
         role_ids=tuple(row["role_ids"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+    )
+
+
+@contextlib.contextmanager
+def _unavailable() -> Iterator[None]:
+    """Maps the database's connection errors and timeouts to ``KnowledgeUnavailable``."""
+    try:
+        yield
+    except _UNAVAILABLE as e:
+        raise KnowledgeUnavailable(f"knowledge store unavailable: {type(e).__name__}") from e
+
+
+async def _read_version(conn: Any, tenant: str, user: str) -> int:
+    value = await conn.fetchval(
+        "SELECT version FROM knowledge_owners WHERE tenant = $1 AND user_id = $2",
+        tenant,
+        user,
+        timeout=_TIMEOUT,
+    )
+    return 0 if value is None else int(value)
+
+
+async def _read_info(conn: Any, tenant: str, user: str, document_id: str) -> DocumentInfo | None:
+    row = await conn.fetchrow(
+        _INFO + "WHERE d.tenant = $1 AND d.user_id = $2 AND d.id = $3",
+        tenant, user, document_id,
+        timeout=_TIMEOUT,
+    )  # fmt: skip
+    return None if row is None else _info(row)
+
+
+async def _insert_bindings(
+    conn: Any, tenant: str, user: str, bindings: Iterable[tuple[str, str]]
+) -> None:
+    """Binds each (role id, document id) pair; pairs already bound stay as they are."""
+    await conn.executemany(
+        """INSERT INTO knowledge_bindings (tenant, user_id, role_id, document_id)
+           VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING""",
+        [(tenant, user, role_id, doc_id) for role_id, doc_id in bindings],
+        timeout=_TIMEOUT,
     )
 
 
@@ -85,7 +129,7 @@ class PostgresKnowledgeStore:
         name_embedding: bytes | None = None,
     ) -> DocumentInfo:
         doc_id = new_document_id()
-        try:
+        with _unavailable():
             async with self.pool.acquire(timeout=_TIMEOUT) as conn, conn.transaction():
                 await self._bump(conn, tenant, user)
                 count = await conn.fetchval(
@@ -94,10 +138,7 @@ class PostgresKnowledgeStore:
                     user,
                     timeout=_TIMEOUT,
                 )
-                if count >= max_documents:
-                    raise LimitExceeded(
-                        f"at most {max_documents} documents per user", code="too_many_documents"
-                    )
+                check_room(count, max_documents)
                 await conn.execute(
                     """INSERT INTO knowledge_documents
                            (tenant, user_id, id, name, body, chunk_count, name_embedding)
@@ -106,21 +147,12 @@ class PostgresKnowledgeStore:
                     timeout=_TIMEOUT,
                 )  # fmt: skip
                 await self._insert_chunks(conn, tenant, user, doc_id, chunks)
-                await conn.executemany(
-                    """INSERT INTO knowledge_bindings (tenant, user_id, role_id, document_id)
-                       VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING""",
-                    [(tenant, user, role_id, doc_id) for role_id in dict.fromkeys(role_ids)],
-                    timeout=_TIMEOUT,
+                await _insert_bindings(
+                    conn, tenant, user, ((role_id, doc_id) for role_id in dict.fromkeys(role_ids))
                 )
-                row = await conn.fetchrow(
-                    _INFO + "WHERE d.tenant = $1 AND d.user_id = $2 AND d.id = $3",
-                    tenant, user, doc_id,
-                    timeout=_TIMEOUT,
-                )  # fmt: skip
-        except _UNAVAILABLE as e:
-            raise KnowledgeUnavailable(f"knowledge store unavailable: {type(e).__name__}") from e
-        assert row is not None
-        return _info(row)
+                info = await _read_info(conn, tenant, user, doc_id)
+        assert info is not None
+        return info
 
     async def get(self, tenant: str, user: str, document_id: str) -> Document | None:
         row = await self._fetchrow(
@@ -151,9 +183,8 @@ class PostgresKnowledgeStore:
         chunks: Sequence[NewChunk] | None = None,
         name_embedding: bytes | None = None,
     ) -> DocumentInfo | None:
-        if (text is None) != (chunks is None):
-            raise ValueError("text and chunks change together")
-        try:
+        check_update(text, chunks)
+        with _unavailable():
             async with self.pool.acquire(timeout=_TIMEOUT) as conn, conn.transaction():
                 await self._bump(conn, tenant, user)
                 status = await conn.execute(
@@ -178,17 +209,10 @@ class PostgresKnowledgeStore:
                         timeout=_TIMEOUT,
                     )  # fmt: skip
                     await self._insert_chunks(conn, tenant, user, document_id, chunks)
-                row = await conn.fetchrow(
-                    _INFO + "WHERE d.tenant = $1 AND d.user_id = $2 AND d.id = $3",
-                    tenant, user, document_id,
-                    timeout=_TIMEOUT,
-                )  # fmt: skip
-        except _UNAVAILABLE as e:
-            raise KnowledgeUnavailable(f"knowledge store unavailable: {type(e).__name__}") from e
-        return None if row is None else _info(row)
+                return await _read_info(conn, tenant, user, document_id)
 
     async def delete(self, tenant: str, user: str, document_id: str) -> bool:
-        try:
+        with _unavailable():
             async with self.pool.acquire(timeout=_TIMEOUT) as conn, conn.transaction():
                 await self._bump(conn, tenant, user)
                 status = await conn.execute(
@@ -199,8 +223,6 @@ class PostgresKnowledgeStore:
                     document_id,
                     timeout=_TIMEOUT,
                 )
-        except _UNAVAILABLE as e:
-            raise KnowledgeUnavailable(f"knowledge store unavailable: {type(e).__name__}") from e
         return bool(status == "DELETE 1")
 
     async def role_documents(self, tenant: str, user: str, role_id: str) -> list[DocumentInfo]:
@@ -220,7 +242,7 @@ class PostgresKnowledgeStore:
         self, tenant: str, user: str, role_id: str, document_ids: Sequence[str]
     ) -> list[DocumentInfo]:
         wanted = list(dict.fromkeys(document_ids))
-        try:
+        with _unavailable():
             async with self.pool.acquire(timeout=_TIMEOUT) as conn, conn.transaction():
                 await self._bump(conn, tenant, user)
                 found = await conn.fetch(
@@ -229,9 +251,7 @@ class PostgresKnowledgeStore:
                     tenant, user, wanted,
                     timeout=_TIMEOUT,
                 )  # fmt: skip
-                missing = set(wanted) - {r["id"] for r in found}
-                if missing:
-                    raise DocumentNotFound(f"no document {sorted(missing)[0]}")
+                check_found(wanted, (r["id"] for r in found))
                 await conn.execute(
                     """DELETE FROM knowledge_bindings
                        WHERE tenant = $1 AND user_id = $2 AND role_id = $3
@@ -239,40 +259,20 @@ class PostgresKnowledgeStore:
                     tenant, user, role_id, wanted,
                     timeout=_TIMEOUT,
                 )  # fmt: skip
-                await conn.executemany(
-                    """INSERT INTO knowledge_bindings (tenant, user_id, role_id, document_id)
-                       VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING""",
-                    [(tenant, user, role_id, doc_id) for doc_id in wanted],
-                    timeout=_TIMEOUT,
-                )
-        except _UNAVAILABLE as e:
-            raise KnowledgeUnavailable(f"knowledge store unavailable: {type(e).__name__}") from e
+                await _insert_bindings(conn, tenant, user, ((role_id, d) for d in wanted))
         return await self.role_documents(tenant, user, role_id)
 
     async def version(self, tenant: str, user: str) -> int:
-        try:
-            value = await self.pool.fetchval(
-                "SELECT version FROM knowledge_owners WHERE tenant = $1 AND user_id = $2",
-                tenant,
-                user,
-                timeout=_TIMEOUT,
-            )
-        except _UNAVAILABLE as e:
-            raise KnowledgeUnavailable(f"knowledge store unavailable: {type(e).__name__}") from e
-        return 0 if value is None else int(value)
+        with _unavailable():
+            return await _read_version(self.pool, tenant, user)
 
     async def snapshot(self, tenant: str, user: str) -> KnowledgeSnapshot:
-        try:
+        with _unavailable():
             async with (
                 self.pool.acquire(timeout=_TIMEOUT) as conn,
                 conn.transaction(isolation="repeatable_read", readonly=True),
             ):
-                version = await conn.fetchval(
-                    "SELECT version FROM knowledge_owners WHERE tenant = $1 AND user_id = $2",
-                    tenant,
-                    user,
-                    timeout=_TIMEOUT,
-                )
+                version = await _read_version(conn, tenant, user)
                 docs = await conn.fetch(
                     _INFO.replace("SELECT ", "SELECT d.name_embedding, ", 1)
                     + "WHERE d.tenant = $1 AND d.user_id = $2", tenant, user,
@@ -284,10 +284,8 @@ class PostgresKnowledgeStore:
                     tenant, user,
                     timeout=_TIMEOUT,
                 )  # fmt: skip
-        except _UNAVAILABLE as e:
-            raise KnowledgeUnavailable(f"knowledge store unavailable: {type(e).__name__}") from e
         return KnowledgeSnapshot(
-            0 if version is None else int(version),
+            version,
             {r["id"]: _info(r) for r in docs},
             [
                 StoredChunk(r["document_id"], r["ordinal"], r["body"], r["embedding"])
@@ -297,15 +295,11 @@ class PostgresKnowledgeStore:
         )
 
     async def _fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
-        try:
+        with _unavailable():
             rows: list[asyncpg.Record] = await self.pool.fetch(sql, *args, timeout=_TIMEOUT)
-        except _UNAVAILABLE as e:
-            raise KnowledgeUnavailable(f"knowledge store unavailable: {type(e).__name__}") from e
         return rows
 
     async def _fetchrow(self, sql: str, *args: object) -> asyncpg.Record | None:
-        try:
+        with _unavailable():
             row: asyncpg.Record | None = await self.pool.fetchrow(sql, *args, timeout=_TIMEOUT)
-        except _UNAVAILABLE as e:
-            raise KnowledgeUnavailable(f"knowledge store unavailable: {type(e).__name__}") from e
         return row

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
@@ -127,6 +127,30 @@ def new_document_id() -> str:
     return f"doc_{uuid.uuid4().hex[:20]}"
 
 
+# Checks every store makes the same way; the stores differ in how they read and write.
+
+
+def check_room(count: int, max_documents: int) -> None:
+    """``LimitExceeded`` when an owner who has ``count`` documents may not add one."""
+    if count >= max_documents:
+        raise LimitExceeded(
+            f"at most {max_documents} documents per user", code="too_many_documents"
+        )
+
+
+def check_update(text: str | None, chunks: Sequence[NewChunk] | None) -> None:
+    """An update replaces the text and its chunks together or neither."""
+    if (text is None) != (chunks is None):
+        raise ValueError("text and chunks change together")
+
+
+def check_found(wanted: Iterable[str], found: Iterable[str]) -> None:
+    """``DocumentNotFound`` naming the first of ``wanted`` not in ``found``."""
+    missing = set(wanted).difference(found)
+    if missing:
+        raise DocumentNotFound(f"no document {min(missing)}")
+
+
 @dataclass
 class _Owner:
     version: int = 0
@@ -159,10 +183,7 @@ class InMemoryKnowledgeStore:
     ) -> DocumentInfo:
         async with self._lock:
             owner = self._owner(tenant, user)
-            if len(owner.documents) >= max_documents:
-                raise LimitExceeded(
-                    f"at most {max_documents} documents per user", code="too_many_documents"
-                )
+            check_room(len(owner.documents), max_documents)
             now = datetime.now(UTC)
             doc_id = new_document_id()
             info = DocumentInfo(
@@ -195,8 +216,7 @@ class InMemoryKnowledgeStore:
         chunks: Sequence[NewChunk] | None = None,
         name_embedding: bytes | None = None,
     ) -> DocumentInfo | None:
-        if (text is None) != (chunks is None):
-            raise ValueError("text and chunks change together")
+        check_update(text, chunks)
         async with self._lock:
             owner = self._owners.get((tenant, user))
             doc = None if owner is None else owner.documents.get(document_id)
@@ -234,9 +254,7 @@ class InMemoryKnowledgeStore:
         async with self._lock:
             owner = self._owner(tenant, user)
             wanted = set(document_ids)
-            missing = wanted - owner.documents.keys()
-            if missing:
-                raise DocumentNotFound(f"no document {sorted(missing)[0]}")
+            check_found(wanted, owner.documents)
             for doc_id, doc in owner.documents.items():
                 roles = [r for r in doc.info.role_ids if r != role_id]
                 if doc_id in wanted:

@@ -18,8 +18,10 @@ Limits (``knowledge.base.KnowledgeLimits``, errors ``{"code", "message"}``):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -109,6 +111,15 @@ def hit_json(hit: Hit) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _knowledge_errors() -> Iterator[None]:
+    """Answers a ``KnowledgeError`` with its HTTP error (``_api_error``)."""
+    try:
+        yield
+    except KnowledgeError as e:
+        raise _api_error(e) from e
+
+
 def _api_error(e: KnowledgeError) -> ApiError:
     if isinstance(e, DocumentNotFound):
         return ApiError(404, e.code, e.message)
@@ -135,10 +146,8 @@ def _not_found(document_id: str) -> ApiError:
 
 @router.get("/api/documents")
 async def list_documents(who: Caller, services: ServicesDep) -> dict[str, Any]:
-    try:
+    with _knowledge_errors():
         documents = await services.knowledge.list_documents(who.tenant, who.user)
-    except KnowledgeError as e:
-        raise _api_error(e) from e
     return {"documents": [document_json(d) for d in documents]}
 
 
@@ -146,12 +155,10 @@ async def _create(
     services: Services, who: Principal, name: str, text: str, role_id: str | None
 ) -> dict[str, Any]:
     role = await _role_id(services, who, role_id)
-    try:
+    with _knowledge_errors():
         info = await services.knowledge.add_document(
             who.tenant, who.user, name=name, text=text, role_ids=[role]
         )
-    except KnowledgeError as e:
-        raise _api_error(e) from e
     return document_json(info)
 
 
@@ -176,10 +183,8 @@ async def import_document(
 
 @router.get("/api/documents/{document_id}")
 async def get_document(document_id: str, who: Caller, services: ServicesDep) -> dict[str, Any]:
-    try:
+    with _knowledge_errors():
         document = await services.knowledge.get_document(who.tenant, who.user, document_id)
-    except KnowledgeError as e:
-        raise _api_error(e) from e
     if document is None:
         raise _not_found(document_id)
     return {**document_json(document.info), "text": document.text}
@@ -189,12 +194,10 @@ async def get_document(document_id: str, who: Caller, services: ServicesDep) -> 
 async def update_document(
     document_id: str, body: DocumentPatch, who: Caller, services: ServicesDep
 ) -> dict[str, Any]:
-    try:
+    with _knowledge_errors():
         info = await services.knowledge.update_document(
             who.tenant, who.user, document_id, name=body.name, text=body.text
         )
-    except KnowledgeError as e:
-        raise _api_error(e) from e
     if info is None:
         raise _not_found(document_id)
     return document_json(info)
@@ -202,10 +205,8 @@ async def update_document(
 
 @router.delete("/api/documents/{document_id}", status_code=204)
 async def delete_document(document_id: str, who: Caller, services: ServicesDep) -> Response:
-    try:
+    with _knowledge_errors():
         deleted = await services.knowledge.delete_document(who.tenant, who.user, document_id)
-    except KnowledgeError as e:
-        raise _api_error(e) from e
     if not deleted:
         raise _not_found(document_id)
     return Response(status_code=204)
@@ -214,10 +215,8 @@ async def delete_document(document_id: str, who: Caller, services: ServicesDep) 
 @router.get("/api/roles/{role_id}/documents")
 async def role_documents(role_id: str, who: Caller, services: ServicesDep) -> dict[str, Any]:
     await _role_id(services, who, role_id)
-    try:
+    with _knowledge_errors():
         documents = await services.knowledge.role_documents(who.tenant, who.user, role_id)
-    except KnowledgeError as e:
-        raise _api_error(e) from e
     return {"documents": [document_json(d) for d in documents]}
 
 
@@ -226,12 +225,10 @@ async def bind_role_documents(
     role_id: str, body: Bindings, who: Caller, services: ServicesDep
 ) -> dict[str, Any]:
     await _role_id(services, who, role_id)
-    try:
+    with _knowledge_errors():
         documents = await services.knowledge.set_role_documents(
             who.tenant, who.user, role_id, body.document_ids
         )
-    except KnowledgeError as e:
-        raise _api_error(e) from e
     return {"documents": [document_json(d) for d in documents]}
 
 
@@ -241,10 +238,8 @@ async def search(body: SearchIn, who: Caller, services: ServicesDep) -> dict[str
     (all of the caller's documents without one), and the exact text the brain would read."""
     if body.role_id is not None:
         await _role_id(services, who, body.role_id)
-    try:
+    with _knowledge_errors():
         hits = await services.knowledge.search(
             who.tenant, who.user, body.query, role_id=body.role_id, limit=body.limit
         )
-    except KnowledgeError as e:
-        raise _api_error(e) from e
     return {"hits": [hit_json(h) for h in hits], "tool_result": format_hits(hits)}
