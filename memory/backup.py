@@ -17,6 +17,7 @@ deleted ids and source blocks travel with it so a restore can honour deletions (
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -116,6 +117,20 @@ def _list(document: dict[str, Any], name: str) -> list[Any]:
     return value
 
 
+def _objects(document: dict[str, Any], name: str) -> Iterator[dict[str, Any]]:
+    for item in _list(document, name):
+        if not isinstance(item, dict):
+            raise InvalidMemory(f"export document: {name} must be objects")
+        yield item
+
+
+def _choice(item: dict[str, Any], name: str, choices: tuple[str, str]) -> Any:
+    value = item.get(name)
+    if value not in choices:
+        raise InvalidMemory(f"export document: {name} must be {' or '.join(choices)}")
+    return value
+
+
 def from_document(document: Any, *, tenant: str, user: str) -> MemoryBackup:
     """Parse an export document for ``(tenant, user)``; ``InvalidMemory`` names the bad field.
     Entry contents are checked again when restored (too long or sensitive ones are skipped)."""
@@ -125,15 +140,11 @@ def from_document(document: Any, *, tenant: str, user: str) -> MemoryBackup:
         raise InvalidMemory(f"not an {FORMAT} version {VERSION} document")
     owner = owner_key(user)
     entries = []
-    for item in _list(document, "entries"):
-        if not isinstance(item, dict):
-            raise InvalidMemory("export document: entries must be objects")
+    for item in _objects(document, "entries"):
         content = item.get("content")
         if not isinstance(content, str):
             raise InvalidMemory("export document: content must be a string")
-        origin = item.get("origin")
-        if origin not in ("extraction", "person"):
-            raise InvalidMemory("export document: origin must be extraction or person")
+        origin = _choice(item, "origin", ("extraction", "person"))
         entries.append(
             MemoryEntry(
                 id=_str(item, "id"),
@@ -157,9 +168,7 @@ def from_document(document: Any, *, tenant: str, user: str) -> MemoryBackup:
     if not all(isinstance(d, str) for d in deleted):
         raise InvalidMemory("export document: deleted_entry_ids must be strings")
     receipts = []
-    for item in _list(document, "receipts"):
-        if not isinstance(item, dict):
-            raise InvalidMemory("export document: receipts must be objects")
+    for item in _objects(document, "receipts"):
         ids = item.get("entry_ids", [])
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise InvalidMemory("export document: entry_ids must be strings")
@@ -173,12 +182,8 @@ def from_document(document: Any, *, tenant: str, user: str) -> MemoryBackup:
             )
         )
     blocks = []
-    for item in _list(document, "source_blocks"):
-        if not isinstance(item, dict):
-            raise InvalidMemory("export document: source_blocks must be objects")
-        reason = item.get("reason")
-        if reason not in ("deleted", "edited"):
-            raise InvalidMemory("export document: reason must be deleted or edited")
+    for item in _objects(document, "source_blocks"):
+        reason = _choice(item, "reason", ("deleted", "edited"))
         blocks.append(
             SourceBlock(
                 role_id=_str(item, "role_id", optional=True),

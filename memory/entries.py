@@ -12,7 +12,7 @@ of a manual change), a ``revision`` (1, then +1 on every change), a status (``ac
 ``deleted``: a deleted entry keeps its id and nothing of its content) and created/updated
 times.
 
-Saving a draft (``plan_save``, the same decision in every store):
+Saving a draft (``plan_save``, then ``saved_entry``: the same decision in every store):
 
 1. A draft from a blocked source is refused (``blocked``): the source conversation was deleted
    (a receipt and a tombstone block it for every role, forever) or a person edited or deleted
@@ -35,11 +35,13 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from dataclasses import dataclass
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, get_args
 
-from memory.errors import InvalidMemory, SensitiveContent
+from memory.errors import InvalidMemory, MemoryNotFound, SensitiveContent, StaleRevision
 
 MemoryKind = Literal["preference", "goal", "correction", "relation", "fact"]
 KINDS: tuple[MemoryKind, ...] = get_args(MemoryKind)
@@ -214,23 +216,54 @@ class SavePlan:
     """The entry updated (``updated``) or matched (``unchanged``, ``duplicate``, ``stale``)."""
 
 
+def new_entry_id() -> str:
+    return f"mem_{uuid.uuid4().hex}"
+
+
+def new_receipt_id() -> str:
+    return f"rcpt_{uuid.uuid4().hex}"
+
+
+def prepare_draft(draft: MemoryDraft) -> MemoryDraft:
+    """The draft with its content cleaned and its kind checked, before any store is touched;
+    raises ``InvalidMemory``/``SensitiveContent``."""
+    return replace(draft, content=clean_content(draft.content), kind=check_kind(draft.kind))
+
+
+def _same_source(entry: MemoryEntry, draft: MemoryDraft) -> bool:
+    """``entry`` is an extracted entry of the draft's kind from the draft's source event."""
+    source = draft.source
+    return (
+        source is not None
+        and source.seq is not None
+        and entry.origin == "extraction"
+        and entry.key is None
+        and draft.key is None
+        and entry.kind == draft.kind
+        and entry.source_thread_id == source.thread_id
+        and entry.source_seq == source.seq
+    )
+
+
 def plan_save(
     draft: MemoryDraft,
+    candidates: Iterable[MemoryEntry],
     *,
     blocked: bool,
-    by_key: MemoryEntry | None,
-    by_source: MemoryEntry | None,
-    by_hash: MemoryEntry | None,
     active: int,
     max_entries: int = MAX_ENTRIES_PER_ROLE,
 ) -> SavePlan:
-    """Decide what saving ``draft`` does (module docstring, rules 1–5). ``by_key``: the active
-    entry with the draft's key; ``by_source``: the active extracted entry of the draft's kind
-    from the same source event; ``by_hash``: the active entry with the same normalised
-    content; ``active``: active entries of the user×role."""
+    """Decide what saving ``draft`` (from ``prepare_draft``) does (module docstring, rules 1–5).
+    ``candidates``: active entries of the user×role — all of them, or at least every one with
+    the draft's key, normalised content or source event; ``active``: how many active entries
+    the user×role holds."""
     if blocked:
         return SavePlan("blocked")
     digest = content_hash(draft.content)
+    found = list(candidates)
+    by_key = next((e for e in found if draft.key and e.key == draft.key), None)
+    by_source = next((e for e in found if _same_source(e, draft)), None)
+    by_hash = next((e for e in found if content_hash(e.content) == digest), None)
     for current in (by_key, by_source):
         if current is None:
             continue
@@ -246,3 +279,80 @@ def plan_save(
     if active >= max_entries:
         return SavePlan("full")
     return SavePlan("created")
+
+
+def saved_entry(
+    plan: SavePlan, draft: MemoryDraft, *, tenant: str, owner: str, role_id: str, now: datetime
+) -> MemoryEntry | None:
+    """The entry a ``created`` or ``updated`` plan writes (stated at the source event's time,
+    else ``now``); None for the plans that write nothing."""
+    source = draft.source
+    stated_at = source.at if source is not None else now
+    if plan.action == "created":
+        return MemoryEntry(
+            id=new_entry_id(), tenant=tenant, owner=owner, role_id=role_id, kind=draft.kind,
+            key=draft.key, content=draft.content, origin=draft.actor,
+            source_thread_id=source.thread_id if source else None,
+            source_seq=source.seq if source else None, stated_at=stated_at,
+            status="active", revision=1, created_at=now, updated_at=now,
+        )  # fmt: skip
+    if plan.action == "updated":
+        assert plan.target is not None
+        return replace(
+            plan.target, kind=draft.kind, content=draft.content, origin=draft.actor,
+            source_thread_id=source.thread_id if source else None,
+            source_seq=source.seq if source else None, stated_at=stated_at,
+            revision=plan.target.revision + 1, updated_at=now,
+        )  # fmt: skip
+    return None
+
+
+# ---------------------------------------- edits and deletions (rules: memory/store.py docstring)
+
+
+def expect_revision(entry: MemoryEntry | None, entry_id: str, revision: int) -> MemoryEntry:
+    """The active entry a person's edit or delete applies to: ``MemoryNotFound`` when there is
+    none, ``StaleRevision`` when it is not at ``revision``."""
+    if entry is None or entry.status != "active":
+        raise MemoryNotFound(f"no memory {entry_id}")
+    if entry.revision != revision:
+        raise StaleRevision(
+            f"memory {entry_id} is at revision {entry.revision}, not {revision}",
+            entry.revision,
+        )
+    return entry
+
+
+def edited_entry(
+    entry: MemoryEntry, *, content: str, kind: MemoryKind | None, now: datetime
+) -> MemoryEntry:
+    """A person's edit (content cleaned, kind checked): the entry no longer has a source."""
+    return replace(
+        entry, kind=kind or entry.kind, content=content, origin="person",
+        source_thread_id=None, source_seq=None, stated_at=now,
+        revision=entry.revision + 1, updated_at=now,
+    )  # fmt: skip
+
+
+def erased_entry(entry: MemoryEntry, now: datetime) -> MemoryEntry:
+    """A deleted entry: it keeps its id and nothing of its content."""
+    return replace(entry, status="deleted", content="", revision=entry.revision + 1, updated_at=now)
+
+
+def edit_block(entry: MemoryEntry, now: datetime) -> SourceBlock | None:
+    """What a person's edit or delete of ``entry`` blocks: its source, for its role, for
+    statements made up to ``now`` (None for an entry without a source)."""
+    if entry.source_thread_id is None:
+        return None
+    return SourceBlock(entry.role_id, entry.source_thread_id, now, "edited", now)
+
+
+def source_deletion(
+    source_thread_id: str, doomed: Sequence[MemoryEntry], now: datetime
+) -> tuple[DeletionReceipt, SourceBlock]:
+    """The receipt and the tombstone (every role, forever) of deleting ``doomed``, the active
+    entries extracted from a deleted conversation."""
+    receipt = DeletionReceipt(
+        new_receipt_id(), source_thread_id, len(doomed), tuple(e.id for e in doomed), now
+    )
+    return receipt, SourceBlock(None, source_thread_id, None, "deleted", now)

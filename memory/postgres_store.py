@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Tables live in ``memory/migrations/0001_memory.sql``. Every change to one user's memory runs in
 one transaction that first takes a transaction-scoped advisory lock on ``(tenant, owner)``, so
-the decisions of ``plan_save``/``restore_plan`` (count limit, stable keys, duplicates, blocks)
+the decisions of ``plan_save``/``plan_restore`` (count limit, stable keys, duplicates, blocks)
 see a state nobody else changes until they commit; different users never wait for each other.
 ``delete_source`` erases the entries, writes the receipt and the tombstone in that same
 transaction: either all of it happened or none of it. Times come from the database clock
@@ -16,9 +16,8 @@ on the partial indexes. Connection failures and timeouts become ``MemoryUnavaila
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import asyncpg
 
@@ -36,23 +35,18 @@ from memory.entries import (
     check_kind,
     clean_content,
     content_hash,
+    edit_block,
+    edited_entry,
+    erased_entry,
+    expect_revision,
     owner_key,
     plan_save,
+    prepare_draft,
+    saved_entry,
+    source_deletion,
 )
-from memory.errors import (
-    DuplicateMemory,
-    MemoryNotFound,
-    MemoryUnavailable,
-    StaleRevision,
-)
-from memory.store import (
-    MAX_CHANGES_LISTED,
-    MemoryBackup,
-    carried_deletions,
-    new_entry_id,
-    new_receipt_id,
-    restore_plan,
-)
+from memory.errors import DuplicateMemory, MemoryUnavailable
+from memory.store import MAX_CHANGES_LISTED, MemoryBackup, plan_restore
 
 T = TypeVar("T")
 
@@ -119,6 +113,10 @@ _BLOCK = """
 INSERT INTO memory_source_blocks (tenant, owner, role_id, source_thread_id, through, reason, at)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 """
+_RECEIPT = """
+INSERT INTO memory_receipts (tenant, owner, receipt_id, source_thread_id, deleted, entry_ids, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+"""
 
 
 def _log_args(entry: MemoryEntry, action: str, actor: Actor, at: datetime) -> tuple[Any, ...]:
@@ -126,6 +124,15 @@ def _log_args(entry: MemoryEntry, action: str, actor: Actor, at: datetime) -> tu
         entry.tenant, entry.owner, entry.id, entry.role_id, action, actor, at, entry.revision,
         entry.kind, entry.key, entry.source_thread_id,
     )  # fmt: skip
+
+
+def _block_args(tenant: str, owner: str, b: SourceBlock) -> tuple[Any, ...]:
+    # role_id "" stands for "every role" (the column is NOT NULL; see the migration).
+    return (tenant, owner, b.role_id or "", b.source_thread_id, b.through, b.reason, b.at)
+
+
+def _receipt_args(tenant: str, owner: str, r: DeletionReceipt) -> tuple[Any, ...]:
+    return (tenant, owner, r.receipt_id, r.source_thread_id, r.deleted, list(r.entry_ids), r.at)
 
 
 def _block(row: Any) -> SourceBlock:
@@ -193,12 +200,9 @@ class PostgresMemoryStore:
         *,
         max_entries: int = MAX_ENTRIES_PER_ROLE,
     ) -> SaveOutcome:
-        content = clean_content(draft.content)
-        kind = check_kind(draft.kind)
-        draft = replace(draft, content=content)
+        draft = prepare_draft(draft)
         owner = owner_key(user)
         source = draft.source
-        digest = content_hash(content)
         timeout = self.query_timeout
 
         async def work(conn: Any) -> SaveOutcome:
@@ -215,55 +219,22 @@ class PostgresMemoryStore:
                 " AND e.owner = $2 AND e.role_id = $3 AND e.status = 'active'"
                 " AND (e.key = $4 OR e.content_hash = $5"
                 "      OR (e.source_thread_id = $6 AND e.source_seq = $7))",
-                tenant, owner, role_id, draft.key, digest,
+                tenant, owner, role_id, draft.key, content_hash(draft.content),
                 source.thread_id if source else None,
                 source.seq if source else None,
                 source.at if source else None,
                 timeout=timeout,
             )  # fmt: skip
             head = rows[0]
-            found = [_entry(r) for r in rows if r["id"] is not None]
             plan = plan_save(
                 draft,
+                [_entry(r) for r in rows if r["id"] is not None],
                 blocked=bool(head["blocked"]) if source is not None else False,
-                by_key=next((e for e in found if draft.key and e.key == draft.key), None),
-                by_source=next(
-                    (
-                        e
-                        for e in found
-                        if source is not None
-                        and source.seq is not None
-                        and e.origin == "extraction"
-                        and e.key is None
-                        and draft.key is None
-                        and e.kind == kind
-                        and e.source_thread_id == source.thread_id
-                        and e.source_seq == source.seq
-                    ),
-                    None,
-                ),
-                by_hash=next((e for e in found if content_hash(e.content) == digest), None),
                 active=int(head["active"]),
                 max_entries=max_entries,
             )
-            stated_at = source.at if source is not None else now
-            if plan.action == "created":
-                entry = MemoryEntry(
-                    id=new_entry_id(), tenant=tenant, owner=owner, role_id=role_id, kind=kind,
-                    key=draft.key, content=content, origin=draft.actor,
-                    source_thread_id=source.thread_id if source else None,
-                    source_seq=source.seq if source else None, stated_at=stated_at,
-                    status="active", revision=1, created_at=now, updated_at=now,
-                )  # fmt: skip
-            elif plan.action == "updated":
-                assert plan.target is not None
-                entry = replace(
-                    plan.target, kind=kind, content=content, origin=draft.actor,
-                    source_thread_id=source.thread_id if source else None,
-                    source_seq=source.seq if source else None, stated_at=stated_at,
-                    revision=plan.target.revision + 1, updated_at=now,
-                )  # fmt: skip
-            else:
+            entry = saved_entry(plan, draft, tenant=tenant, owner=owner, role_id=role_id, now=now)
+            if entry is None:
                 return SaveOutcome(plan.action, plan.target)
             await conn.execute(_UPSERT, *_entry_args(entry), timeout=timeout)
             await conn.execute(
@@ -304,33 +275,36 @@ class PostgresMemoryStore:
 
         return await self._call(work, transaction=False)
 
-    async def _current(
-        self, conn: Any, tenant: str, owner: str, entry_id: str, revision: int
-    ) -> MemoryEntry:
-        row = await conn.fetchrow(
-            f"SELECT {_COLUMNS} FROM memory_entries WHERE {_OWNER} AND id = $3"
+    async def _active_where(
+        self,
+        conn: Any,
+        tenant: str,
+        owner: str,
+        column: Literal["id", "role_id", "source_thread_id"],
+        value: str,
+    ) -> list[MemoryEntry]:
+        """The owner's active entries whose ``column`` is ``value``."""
+        rows = await conn.fetch(
+            f"SELECT {_COLUMNS} FROM memory_entries WHERE {_OWNER} AND {column} = $3"
             " AND status = 'active'",
             tenant,
             owner,
-            entry_id,
+            value,
             timeout=self.query_timeout,
         )
-        if row is None:
-            raise MemoryNotFound(f"no memory {entry_id}")
-        entry = _entry(row)
-        if entry.revision != revision:
-            raise StaleRevision(
-                f"memory {entry_id} is at revision {entry.revision}, not {revision}",
-                entry.revision,
-            )
-        return entry
+        return [_entry(r) for r in rows]
+
+    async def _current(
+        self, conn: Any, tenant: str, owner: str, entry_id: str, revision: int
+    ) -> MemoryEntry:
+        found = await self._active_where(conn, tenant, owner, "id", entry_id)
+        return expect_revision(found[0] if found else None, entry_id, revision)
 
     async def _block_source(self, conn: Any, entry: MemoryEntry, now: datetime) -> None:
-        if entry.source_thread_id is not None:
-            await conn.execute(
-                _BLOCK, entry.tenant, entry.owner, entry.role_id, entry.source_thread_id,
-                now, "edited", now, timeout=self.query_timeout,
-            )  # fmt: skip
+        block = edit_block(entry, now)
+        if block is not None:
+            args = _block_args(entry.tenant, entry.owner, block)
+            await conn.execute(_BLOCK, *args, timeout=self.query_timeout)
 
     async def edit(
         self,
@@ -358,11 +332,7 @@ class PostgresMemoryStore:
             if clash is not None:
                 raise DuplicateMemory("another memory of this role already says that")
             await self._block_source(conn, entry, now)
-            edited = replace(
-                entry, kind=new_kind or entry.kind, content=content, origin="person",
-                source_thread_id=None, source_seq=None, stated_at=now,
-                revision=entry.revision + 1, updated_at=now,
-            )  # fmt: skip
+            edited = edited_entry(entry, content=content, kind=new_kind, now=now)
             await conn.execute(_UPSERT, *_entry_args(edited), timeout=self.query_timeout)
             await conn.execute(
                 _LOG, *_log_args(edited, "updated", "person", now), timeout=self.query_timeout
@@ -374,10 +344,7 @@ class PostgresMemoryStore:
     async def _erase(
         self, conn: Any, entries: list[MemoryEntry], now: datetime, action: str
     ) -> None:
-        gone = [
-            replace(e, status="deleted", content="", revision=e.revision + 1, updated_at=now)
-            for e in entries
-        ]
+        gone = [erased_entry(e, now) for e in entries]
         if not gone:
             return
         await conn.executemany(_UPSERT, [_entry_args(e) for e in gone], timeout=self.query_timeout)
@@ -401,15 +368,7 @@ class PostgresMemoryStore:
 
         async def work(conn: Any) -> int:
             now = await self._lock(conn, tenant, owner)
-            rows = await conn.fetch(
-                f"SELECT {_COLUMNS} FROM memory_entries WHERE {_OWNER} AND role_id = $3"
-                " AND status = 'active'",
-                tenant,
-                owner,
-                role_id,
-                timeout=self.query_timeout,
-            )
-            entries = [_entry(r) for r in rows]
+            entries = await self._active_where(conn, tenant, owner, "role_id", role_id)
             for entry in entries:
                 await self._block_source(conn, entry, now)
             await self._erase(conn, entries, now, "deleted")
@@ -422,30 +381,14 @@ class PostgresMemoryStore:
 
         async def work(conn: Any) -> DeletionReceipt:
             now = await self._lock(conn, tenant, owner)
-            rows = await conn.fetch(
-                f"SELECT {_COLUMNS} FROM memory_entries WHERE {_OWNER}"
-                " AND source_thread_id = $3 AND status = 'active'",
-                tenant,
-                owner,
-                source_thread_id,
-                timeout=self.query_timeout,
+            entries = await self._active_where(
+                conn, tenant, owner, "source_thread_id", source_thread_id
             )
-            entries = [_entry(r) for r in rows]
-            receipt = DeletionReceipt(
-                new_receipt_id(), source_thread_id, len(entries), tuple(e.id for e in entries), now
-            )
+            receipt, tombstone = source_deletion(source_thread_id, entries, now)
             # Receipt and tombstone first, in the same transaction as the deletion.
-            await conn.execute(
-                "INSERT INTO memory_receipts"
-                " (tenant, owner, receipt_id, source_thread_id, deleted, entry_ids, at)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                tenant, owner, receipt.receipt_id, source_thread_id, receipt.deleted,
-                list(receipt.entry_ids), now, timeout=self.query_timeout,
-            )  # fmt: skip
-            await conn.execute(
-                _BLOCK, tenant, owner, "", source_thread_id, None, "deleted", now,
-                timeout=self.query_timeout,
-            )  # fmt: skip
+            timeout = self.query_timeout
+            await conn.execute(_RECEIPT, *_receipt_args(tenant, owner, receipt), timeout=timeout)
+            await conn.execute(_BLOCK, *_block_args(tenant, owner, tombstone), timeout=timeout)
             await self._erase(conn, entries, now, "source_deleted")
             return receipt
 
@@ -497,13 +440,7 @@ class PostgresMemoryStore:
         owner = owner_key(user)
 
         async def work(conn: Any) -> MemoryBackup:
-            entries, receipts, blocks = await self._state(conn, tenant, owner)
-            return MemoryBackup(
-                entries=tuple(e for e in entries if e.status == "active"),
-                deleted_ids=tuple(e.id for e in entries if e.status == "deleted"),
-                receipts=tuple(receipts),
-                blocks=tuple(blocks),
-            )
+            return MemoryBackup.of(*await self._state(conn, tenant, owner))
 
         # A transaction: one consistent snapshot of entries, receipts and blocks.
         return await self._call(work, transaction=True)
@@ -515,50 +452,34 @@ class PostgresMemoryStore:
         async def work(conn: Any) -> ImportResult:
             now = await self._lock(conn, tenant, owner)
             entries, receipts, blocks = await self._state(conn, tenant, owner)
-            carried = carried_deletions(
-                backup, known_ids={e.id for e in entries}, receipts=receipts, at=now
-            )
-            taken, skipped = restore_plan(
+            plan = plan_restore(
                 backup,
-                known_ids={e.id for e in entries},
+                tenant=tenant,
+                owner=owner,
+                entries=entries,
                 receipts=receipts,
                 blocks=blocks,
-                active=[e for e in entries if e.status == "active"],
+                at=now,
             )
-            taken = [replace(e, tenant=tenant, owner=owner) for e in taken]
-            if taken:
-                await conn.executemany(_UPSERT, [_entry_args(e) for e in taken], timeout=timeout)
+            if plan.entries:
                 await conn.executemany(
-                    _LOG, [_log_args(e, "imported", "person", now) for e in taken], timeout=timeout
+                    _UPSERT, [_entry_args(e) for e in plan.entries], timeout=timeout
                 )
-            known = {r.receipt_id for r in receipts}
-            new_receipts = [r for r in backup.receipts if r.receipt_id not in known]
-            if carried is not None:
-                new_receipts.append(carried)
-            if new_receipts:
                 await conn.executemany(
-                    "INSERT INTO memory_receipts"
-                    " (tenant, owner, receipt_id, source_thread_id, deleted, entry_ids, at)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                    [
-                        (tenant, owner, r.receipt_id, r.source_thread_id, r.deleted,
-                         list(r.entry_ids), r.at)
-                        for r in new_receipts
-                    ],
+                    _LOG,
+                    [_log_args(e, "imported", "person", now) for e in plan.entries],
                     timeout=timeout,
-                )  # fmt: skip
-            have = set(blocks)
-            new_blocks = [b for b in backup.blocks if b not in have]
-            if new_blocks:
+                )
+            if plan.receipts:
                 await conn.executemany(
-                    _BLOCK,
-                    [
-                        (tenant, owner, b.role_id or "", b.source_thread_id, b.through,
-                         b.reason, b.at)
-                        for b in new_blocks
-                    ],
+                    _RECEIPT,
+                    [_receipt_args(tenant, owner, r) for r in plan.receipts],
                     timeout=timeout,
-                )  # fmt: skip
-            return ImportResult(imported=len(taken), skipped=skipped)
+                )
+            if plan.blocks:
+                await conn.executemany(
+                    _BLOCK, [_block_args(tenant, owner, b) for b in plan.blocks], timeout=timeout
+                )
+            return ImportResult(imported=len(plan.entries), skipped=plan.skipped)
 
         return await self._call(work, transaction=True)

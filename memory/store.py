@@ -2,7 +2,8 @@
 
 Every call is scoped by ``(tenant, user)``; stores key rows by ``owner_key(user)``. The rules
 for saving are in ``memory/entries.py`` (``plan_save``), shared by every store; the rules for
-deleting and restoring are here:
+deleting and restoring are here (their code, shared too: ``edit_block``, ``erased_entry``,
+``source_deletion`` in ``memory/entries.py``, ``plan_restore`` below):
 
 - A person's edit or delete of an entry that came from a conversation blocks that source for
   the entry's role, for statements made up to that moment (MEM-8: manual edits block
@@ -24,7 +25,7 @@ deleting and restoring are here:
 from __future__ import annotations
 
 import itertools
-import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -43,10 +44,18 @@ from memory.entries import (
     check_kind,
     clean_content,
     content_hash,
+    edit_block,
+    edited_entry,
+    erased_entry,
+    expect_revision,
+    new_receipt_id,
     owner_key,
     plan_save,
+    prepare_draft,
+    saved_entry,
+    source_deletion,
 )
-from memory.errors import DuplicateMemory, InvalidMemory, MemoryNotFound, StaleRevision
+from memory.errors import DuplicateMemory, InvalidMemory
 
 MAX_CHANGES_LISTED = 1_000
 """Most change-log lines one ``changes`` call returns."""
@@ -63,6 +72,22 @@ class MemoryBackup:
     receipts: tuple[DeletionReceipt, ...] = ()
     blocks: tuple[SourceBlock, ...] = ()
     exported_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @classmethod
+    def of(
+        cls,
+        entries: Iterable[MemoryEntry],
+        receipts: Iterable[DeletionReceipt],
+        blocks: Iterable[SourceBlock],
+    ) -> MemoryBackup:
+        """The backup of a store's state for one user (entries in creation order)."""
+        ordered = sorted(entries, key=lambda e: e.created_at)
+        return cls(
+            entries=tuple(e for e in ordered if e.status == "active"),
+            deleted_ids=tuple(e.id for e in ordered if e.status == "deleted"),
+            receipts=tuple(receipts),
+            blocks=tuple(blocks),
+        )
 
 
 class MemoryStore(Protocol):
@@ -126,7 +151,56 @@ class MemoryStore(Protocol):
     async def restore(self, tenant: str, user: str, backup: MemoryBackup) -> ImportResult: ...
 
 
-def restore_plan(
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    entries: list[MemoryEntry]
+    """The backup's entries the store takes back (content cleaned, tenant and owner set)."""
+    skipped: int
+    receipts: list[DeletionReceipt]
+    """Receipts to add: the backup's unknown ones, then its carried-over deletions."""
+    blocks: list[SourceBlock]
+    """The backup's source blocks the store does not hold yet."""
+
+
+def plan_restore(
+    backup: MemoryBackup,
+    *,
+    tenant: str,
+    owner: str,
+    entries: Iterable[MemoryEntry],
+    receipts: list[DeletionReceipt],
+    blocks: list[SourceBlock],
+    at: datetime,
+    max_entries: int = MAX_ENTRIES_PER_ROLE,
+) -> RestorePlan:
+    """What restoring ``backup`` adds to a store holding ``entries`` (every status),
+    ``receipts`` and ``blocks`` for the user (module docstring); ``at``: the time of the
+    receipt of carried-over deletions."""
+    held = list(entries)
+    known_ids = {e.id for e in held}
+    carried = _carried_deletions(backup, known_ids=known_ids, receipts=receipts, at=at)
+    taken, skipped = _restorable(
+        backup,
+        known_ids=set(known_ids),
+        receipts=receipts,
+        blocks=blocks,
+        active=[e for e in held if e.status == "active"],
+        max_entries=max_entries,
+    )
+    known_receipts = {r.receipt_id for r in receipts}
+    new_receipts = [r for r in backup.receipts if r.receipt_id not in known_receipts]
+    if carried is not None:
+        new_receipts.append(carried)
+    known_blocks = set(blocks)
+    return RestorePlan(
+        entries=[replace(e, tenant=tenant, owner=owner) for e in taken],
+        skipped=skipped,
+        receipts=new_receipts,
+        blocks=[b for b in backup.blocks if b not in known_blocks],
+    )
+
+
+def _restorable(
     backup: MemoryBackup,
     *,
     known_ids: set[str],
@@ -184,7 +258,7 @@ def restore_plan(
     return taken, skipped
 
 
-def carried_deletions(
+def _carried_deletions(
     backup: MemoryBackup, *, known_ids: set[str], receipts: list[DeletionReceipt], at: datetime
 ) -> DeletionReceipt | None:
     """The backup's deleted ids this store knows nothing about, as a receipt (source thread
@@ -197,14 +271,6 @@ def carried_deletions(
     if not ids:
         return None
     return DeletionReceipt(new_receipt_id(), "", 0, ids, at)
-
-
-def new_entry_id() -> str:
-    return f"mem_{uuid.uuid4().hex}"
-
-
-def new_receipt_id() -> str:
-    return f"rcpt_{uuid.uuid4().hex}"
 
 
 @dataclass
@@ -267,70 +333,21 @@ class InMemoryMemoryStore:
         *,
         max_entries: int = MAX_ENTRIES_PER_ROLE,
     ) -> SaveOutcome:
-        content = clean_content(draft.content)
-        kind = check_kind(draft.kind)
-        draft = replace(draft, content=content)
+        draft = prepare_draft(draft)
         owner = self._owner(tenant, user)
         active = self._active(owner, role_id)
         source = draft.source
-        digest = content_hash(content)
         plan = plan_save(
             draft,
+            active,
             blocked=source is not None and any(b.blocks(role_id, source) for b in owner.blocks),
-            by_key=next((e for e in active if draft.key and e.key == draft.key), None),
-            by_source=next(
-                (
-                    e
-                    for e in active
-                    if source is not None
-                    and source.seq is not None
-                    and e.origin == "extraction"
-                    and e.key is None
-                    and draft.key is None
-                    and e.kind == kind
-                    and e.source_thread_id == source.thread_id
-                    and e.source_seq == source.seq
-                ),
-                None,
-            ),
-            by_hash=next((e for e in active if content_hash(e.content) == digest), None),
             active=len(active),
             max_entries=max_entries,
         )
-        now = self._now()
-        stated_at = source.at if source is not None else now
-        if plan.action == "created":
-            entry = MemoryEntry(
-                id=new_entry_id(),
-                tenant=tenant,
-                owner=owner_key(user),
-                role_id=role_id,
-                kind=kind,
-                key=draft.key,
-                content=content,
-                origin=draft.actor,
-                source_thread_id=source.thread_id if source else None,
-                source_seq=source.seq if source else None,
-                stated_at=stated_at,
-                status="active",
-                revision=1,
-                created_at=now,
-                updated_at=now,
-            )
-        elif plan.action == "updated":
-            assert plan.target is not None
-            entry = replace(
-                plan.target,
-                kind=kind,
-                content=content,
-                origin=draft.actor,
-                source_thread_id=source.thread_id if source else None,
-                source_seq=source.seq if source else None,
-                stated_at=stated_at,
-                revision=plan.target.revision + 1,
-                updated_at=now,
-            )
-        else:
+        entry = saved_entry(
+            plan, draft, tenant=tenant, owner=owner_key(user), role_id=role_id, now=self._now()
+        )
+        if entry is None:
             return SaveOutcome(plan.action, plan.target)
         owner.entries[entry.id] = entry
         self._log(owner, entry, plan.action, draft.actor)
@@ -350,22 +367,10 @@ class InMemoryMemoryStore:
         entry = owner.entries.get(entry_id) if owner is not None else None
         return entry if entry is not None and entry.status == "active" else None
 
-    def _current(self, owner: _Owner, entry_id: str, revision: int) -> MemoryEntry:
-        entry = owner.entries.get(entry_id)
-        if entry is None or entry.status != "active":
-            raise MemoryNotFound(f"no memory {entry_id}")
-        if entry.revision != revision:
-            raise StaleRevision(
-                f"memory {entry_id} is at revision {entry.revision}, not {revision}",
-                entry.revision,
-            )
-        return entry
-
     def _block_source(self, owner: _Owner, entry: MemoryEntry, now: datetime) -> None:
-        if entry.source_thread_id is not None:
-            owner.blocks.append(
-                SourceBlock(entry.role_id, entry.source_thread_id, now, "edited", now)
-            )
+        block = edit_block(entry, now)
+        if block is not None:
+            owner.blocks.append(block)
 
     async def edit(
         self,
@@ -378,9 +383,9 @@ class InMemoryMemoryStore:
         kind: MemoryKind | None = None,
     ) -> MemoryEntry:
         owner = self._owner(tenant, user)
-        entry = self._current(owner, entry_id, revision)
+        entry = expect_revision(owner.entries.get(entry_id), entry_id, revision)
         content = clean_content(content)
-        kind = check_kind(kind) if kind is not None else entry.kind
+        kind = check_kind(kind) if kind is not None else None
         digest = content_hash(content)
         if any(
             e.id != entry.id and content_hash(e.content) == digest
@@ -389,31 +394,19 @@ class InMemoryMemoryStore:
             raise DuplicateMemory("another memory of this role already says that")
         now = self._now()
         self._block_source(owner, entry, now)
-        edited = replace(
-            entry,
-            kind=kind,
-            content=content,
-            origin="person",
-            source_thread_id=None,
-            source_seq=None,
-            stated_at=now,
-            revision=entry.revision + 1,
-            updated_at=now,
-        )
+        edited = edited_entry(entry, content=content, kind=kind, now=now)
         owner.entries[entry.id] = edited
         self._log(owner, edited, "updated", "person")
         return edited
 
     def _erase(self, owner: _Owner, entry: MemoryEntry, now: datetime) -> MemoryEntry:
-        gone = replace(
-            entry, status="deleted", content="", revision=entry.revision + 1, updated_at=now
-        )
+        gone = erased_entry(entry, now)
         owner.entries[entry.id] = gone
         return gone
 
     async def delete(self, tenant: str, user: str, entry_id: str, *, revision: int) -> None:
         owner = self._owner(tenant, user)
-        entry = self._current(owner, entry_id, revision)
+        entry = expect_revision(owner.entries.get(entry_id), entry_id, revision)
         now = self._now()
         self._block_source(owner, entry, now)
         self._log(owner, self._erase(owner, entry, now), "deleted", "person")
@@ -435,11 +428,9 @@ class InMemoryMemoryStore:
             for e in owner.entries.values()
             if e.status == "active" and e.source_thread_id == source_thread_id
         ]
-        receipt = DeletionReceipt(
-            new_receipt_id(), source_thread_id, len(doomed), tuple(e.id for e in doomed), now
-        )
+        receipt, tombstone = source_deletion(source_thread_id, doomed, now)
         owner.receipts.append(receipt)
-        owner.blocks.append(SourceBlock(None, source_thread_id, None, "deleted", now))
+        owner.blocks.append(tombstone)
         for entry in doomed:
             self._log(owner, self._erase(owner, entry, now), "source_deleted", "person")
         return receipt
@@ -455,36 +446,23 @@ class InMemoryMemoryStore:
 
     async def backup(self, tenant: str, user: str) -> MemoryBackup:
         owner = self._owner(tenant, user)
-        entries = sorted(owner.entries.values(), key=lambda e: e.created_at)
-        return MemoryBackup(
-            entries=tuple(e for e in entries if e.status == "active"),
-            deleted_ids=tuple(e.id for e in entries if e.status == "deleted"),
-            receipts=tuple(owner.receipts),
-            blocks=tuple(owner.blocks),
-        )
+        return MemoryBackup.of(owner.entries.values(), owner.receipts, owner.blocks)
 
     async def restore(self, tenant: str, user: str, backup: MemoryBackup) -> ImportResult:
         owner = self._owner(tenant, user)
-        carried = carried_deletions(
-            backup, known_ids=set(owner.entries), receipts=owner.receipts, at=self._now()
-        )
-        taken, skipped = restore_plan(
+        plan = plan_restore(
             backup,
-            known_ids=set(owner.entries),
+            tenant=tenant,
+            owner=owner_key(user),
+            entries=owner.entries.values(),
             receipts=owner.receipts,
             blocks=owner.blocks,
-            active=[e for e in owner.entries.values() if e.status == "active"],
+            at=self._now(),
         )
-        key = owner_key(user)
         now = self._now()
-        for entry in taken:
-            entry = replace(entry, tenant=tenant, owner=key)
+        for entry in plan.entries:
             owner.entries[entry.id] = entry
             self._log(owner, entry, "imported", "person", now)
-        known_receipts = {r.receipt_id for r in owner.receipts}
-        owner.receipts.extend(r for r in backup.receipts if r.receipt_id not in known_receipts)
-        if carried is not None:
-            owner.receipts.append(carried)
-        known_blocks = set(owner.blocks)
-        owner.blocks.extend(b for b in backup.blocks if b not in known_blocks)
-        return ImportResult(imported=len(taken), skipped=skipped)
+        owner.receipts.extend(plan.receipts)
+        owner.blocks.extend(plan.blocks)
+        return ImportResult(imported=len(plan.entries), skipped=plan.skipped)

@@ -21,6 +21,8 @@ Entry ids of other users are 404 ``memory_not_found``, like unknown ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Query
@@ -62,6 +64,15 @@ def _http_error(error: MemoryStoreError) -> HTTPException:
     if isinstance(error, StaleRevision):
         detail["current_revision"] = error.current_revision
     return HTTPException(status_code=status, detail=detail)
+
+
+@contextmanager
+def _memory_errors() -> Iterator[None]:
+    """Memory errors inside the block become their HTTP error."""
+    try:
+        yield
+    except MemoryStoreError as e:
+        raise _http_error(e) from e
 
 
 def entry_json(entry: MemoryEntry) -> dict[str, Any]:
@@ -117,10 +128,8 @@ async def list_memory(
     who: Caller, services: ServicesDep, role_id: RoleQuery = None
 ) -> dict[str, Any]:
     role = await _role(services, who, role_id)
-    try:
+    with _memory_errors():
         entries = await services.memory.list_entries(who.tenant, who.user, role.id)
-    except MemoryStoreError as e:
-        raise _http_error(e) from e
     return {
         "role_id": role.id,
         "enabled": role.memory_enabled,
@@ -131,12 +140,10 @@ async def list_memory(
 @router.post("", status_code=201, response_model=None)
 async def add_memory(body: MemoryIn, who: Caller, services: ServicesDep) -> Any:
     role = await _role(services, who, body.role_id)
-    try:
+    with _memory_errors():
         outcome = await services.memory.save(
             who.tenant, who.user, role.id, MemoryDraft(body.kind, body.content)
         )
-    except MemoryStoreError as e:
-        raise _http_error(e) from e
     if outcome.action == "full":
         raise _http_error(MemoryFull("this role already holds the most memories it can keep"))
     assert outcome.entry is not None
@@ -149,7 +156,7 @@ async def add_memory(body: MemoryIn, who: Caller, services: ServicesDep) -> Any:
 async def edit_memory(
     entry_id: str, body: MemoryPatch, who: Caller, services: ServicesDep
 ) -> dict[str, Any]:
-    try:
+    with _memory_errors():
         entry = await services.memory.edit(
             who.tenant,
             who.user,
@@ -158,8 +165,6 @@ async def edit_memory(
             content=body.content,
             kind=body.kind,
         )
-    except MemoryStoreError as e:
-        raise _http_error(e) from e
     return entry_json(entry)
 
 
@@ -167,20 +172,16 @@ async def edit_memory(
 async def delete_memory(
     entry_id: str, who: Caller, services: ServicesDep, revision: Annotated[int, Query(ge=1)]
 ) -> Response:
-    try:
+    with _memory_errors():
         await services.memory.delete(who.tenant, who.user, entry_id, revision=revision)
-    except MemoryStoreError as e:
-        raise _http_error(e) from e
     return Response(status_code=204)
 
 
 @router.post("/clear")
 async def clear_memory(body: RoleRef, who: Caller, services: ServicesDep) -> dict[str, Any]:
     role = await _role(services, who, body.role_id)
-    try:
+    with _memory_errors():
         deleted = await services.memory.clear(who.tenant, who.user, role.id)
-    except MemoryStoreError as e:
-        raise _http_error(e) from e
     return {"deleted": deleted}
 
 
@@ -198,10 +199,8 @@ async def memory_changes(
     who: Caller, services: ServicesDep, role_id: RoleQuery = None
 ) -> dict[str, Any]:
     role = await _role(services, who, role_id)
-    try:
+    with _memory_errors():
         changes = await services.memory.changes(who.tenant, who.user, role.id)
-    except MemoryStoreError as e:
-        raise _http_error(e) from e
     return {
         "changes": [
             {
@@ -221,19 +220,15 @@ async def memory_changes(
 
 @router.get("/export")
 async def export_memory(who: Caller, services: ServicesDep) -> dict[str, Any]:
-    try:
+    with _memory_errors():
         return to_document(await services.memory.backup(who.tenant, who.user))
-    except MemoryStoreError as e:
-        raise _http_error(e) from e
 
 
 @router.post("/import")
 async def import_memory(
     who: Caller, services: ServicesDep, document: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
-    try:
+    with _memory_errors():
         backup = from_document(document, tenant=who.tenant, user=who.user)
         result = await services.memory.restore(who.tenant, who.user, backup)
-    except MemoryStoreError as e:
-        raise _http_error(e) from e
     return {"imported": result.imported, "skipped": result.skipped}
