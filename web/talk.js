@@ -45,7 +45,9 @@ const talk = {
   saver: null,
   record: null,
   continuing: false,
-  micPaused: false,
+  micPaused: false, // the person paused the microphone: the page sends no audio
+  serverPaused: false, // the server acknowledged the pause (openrealtime.input.paused)
+  listening: new Set(), // keys of user speech not committed yet (a pause drops it)
   interrupted: new Set(),
   lastInterruption: null,
   interruptions: {},
@@ -169,8 +171,10 @@ function onEvent(event) {
   switch (event.type) {
     case "input_audio_buffer.speech_started":
       showItem(`${sid}:u:${event.item_id}`, "user", "…", { partial: true });
+      talk.listening.add(`${sid}:u:${event.item_id}`);
       break;
     case "input_audio_buffer.committed":
+      talk.listening.delete(`${sid}:u:${event.item_id}`);
       if (talk.items.has(`${sid}:u:${event.item_id}`)) {
         showItem(`${sid}:u:${event.item_id}`, "user", "… (transcribing)", { partial: true });
       }
@@ -228,7 +232,13 @@ function onEvent(event) {
       $("playback").dataset.latency = String(event.latency_ms.first_audio_sent ?? "");
       break;
     case "openrealtime.input.paused":
+      // The server dropped speech it had not committed: it will never be transcribed.
+      for (const key of talk.listening) removeItem(key);
+      talk.listening.clear();
+      talk.serverPaused = true;
+      break;
     case "openrealtime.input.resumed":
+      talk.serverPaused = false;
       break;
     case "openrealtime.memory.status":
       // Long-term memory learned (or failed to learn) from what was just said.
@@ -359,6 +369,8 @@ async function stopSession() {
   talk.player = null;
   talk.interrupted = new Set();
   talk.reported = {};
+  talk.serverPaused = false;
+  talk.listening.clear();
   setConnection("idle");
 }
 
@@ -414,6 +426,8 @@ async function startSession({ continueThread }) {
     notice(`Audio playback unavailable: ${errorText(error)}`, "warn");
   }
   await startMicrophone();
+  // A microphone paused in an earlier session stays paused; the new session hears of it too.
+  if (talk.micPaused) conn.sendJson({ type: "openrealtime.input.pause" });
   setConnection(conn.state);
   $("new-conversation").disabled = false;
   $("role").disabled = true; // a conversation keeps its role; "New conversation" picks again
@@ -470,7 +484,9 @@ function onMicToggle() {
   if (talk.conn) talk.conn.sendJson({ type: talk.micPaused ? "openrealtime.input.pause" : "openrealtime.input.resume" });
   $("mic").textContent = talk.micPaused ? "Resume microphone" : "Pause microphone";
   $("mic").setAttribute("aria-pressed", String(talk.micPaused));
+  $("mic-state").classList.toggle("hidden", !talk.micPaused);
   $("level").style.width = "0";
+  $("level").parentElement.classList.toggle("hidden", talk.micPaused); // no level to show
 }
 
 function onType(event) {

@@ -1,5 +1,6 @@
 """Screenshots of every page, drawn by Debian's Chromium against a real server with some
-content (a conversation, a view-only record, memories, a document).
+content (a conversation, a view-only record, a memory, two documents), at laptop and phone width;
+at phone width nothing may stick out sideways.
 
     .venv/bin/python -m tests.web.screenshots            # writes docs/screenshots/*.png
 
@@ -28,16 +29,33 @@ from tests.web.conftest import (
 )
 
 LAPTOP = {"width": 1000, "height": 680}
-PHONE = {"width": 390, "height": 760}
+PHONE = {"width": 390, "height": 844}
 SHOP_TEXT = (
     "Returns are accepted within 7 days of delivery.\n"
     "Items must be unused, in their original packaging, with the order number.\n"
     "Customer service hours: weekdays 09:00-18:00.\n"
 )
+LONG_FILENAME = "customer_service_returns_and_exchanges_handbook_2026.md"
+HANDBOOK_TEXT = (
+    "Exchanges for another size or colour are free within 30 days.\n"
+    "Refunds go back to the original payment method within 5 working days.\n"
+)
+# Elements reaching past the right edge, or whose content spills out of their own box.
+OVERFLOW_JS = """() => {
+    const width = document.documentElement.clientWidth;
+    const spills = (n) => !['INPUT', 'TEXTAREA', 'SELECT'].includes(n.tagName)
+        && getComputedStyle(n).overflowX === 'visible' && n.scrollWidth > n.clientWidth + 1;
+    const wide = [...document.querySelectorAll('body *')].filter(n => {
+        const box = n.getBoundingClientRect();
+        return box.width > 0 && (box.right > width + 0.5 || spills(n));
+    });
+    return wide.slice(0, 5).map(n => `${n.tagName.toLowerCase()}${n.id ? '#' + n.id : ''}`
+        + ` (${Math.round(n.scrollWidth)} px of content in ${Math.round(n.clientWidth)} px)`);
+}"""
 
 
-async def _call(page: Any, method: str, path: str, body: Any = None) -> Any:
-    return await page.evaluate(
+async def _call(page: Any, method: str, path: str, body: Any = None) -> int:
+    status: int = await page.evaluate(
         """async ([method, path, body]) => {
             const headers = {Authorization: 'Bearer ' + localStorage.getItem('openrealtime.token'),
                              'Content-Type': 'application/json'};
@@ -47,10 +65,12 @@ async def _call(page: Any, method: str, path: str, body: Any = None) -> Any:
         }""",
         [method, path, body],
     )
+    assert status < 300, f"{method} {path} answered {status}"
+    return status
 
 
 async def _seed(page: Any) -> str:
-    """A short conversation on the talk page, a view-only record, a memory and a document."""
+    """A short conversation on the talk page, a view-only record, a memory and two documents."""
     await start_talking(page)
     await say(page, "hello")
     await last_answer(page, "Hello")
@@ -71,6 +91,9 @@ async def _seed(page: Any) -> str:
                                              "content": "I like short answers"})  # fmt: skip
     await _call(page, "POST", "/api/documents", {"name": "Shop returns policy v1",
                                                 "text": SHOP_TEXT, "role_id": roles})  # fmt: skip
+    # A long name without a break: at phone width it must wrap, not widen the page.
+    imported = {"filename": LONG_FILENAME, "content": HANDBOOK_TEXT, "role_id": roles}
+    await _call(page, "POST", "/api/documents/import", imported)
     return record_id
 
 
@@ -97,12 +120,27 @@ async def capture(
             await page.wait_for_selector("body[data-ready=true]")
             record_id = await _seed(page)
 
-            async def shot(name: str) -> None:
+            async def check(name: str) -> None:
                 for banner in await page.locator(".banner.bad:visible").all_text_contents():
                     problems.append(f"{name}: {banner}")
+                if page.viewport_size == PHONE:  # nothing wider than the phone's screen
+                    for wide in await page.evaluate(OVERFLOW_JS):
+                        problems.append(f"{name}: {wide} (wider than the phone)")
+
+            async def shot(name: str) -> None:
+                await check(name)
                 path = out / f"{name}.png"
-                await page.screenshot(path=str(path), full_page=name == "knowledge")
+                await page.screenshot(path=str(path), full_page=name.startswith("knowledge"))
                 shots.append(path)
+
+            async def visit(path: str, *, search: bool = False) -> None:
+                await page.goto(f"{server.http_url}{path}")
+                await page.wait_for_selector("body[data-ready=true]")
+                if search:
+                    await page.fill("#query", "how many days for returns")
+                    await page.click("#search-form button")
+                    await page.wait_for_selector("#hits li")
+                await page.evaluate("window.scrollTo(0, 0)")
 
             await shot("talk")
             await page.set_viewport_size(PHONE)
@@ -116,14 +154,18 @@ async def capture(
                 ("memory", "/memory.html"),
                 ("knowledge", "/knowledge.html"),
             ]:
-                await page.goto(f"{server.http_url}{path}")
-                await page.wait_for_selector("body[data-ready=true]")
-                if name == "knowledge":
-                    await page.fill("#query", "how many days for returns")
-                    await page.click("#search-form button")
-                    await page.wait_for_selector("#hits li")
-                await page.evaluate("window.scrollTo(0, 0)")
+                await visit(path, search=name == "knowledge")
                 await shot(name)
+            await page.set_viewport_size(PHONE)  # every page again; some are only checked
+            for name, path, draw in [
+                ("history-phone", "/history.html", True),
+                ("history-detail-phone", f"/history.html?id={record_id}", False),
+                ("history-view-only-phone", "/history.html?id=imported-1", False),
+                ("memory-phone", "/memory.html", True),
+                ("knowledge-phone", "/knowledge.html", True),
+            ]:
+                await visit(path, search=name == "knowledge-phone")
+                await (shot(name) if draw else check(name))
         finally:
             await browser.close()
     return shots

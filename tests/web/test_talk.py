@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import wave
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 
 from journal.events import EventKind, ThreadRef
-from pipeline.audio import INPUT_SAMPLE_RATE, resample
+from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample
+from pipeline.engine import Engine
 from runtime.config import Settings
 from runtime.server import running_server
 from tests.fault_proxy import FaultProxy
@@ -31,6 +33,11 @@ from tests.web.conftest import (
 __all__ = ["pg_pool", "postgres_url"]  # fixtures
 
 QUESTION = "Tell me, who are you?"
+
+
+def wave_seconds(path: Path) -> float:
+    with wave.open(str(path), "rb") as file:
+        return file.getnframes() / file.getframerate()
 
 
 def spoken(text: str, *, lead_s: float, tail_s: float) -> np.ndarray:
@@ -61,6 +68,74 @@ def interruption_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Quiet for 2.5 s (the answer starts playing), then the person talks over it."""
     pcm = spoken("Wait, wait, please stop there.", lead_s=2.5, tail_s=30)
     return write_wav(tmp_path_factory.mktemp("speech") / "interruption.wav", pcm)
+
+
+@pytest.fixture(scope="module")
+def chatter_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Speech every ~3 s: Chromium loops the short file, so the microphone never goes quiet
+    for long."""
+    pcm = spoken("Hello there, can you hear me?", lead_s=0.6, tail_s=0.8)
+    return write_wav(tmp_path_factory.mktemp("speech") / "chatter.wav", pcm)
+
+
+async def test_a_paused_microphone_sends_nothing_and_is_heard_again_after_resume(
+    launch: Launch, chatter_wav: Path, fake_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frames = 0  # microphone frames the server received (binary WebSocket messages)
+    push_audio = Engine.push_audio
+
+    async def counted(engine: Engine, pcm: PCM) -> None:
+        nonlocal frames
+        frames += 1
+        await push_audio(engine, pcm)
+
+    monkeypatch.setattr(Engine, "push_audio", counted)
+    loop_s = wave_seconds(chatter_wav)
+    async with fake_server(heard="hello there") as server:
+        browser = await launch(chatter_wav)
+        page = await open_page(browser, server)
+        await start_talking(page)
+        await page.evaluate(
+            "window.events = []; window.openrealtime.conn.addEventListener('event',"
+            " e => window.events.push(e.detail.type))"
+        )
+        # Pause in the middle of the first utterance: the server drops it, and so does the page.
+        await page.wait_for_selector(".msg.user.partial", timeout=10_000)
+        await page.click("#mic")
+        await wait_js(page, "window.openrealtime.serverPaused")  # after the last frame sent
+        before = frames
+        shown = await page.evaluate(
+            "[document.querySelector('#mic').textContent,"
+            " document.querySelector('#mic').getAttribute('aria-pressed'),"
+            " document.querySelector('#mic-state').checkVisibility()]"
+        )
+        await asyncio.sleep(loop_s + 0.2)  # the whole file, speech included, plays meanwhile
+        paused_frames = frames - before
+        events_while_paused = await page.evaluate(
+            "window.events.slice(window.events.indexOf('openrealtime.input.paused') + 1)"
+        )
+        users_while_paused = await page.locator(".msg.user").count()
+        await page.click("#mic")
+        await wait_js(page, "window.openrealtime.serverPaused === false")
+        transcript = await wait_js(  # a later loop of the file is heard and transcribed
+            page,
+            "document.querySelector('.msg.user:not(.partial) .text')?.textContent",
+            timeout=(2 * loop_s + 5) * 1000,
+        )
+        resumed_frames = frames - before - paused_frames
+        hidden = await page.evaluate(
+            "[document.querySelector('#mic').textContent,"
+            " document.querySelector('#mic-state').checkVisibility()]"
+        )
+    assert shown == ["Resume microphone", "true", True]
+    assert before > 0  # the microphone was streaming before the pause
+    assert paused_frames == 0
+    heard = [e for e in events_while_paused if e.startswith(("input_audio", "conversation.item"))]
+    assert heard == []
+    assert users_while_paused == 0  # the dropped utterance's "…" went too
+    assert transcript == "hello there"
+    assert resumed_frames > 0
+    assert hidden == ["Pause microphone", False]
 
 
 async def test_spoken_question_shows_transcript_and_plays_the_answer(
