@@ -3,6 +3,7 @@
 ``python -m benchmarks.journal`` prints one JSON object::
 
     {"append_events_per_s": {"one_thread": …, "fifty_threads": …},
+     "append_latency_ms": {"one_thread": {"p50", "p99"}, "fifty_threads": {…}},
      "projection_ms": {"100": {"p50", "p99"}, "10000": {…}, "100000": {…}},
      "budget_tokens": 4000, "details": {…}}
 
@@ -14,7 +15,9 @@ applies the journal migrations, and drops it at the end.
 - Appends: single-event ``append`` calls through ``PostgresJournalStore``, as the voice engine
   makes them (one user input, then one assistant output). ``one_thread``: one writer, one
   thread, back to back. ``fifty_threads``: 50 writers, one thread each, concurrently on a
-  50-connection pool.
+  50-connection pool. The store group-commits (``journal/postgres_store.py``); latency is per
+  ``append`` call, queueing included. ``details.without_group_commit`` repeats both runs with
+  ``group_commit=False`` (one transaction per append, as before group commit) for comparison.
 - Projection: threads of 100 / 10,000 / 100,000 events of realistic turns (Chinese and English
   user inputs and answers, some interrupted, a tool call with its result every few turns),
   bulk-loaded with ``COPY`` — same rows, seqs, fingerprints and head as ``journal_append``
@@ -176,8 +179,12 @@ async def bulk_load(pool: Any, thread: ThreadRef, events: Sequence[NewEvent]) ->
         await conn.execute("ANALYZE journal_events")
 
 
-async def append_rate(pool: Any, *, writers: int, events_per_writer: int, batch: int = 1) -> float:
-    store = PostgresJournalStore(pool)
+async def append_rate(
+    pool: Any, *, writers: int, events_per_writer: int, batch: int = 1, group_commit: bool = True
+) -> tuple[float, list[float]]:
+    """Events appended per second, and each ``append`` call's latency in ms."""
+    store = PostgresJournalStore(pool, group_commit=group_commit)
+    latencies: list[float] = []
     run = uuid.uuid4().hex[:8]
 
     def event(i: int) -> NewEvent:
@@ -194,11 +201,14 @@ async def append_rate(pool: Any, *, writers: int, events_per_writer: int, batch:
     async def writer(w: int) -> None:
         thread = ThreadRef("bench", f"writer{w}", f"append-{run}-{batch}")
         for i in range(0, events_per_writer, batch):
-            await store.append(thread, [event(j) for j in range(i, i + batch)])
+            events = [event(j) for j in range(i, i + batch)]
+            called = time.perf_counter()
+            await store.append(thread, events)
+            latencies.append((time.perf_counter() - called) * 1000)
 
     started = time.perf_counter()
     await asyncio.gather(*(writer(w) for w in range(writers)))
-    return writers * events_per_writer / (time.perf_counter() - started)
+    return writers * events_per_writer / (time.perf_counter() - started), latencies
 
 
 async def projection_times(
@@ -285,10 +295,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         pool = await asyncpg.create_pool(url, min_size=2, max_size=55, command_timeout=300)
         try:
             await apply_migrations(pool, ["journal"])
-            one = await append_rate(pool, writers=1, events_per_writer=args.appends_one)
-            fifty = await append_rate(pool, writers=50, events_per_writer=args.appends_each)
-            fifty_pairs = await append_rate(
+            one, one_ms = await append_rate(pool, writers=1, events_per_writer=args.appends_one)
+            fifty, fifty_ms = await append_rate(
+                pool, writers=50, events_per_writer=args.appends_each
+            )
+            fifty_pairs, _ = await append_rate(
                 pool, writers=50, events_per_writer=args.appends_each, batch=2
+            )
+            plain_one, plain_one_ms = await append_rate(
+                pool, writers=1, events_per_writer=args.appends_one, group_commit=False
+            )
+            plain_fifty, plain_fifty_ms = await append_rate(
+                pool, writers=50, events_per_writer=args.appends_each, group_commit=False
             )
 
             checkpoints = PostgresCheckpointStore(pool)
@@ -329,12 +347,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     small, large = projection["100"]["p50"], projection["100000"]["p50"]
     return {
         "append_events_per_s": {"one_thread": round(one), "fifty_threads": round(fifty)},
+        "append_latency_ms": {"one_thread": p50_p99(one_ms), "fifty_threads": p50_p99(fifty_ms)},
         "projection_ms": projection,
         "budget_tokens": args.budget,
         "details": {
             "server": "external" if database_url else "embedded",
             "events_per_append": 1,
             "fifty_threads_two_events_per_append": round(fifty_pairs),
+            "without_group_commit": {
+                "append_events_per_s": {
+                    "one_thread": round(plain_one),
+                    "fifty_threads": round(plain_fifty),
+                },
+                "append_latency_ms": {
+                    "one_thread": p50_p99(plain_one_ms),
+                    "fifty_threads": p50_p99(plain_fifty_ms),
+                },
+            },
             "compaction_policy": {
                 "threshold_tokens": policy.threshold_tokens,
                 "keep_recent_tokens": policy.keep_recent_tokens,
