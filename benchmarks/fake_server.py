@@ -28,7 +28,7 @@ from plugins.brain.local import LocalBrain
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
 from runtime.config import Settings
-from runtime.loop import install_uvloop
+from runtime.loop import install_uvloop, tune_gc
 from runtime.server import running_server
 
 REPLY = "Sure thing, here. This is the answer. Anything else?"
@@ -73,6 +73,7 @@ async def serve(
             loop.add_signal_handler(sig, stop.set)
         plugins = instant_plugins(brain=brain, ms_per_char=ms_per_char)
         async with running_server(settings, plugins=plugins) as server:
+            tune_gc()  # as `openrealtime serve` does: see runtime/loop.py
             print(json.dumps({"listening": server.ws_url, "token": server.token}), flush=True)
             await stop.wait()
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from runtime.config import Settings
-from runtime.loop import install_uvloop
+from runtime.loop import install_uvloop, tune_gc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +50,7 @@ async def _serve(settings: Settings) -> None:
         base = settings.public_url or server.http_url
         print(f"OpenRealtime listening on {base}/#token={server.token}", flush=True)
         print(f"WebSocket endpoint: {server.ws_url}", flush=True)
+        tune_gc()  # after start-up: see runtime/loop.py
         await stop.wait()
         print("shutting down", file=sys.stderr, flush=True)
 
