@@ -15,7 +15,7 @@ applies the journal migrations, and drops it at the end.
 - Appends: single-event ``append`` calls through ``PostgresJournalStore``, as the voice engine
   makes them (one user input, then one assistant output). ``one_thread``: one writer, one
   thread, back to back. ``fifty_threads``: 50 writers, one thread each, concurrently on a
-  50-connection pool. The store group-commits (``journal/postgres_store.py``); latency is per
+  50-connection pool. The store group-commits (``journal/group_commit.py``); latency is per
   ``append`` call, queueing included. ``details.without_group_commit`` repeats both runs with
   ``group_commit=False`` (one transaction per append, as before group commit) for comparison.
 - Projection: threads of 100 / 10,000 / 100,000 events of realistic turns (Chinese and English

@@ -15,27 +15,11 @@ Tables and the ``journal_append`` function live in ``journal/migrations/0001_jou
   first checks every id already stored: a different fingerprint raises (SQLSTATE ``OR409``,
   mapped to ``EventConflict``) before anything is written, so a batch is all-or-nothing; ids
   already stored with the same fingerprint keep their seq and only the others are inserted.
-- Group commit: concurrent appends share transactions. Each thread belongs to one of ``lanes``
-  lanes (by hash); a lane has a queue and, while the queue is not empty, one writer task that
-  takes everything queued (in order, at most ``max_group_appends`` batches and
-  ``max_group_events`` events) and writes it with one ``journal_append_group`` statement — one
-  round trip, one transaction, one commit for batches of many threads and several batches of
-  one thread (in queue order). Nothing waits on purpose: an idle lane flushes a lone append at
-  once, and what arrives during a flush goes in the next, so the added wait is bounded by one
-  flush. A caller's ``append`` returns when its group has committed. Per batch, the group
-  keeps the rules of ``journal_append``: contiguous seqs in queue order, a conflicting batch
-  refused whole (``EventConflict`` for that caller only, no seq consumed). A batch reusing an
-  id of an earlier batch of its thread in the group (a retry racing the original) waits for
-  the next group, which finds the stored events. Head rows are locked with ``SKIP LOCKED``: a
-  thread whose row another transaction holds (another process, ``delete_thread``) is left out
-  and its batches are *detached* — appended one by one with ``journal_append`` by a task of
-  their own, which waits for the lock, with the thread's later batches queued behind them — so
-  one busy thread holds up neither the lane nor its group. A group refused for any other,
-  non-transient reason (PostgreSQL refusing some batch's data) is retried as detached single
-  appends, so only the bad batch fails; payloads jsonb may refuse (NUL, NaN) are detached
-  before grouping. A caller cancelled while its batch is queued removes it (never written);
-  once sent, it commits or not with its group. ``group_commit=False`` appends each batch in
-  its own transaction.
+- Group commit (``journal/group_commit.py``): concurrent appends share transactions; each
+  group is one ``journal_append_group`` statement that keeps these rules per batch, and a
+  thread whose head row is locked elsewhere, or a batch PostgreSQL refuses, is appended on its
+  own with ``journal_append``. ``group_commit=False`` appends each batch in its own
+  transaction.
 - One append (or one group) is one statement, one round trip, one transaction. If the
   connection dies (``pg_terminate_backend``, a restart, a network drop) or the call times out,
   we cannot know whether it committed — so the same batch (or group), with the same event ids,
@@ -54,16 +38,14 @@ import asyncio
 import json
 import logging
 import random
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar
 
 import asyncpg
 
 from journal.errors import EventConflict, JournalUnavailable
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef, canonical_json
+from journal.group_commit import Batch, GroupCommit, Stored
 
 logger = logging.getLogger(__name__)
 
@@ -89,68 +71,6 @@ _COLUMNS = "seq, event_id, kind, payload::text AS payload, voice_session_id, cre
 _SCOPE = "tenant = $1 AND user_id = $2 AND thread_id = $3"
 
 
-_Stored = dict[str, tuple[int, datetime]]
-"""What an append learns per event id: its seq and created_at."""
-
-
-@dataclass(eq=False, slots=True)
-class _Append:
-    """One caller's batch (each event id once), as sent to PostgreSQL."""
-
-    thread: ThreadRef
-    event_ids: list[str]
-    kinds: list[str]
-    payloads: list[str]
-    fingerprints: list[str]
-    sessions: list[str | None]
-    alone: bool
-    """Never grouped with other batches (see ``_may_be_refused``)."""
-    future: asyncio.Future[_Stored] | None = None
-
-
-@dataclass(eq=False, slots=True)
-class _Lane:
-    """Batches waiting for a group, and the task writing them (None when idle)."""
-
-    queue: deque[_Append] = field(default_factory=deque)
-    task: asyncio.Task[None] | None = None
-    detached: dict[ThreadRef, deque[_Append]] = field(default_factory=dict)
-    """Per thread, batches appended one by one (see ``PostgresJournalStore._detach``)."""
-    detached_tasks: dict[ThreadRef, asyncio.Task[None]] = field(default_factory=dict)
-
-
-def _may_be_refused(payload_json: str) -> bool:
-    """Whether jsonb might refuse this JSON text (a NUL character, NaN, ±Infinity).
-
-    Such a batch is written alone, so its refusal never costs another caller's batch a second
-    round trip. A false positive (say, the word "NaN" in a transcript) only costs batching.
-    """
-    return "\\u0000" in payload_json or "NaN" in payload_json or "Infinity" in payload_json
-
-
-async def _settle(pending: _Append, result: Awaitable[_Stored]) -> None:
-    """Await ``result`` and hand its outcome to the batch's caller (if still waiting)."""
-    try:
-        stored = await result
-    except Exception as e:
-        _fail(pending, e)
-    else:
-        if pending.future is not None and not pending.future.done():
-            pending.future.set_result(stored)
-
-
-def _cancel(pending: _Append) -> None:
-    if pending.future is not None:
-        pending.future.cancel()
-
-
-def _fail(pending: _Append, error: Exception, *, cause: BaseException | None = None) -> None:
-    if cause is not None:
-        error.__cause__ = cause
-    if pending.future is not None and not pending.future.done():
-        pending.future.set_exception(error)
-
-
 def _is_transient(error: BaseException) -> bool:
     if isinstance(error, _TRANSIENT_ERRORS):
         return True
@@ -163,7 +83,7 @@ class PostgresJournalStore:
 
     Settings: ``query_timeout`` bounds each statement, ``acquire_timeout`` the wait for a pooled
     connection; a failed call is tried at most ``max_attempts`` times within ``retry_deadline``
-    seconds; ``max_batch`` bounds the events of one append. Group commit (module docstring):
+    seconds; ``max_batch`` bounds the events of one append. Group commit (``group_commit.py``):
     ``group_commit`` turns it on (default), ``lanes`` writers run at once (each holding one
     pooled connection while it flushes), a group carries at most ``max_group_appends`` batches
     and ``max_group_events`` events (a larger batch goes alone).
@@ -183,27 +103,29 @@ class PostgresJournalStore:
         max_group_appends: int = 256,
         max_group_events: int = 1000,
     ) -> None:
-        if lanes < 1 or max_group_appends < 1 or max_group_events < 1:
-            raise ValueError("lanes, max_group_appends and max_group_events must be positive")
         self._pool = pool
         self._query_timeout = query_timeout
         self._acquire_timeout = acquire_timeout
         self._max_attempts = max_attempts
         self._retry_deadline = retry_deadline
         self._max_batch = max_batch
-        self._group_commit = group_commit
-        self._lanes = [_Lane() for _ in range(lanes)]
-        self._max_group_appends = max_group_appends
-        self._max_group_events = max_group_events
+        groups = GroupCommit(  # checks the group settings even when group commit is off
+            write_group=self._append_group,
+            append_alone=self._append_alone,
+            lanes=lanes,
+            max_group_appends=max_group_appends,
+            max_group_events=max_group_events,
+        )
+        self._groups = groups if group_commit else None
 
     async def append(self, thread: ThreadRef, events: Sequence[NewEvent]) -> list[JournalEvent]:
-        pending = self._prepare(thread, events)
-        if pending is None:
+        batch = self._prepare(thread, events)
+        if batch is None:
             return []
-        if self._group_commit:
-            stored = await self._submit(pending)
+        if self._groups is not None:
+            stored = await self._groups.submit(batch)
         else:
-            stored = await self._append_alone(pending)
+            stored = await self._append_alone(batch)
         out: list[JournalEvent] = []
         for event in events:
             seq, created_at = stored[event.event_id]
@@ -221,7 +143,7 @@ class PostgresJournalStore:
             )
         return out
 
-    def _prepare(self, thread: ThreadRef, events: Sequence[NewEvent]) -> _Append | None:
+    def _prepare(self, thread: ThreadRef, events: Sequence[NewEvent]) -> Batch | None:
         """Check a batch before any I/O; its events with each id once, or None when empty."""
         if len(events) > self._max_batch:
             raise ValueError(f"a batch holds at most {self._max_batch} events, got {len(events)}")
@@ -237,30 +159,28 @@ class PostgresJournalStore:
                 raise EventConflict(f"event {event.event_id} twice in one batch")
         if not unique:
             return None
-        batch = list(unique.values())
-        payloads = [canonical_json(e.payload) for e in batch]
-        return _Append(
+        kept = list(unique.values())
+        return Batch(
             thread=thread,
             event_ids=list(unique),
-            kinds=[e.kind.value for e in batch],
-            payloads=payloads,
+            kinds=[e.kind.value for e in kept],
+            payloads=[canonical_json(e.payload) for e in kept],
             fingerprints=list(fingerprints.values()),
-            sessions=[e.voice_session_id for e in batch],
-            alone=any(_may_be_refused(p) for p in payloads),
+            sessions=[e.voice_session_id for e in kept],
         )
 
-    async def _append_alone(self, pending: _Append) -> _Stored:
+    async def _append_alone(self, batch: Batch) -> Stored:
         """One batch, one ``journal_append`` transaction (no group)."""
-        thread = pending.thread
+        thread = batch.thread
         args = (
             thread.tenant,
             thread.user,
             thread.thread_id,
-            pending.event_ids,
-            pending.kinds,
-            pending.payloads,
-            pending.fingerprints,
-            pending.sessions,
+            batch.event_ids,
+            batch.kinds,
+            batch.payloads,
+            batch.fingerprints,
+            batch.sessions,
         )
 
         async def call(conn: Any) -> list[Any]:
@@ -283,91 +203,12 @@ class PostgresJournalStore:
             raise
         return {row["o_event_id"]: (row["o_seq"], row["o_created_at"]) for row in rows}
 
-    # --- group commit ---------------------------------------------------------------------
+    async def _append_group(self, group: list[Batch]) -> list[Any]:
+        """One group, one ``journal_append_group`` transaction; its rows, one per event.
 
-    async def _submit(self, pending: _Append) -> _Stored:
-        """Queue a batch on its thread's lane and wait until it has committed (or failed)."""
-        loop = asyncio.get_running_loop()
-        pending.future = loop.create_future()
-        lane = self._lanes[hash(pending.thread) % len(self._lanes)]
-        lane.queue.append(pending)
-        if lane.task is None:
-            lane.task = loop.create_task(self._drain(lane), name="journal-group-commit")
-        # Cancelling the caller cancels the future: a batch still queued is then never written
-        # (it is skipped); one already sent commits or not with its group.
-        return await pending.future
-
-    async def _drain(self, lane: _Lane) -> None:
-        """A lane's writer: flush groups until the queue is empty, then end."""
-        group: list[_Append] = []
-        try:
-            while lane.queue:
-                group = self._take_group(lane)
-                if group:
-                    try:
-                        await self._flush(lane, group)
-                    except Exception as e:  # a bug: fail this group, keep the lane going
-                        logger.exception("journal append group failed")
-                        for pending in group:
-                            _fail(pending, RuntimeError(f"journal append failed: {e!r}"), cause=e)
-                group = []
-        finally:
-            lane.task = None
-            # Only when this task is cancelled (the loop shutting down) is anything left here.
-            for pending in (*group, *lane.queue):
-                _cancel(pending)
-            lane.queue.clear()
-
-    def _take_group(self, lane: _Lane) -> list[_Append]:
-        """The next group from the lane's queue, in queue order; the rest stays queued.
-
-        Bounded by ``max_group_appends`` batches and ``max_group_events`` events (a larger
-        batch goes alone). A batch reusing an event id of an earlier batch of the same thread
-        in this group (a retry racing the original) waits for a later group — and every later
-        batch of its thread with it, so each thread's batches keep their order. Batches of a
-        detached thread, and batches that should not share a group (``_may_be_refused``), go
-        to the thread's detached queue.
+        The group's threads are listed once each; every event names its thread's (1-based)
+        position in that list and its batch's index in ``group``.
         """
-        group: list[_Append] = []
-        rest: deque[_Append] = deque()
-        blocked: set[ThreadRef] = set()
-        ids: dict[ThreadRef, set[str]] = {}
-        events = 0
-        queue = lane.queue
-        while queue:
-            pending = queue.popleft()
-            if pending.future is None or pending.future.done():
-                continue  # its caller was cancelled
-            if pending.thread in blocked:
-                rest.append(pending)
-                continue
-            if pending.alone or pending.thread in lane.detached:
-                if pending.thread in ids:  # after this group's batches of the thread
-                    blocked.add(pending.thread)
-                    rest.append(pending)
-                else:
-                    self._detach(lane, pending)
-                continue
-            size = len(pending.event_ids)
-            if group and (
-                len(group) >= self._max_group_appends or events + size > self._max_group_events
-            ):
-                rest.append(pending)
-                break
-            seen = ids.get(pending.thread)
-            if seen is not None and not seen.isdisjoint(pending.event_ids):
-                blocked.add(pending.thread)
-                rest.append(pending)
-                continue
-            group.append(pending)
-            events += size
-            ids.setdefault(pending.thread, set()).update(pending.event_ids)
-        rest.extend(queue)
-        lane.queue = rest
-        return group
-
-    async def _flush(self, lane: _Lane, group: list[_Append]) -> None:
-        """Write one group and settle its callers. Raises only when cancelled."""
         thread_no: dict[ThreadRef, int] = {}
         args: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [], [], [])
         (
@@ -382,22 +223,22 @@ class PostgresJournalStore:
             fingerprints,
             sessions,
         ) = args
-        for n, pending in enumerate(group):
-            thread = pending.thread
+        for n, batch in enumerate(group):
+            thread = batch.thread
             number = thread_no.get(thread)
             if number is None:
                 number = thread_no[thread] = len(thread_no) + 1
                 tenants.append(thread.tenant)
                 users.append(thread.user)
                 threads.append(thread.thread_id)
-            size = len(pending.event_ids)
+            size = len(batch.event_ids)
             thread_of.extend([number] * size)
             appends.extend([n] * size)
-            ids.extend(pending.event_ids)
-            kinds.extend(pending.kinds)
-            payloads.extend(pending.payloads)
-            fingerprints.extend(pending.fingerprints)
-            sessions.extend(pending.sessions)
+            ids.extend(batch.event_ids)
+            kinds.extend(batch.kinds)
+            payloads.extend(batch.payloads)
+            fingerprints.extend(batch.fingerprints)
+            sessions.extend(batch.sessions)
 
         async def call(conn: Any) -> list[Any]:
             rows: list[Any] = await conn.fetch(
@@ -408,73 +249,7 @@ class PostgresJournalStore:
             )
             return rows
 
-        try:
-            rows = await self._run("append", call)
-        except JournalUnavailable as e:
-            for pending in group:
-                _fail(pending, JournalUnavailable(str(e)), cause=e)
-            return
-        except Exception as e:
-            # Not transient, so caused by some batch's data (jsonb refusing a payload): isolate
-            # it by appending each batch of the group on its own, each with its own outcome.
-            logger.warning(
-                "journal append group of %d batches refused (%s); appending them one by one",
-                len(group),
-                type(e).__name__,
-            )
-            for pending in group:
-                self._detach(lane, pending)
-            return
-        rows_of: list[list[Any]] = [[] for _ in group]
-        for row in rows:
-            rows_of[row["o_append"]].append(row)
-        for pending, own in zip(group, rows_of, strict=True):
-            conflict = next((r["o_event_id"] for r in own if r["o_conflict"]), None)
-            if [r["o_event_id"] for r in own] != pending.event_ids:
-                _fail(pending, RuntimeError("journal_append_group returned other events"))
-            elif own[0]["o_busy"]:
-                # Another transaction holds the thread's head row: wait for it off the lane.
-                self._detach(lane, pending)
-            elif conflict is not None:
-                _fail(pending, EventConflict(f"event {conflict} exists with other content"))
-            elif pending.future is not None and not pending.future.done():
-                pending.future.set_result(
-                    {r["o_event_id"]: (r["o_seq"], r["o_created_at"]) for r in own}
-                )
-
-    def _detach(self, lane: _Lane, pending: _Append) -> None:
-        """Append ``pending`` on its own, after its thread's batches already detached.
-
-        While a thread has detached batches, its later batches join them (thread order), and
-        one task per such thread appends them one by one with ``journal_append``, which waits
-        for the head row's lock — so a thread whose lock is held elsewhere, or a batch PostgreSQL
-        refuses, holds up neither the lane nor the other batches of its group.
-        """
-        waiting = lane.detached.get(pending.thread)
-        if waiting is None:
-            waiting = lane.detached[pending.thread] = deque()
-            lane.detached_tasks[pending.thread] = asyncio.get_running_loop().create_task(
-                self._drain_detached(lane, pending.thread, waiting),
-                name="journal-append-detached",
-            )
-        waiting.append(pending)
-
-    async def _drain_detached(
-        self, lane: _Lane, thread: ThreadRef, waiting: deque[_Append]
-    ) -> None:
-        pending: _Append | None = None
-        try:
-            while waiting:
-                pending = waiting.popleft()
-                if pending.future is not None and not pending.future.done():
-                    await _settle(pending, self._append_alone(pending))
-                pending = None
-        finally:
-            del lane.detached[thread]
-            del lane.detached_tasks[thread]
-            # Only when this task is cancelled (the loop shutting down) is anything left here.
-            for left in (*([pending] if pending else []), *waiting):
-                _cancel(left)
+        return await self._run("append", call)
 
     async def read(
         self, thread: ThreadRef, *, after_seq: int = 0, limit: int | None = None
