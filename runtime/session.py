@@ -10,35 +10,41 @@ drops audio frames whose generation is no longer current — so after an interru
 frame of that generation leaves the server. A client that stops reading fills the queue and is
 closed with 4010.
 
-Resuming (SPEC RES-1, RES-4): a connection whose first message is ``session.resume`` redeems
-the token (shared store: PostgreSQL with several processes). If the session is live in this
-process at the token's epoch, the connection is handed to it and its outbox replays what the
-client missed. Otherwise — the process that held it died or is another one — the session is
-continued *from the journal* here: same session id, next epoch (``claim``, which fences any
-older copy: a process still holding it closes it with 4012), a new engine on the same thread
-and a fresh outbox numbered on from the client's ``last_seq``. Nothing can be replayed then, so
-``session.resumed`` says so and carries ``reconcile``: the range to give up and the session's
-user/assistant items from the journal, which the client shows instead of what it had.
+Resuming (SPEC RES-1, RES-4): a connection whose first message is ``session.resume`` runs
+the handshake in ``runtime.continuity`` (which also checks continuations, RES-2). If the session
+is live in this process at the token's epoch, the connection is handed to it and its outbox
+replays what the client missed. Otherwise the session is continued *from the journal* here: same
+session id, next epoch (a copy still held elsewhere is fenced and closes with 4012), a new engine
+on the same thread and a fresh outbox numbered on from the client's ``last_seq``. Nothing can be
+replayed then, so ``session.resumed`` says so and carries ``reconcile``: the range to give up
+and the session's user/assistant items from the journal, which the client shows instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from typing import TYPE_CHECKING
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from journal.events import EventKind, ThreadRef
+from journal.events import ThreadRef
 from knowledge.tool import make_knowledge_tool
 from pipeline.audio import pcm_from_bytes
 from pipeline.engine import Engine, EngineSettings, Persona
 from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
+from runtime.continuity import (
+    ContinueHere,
+    ContinuityRefused,
+    check_continuation,
+    reconcile_from_journal,
+    redeem,
+    resumed_message,
+)
 from runtime.journal_buffer import BufferedJournal
 from runtime.memory_hook import session_memory
 from runtime.outbox import Outbox
@@ -71,13 +77,6 @@ if TYPE_CHECKING:
     from runtime.services import Services
 
 log = logging.getLogger(__name__)
-
-RESUME_RACE_ATTEMPTS = 3
-"""How often a resume looks again when a concurrent resume of the session claimed it first."""
-RECONCILE_SCAN_EVENTS = 400
-"""How many of the thread's last journal events a reconcile looks through."""
-RECONCILE_MAX_ITEMS = 50
-"""At most this many (the latest) items go into a reconcile; ``complete`` says if cut."""
 
 
 class _Close(Exception):
@@ -180,16 +179,13 @@ class VoiceSession:
                 # Same answer as a journal continuation gives, for the range that is gone.
                 reconcile = await self._reconcile(missing[0], missing[1])
             await ws.send_text(
-                json.dumps(
-                    {
-                        "type": "openrealtime.session.resumed",
-                        "session_id": self.id,
-                        "resume_token": token,
-                        "replayed": len(replay),
-                        "missing": list(missing) if missing else None,
-                        "reconcile": reconcile,
-                        "last_seq": self.outbox.seq,
-                    }
+                resumed_message(
+                    self.id,
+                    token,
+                    replayed=len(replay),
+                    missing=list(missing) if missing else None,
+                    reconcile=reconcile,
+                    last_seq=self.outbox.seq,
                 )
             )
             for data in replay:
@@ -287,69 +283,47 @@ class VoiceSession:
         with contextlib.suppress(Exception):
             await ws.close(close.code, close.reason)
 
+    def _live(self, session_id: str) -> VoiceSession | None:
+        """The open session live in this process under ``session_id``, if any."""
+        session = self.services.live_sessions.get(session_id)
+        if isinstance(session, VoiceSession) and not session._closed:
+            return session
+        return None
+
+    def _refused(self, refused: ContinuityRefused) -> _Close:
+        self._error(refused.error_code, refused.message)
+        return _Close(refused.close_code, refused.close_reason)
+
     async def _redeem(self, resume: SessionResume) -> VoiceSession | None:
         """Check the token; the live session to hand the connection to, or None when this
         object has continued the session from the journal instead."""
-        services = self.services
         if resume.token is not None:
-            self.principal = await services.accounts.authenticate(resume.token)
+            self.principal = await self.services.accounts.authenticate(resume.token)
         if self.principal is None:
             self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
             raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
-        for _attempt in range(RESUME_RACE_ATTEMPTS):
-            redeemed = await services.resume_tokens.redeem(
-                self.principal, resume.session_id, resume.resume_token,
-                ttl_s=services.settings.resume_ttl_s,
-            )  # fmt: skip
-            if redeemed is None:
-                self._error(
-                    ErrorCode.RESUME_REFUSED, "this session cannot be resumed with that token"
-                )
-                raise _Close(CloseCode.FORBIDDEN, "resume refused")
-            record, self._fresh_token = redeemed
-            target = services.live_sessions.get(record.session_id)
-            if isinstance(target, VoiceSession) and not target._closed:
-                if target.epoch == record.epoch:
-                    return target
-                target.fence(record.epoch + 1)  # a stale copy another process took over
-            if await self._continue_from_journal(record, resume.last_seq):
-                return None
-            # Another resume of this session claimed it first (e.g. the client's retry of an
-            # attempt whose answer it never got): look again, and like any later connection,
-            # take over from it.
-        self._error(ErrorCode.RESUME_REFUSED, "the session is being resumed elsewhere")
-        raise _Close(CloseCode.FORBIDDEN, "resume refused")
+        try:
+            outcome = await redeem(
+                self.services, self.principal, resume, live=self._live, this=self
+            )
+        except ContinuityRefused as refused:
+            raise self._refused(refused) from None
+        self._fresh_token = outcome.fresh_token
+        if isinstance(outcome, ContinueHere):
+            await self._continue_from_journal(outcome, resume.last_seq)
+            return None
+        assert isinstance(outcome.target, VoiceSession)
+        return outcome.target
 
-    async def _continue_from_journal(self, record: VoiceSessionRecord, last_seq: int) -> bool:
-        """Serve a session whose outbox is not here (SPEC RES-4): same id, next epoch, same
-        thread — checked like a continuation —, and tell the client what to reconcile. False
-        if another resume claimed the session first."""
+    async def _continue_from_journal(self, claimed: ContinueHere, last_seq: int) -> None:
+        """Serve a session whose outbox is not here (SPEC RES-4) under the epoch the handshake
+        claimed, and tell the client what to reconcile."""
         services = self.services
-        principal = self.principal
-        assert principal is not None
-        owned = await services.threads.get(principal.tenant, principal.user, record.thread_id)
-        if owned is None:
-            self._error(ErrorCode.THREAD_NOT_FOUND, "no such thread for this user")
-            raise _Close(CloseCode.FORBIDDEN, "resume refused")
-        role = await services.roles.get(principal.tenant, record.role_id)
-        if role is None:
-            self._error(ErrorCode.ROLE_NOT_FOUND, "the thread's role was deleted")
-            raise _Close(CloseCode.FORBIDDEN, "resume refused")
-        claimed = await services.resume_tokens.claim(record)
-        if claimed is None:
-            return False
         # No await from the claim to the registration: a later claim's fence finds this copy.
-        held = services.live_sessions.get(claimed.session_id)
-        if isinstance(held, VoiceSession) and held is not self and not held._closed:
-            if held.epoch > claimed.epoch:  # a later resume got here first after all
-                self._error(ErrorCode.RESUME_REFUSED, "the session was resumed again meanwhile")
-                raise _Close(CloseCode.SUPERSEDED, "resumed by another connection")
-            held.fence(claimed.epoch)
-        self.id, self.epoch = claimed.session_id, claimed.epoch
-        options = claimed.options
-        detection = TurnDetection.model_validate(options.get("turn_detection", {}))
-        thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
-        self._build_engine(thread, role, int(options.get("output_sample_rate", 24_000)), detection)
+        self.id, self.epoch = claimed.record.session_id, claimed.record.epoch
+        self._build_engine(
+            claimed.thread, claimed.role, claimed.output_sample_rate, claimed.detection
+        )
         services.live_sessions[self.id] = self
         # The new stream goes on from what the client has; what the old one sent after that
         # is gone with its process and comes back as journal items instead.
@@ -361,55 +335,20 @@ class VoiceSession:
         # (a retry with the same token gets the same new token: runtime/resume.py rule 4).
         with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
             await self.ws.send_text(
-                json.dumps(
-                    {
-                        "type": "openrealtime.session.resumed",
-                        "session_id": self.id,
-                        "resume_token": self._fresh_token,
-                        "replayed": False,
-                        "missing": None,
-                        "reconcile": reconcile,
-                        "last_seq": self.outbox.seq,
-                        "session": self._session_json(role, detection),
-                    }
+                resumed_message(
+                    self.id,
+                    self._fresh_token,
+                    replayed=False,
+                    missing=None,
+                    reconcile=reconcile,
+                    last_seq=self.outbox.seq,
+                    session=self._session_json(claimed.role, claimed.detection),
                 )
             )
-        return True
 
     async def _reconcile(self, from_seq: int, to_seq: int | None) -> dict[str, object]:
-        """What a client needs when messages ``from_seq``..``to_seq`` (None: up to where the
-        old stream ended, unknown here) cannot be replayed: this session's user and assistant
-        items as the journal has them, oldest first, to show instead of its own."""
         assert self.thread is not None
-        items: list[dict[str, object]] = []
-        events = await self.journal.read_tail(self.thread, RECONCILE_SCAN_EVENTS)
-        for event in events:
-            if event.voice_session_id != self.id:
-                continue
-            payload = event.payload
-            if event.kind is EventKind.USER_INPUT:
-                items.append({"journal_seq": event.seq, "role": "user",
-                              "text": str(payload.get("text", ""))})  # fmt: skip
-            elif event.kind is EventKind.ASSISTANT_OUTPUT:
-                interrupted = bool(payload.get("interrupted"))
-                items.append(
-                    {
-                        "journal_seq": event.seq,
-                        "role": "assistant",
-                        # What the user heard: an interrupted answer only up to the cut.
-                        "text": str(payload.get("heard_text" if interrupted else "text", "")),
-                        "interrupted": interrupted,
-                    }
-                )
-        scanned_all = len(events) < RECONCILE_SCAN_EVENTS or events[0].voice_session_id != self.id
-        return {
-            "from_seq": from_seq,
-            "to_seq": to_seq,
-            "session_id": self.id,
-            "thread_id": self.thread.thread_id,
-            "items": items[-RECONCILE_MAX_ITEMS:],
-            "complete": scanned_all and len(items) <= RECONCILE_MAX_ITEMS,
-        }
+        return await reconcile_from_journal(self.journal, self.thread, self.id, from_seq, to_seq)
 
     # ------------------------------------------------------------ start
 
@@ -449,7 +388,10 @@ class VoiceSession:
             thread = ThreadRef(principal.tenant, principal.user, f"th_{uuid.uuid4().hex}")
             await services.threads.create(thread.tenant, thread.user, thread.thread_id, role.id)
         else:
-            thread, role = await self._continuation(principal, start)
+            try:
+                thread, role = await check_continuation(services, principal, start)
+            except ContinuityRefused as refused:
+                raise self._refused(refused) from None
         settings = services.settings
         detection = start.turn_detection
         self._build_engine(thread, role, start.output_sample_rate, detection)
@@ -524,42 +466,6 @@ class VoiceSession:
             tools={knowledge_spec.name: knowledge_tool},
             tool_specs=(knowledge_spec,),
         )
-
-    async def _continuation(
-        self, principal: Principal, start: SessionStart
-    ) -> tuple[ThreadRef, Role]:
-        """Continue an existing thread (SPEC RES-2): the thread must be this user's, its role
-        must still exist, and the previous voice session must appear in its journal."""
-        services = self.services
-        assert start.requested_thread_id is not None
-        if start.previous_voice_session_id is None:
-            self._error(
-                ErrorCode.INVALID_MESSAGE,
-                "requested_thread_id needs previous_voice_session_id",
-            )
-            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
-        record = await services.threads.get(
-            principal.tenant, principal.user, start.requested_thread_id
-        )
-        if record is None:
-            # Someone else's thread and an unknown one look the same from here.
-            self._error(ErrorCode.THREAD_NOT_FOUND, "no such thread for this user")
-            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
-        if start.role_id is not None and start.role_id != record.role_id:
-            self._error(ErrorCode.ROLE_MISMATCH, "the thread belongs to another role")
-            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
-        role = await services.roles.get(principal.tenant, record.role_id)
-        if role is None:
-            self._error(ErrorCode.ROLE_NOT_FOUND, "the thread's role was deleted")
-            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
-        thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
-        if not await services.journal.has_session(thread, start.previous_voice_session_id):
-            self._error(
-                ErrorCode.PREVIOUS_SESSION_UNKNOWN,
-                "the previous voice session never served this thread",
-            )
-            raise _Close(CloseCode.FORBIDDEN, "continuation refused")
-        return thread, role
 
     # ------------------------------------------------------------ receive
 

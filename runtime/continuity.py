@@ -1,0 +1,298 @@
+"""Continuity: going on with a conversation — continuations (SPEC RES-2), resumes (RES-1, RES-4).
+
+Theory of operation
+-------------------
+Three things let a client go on where it left off; this module decides each, and
+``runtime.session.VoiceSession`` carries the decision out on its connection.
+
+Rule 1 — continuation (``session.start`` with ``requested_thread_id``): allowed only when the
+thread is the caller's, the role it was started with still exists (and is the one asked for, if
+one is), and ``previous_voice_session_id`` appears in the thread's journal
+(``check_continuation``). Someone else's thread and an unknown one are refused alike.
+
+Rule 2 — resume handshake (``session.resume``, ``redeem``): the token is redeemed (and rotated,
+``runtime/resume.py`` rule 4). If the session is live in this process at the token's epoch the
+connection is handed to it (``HandOver``) and its outbox replays what the client missed. A live
+copy at an older epoch is stale — another process took the session over — and is fenced.
+
+Rule 3 — continued from the journal: otherwise the session goes on *here* (``ContinueHere``):
+same session id, same thread, next epoch. The thread and role are checked like a continuation,
+then ``claim`` moves the session to the next epoch (compare-and-set). A claim lost to a
+concurrent resume of the same session (e.g. the client's retry) makes the handshake look again,
+at most ``RESUME_RACE_ATTEMPTS`` times; like any later connection, it then takes over.
+
+Rule 4 — fencing order: between a successful ``claim`` and the caller registering the new copy
+in ``services.live_sessions`` there is no await (``redeem`` returns straight after the claim and
+the caller registers before its next await), so a later claim's fence always finds this copy. An
+older live copy is fenced right after the claim; a *newer* one means a later resume won, and
+this one is refused (4012).
+
+Rule 5 — reconcile: when messages cannot be replayed (a journal continuation, or a replay window
+that no longer reaches back far enough) the client gets ``reconcile``: the range to give up and
+this session's user/assistant items as the journal has them (``reconcile_from_journal``), at most
+``RECONCILE_MAX_ITEMS`` of them from the last ``RECONCILE_SCAN_EVENTS`` journal events.
+
+Refusals are ``ContinuityRefused``: the ``error`` event to send and the close code that follows.
+``resumed_message`` builds the answer to a resume, ``openrealtime.session.resumed``, for both ways.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from journal.events import EventKind, JournalEvent, ThreadRef
+from runtime.accounts import Principal
+from runtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart, TurnDetection
+from runtime.resume import VoiceSessionRecord
+from runtime.roles import Role
+
+if TYPE_CHECKING:
+    from runtime.services import Services
+
+RESUME_RACE_ATTEMPTS = 3
+"""How often a resume looks again when a concurrent resume of the session claimed it first."""
+RECONCILE_SCAN_EVENTS = 400
+"""How many of the thread's last journal events a reconcile looks through."""
+RECONCILE_MAX_ITEMS = 50
+"""At most this many (the latest) items go into a reconcile; ``complete`` says if cut."""
+
+
+class ContinuityRefused(Exception):
+    """A continuation or resume is refused: send ``error_code``/``message``, then close."""
+
+    def __init__(self, error_code: str, message: str, close_code: int, close_reason: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+        self.close_code = close_code
+        self.close_reason = close_reason
+
+
+class LiveSession(Protocol):
+    """What the handshake needs of a session live in this process."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def fence(self, epoch: int) -> None: ...
+
+
+LiveLookup = Callable[[str], LiveSession | None]
+"""The open (not closed) session live in this process under an id, or None."""
+
+
+class TailReader(Protocol):
+    async def read_tail(self, thread: ThreadRef, count: int) -> list[JournalEvent]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    """The session is live here at the token's epoch: hand the connection to it."""
+
+    target: LiveSession
+    fresh_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueHere:
+    """Continue the session from the journal under ``record.epoch`` (already claimed)."""
+
+    record: VoiceSessionRecord
+    thread: ThreadRef
+    role: Role
+    detection: TurnDetection
+    output_sample_rate: int
+    fresh_token: str
+
+
+def _refuse_continuation(error_code: str, message: str) -> ContinuityRefused:
+    return ContinuityRefused(error_code, message, CloseCode.FORBIDDEN, "continuation refused")
+
+
+async def check_continuation(
+    services: Services, principal: Principal, start: SessionStart
+) -> tuple[ThreadRef, Role]:
+    """Rule 1: the thread and role a ``session.start`` with ``requested_thread_id`` continues."""
+    assert start.requested_thread_id is not None
+    if start.previous_voice_session_id is None:
+        raise _refuse_continuation(
+            ErrorCode.INVALID_MESSAGE, "requested_thread_id needs previous_voice_session_id"
+        )
+    record = await services.threads.get(principal.tenant, principal.user, start.requested_thread_id)
+    if record is None:
+        # Someone else's thread and an unknown one look the same from here.
+        raise _refuse_continuation(ErrorCode.THREAD_NOT_FOUND, "no such thread for this user")
+    if start.role_id is not None and start.role_id != record.role_id:
+        raise _refuse_continuation(ErrorCode.ROLE_MISMATCH, "the thread belongs to another role")
+    role = await services.roles.get(principal.tenant, record.role_id)
+    if role is None:
+        raise _refuse_continuation(ErrorCode.ROLE_NOT_FOUND, "the thread's role was deleted")
+    thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
+    if not await services.journal.has_session(thread, start.previous_voice_session_id):
+        raise _refuse_continuation(
+            ErrorCode.PREVIOUS_SESSION_UNKNOWN,
+            "the previous voice session never served this thread",
+        )
+    return thread, role
+
+
+async def redeem(
+    services: Services,
+    principal: Principal,
+    resume: SessionResume,
+    *,
+    live: LiveLookup,
+    this: object,
+) -> HandOver | ContinueHere:
+    """Rules 2–4: redeem the token; the live session to hand over to, or the claimed record to
+    continue from the journal. ``this`` is the caller's own session (never fenced here).
+
+    On ``ContinueHere`` the caller must register itself in ``services.live_sessions`` before
+    its next await (rule 4)."""
+    for _attempt in range(RESUME_RACE_ATTEMPTS):
+        redeemed = await services.resume_tokens.redeem(
+            principal, resume.session_id, resume.resume_token,
+            ttl_s=services.settings.resume_ttl_s,
+        )  # fmt: skip
+        if redeemed is None:
+            raise ContinuityRefused(
+                ErrorCode.RESUME_REFUSED,
+                "this session cannot be resumed with that token",
+                CloseCode.FORBIDDEN,
+                "resume refused",
+            )
+        record, fresh_token = redeemed
+        target = live(record.session_id)
+        if target is not None:
+            if target.epoch == record.epoch:
+                return HandOver(target, fresh_token)
+            target.fence(record.epoch + 1)  # a stale copy another process took over
+        continued = await _claim(services, principal, record, live=live, this=this)
+        if continued is not None:
+            return ContinueHere(*continued, fresh_token=fresh_token)
+        # Another resume of this session claimed it first (e.g. the client's retry of an
+        # attempt whose answer it never got): look again, and like any later connection,
+        # take over from it.
+    raise ContinuityRefused(
+        ErrorCode.RESUME_REFUSED,
+        "the session is being resumed elsewhere",
+        CloseCode.FORBIDDEN,
+        "resume refused",
+    )
+
+
+async def _claim(
+    services: Services,
+    principal: Principal,
+    record: VoiceSessionRecord,
+    *,
+    live: LiveLookup,
+    this: object,
+) -> tuple[VoiceSessionRecord, ThreadRef, Role, TurnDetection, int] | None:
+    """Rule 3: check the thread like a continuation and claim the next epoch; None if another
+    resume claimed the session first."""
+    owned = await services.threads.get(principal.tenant, principal.user, record.thread_id)
+    if owned is None:
+        raise ContinuityRefused(
+            ErrorCode.THREAD_NOT_FOUND,
+            "no such thread for this user",
+            CloseCode.FORBIDDEN,
+            "resume refused",
+        )
+    role = await services.roles.get(principal.tenant, record.role_id)
+    if role is None:
+        raise ContinuityRefused(
+            ErrorCode.ROLE_NOT_FOUND,
+            "the thread's role was deleted",
+            CloseCode.FORBIDDEN,
+            "resume refused",
+        )
+    claimed = await services.resume_tokens.claim(record)
+    if claimed is None:
+        return None
+    # No await from here to the caller's registration (rule 4).
+    held = live(claimed.session_id)
+    if held is not None and held is not this:
+        if held.epoch > claimed.epoch:  # a later resume got here first after all
+            raise ContinuityRefused(
+                ErrorCode.RESUME_REFUSED,
+                "the session was resumed again meanwhile",
+                CloseCode.SUPERSEDED,
+                "resumed by another connection",
+            )
+        held.fence(claimed.epoch)
+    options = claimed.options
+    detection = TurnDetection.model_validate(options.get("turn_detection", {}))
+    thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
+    return claimed, thread, role, detection, int(options.get("output_sample_rate", 24_000))
+
+
+async def reconcile_from_journal(
+    journal: TailReader,
+    thread: ThreadRef,
+    session_id: str,
+    from_seq: int,
+    to_seq: int | None,
+) -> dict[str, object]:
+    """Rule 5: what a client needs when messages ``from_seq``..``to_seq`` (None: up to where the
+    old stream ended, unknown here) cannot be replayed: the session's user and assistant items
+    as the journal has them, oldest first, to show instead of its own."""
+    items: list[dict[str, object]] = []
+    events = await journal.read_tail(thread, RECONCILE_SCAN_EVENTS)
+    for event in events:
+        if event.voice_session_id != session_id:
+            continue
+        payload = event.payload
+        if event.kind is EventKind.USER_INPUT:
+            items.append({"journal_seq": event.seq, "role": "user",
+                          "text": str(payload.get("text", ""))})  # fmt: skip
+        elif event.kind is EventKind.ASSISTANT_OUTPUT:
+            interrupted = bool(payload.get("interrupted"))
+            items.append(
+                {
+                    "journal_seq": event.seq,
+                    "role": "assistant",
+                    # What the user heard: an interrupted answer only up to the cut.
+                    "text": str(payload.get("heard_text" if interrupted else "text", "")),
+                    "interrupted": interrupted,
+                }
+            )
+    scanned_all = len(events) < RECONCILE_SCAN_EVENTS or events[0].voice_session_id != session_id
+    return {
+        "from_seq": from_seq,
+        "to_seq": to_seq,
+        "session_id": session_id,
+        "thread_id": thread.thread_id,
+        "items": items[-RECONCILE_MAX_ITEMS:],
+        "complete": scanned_all and len(items) <= RECONCILE_MAX_ITEMS,
+    }
+
+
+def resumed_message(
+    session_id: str,
+    resume_token: str,
+    *,
+    replayed: int | bool,
+    missing: list[int] | None,
+    reconcile: dict[str, object] | None,
+    last_seq: int,
+    session: dict[str, object] | None = None,
+) -> str:
+    """``openrealtime.session.resumed`` (docs/protocol.md, *Resuming*): the one message outside
+    the numbered stream. ``replayed`` is False and ``session`` is given when the session was
+    continued from the journal (rule 3)."""
+    message: dict[str, object] = {
+        "type": "openrealtime.session.resumed",
+        "session_id": session_id,
+        "resume_token": resume_token,
+        "replayed": replayed,
+        "missing": missing,
+        "reconcile": reconcile,
+        "last_seq": last_seq,
+    }
+    if session is not None:
+        message["session"] = session
+    return json.dumps(message)
