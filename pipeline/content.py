@@ -43,11 +43,13 @@ class TurnContent:
             return self.instructions
         return f"{self.instructions}\n{self.memory_data}"
 
-    def to_brain_input(self) -> BrainInput:
+    def to_brain_input(self, *, session: str = "") -> BrainInput:
         return BrainInput(
             system=self.system_prompt,
             model_text=self.model_text,
             current_input=self.current_input,
             language=self.language,
             tools=self.tools,
+            conversation_context=self.conversation_context,
+            session=session,
         )

@@ -547,7 +547,7 @@ class Engine:
         splitter = SentenceSplitter()
         stream = run_brain_with_tools(
             self.plugins.brain,
-            content.to_brain_input(),
+            content.to_brain_input(session=self.voice_session_id),
             self.tools,
             max_rounds=self.settings.max_tool_rounds,
             tool_timeout=self.settings.tool_timeout_s,

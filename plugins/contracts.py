@@ -124,7 +124,7 @@ class ToolResult:
 @dataclass(frozen=True, slots=True)
 class BrainInput:
     """What the brain sees for one response. ``model_text`` is history + current input rendered
-    as one user message; ``system`` holds role instructions (and later ``<memory_data>``).
+    as one user message; ``system`` holds role instructions and ``<memory_data>``.
 
     In a tool round ``tool_calls`` holds the calls the brain made in earlier rounds of this
     response (in order) and ``tool_results`` their results (see ``plugins.brain.tool_loop``)."""
@@ -136,6 +136,11 @@ class BrainInput:
     tools: tuple[ToolSpec, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
+    conversation_context: str = ""
+    """The history part of ``model_text`` alone (one line per event, see
+    ``journal.projection``), for brains that lay the history out as chat messages."""
+    session: str = ""
+    """The voice session asking (a shared model serves sessions fairly by it)."""
 
 
 @dataclass(frozen=True, slots=True)

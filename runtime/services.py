@@ -65,6 +65,8 @@ class Services:
     live_sessions: dict[str, Any] = field(default_factory=dict)
     """Voice sessions of this process by id, connected or waiting to be resumed."""
     loop_lag: LoopLagMonitor = field(default_factory=LoopLagMonitor)
+    owns_plugins: bool = False
+    """Whether the plugins were built here (and are closed with the services)."""
 
     async def authenticate_header(self, header: str | None) -> Principal | None:
         if not header:
@@ -90,6 +92,9 @@ class Services:
         await self.resume_tokens.close()
         for session in list(self.live_sessions.values()):
             await session.shutdown()
+        brain_close = getattr(self.plugins.brain, "aclose", None)
+        if self.owns_plugins and brain_close is not None:
+            await brain_close()
         if self.database is not None:
             await self.database.close()
             self.database = None
@@ -151,6 +156,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             memory=PostgresMemoryStore(database.pool),
             database=database,
         )
+    services.owns_plugins = warm
     services.knowledge = knowledge_base(settings, services.database)
     if warm and services.knowledge.embedder is not None:
         await services.knowledge.embedder.reference()  # loads the model now, off the loop

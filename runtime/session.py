@@ -86,6 +86,15 @@ class _Close(Exception):
         self.reason = reason
 
 
+def history_window(brain: object) -> tuple[int, int]:
+    """(context window, reserved output) of the history budget for ``brain``: a small local
+    model's context is smaller than the default (``context_tokens`` when it says)."""
+    window = getattr(brain, "context_tokens", None)
+    if not isinstance(window, int):
+        return 8_192, 1_024
+    return window, int(getattr(brain, "reserved_output_tokens", 256))
+
+
 class VoiceSession:
     def __init__(self, websocket: WebSocket, services: Services) -> None:
         self.ws = websocket
@@ -450,12 +459,17 @@ class VoiceSession:
         knowledge_spec, knowledge_tool = make_knowledge_tool(
             services.knowledge, tenant=thread.tenant, user=thread.user, role_id=role.id
         )
+        window, reserved = history_window(services.plugins.brain)
         self.engine = Engine(
             plugins=services.plugins,
             sink=self.outbox,
             journal=self.journal,
             history=ConversationHistory(
-                self.journal, services.checkpoints, projector=services.projector
+                self.journal,
+                services.checkpoints,
+                projector=services.projector,
+                context_window=window,
+                reserved_output=reserved,
             ),
             thread=thread,
             persona=Persona(role.instructions, role.voice, role.language),

@@ -90,7 +90,7 @@ async def test_a_fact_said_in_one_thread_is_in_memory_data_of_the_next(
     system = brain.inputs[-1].system
     assert "<memory_data>" in system and "current instructions" in system
     assert memory_entries(system) == ["I like green tea", "My name is Ann"]
-    assert "I like green tea" in done["response"]["output_text"]
+    assert "you like green tea" in done["response"]["output_text"]
     # It is a new thread: the earlier words are memory, not history.
     assert "My name is Ann" not in brain.inputs[-1].model_text
 

@@ -36,11 +36,11 @@ async def test_answers_about_the_user_from_memory_data() -> None:
     )
     text = "".join([d.text async for d in LocalBrain().stream(content.to_brain_input())])
     assert text == (
-        "From our earlier conversations I remember: I prefer short answers; I live in Berlin"
+        "You told me: you prefer short answers; you live in Berlin"
     )
     assert "do not remember" in await answer("what do you remember about me?")
     zh = TurnContent(
         "", "", "你记得我什么", memory_data="<memory_data>我喜欢简洁回答</memory_data>"
     )
     text = "".join([d.text async for d in LocalBrain().stream(zh.to_brain_input())])
-    assert text == "我记得:我喜欢简洁回答"
+    assert text == "你跟我说过:你喜欢简洁回答"

@@ -6,7 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from plugins.asr.openai_asr import OpenAIASR
+from plugins.brain.llm import LLMBrain
 from plugins.brain.local import LocalBrain
+from plugins.brain.local_model import LocalModel
 from plugins.brain.openai_brain import OpenAIBrain
 from plugins.tts.openai_tts import OpenAITTS
 from plugins.vad.energy import EnergyVAD
@@ -32,8 +34,31 @@ def test_each_stage_can_point_at_an_openai_compatible_server(tmp_path: Path) -> 
     assert isinstance(plugins.vad, EnergyVAD)
 
 
-def test_the_offline_brain_is_the_default(tmp_path: Path) -> None:
-    assert isinstance(build_plugins(Settings(data_dir=tmp_path)).brain, LocalBrain)
+def test_the_local_language_model_is_the_default(tmp_path: Path) -> None:
+    brain = build_plugins(Settings(data_dir=tmp_path)).brain
+    if LocalModel.unavailable_reason() is None:
+        assert isinstance(brain, LLMBrain)
+        assert not brain.model.loaded  # built lazily: loading waits for warm_up
+    else:
+        assert isinstance(brain, LocalBrain)
+
+
+def test_rules_are_chosen_by_name_and_under_their_old_name(tmp_path: Path) -> None:
+    for name in ("rules", "local"):
+        brain = build_plugins(Settings(data_dir=tmp_path, brain=name)).brain
+        assert isinstance(brain, LocalBrain)
+
+
+def test_without_the_model_packages_the_llm_brain_falls_back_to_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(
+        LocalModel, "unavailable_reason", staticmethod(lambda *a: "packages not installed: x")
+    )
+    with caplog.at_level("WARNING"):
+        brain = build_plugins(Settings(data_dir=tmp_path, brain="llm")).brain
+    assert isinstance(brain, LocalBrain)
+    assert "packages not installed" in caplog.text and "using rules" in caplog.text
 
 
 def test_openai_itself_needs_a_key() -> None:

@@ -1,0 +1,358 @@
+"""What every brain decides in code before any model speaks (SPEC BRAIN-2, BRAIN-3, BRAIN-4).
+
+Theory of operation
+-------------------
+A small model phrases; it is not trusted to decide. This module reads one turn and decides:
+
+Rule 1. Language: the current input's (Chinese when it has CJK characters, else English); an
+        empty input falls back to the role's language.
+Rule 2. Intent, in this order: *social* (greetings, thanks, goodbyes, "who are you", "stop": a
+        fixed reply), *recall* ("what did I just say": the thread's history), *memory* (a
+        question about the person themself — "我之前说过的学习目标是什么?", "what's my name?",
+        "do you remember where I live?" — answered from ``<memory_data>``), *question*
+        (anything asked or requested: searched in the documents) and *statement* (everything
+        else: acknowledged, never answered with "I don't know").
+Rule 3. The knowledge query is written from the current input and the recent turns: a follow-up
+        ("那运费谁承担?", "what about weekends?", a pronoun, a very short question) is searched
+        together with the person's previous message, so it is found in the context of that turn.
+Rule 4. Evidence: a knowledge result counts only through its ``<untrusted_knowledge>`` blocks
+        (the retrieval's own relevance gate decided which passages came back). With no block,
+        the answer is the fixed "the documents don't say" sentence in the person's language;
+        the model is never asked to abstain. What may be quoted is the passages' best sentences
+        (``best_sentences``), never the whole document.
+Rule 5. A memory question with no ``<memory_data>`` entry to answer it gets the fixed "I don't
+        remember you telling me" sentence.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from journal.projection import speakers_for
+from plugins.contracts import BrainInput, ToolResult
+
+KNOWLEDGE_TOOL = "knowledge_search"
+
+
+class Intent(enum.Enum):
+    SOCIAL = "social"
+    RECALL = "recall"
+    MEMORY = "memory"
+    QUESTION = "question"
+    STATEMENT = "statement"
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How one turn was read: its language, intent and (for questions) the knowledge query."""
+
+    language: str
+    intent: Intent
+    text: str
+    reply: str | None = None
+    """The fixed reply of a social turn."""
+    query: str | None = None
+    """What to search for (Rule 3); set for questions."""
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    source: str
+    text: str
+
+
+# ---------------------------------------------------------------- fixed sentences
+
+NOT_IN_DOCUMENTS = {
+    "en": "I am sorry, I do not know: my documents do not say.",
+    "zh": "抱歉,我不知道:资料里没有提到这一点。",
+}
+NOT_REMEMBERED = {
+    "en": "I am sorry, I do not remember you telling me that.",
+    "zh": "抱歉,我不记得你跟我说过这件事。",
+}
+NOTHING_EARLIER = {
+    "en": "You have not said anything before this in our conversation.",
+    "zh": "在这次对话里你之前还没有说过什么。",
+}
+DONT_KNOW_MARKERS = (
+    "不知道",
+    "没有提到",
+    "没有找到",
+    "没有相关",
+    "不记得",
+    "没有说明",
+    "don't know",
+    "do not know",
+    "don't say",
+    "do not say",
+    "do not remember",
+    "doesn't say",
+    "don't remember",
+    "no information",
+    "not mentioned",
+)
+
+_SOCIAL: list[tuple[str, re.Pattern[str], str]] = [
+    ("en", re.compile(r"^\W*(wait|stop|hold on)\b", re.I), "Okay, I stopped. Go ahead."),
+    (
+        "en",
+        re.compile(
+            r"^\W*(hello|hi|hey|good (morning|afternoon|evening))\b[\s,!.]*(there)?[\s!.]*$", re.I
+        ),
+        "Hello! How can I help you?",
+    ),
+    ("en", re.compile(r"^\W*(thanks|thank you)\b[^?]*$", re.I), "You're welcome."),
+    ("en", re.compile(r"^\W*(bye|goodbye|see you)\b[^?]*$", re.I), "Goodbye! Talk to you soon."),
+    ("en", re.compile(r"\bhow are you\b", re.I), "I'm fine, thank you. How can I help?"),
+    (
+        "en",
+        re.compile(r"\b(who|what) are you\b|\bwhat'?s your name\b|\byour name\?", re.I),
+        "I'm the OpenRealtime assistant. I answer from the documents I've been given.",
+    ),
+    ("zh", re.compile(r"^\W*(等一下|停一下|停|等等)\W*$"), "好的，我停下了，你说。"),
+    (
+        "zh",
+        re.compile(r"^\W*(你好|您好|早上好|晚上好|下午好|嗨|哈喽)(呀|啊)?\W*$"),
+        "你好！有什么可以帮你？",
+    ),
+    ("zh", re.compile(r"^\W*(谢谢|多谢|感谢)[^?？吗]*$"), "不客气。"),
+    ("zh", re.compile(r"^\W*(再见|拜拜)[^?？吗]*$"), "再见！"),
+    (
+        "zh",
+        re.compile(r"你是谁|你叫什么|你是什么"),
+        "我是 OpenRealtime 助手，根据已有资料回答问题。",
+    ),
+]
+
+_RECALL = {
+    "en": re.compile(
+        r"\bwhat did i (just )?(say|ask)\b|\bmy (last|previous) (question|message)\b", re.I
+    ),
+    "zh": re.compile(r"我(刚才|刚刚|上一句)(说|问)了?什么"),
+}
+
+# A question about the person themself (Rule 2). The first pattern needs no memory to match;
+# the second ("my …", "我的 …") only counts when a memory entry shares a word with the question.
+_ABOUT_ME = {
+    "en": re.compile(
+        r"\bwhat did i (tell|say to|mention to) you\b|\bdid i (tell|mention)\b"
+        r"|\b(do|did) you (still )?(remember|recall|know) "
+        r"(what|where|who|when|how|my|me|about me)\b"
+        r"|\bremember (what|where|who|my)\b|\bwhat do you (know|remember) about me\b"
+        r"|\bwhat('?s| is| was| were| are) my\b|\bwho am i\b|\bwhere do i (live|work|come from)\b"
+        r"|\bwhat do i (like|prefer|do|study|want)\b|\bwhat am i (learning|studying|doing)\b"
+        r"|\bwhen is my\b|\bhow (do|did) i (like|prefer)\b|\bmy preferences\b",
+        re.I,
+    ),
+    "zh": re.compile(
+        r"我(之前|以前|上次|刚才|曾经|早先|先前)?(跟你|和你|对你)?(说过|提过|讲过|告诉过?你|提到过?)"
+        r"|(你|您)(还)?记(得|不记得)|记不记得|关于我|我是谁|我叫什么|我的名字"
+        r"|我(住|生活|工作)在哪|我(喜欢|爱|偏好)什么|我在学什么|我(想|要)学什么"
+        r"|我的[\u4e00-\u9fff]{1,6}(是什么|是哪|叫什么|在哪|是多少|是几)"
+    ),
+}
+_MY_THING = {
+    "en": re.compile(r"\bmy\s+\w+|\bi\s+(live|like|prefer|work|study)\b", re.I),
+    "zh": re.compile(r"我的|我(住|喜欢|偏好|在学|想学)"),
+}
+
+_QUESTION = {
+    "en": re.compile(
+        r"\?\s*$|^\W*(what|what's|whats|how|when|where|which|who|whom|whose|why|is|are|am|was|"
+        r"were|can|could|do|does|did|will|would|should|shall|may|might|have|has|any)\b"
+        r"|\b(tell me|explain|i('d| would) like to know|i want to know|i wonder|let me know|"
+        r"look up|find out|please check)\b",
+        re.I,
+    ),
+    "zh": re.compile(
+        r"[?？]\s*$|吗\W*$|呢\W*$|什么|多少|多久|多长|几[个天点次号岁年月]|谁|哪|怎么|怎样|如何|为什么|"
+        r"为啥|是否|能不能|可不可以|会不会|有没有|是不是|要不要|请查|查一下|查查|告诉我|介绍一下|"
+        r"说说|讲讲|解释|想知道|想了解|想问|请问"
+    ),
+}
+
+_FOLLOW_UP = {
+    "en": re.compile(
+        r"^\W*(and|what about|how about|then|so|also|but|what if|or)\b"
+        r"|\b(it|its|that|this|they|them|those|these|there)\b",
+        re.I,
+    ),
+    "zh": re.compile(
+        r"^\W*(那|那么|那如果|还有|另外|而且|如果|要是|它)|它|这个|那个|这样|那样|呢\W*$"
+    ),
+}
+
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP_EN = frozenset(
+    """a an the and or but to of in on at for with from by is are was were be been am do does did
+    what when where which who how why can could will would should may might i you he she it we
+    they me my your our their this that these those there here have has had not no yes please
+    tell about any some much many long just also so then if than as""".split()
+)
+_STOP_ZH = frozenset(
+    "什么 多少 多久 怎么 如何 是否 可以 一下 请问 我们 你们 他们 的是 是什".split()
+)
+_KNOWLEDGE_BLOCK = re.compile(
+    r"(?:\[source:\s*(?P<source>[^\]\n]*)\]\s*)?"
+    r"<untrusted_knowledge>(?P<body>.*?)</untrusted_knowledge>",
+    re.S,
+)
+_SENTENCE = re.compile(r".+?(?:[.!?](?=\s|$)|[。!?！？;；]|$)", re.S)
+_MEMORY_BLOCK = re.compile(r"<memory_data>(.*?)</memory_data>", re.S)
+
+
+def detect_language(text: str) -> str:
+    """``zh`` when ``text`` has CJK characters, else ``en``."""
+    return "zh" if _CJK.search(text) else "en"
+
+
+def turn_language(request: BrainInput) -> str:
+    text = request.current_input.strip()
+    if text:
+        return detect_language(text)
+    return "zh" if (request.language or "").startswith("zh") else "en"
+
+
+def terms(text: str) -> set[str]:
+    """Content terms: Chinese character bigrams (and lone characters of one-character runs) and
+    English words of 3+ letters that are not stop words, cut to five letters (a crude stem)."""
+    lowered = text.lower()
+    out = {w[:5] for w in _WORD.findall(lowered) if len(w) >= 3 and w not in _STOP_EN}
+    for run in _CJK_RUN.findall(lowered):
+        if len(run) == 1:
+            continue
+        out.update(b for i in range(len(run) - 1) if (b := run[i : i + 2]) not in _STOP_ZH)
+    return out
+
+
+def memory_entries(system: str) -> list[str]:
+    """The entries of the ``<memory_data>`` block in the system prompt."""
+    match = _MEMORY_BLOCK.search(system)
+    if match is None:
+        return []
+    lines = (line.strip(" -•\t") for line in match.group(1).splitlines())
+    return [line for line in lines if line]
+
+
+def earlier_user_inputs(context: str, language: str | None = None) -> list[str]:
+    """The person's earlier messages in a rendered conversation context (either language)."""
+    prefixes = {speakers_for("zh")[0], speakers_for("en")[0]}
+    return [
+        line[len(prefix) :].strip()
+        for line in context.splitlines()
+        for prefix in prefixes
+        if line.startswith(prefix)
+    ]
+
+
+def is_question(text: str, language: str) -> bool:
+    return bool(_QUESTION[language].search(text))
+
+
+def read_turn(request: BrainInput) -> Reading:
+    """Read the current input (Rules 1–3)."""
+    text = request.current_input.strip()
+    lang = turn_language(request)
+    for rule_lang, pattern, reply in _SOCIAL:
+        if rule_lang == lang and pattern.search(text):
+            return Reading(lang, Intent.SOCIAL, text, reply=reply)
+    if _RECALL[lang].search(text):
+        return Reading(lang, Intent.RECALL, text)
+    question = is_question(text, lang)
+    if question and _is_about_me(text, lang, memory_entries(request.system)):
+        return Reading(lang, Intent.MEMORY, text)
+    if question:
+        return Reading(lang, Intent.QUESTION, text, query=knowledge_query(request, text, lang))
+    return Reading(lang, Intent.STATEMENT, text)
+
+
+def _is_about_me(text: str, lang: str, entries: Sequence[str]) -> bool:
+    if _ABOUT_ME[lang].search(text):
+        return True
+    if not _MY_THING[lang].search(text):
+        return False
+    wanted = terms(text)
+    return any(wanted & terms(entry) for entry in entries)
+
+
+def knowledge_query(request: BrainInput, text: str, lang: str) -> str:
+    """The current input, with the person's previous message in front when it is a follow-up
+    (Rule 3)."""
+    earlier = earlier_user_inputs(request.conversation_context or request.model_text)
+    if not earlier or not is_follow_up(text, lang):
+        return text
+    return f"{earlier[-1]} {text}"
+
+
+def is_follow_up(text: str, lang: str) -> bool:
+    if _FOLLOW_UP[lang].search(text):
+        return True
+    content = terms(text)
+    return len(content) <= (2 if lang == "en" else 3)
+
+
+# ---------------------------------------------------------------- evidence
+
+
+def knowledge_results(request: BrainInput) -> list[ToolResult]:
+    return [r for r in request.tool_results if r.name == KNOWLEDGE_TOOL and not r.is_error]
+
+
+def passages(results: Sequence[ToolResult]) -> list[Passage]:
+    """The knowledge blocks of ``results``, best-ranked first (Rule 4)."""
+    out: list[Passage] = []
+    for result in results:
+        for match in _KNOWLEDGE_BLOCK.finditer(result.content):
+            body = " ".join(match["body"].split())
+            if body:
+                out.append(Passage((match["source"] or "").strip(), body))
+    return out
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.findall(" ".join(text.split())) if s.strip()]
+
+
+def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -> list[Passage]:
+    """The sentences of ``found`` that share most content terms with ``question`` (ties: the
+    better-ranked passage first), at most ``limit``; the first passage's first sentence when
+    none shares a term (the retrieval judged it relevant by meaning)."""
+    wanted = terms(question)
+    scored: list[tuple[float, int, Passage]] = []
+    order = 0
+    for rank, passage in enumerate(found):
+        for sentence in sentences(passage.text):
+            overlap = len(wanted & terms(sentence))
+            if overlap:
+                scored.append((overlap - 0.01 * rank, -order, Passage(passage.source, sentence)))
+            order += 1
+    if not scored:
+        if not found:
+            return []
+        first = sentences(found[0].text)
+        return [Passage(found[0].source, first[0] if first else found[0].text)]
+    scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    return [item[2] for item in scored[:limit]]
+
+
+def relevant_memories(question: str, entries: Sequence[str], *, limit: int = 3) -> list[str]:
+    """The memory entries sharing most terms with ``question`` (newest first among equals);
+    the newest entries when none shares a term."""
+    wanted = terms(question)
+    scored = [(len(wanted & terms(entry)), -i, entry) for i, entry in enumerate(entries)]
+    matching = [item for item in scored if item[0] > 0]
+    if not matching:
+        return list(entries[:limit])
+    matching.sort(reverse=True)
+    return [entry for _, _, entry in matching[:limit]]
+
+
+def says_dont_know(text: str) -> bool:
+    lowered = text.lower().replace("’", "'")
+    return any(marker in lowered for marker in DONT_KNOW_MARKERS)

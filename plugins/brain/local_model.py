@@ -1,0 +1,387 @@
+"""The local language model, in-process: one llama.cpp runtime (``xllamacpp``) per process.
+
+Theory of operation
+-------------------
+Rule 1. One model per process, loaded once (``load``: assemble and verify the GGUF, then start
+        llama.cpp; both off the event loop), shared by every session. ``warm_up`` loads it and
+        runs one tiny request so the first session does not pay for it.
+Rule 2. Requests go through ``FairModelQueue`` (``plugins.brain.model_queue``): round robin
+        across sessions, bounded, each with a deadline to start. One worker thread runs them one
+        at a time; llama.cpp keeps the previous prompt's KV cache in its slot and recent prompts
+        in a RAM cache (``cache_ram_mib``), so a prompt that starts like an earlier one only
+        computes its new tail (the prefix cache; see ``plugins.brain.llm`` for the layout).
+Rule 3. Streaming: llama.cpp calls back on the worker thread for every chunk; the callback hands
+        it to the event loop (``call_soon_threadsafe``) and returns "stop" once the consumer has
+        gone. Closing or cancelling the consumer therefore stops generation at the next token
+        and frees the model for the next request. A request still waiting is taken out of the
+        queue at once. Every generation is bounded by ``max_tokens`` and ``max_generation_s``.
+Rule 4. No network listener anyone else can use: llama.cpp's server object always binds an HTTP
+        listener, so it is bound to a Unix socket in a fresh private directory (mode 0700) and
+        protected by a random API key that is never written anywhere; nothing of ours talks to
+        it (requests are passed in-process). It is removed on close.
+Rule 5. llama.cpp installs its own SIGINT/SIGTERM handlers when it starts; the Python handlers in
+        force before are put back right after, so the server's own shutdown keeps working.
+Rule 6. Logs: llama.cpp's own logging is silenced (it could print prompts at high verbosity);
+        we log only sizes and timings, never prompt or output text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from plugins.brain.model_files import QWEN_05B, ModelFile, ensure_model_file, missing_packages
+from plugins.brain.model_queue import FairModelQueue, Ticket
+from plugins.errors import PluginError, PluginTimeout, PluginUnavailable, ProviderError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalModelSettings:
+    context_tokens: int = 4096
+    """The model's context window (history is budgeted to fit it)."""
+    threads: int = 2
+    cache_ram_mib: int = 256
+    """llama.cpp's RAM cache of recent prompts (other sessions' prefixes), in MiB."""
+    max_waiting: int = 32
+    max_per_lane: int = 2
+    start_deadline_s: float = 10.0
+    """A request that cannot start within this time fails (``PluginTimeout``)."""
+    max_generation_s: float = 30.0
+    cache_dir: Path | None = None
+
+
+class ChatBackend(Protocol):
+    """What the worker needs of llama.cpp: one blocking chat completion with a chunk callback
+    (returning True stops it)."""
+
+    def chat(self, payload: dict[str, Any], on_chunk: Callable[[dict[str, Any]], bool]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """llama.cpp's figures for one request: prompt tokens computed and taken from the cache,
+    prompt time, generated tokens and their rate."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prompt_ms: float = 0.0
+    generated_tokens: int = 0
+    tokens_per_s: float = 0.0
+
+
+@dataclass(slots=True)
+class Generation:
+    """What one request produced besides text: its timings and where its time went."""
+
+    lane: str
+    queue_wait_s: float | None = None
+    first_token_s: float | None = None  # from start of running to the first text
+    timings: Timings | None = None
+    stopped: bool = False
+
+
+@dataclass
+class ModelStats:
+    """Recent figures of the process's model (bounded samples)."""
+
+    queue_waits_ms: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    first_token_ms: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=4096))
+    """(ms from start to first token, prompt tokens taken from the cache)."""
+    tokens_per_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    requests: int = 0
+    stopped_early: int = 0
+    expired: int = 0
+
+
+_END = object()
+
+
+class _Job:
+    def __init__(self, loop: asyncio.AbstractEventLoop, payload: dict[str, Any], lane: str):
+        self.loop = loop
+        self.payload = payload
+        self.items: asyncio.Queue[Any] = asyncio.Queue()
+        self.gone = threading.Event()  # the consumer stopped listening
+        self.generation = Generation(lane)
+
+    def push(self, item: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.items.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self.gone.set()
+
+    def expire(self) -> None:
+        self.push(PluginTimeout("the local model was busy past this request's deadline"))
+        self.push(_END)
+
+
+class LocalModel:
+    """The process's local language model (see the module's rules)."""
+
+    def __init__(
+        self,
+        settings: LocalModelSettings | None = None,
+        *,
+        model: ModelFile = QWEN_05B,
+        backend_factory: Callable[[Path, LocalModelSettings], ChatBackend] | None = None,
+    ) -> None:
+        self.settings = settings or LocalModelSettings()
+        self.model = model
+        self.stats = ModelStats()
+        self._backend_factory = backend_factory or _xllamacpp_backend
+        self._backend: ChatBackend | None = None
+        self._queue: FairModelQueue[_Job] = FairModelQueue(
+            max_waiting=self.settings.max_waiting, max_per_lane=self.settings.max_per_lane
+        )
+        self._load_lock = asyncio.Lock()
+        self._worker: threading.Thread | None = None
+        self._warm = False
+
+    @staticmethod
+    def unavailable_reason(model: ModelFile = QWEN_05B) -> str | None:
+        """Why this model cannot run here (missing packages), or None."""
+        missing = missing_packages(model)
+        if missing:
+            return f"packages not installed: {', '.join(missing)}"
+        return None
+
+    @property
+    def loaded(self) -> bool:
+        return self._backend is not None
+
+    async def load(self) -> None:
+        async with self._load_lock:
+            if self._backend is not None:
+                return
+            saved = _python_signal_handlers()
+            started = time.perf_counter()
+            self._backend = await asyncio.to_thread(self._open_backend)
+            _restore_signal_handlers(saved)
+            log.info("local model loaded in %.1f s", time.perf_counter() - started)
+            self._worker = threading.Thread(target=self._work, name="local-llm", daemon=True)
+            self._worker.start()
+
+    def _open_backend(self) -> ChatBackend:
+        path = ensure_model_file(self.settings.cache_dir, self.model)
+        return self._backend_factory(path, self.settings)
+
+    async def warm_up(self) -> None:
+        """Load the model and run one tiny request (llama.cpp's first call sets up its graphs)."""
+        await self.load()
+        if self._warm:
+            return
+        async for _ in self.chat(
+            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}, lane="warm-up"
+        ):
+            pass
+        self._warm = True
+
+    async def chat(
+        self,
+        payload: dict[str, Any],
+        *,
+        lane: str,
+        generation: Generation | None = None,
+        start_deadline_s: float | None = None,
+    ) -> AsyncGenerator[str, None]:
+        """Stream the text of one chat completion (OpenAI chat-completions fields in
+        ``payload``; ``stream`` is set here). ``generation`` receives its timings. Close the
+        generator to stop generating (Rule 3)."""
+        await self.load()
+        job = _Job(asyncio.get_running_loop(), {**payload, "stream": True}, lane)
+        if generation is not None:
+            job.generation = generation
+        now = time.monotonic()
+        deadline = now + (start_deadline_s or self.settings.start_deadline_s)
+        ticket = self._queue.submit(lane, job, now=now, deadline=deadline, on_expire=job.expire)
+        try:
+            while True:
+                item = await job.items.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            job.gone.set()
+            self._queue.cancel(ticket)
+
+    async def aclose(self) -> None:
+        for ticket in self._queue.close():
+            ticket.item.push(PluginUnavailable("the local model was shut down"))
+            ticket.item.push(_END)
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            await asyncio.to_thread(worker.join, 60.0)
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            await asyncio.to_thread(backend.close)
+
+    # ------------------------------------------------------------ worker thread
+
+    def _work(self) -> None:
+        while True:
+            ticket = self._queue.wait_and_take(time.monotonic, 0.5)
+            if ticket is None:
+                if self._queue.closed:
+                    return
+                self.stats.expired = self._queue.expired
+                continue
+            self._run(ticket)
+
+    def _run(self, ticket: Ticket[_Job]) -> None:
+        job = ticket.item
+        generation = job.generation
+        generation.queue_wait_s = ticket.queue_wait
+        self.stats.queue_waits_ms.append((ticket.queue_wait or 0.0) * 1000)
+        self.stats.requests += 1
+        started = time.monotonic()
+        stop_at = started + self.settings.max_generation_s
+        backend = self._backend
+        if backend is None or job.gone.is_set():
+            job.push(_END)
+            return
+
+        def on_chunk(chunk: dict[str, Any]) -> bool:
+            if job.gone.is_set():
+                generation.stopped = True
+                return True
+            error = _error_of(chunk)
+            if error is not None:
+                job.push(ProviderError(f"local model: {error}", retryable=False))
+                return True
+            for choice in chunk.get("choices") or ():
+                text = (choice.get("delta") or {}).get("content") or ""
+                if text:
+                    if generation.first_token_s is None:
+                        generation.first_token_s = time.monotonic() - started
+                    job.push(text)
+            timings = chunk.get("timings")
+            if isinstance(timings, dict):
+                generation.timings = _timings(timings)
+            if time.monotonic() > stop_at:
+                job.push(PluginTimeout("the local model generated for too long"))
+                generation.stopped = True
+                return True
+            return False
+
+        try:
+            backend.chat(job.payload, on_chunk)
+        except Exception as e:  # the runtime's errors reach the consumer as plugin errors
+            log.warning("local model request failed: %s", type(e).__name__)
+            job.push(ProviderError(f"local model failed: {type(e).__name__}", retryable=True))
+        finally:
+            self._record(generation)
+            job.push(_END)
+
+    def _record(self, generation: Generation) -> None:
+        if generation.stopped:
+            self.stats.stopped_early += 1
+        timings = generation.timings
+        if generation.first_token_s is not None:
+            cached = timings.cached_tokens if timings else 0
+            self.stats.first_token_ms.append((generation.first_token_s * 1000, cached))
+        if timings is not None and timings.generated_tokens >= 8:
+            self.stats.tokens_per_s.append(timings.tokens_per_s)
+
+
+def _error_of(chunk: dict[str, Any]) -> str | None:
+    if "choices" in chunk:
+        return None
+    error = chunk.get("error", chunk if "message" in chunk else None)
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        return str(error.get("type") or error.get("code") or "error")
+    return "error"
+
+
+def _timings(raw: dict[str, Any]) -> Timings:
+    def number(key: str) -> float:
+        value = raw.get(key)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    return Timings(
+        prompt_tokens=int(number("prompt_n")),
+        cached_tokens=int(number("cache_n")),
+        prompt_ms=number("prompt_ms"),
+        generated_tokens=int(number("predicted_n")),
+        tokens_per_s=number("predicted_per_second"),
+    )
+
+
+def _python_signal_handlers() -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signal_handlers(saved: dict[int, Any]) -> None:
+    for sig, handler in saved.items():
+        if handler is not None:
+            signal.signal(sig, handler)
+
+
+class _XllamacppBackend:
+    def __init__(self, path: Path, settings: LocalModelSettings) -> None:
+        try:
+            import xllamacpp
+        except ImportError as e:
+            raise PluginUnavailable("the xllamacpp runtime is not installed") from e
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="openrealtime-llm-"))
+        os.chmod(self._socket_dir, 0o700)
+        params = xllamacpp.CommonParams()
+        params.model.path = str(path)
+        params.n_ctx = settings.context_tokens
+        params.n_parallel = 1
+        params.cpuparams.n_threads = settings.threads
+        params.cpuparams_batch.n_threads = settings.threads
+        params.cache_ram_mib = settings.cache_ram_mib
+        params.verbosity = -1
+        params.hostnames = [str(self._socket_dir / "llm.sock")]
+        params.api_keys = [secrets.token_urlsafe(32)]
+        try:
+            self._server = xllamacpp.Server(params)
+        except Exception as e:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            raise PluginUnavailable(f"the local model did not start: {e}") from e
+
+    def chat(self, payload: dict[str, Any], on_chunk: Callable[[dict[str, Any]], bool]) -> None:
+        def callback(chunk: Any) -> bool:
+            if isinstance(chunk, str | bytes):
+                try:
+                    chunk = json.loads(chunk)
+                except ValueError:
+                    return False
+            return on_chunk(chunk) if isinstance(chunk, dict) else False
+
+        self._server.handle_chat_completions(payload, callback)
+
+    def close(self) -> None:
+        del self._server
+        shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+
+def _xllamacpp_backend(path: Path, settings: LocalModelSettings) -> ChatBackend:
+    return _XllamacppBackend(path, settings)
+
+
+def plugin_error_from(e: BaseException) -> PluginError:
+    return e if isinstance(e, PluginError) else ProviderError(str(e), retryable=True)
