@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from knowledge.embedding import Embedder, to_bytes
+from knowledge.embedding import REFERENCE_LANGUAGES, Embedder, to_bytes
 from knowledge.errors import InvalidDocument, LimitExceeded
 from knowledge.retrieval import (
     DEFAULT_MIN_COVERAGE,
@@ -256,11 +256,12 @@ class KnowledgeBase:
         parsed = parse_query(query)
         lexical = index.lexical(parsed, role_id=role_id, min_coverage=self.min_coverage)
         vector = None
+        reference = None
         floor = 1.0
         if self.embedder is not None and index.embedded and not self.lexical_suffices(lexical):
             vector = await self.embedder.query(query)
-            baseline = float(np.max(await self.embedder.reference() @ vector))
-            floor = baseline + self.semantic_margin
+            reference = await self.embedder.reference()
+            floor = float(np.max(reference @ vector)) + self.semantic_margin
         return index.search(
             parsed,
             vector,
@@ -270,6 +271,8 @@ class KnowledgeBase:
             semantic_floor=floor,
             specificity=self.specificity,
             lexical=lexical,
+            reference=reference,
+            reference_languages=REFERENCE_LANGUAGES,
         )
 
     def lexical_suffices(self, lexical: list[LexicalHit]) -> bool:

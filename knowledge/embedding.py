@@ -34,6 +34,8 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from knowledge.text import is_cjk
+
 Vector = npt.NDArray[np.float32]
 T = TypeVar("T")
 
@@ -70,7 +72,10 @@ REFERENCE_PASSAGES = (
 """Everyday sentences about nothing in particular, in both languages. A query's best similarity
 to them is its baseline: e5 similarities are high across the board (unrelated text scores about
 0.7–0.85, higher for Chinese), so a chunk counts as semantically related only when it beats the
-query's own baseline by a margin (``knowledge.base``)."""
+query's own baseline by a margin (``knowledge.base``). The two halves are translations of each
+other; a chunk in the other language than the question's is held to the question's baseline in
+the chunk's language (``knowledge.retrieval``, Rule 4e)."""
+REFERENCE_LANGUAGES = tuple("zh" if is_cjk(p) else "en" for p in REFERENCE_PASSAGES)
 
 
 class Embedder(Protocol):

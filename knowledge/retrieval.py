@@ -60,7 +60,7 @@ import numpy.typing as npt
 
 from knowledge.embedding import from_bytes
 from knowledge.store import KnowledgeSnapshot
-from knowledge.text import ParsedQuery, background_weight, terms
+from knowledge.text import ParsedQuery, background_weight, holds_answer, language, terms
 
 TITLE_WEIGHT = 2
 BM25_K1 = 1.2
@@ -82,6 +82,13 @@ owner's chunks. Chosen on the evaluation's main split, where 0.6 and 0.7 do the 
 (in three of its 27 chunks, 0.52) must not exempt, 毛巾 (in one, 0.73) does."""
 DEFAULT_SEMANTIC_FLOOR = 0.9
 """Used only when the caller gives no floor (``KnowledgeBase`` always does)."""
+CROSS_LANGUAGE_MARGIN = 0.03
+"""Rule 4e: how far a chunk in the other language than the question's must beat the question's
+baseline *in the chunk's language* (its best similarity to the reference passages of that
+language)."""
+CROSS_LANGUAGE_PARTIAL = 0.12
+"""Rule 4e: how far such a chunk's similarity to the question, with its document's name
+partialled out, must beat that of the reference passages of its language."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,7 @@ class _Chunk:
     document_name: str
     text: str
     length: int
+    language: str = ""
 
 
 class KnowledgeIndex:
@@ -134,7 +142,13 @@ class KnowledgeIndex:
                 counts[term] += TITLE_WEIGHT * n
             index = len(self._chunks)
             self._chunks.append(
-                _Chunk(stored.document_id, info.name, stored.text, sum(counts.values()))
+                _Chunk(
+                    stored.document_id,
+                    info.name,
+                    stored.text,
+                    sum(counts.values()),
+                    language(stored.text),
+                )
             )
             body = counts.keys() - title_terms[stored.document_id].keys()
             body |= {t for t in title_terms[stored.document_id] if t in body_terms}
@@ -152,6 +166,15 @@ class KnowledgeIndex:
         # its chunk.
         self._matrix = np.concatenate(vectors) if vectors else np.zeros((0, dim or 1), np.float32)
         self._matrix_rows = np.array(rows, dtype=np.int64)
+        # Rule 4e: each row's chunk language, and each chunk's rows (they are contiguous).
+        row_languages = np.array([self._chunks[i].language for i in rows], dtype=object)
+        self._language_rows = {
+            lang: row_languages == lang for lang in {c.language for c in self._chunks}
+        }
+        self._chunk_rows: dict[int, tuple[int, int]] = {}
+        for row, chunk in enumerate(rows):
+            start, _ = self._chunk_rows.get(chunk, (row, row))
+            self._chunk_rows[chunk] = (start, row + 1)
         self._embedded = len(set(rows))
         # The documents' name vectors (Rule 4b), by document.
         self._name_vectors: dict[str, npt.NDArray[np.float32]] = {}
@@ -290,16 +313,34 @@ class KnowledgeIndex:
         eligible: frozenset[str] | None = None,
         specificity: float | None = DEFAULT_SPECIFICITY,
         exempt: frozenset[int] = frozenset(),
+        query_language: str = "",
+        reference: npt.NDArray[np.float32] | None = None,
+        reference_languages: tuple[str, ...] = (),
+        cross_language_margin: float | None = CROSS_LANGUAGE_MARGIN,
+        cross_language_partial: float = CROSS_LANGUAGE_PARTIAL,
     ) -> list[tuple[int, float]]:
         """(chunk, cosine similarity) of chunks at or above ``floor`` and, unless
         ``specificity`` is None or the chunk is in ``exempt`` (Rule 4c), at least that much
-        above their document name's similarity; best first."""
+        above their document name's similarity; best first. With ``reference`` (the reference
+        passages' vectors, their languages in ``reference_languages``) and a ``query_language``,
+        a chunk in another language is judged by Rule 4e instead (see the module doc;
+        ``cross_language_margin=None``: Rule 4e off, such chunks are judged like the others)."""
         if eligible is None:
             eligible = self._eligible(role_id)
         if not len(self._matrix_rows):
             return []
         sims = self._matrix @ query_vector
-        candidates = np.flatnonzero(sims >= floor)
+        cross_floors = self._cross_language_floors(
+            query_vector, query_language, reference, reference_languages, cross_language_margin
+        )
+        row_floor: float | npt.NDArray[np.float64] = floor
+        if cross_floors:
+            row_floor = np.full(len(sims), floor)
+            for lang, lang_floor in cross_floors.items():
+                rows = self._language_rows.get(lang)
+                if rows is not None:
+                    row_floor[rows] = lang_floor
+        candidates = np.flatnonzero(sims >= row_floor)
         if not len(candidates):
             return []
         if len(candidates) > SEMANTIC_ROWS:
@@ -319,21 +360,68 @@ class KnowledgeIndex:
             sim = float(sims[row])
             if sim > best.get(chunk, -2.0):
                 best[chunk] = sim
-        if specificity is not None and self._name_vectors:
-            by_name: dict[str, float] = {}
-            for chunk in list(best):
-                if chunk in exempt:
-                    continue
-                doc_id = self._chunks[chunk].document_id
-                name_vector = self._name_vectors.get(doc_id)
-                if name_vector is None:
-                    continue
-                if doc_id not in by_name:
-                    by_name[doc_id] = float(name_vector @ query_vector)
-                if best[chunk] < by_name[doc_id] + specificity:
+        by_name: dict[str, float] = {}
+        for chunk in list(best):
+            if chunk in exempt:
+                continue
+            info = self._chunks[chunk]
+            name_vector = self._name_vectors.get(info.document_id)
+            if name_vector is None:
+                continue
+            if info.language in cross_floors:
+                assert reference is not None
+                if not self._beyond_name(
+                    chunk, query_vector, name_vector, reference, reference_languages,
+                    cross_language_partial,
+                ):  # fmt: skip
                     del best[chunk]
+                continue
+            if specificity is None:
+                continue
+            if info.document_id not in by_name:
+                by_name[info.document_id] = float(name_vector @ query_vector)
+            if best[chunk] < by_name[info.document_id] + specificity:
+                del best[chunk]
         ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))
         return ranked[:SEMANTIC_CANDIDATES]
+
+    def _cross_language_floors(
+        self,
+        query_vector: npt.NDArray[np.float32],
+        query_language: str,
+        reference: npt.NDArray[np.float32] | None,
+        reference_languages: tuple[str, ...],
+        margin: float | None,
+    ) -> dict[str, float]:
+        """Rule 4e's floor per chunk language other than the question's."""
+        if margin is None or reference is None or not query_language:
+            return {}
+        out: dict[str, float] = {}
+        sims = reference @ query_vector
+        for lang in set(reference_languages) - {query_language}:
+            rows = [i for i, found in enumerate(reference_languages) if found == lang]
+            out[lang] = float(np.max(sims[rows])) + margin
+        return out
+
+    def _beyond_name(
+        self,
+        chunk: int,
+        query_vector: npt.NDArray[np.float32],
+        name_vector: npt.NDArray[np.float32],
+        reference: npt.NDArray[np.float32],
+        reference_languages: tuple[str, ...],
+        partial: float,
+    ) -> bool:
+        """Rule 4e: the chunk's best row, with the name partialled out of it and of the
+        question, beats the reference passages of the chunk's language (name partialled out
+        too) by ``partial``."""
+        lang = self._chunks[chunk].language
+        start, end = self._chunk_rows[chunk]
+        rows = self._matrix[start:end]
+        refs = reference[[i for i, found in enumerate(reference_languages) if found == lang]]
+        mine = _partial_similarity(query_vector, rows, name_vector)
+        theirs = _partial_similarity(query_vector, refs, name_vector)
+        return bool(np.max(mine) >= np.max(theirs) + partial)
 
     def search(
         self,
@@ -347,10 +435,17 @@ class KnowledgeIndex:
         specificity: float | None = DEFAULT_SPECIFICITY,
         specific_word_weight: float | None = SPECIFIC_WORD_WEIGHT,
         lexical: list[LexicalHit] | None = None,
+        reference: npt.NDArray[np.float32] | None = None,
+        reference_languages: tuple[str, ...] = (),
+        cross_language_margin: float | None = CROSS_LANGUAGE_MARGIN,
+        cross_language_partial: float = CROSS_LANGUAGE_PARTIAL,
+        answer_types: bool = True,
     ) -> list[Hit]:
         """The best ``limit`` chunks, fused and diversified (see the module doc). ``lexical``:
         this query's ``lexical()`` result when the caller already has it;
-        ``specific_word_weight``: Rule 4c's least weight (None: Rule 4c off)."""
+        ``specific_word_weight``: Rule 4c's least weight (None: Rule 4c off); ``reference``,
+        ``reference_languages``, ``cross_language_*``: Rule 4e (``semantic``);
+        ``answer_types``: Rule 4d on."""
         eligible = self._eligible(role_id)
         if eligible is not None and not eligible:
             return []
@@ -367,10 +462,24 @@ class KnowledgeIndex:
                     if specificity is not None and specific_word_weight is not None
                     else frozenset()
                 ),
+                query_language=query.language,
+                reference=reference,
+                reference_languages=reference_languages,
+                cross_language_margin=cross_language_margin,
+                cross_language_partial=cross_language_partial,
             )
             if query_vector is not None
             else []
         )
+        if answer_types and query.answer is not None and semantic:
+            # Rule 4d: a chunk only the semantic side found must hold the kind of answer asked.
+            answer = query.answer
+            found = {hit.chunk for hit in lexical}
+            semantic = [
+                (index, sim)
+                for index, sim in semantic
+                if index in found or holds_answer(self._chunks[index].text, answer)
+            ]
         fused: dict[int, float] = {}
         lexical_scores: dict[int, float] = {}
         semantic_scores: dict[int, float] = {}
@@ -404,3 +513,14 @@ class KnowledgeIndex:
             )
             per_document[chunk.document_id] += 1
         return picked
+
+
+def _partial_similarity(
+    query: npt.NDArray[np.float32], rows: npt.NDArray[np.float32], given: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float64]:
+    """The partial correlation of ``query`` with each of ``rows`` given ``given`` (unit
+    vectors): how similar they are beyond what both share with ``given``."""
+    qg = float(query @ given)
+    rg = rows @ given
+    denominator = np.sqrt(max(1e-9, 1 - qg * qg) * np.maximum(1e-9, 1 - rg * rg))
+    return np.asarray((rows @ query - qg * rg) / denominator, dtype=np.float64)

@@ -157,6 +157,10 @@ class ParsedQuery:
     """Per unit, what it stands for: the English word (stemmed) or the Chinese character — a
     character may be a word on its own (带, 买), so a unit no document bigram covers weighs no
     more than that word (``knowledge.retrieval``)."""
+    language: str = ""
+    """``language(query)``: "zh" or "en" ("" when unknown)."""
+    answer: AnswerType | None = None
+    """``answer_type(query)``: the kind of answer the question asks for, if it says."""
 
 
 def parse_query(text: str) -> ParsedQuery:
@@ -213,10 +217,11 @@ def parse_query(text: str) -> ParsedQuery:
             if covering:
                 units.append(covering)
                 words.append(char)
+    lang, answer = language(text), answer_type(text)
     if not terms_seen:
         every = tuple(fallback)
-        return ParsedQuery(every, tuple(frozenset((t,)) for t in every), every)
-    return ParsedQuery(tuple(terms_seen), tuple(units), tuple(words))
+        return ParsedQuery(every, tuple(frozenset((t,)) for t in every), every, lang, answer)
+    return ParsedQuery(tuple(terms_seen), tuple(units), tuple(words), lang, answer)
 
 
 def _content_gram(gram: str) -> bool:
@@ -230,6 +235,101 @@ def query_terms(text: str) -> list[str]:
 
 def is_cjk(text: str) -> bool:
     return _IS_CJK.search(text) is not None
+
+
+_LATIN_LETTER = re.compile(r"[A-Za-z]")
+
+
+def language(text: str) -> str:
+    """The language of ``text``: zh when Chinese characters make up at least a third of its
+    letters (a Chinese character says about as much as two or three Latin letters), else en;
+    empty for no letters. So "Nova X2 耳机充满电要多长时间?" is Chinese, and an English sentence
+    naming 星河 is English."""
+    cjk = len(_IS_CJK.findall(text))
+    latin = len(_LATIN_LETTER.findall(text))
+    if not cjk and not latin:
+        return ""
+    return "zh" if 2 * cjk >= latin else "en"
+
+
+# ------------------------------------------------------------ answer types
+#
+# A question that asks how long, what time or how many/much needs a sentence holding that kind
+# of answer: a duration (a number with a time unit), a clock time, a number. The rule is used on
+# the semantic side only (``knowledge.retrieval``, Rule 4d): a chunk that is merely close in
+# meaning but holds no such answer ("How many vacation days…" against a sentence about flights
+# under six hours) does not count. Time units come in two classes, so "how many days" wants days,
+# weeks, months or years ("2 weeks" answers it), and "how many hours" hours or minutes.
+
+_NUMERAL = (
+    r"(?:\d+(?:[.,]\d+)?|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
+    r"|fifteen|twenty|thirty|forty|fifty|sixty|hundred|several|few|half|single"
+    r"|[零一二两三四五六七八九十百千万半几]+)"
+)
+_LONG_UNITS = r"(?:days?|weeks?|months?|years?|天|日|周|星期|礼拜|个月|月|年)"
+_SHORT_UNITS = r"(?:hours?|hrs?|minutes?|mins?|seconds?|小时|钟头|分钟|秒)"
+_UNIT_CLASS = {"long": _LONG_UNITS, "short": _SHORT_UNITS}
+_DURATION_IN = {
+    cls: re.compile(rf"{_NUMERAL}\s*(?:-|个)?\s*{units}(?![a-z])", re.IGNORECASE)
+    for cls, units in (*_UNIT_CLASS.items(), ("any", f"(?:{_LONG_UNITS}|{_SHORT_UNITS})"))
+}
+_CLOCK_IN = re.compile(
+    r"\d{1,2}[:：]\d{2}|\d{1,2}\s*(?:am|pm|a\.m\.|p\.m\.|o'clock)|[\d零一二两三四五六七八九十]+\s*点",
+    re.IGNORECASE,
+)
+_NUMBER_WORDS = (
+    r"one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty"
+    r"|forty|fifty|sixty|hundred|thousand|once|twice|dozen"
+)
+_NUMBER_IN = re.compile(
+    rf"\d|\b(?:{_NUMBER_WORDS})\b|[零一二两三四五六七八九十百千万半]+\s*"
+    r"(?:个|次|张|份|件|位|名|元|块|分|点|倍|天|日|周|月|年|小时|分钟)",
+    re.IGNORECASE,
+)
+
+_ASKS_CLOCK = re.compile(r"what time|几点|什么时间开|几时", re.IGNORECASE)
+_ASKS_UNIT = re.compile(
+    rf"how many\s+(?:\w+\s+)?(?P<en>{_LONG_UNITS}|{_SHORT_UNITS})(?![a-z])"
+    rf"|(?:几|多少)\s*(?:个)?\s*(?P<zh>{_LONG_UNITS}|{_SHORT_UNITS})",
+    re.IGNORECASE,
+)
+_ASKS_DURATION = re.compile(r"how long|多久|多长时间|多长|多少时间|多少天", re.IGNORECASE)
+_ASKS_NUMBER = re.compile(r"how many|how much|多少|几(?:次|个|张|份|件|位|名|倍)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerType:
+    kind: str
+    """"duration", "clock" or "number"."""
+    unit_class: str = "any"
+    """For a duration: "long" (days…years), "short" (hours, minutes) or "any"."""
+
+
+def answer_type(question: str) -> AnswerType | None:
+    """The kind of answer ``question`` asks for (see above), or None when it does not say."""
+    text = normalize(question)
+    if _ASKS_CLOCK.search(text):
+        return AnswerType("clock")
+    unit = _ASKS_UNIT.search(text)
+    if unit is not None:
+        named = unit.group("en") or unit.group("zh") or ""
+        long = re.fullmatch(_LONG_UNITS, named, re.IGNORECASE) is not None
+        return AnswerType("duration", "long" if long else "short")
+    if _ASKS_DURATION.search(text):
+        return AnswerType("duration")
+    if _ASKS_NUMBER.search(text):
+        return AnswerType("number")
+    return None
+
+
+def holds_answer(text: str, answer: AnswerType) -> bool:
+    """Whether ``text`` holds an answer of that kind (a duration, a clock time, a number)."""
+    text = normalize(text)
+    if answer.kind == "clock":
+        return _CLOCK_IN.search(text) is not None
+    if answer.kind == "duration":
+        return _DURATION_IN[answer.unit_class].search(text) is not None
+    return _NUMBER_IN.search(text) is not None
 
 
 def sentences(text: str) -> list[str]:

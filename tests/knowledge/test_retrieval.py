@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.knowledge_eval import ROOT, document_name, load_tasks
 from knowledge.base import KnowledgeBase, KnowledgeLimits
-from knowledge.embedding import E5Embedder, to_bytes
+from knowledge.embedding import REFERENCE_LANGUAGES, E5Embedder, to_bytes
 from knowledge.errors import InvalidDocument, LimitExceeded
 from knowledge.retrieval import SPECIFIC_WORD_WEIGHT, KnowledgeIndex
 from knowledge.store import (
@@ -328,3 +328,50 @@ async def test_a_towel_question_about_the_gym_finds_the_towel_rule(embedder: E5E
         "Which colours are the Nova X2 headphones sold in?",
     ):
         assert await knowledge.search(T, ALICE, off_topic, role_id="r") == []
+
+
+def test_a_semantic_match_must_hold_the_kind_of_answer_asked() -> None:
+    # Rule 4d: both chunks are as close to the question; only the one holding a number of days
+    # answers "how many days".
+    flights = "Flights\nEmployees fly economy on flights shorter than six hours."
+    claims = "Claims\nClaims are paid within 30 days after the trip."
+    index = _snapshot_index(
+        {"Policy": [(flights, [0.8, 0.6, 0.0]), (claims, [0.8, 0.6, 0.0])]},
+        {"Policy": AWAY},
+    )
+    question = "How many days until a reimbursement arrives?"
+    assert _search(index, question) == [claims]
+    assert set(_search(index, question, answer_types=False)) == {flights, claims}
+    # A question that names no kind of answer is not filtered.
+    assert set(_search(index, "Are reimbursements paid?")) == {flights, claims}
+
+
+async def test_a_question_in_one_language_finds_a_document_in_the_other(
+    embedder: E5Embedder,
+) -> None:
+    """Rule 4e with the real model: a Chinese question about an English document (that shares
+    the product's name with the question) finds its battery chunk, not the warranty chunk that
+    holds the name; off-topic questions still get nothing."""
+    knowledge = KnowledgeBase(InMemoryKnowledgeStore(), embedder=embedder)
+    for relative in load_tasks()["documents"]:
+        path = ROOT / relative
+        text = path.read_text(encoding="utf-8")
+        await knowledge.add_document(T, ALICE, name=document_name(path), text=text, role_ids=["r"])
+    hits = await knowledge.search(T, ALICE, "Nova X2 耳机充满电要多长时间?", role_id="r")
+    assert any("two hours" in h.chunk_text for h in hits)
+    english = "How many days do I have to return an item to the Xinghe shop?"
+    hits = await knowledge.search(T, ALICE, english, role_id="r")
+    assert any("签收后 7 天" in h.chunk_text for h in hits)
+    for off_topic in ("明天北京的天气怎么样?", "What is the capital of Australia?"):
+        assert await knowledge.search(T, ALICE, off_topic, role_id="r") == []
+    # Without Rule 4e the Chinese question finds nothing.
+    index = await knowledge.index(T, ALICE)
+    query = "Nova X2 耳机充满电要多长时间?"
+    vector = await embedder.query(query)
+    reference = await embedder.reference()
+    hits_off = index.search(
+        parse_query(query), vector, role_id="r",
+        semantic_floor=float(np.max(reference @ vector)) + knowledge.semantic_margin,
+        reference=reference, reference_languages=REFERENCE_LANGUAGES, cross_language_margin=None,
+    )  # fmt: skip
+    assert not any("two hours" in h.chunk_text for h in hits_off)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from knowledge.text import (
     COMMON_WEIGHT,
+    AnswerType,
+    answer_type,
     background_weight,
     chunk_text,
+    holds_answer,
+    language,
     parse_query,
     sentences,
     stem,
@@ -97,3 +101,39 @@ def test_everyday_words_weigh_less_than_rare_ones() -> None:
     assert background_weight("colour") > background_weight("right")
     assert background_weight("满足") < background_weight("私教") == 1.0
     assert background_weight("xinghe") == 1.0  # not a common word at all
+
+
+def test_language_of_mixed_text() -> None:
+    assert language("Nova X2 耳机充满电要多长时间?") == "zh"
+    assert language("How many days do I have to return an item to the 星河 shop?") == "en"
+    assert language("12:30") == ""
+    assert parse_query("退款多久到账?").language == "zh"
+
+
+def test_answer_types_of_questions() -> None:
+    assert answer_type("客服几点上班?") == AnswerType("clock")
+    assert answer_type("What time does the gym open?") == AnswerType("clock")
+    assert answer_type("How many vacation days do I get?") == AnswerType("duration", "long")
+    assert answer_type("几个小时能充满?") == AnswerType("duration", "short")
+    assert answer_type("How long is the warranty?") == AnswerType("duration")
+    assert answer_type("积分的有效期是多久?") == AnswerType("duration")
+    assert answer_type("How much does a pass cost?") == AnswerType("number")
+    assert answer_type("单笔订单最多可以使用多少积分?") == AnswerType("number")
+    assert answer_type("Is alcohol reimbursed?") is None
+    assert parse_query("How long is the warranty?").answer == AnswerType("duration")
+
+
+def test_a_text_holds_an_answer_of_the_kind_asked() -> None:
+    days = AnswerType("duration", "long")
+    assert holds_answer("签收后 7 天内可以退货。", days)
+    assert holds_answer("Claims are paid within two weeks.", days)
+    assert not holds_answer("Employees fly economy on flights shorter than six hours.", days)
+    assert holds_answer("Charging takes two hours.", AnswerType("duration"))
+    assert holds_answer("A two-year limited warranty.", AnswerType("duration"))
+    assert not holds_answer("Wipe the cushions with a damp cloth.", AnswerType("duration"))
+    assert holds_answer("客服服务时间为工作日 09:00—18:00。", AnswerType("clock"))
+    assert holds_answer("每天早上八点开门。", AnswerType("clock"))
+    assert not holds_answer("团体课需要提前预约。", AnswerType("clock"))
+    assert holds_answer("Permits cost 30 euros.", AnswerType("number"))
+    assert holds_answer("每个订单最多换货一次。", AnswerType("number"))
+    assert not holds_answer("Visitors wear a badge.", AnswerType("number"))
