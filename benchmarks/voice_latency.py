@@ -38,16 +38,18 @@ from runtime.server import running_server
 
 QUESTIONS = (
     "Hello there.",
-    "Who are you?",
+    "I just bought a new pair of headphones.",
     "What did I just say?",
+    "My name is Sam and I live in Berlin.",
     "Thank you very much.",
-    "How are you today?",
-    "Good morning to you.",
-    "What is your name?",
+    "I am planning a trip to Paris next week.",
+    "What is my name?",
     "Thanks a lot for your help.",
-    "Hi, can you hear me?",
+    "I would like to learn to play the guitar.",
     "Goodbye, see you later.",
 )
+"""Social turns (answered by code at once) and statements and a memory question, which the
+default ``llm`` brain answers with the model: both kinds of turn are in the figures."""
 FRAME = INPUT_SAMPLE_RATE // 50
 
 
@@ -130,11 +132,13 @@ async def one_turn(client: RealtimeClient, voice: PCM) -> dict[str, float] | Non
     }
 
 
-async def run(turns: int) -> dict[str, Any]:
+async def run(turns: int, brain: str = "llm") -> dict[str, Any]:
     voices = [await synthesize(q) for q in QUESTIONS]
     rows: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="openrealtime-voice-latency-") as data_dir:
-        settings = Settings(port=0, data_dir=Path(data_dir), storage="memory")
+        settings = Settings.model_validate(
+            {"port": 0, "data_dir": Path(data_dir), "storage": "memory", "brain": brain}
+        )
         async with running_server(settings) as server:
             async with RealtimeClient(server.ws_url, server.token, clock=time.monotonic) as c:
                 await c.connect()
@@ -163,15 +167,21 @@ async def run(turns: int) -> dict[str, Any]:
         },
         "runtime_overhead_ms": p50_p99(col("runtime_overhead")),
         "asr_hidden_fraction": round(float(np.mean(hidden)), 3) if hidden else None,
-        "settings": {"vad": settings.vad, "silence_ms": settings.silence_ms, "asr": "whisper-base"},
+        "settings": {
+            "vad": settings.vad,
+            "silence_ms": settings.silence_ms,
+            "asr": "whisper-base",
+            "brain": type(server.services.plugins.brain).__name__,
+        },
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--brain", choices=["llm", "rules"], default="llm")
     args = parser.parse_args()
-    emit(asyncio.run(run(args.turns)))
+    emit(asyncio.run(run(args.turns, args.brain)))
 
 
 if __name__ == "__main__":

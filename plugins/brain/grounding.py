@@ -165,13 +165,17 @@ _QUESTION = {
         r"\?\s*$|^\W*(what|what's|whats|how|when|where|which|who|whom|whose|why|is|are|am|was|"
         r"were|can|could|do|does|did|will|would|should|shall|may|might|have|has|any)\b"
         r"|\b(tell me|explain|i('d| would) like to know|i want to know|i wonder|let me know|"
-        r"look up|find out|please check)\b",
+        r"look up|find out|please check)\b"
+        # a request in the imperative ("Check the status of order 123.", "Book a table.")
+        r"|^\W*(please\s+)?(check|book|find|show|give|cancel|reserve|schedule|order|search|"
+        r"list|get|send|call|help me|compare|describe|summari[sz]e)\b",
         re.I,
     ),
     "zh": re.compile(
         r"[?？]\s*$|吗\W*$|呢\W*$|什么|多少|多久|多长|几[个天点次号岁年月]|谁|哪|怎么|怎样|如何|为什么|"
         r"为啥|是否|能不能|可不可以|会不会|有没有|是不是|要不要|请查|查一下|查查|告诉我|介绍一下|"
         r"说说|讲讲|解释|想知道|想了解|想问|请问"
+        r"|^\W*(请)?(帮我|给我|查|预约|预订|订一|取消|搜索|找一下|列出|比较)"
     ),
 }
 
@@ -284,10 +288,19 @@ def _is_about_me(text: str, lang: str, entries: Sequence[str]) -> bool:
 def knowledge_query(request: BrainInput, text: str, lang: str) -> str:
     """The current input, with the person's previous message in front when it is a follow-up
     (Rule 3)."""
-    earlier = earlier_user_inputs(request.conversation_context or request.model_text)
+    earlier = [
+        message
+        for message in earlier_user_inputs(request.conversation_context or request.model_text)
+        if not _is_social(message)
+    ]
     if not earlier or not is_follow_up(text, lang):
         return text
     return f"{earlier[-1]} {text}"
+
+
+def _is_social(text: str) -> bool:
+    lang = detect_language(text)
+    return any(rule_lang == lang and p.search(text) for rule_lang, p, _ in _SOCIAL)
 
 
 def is_follow_up(text: str, lang: str) -> bool:
@@ -320,18 +333,26 @@ def sentences(text: str) -> list[str]:
 
 
 def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -> list[Passage]:
-    """The sentences of ``found`` that share most content terms with ``question`` (ties: the
-    better-ranked passage first), at most ``limit``; the first passage's first sentence when
-    none shares a term (the retrieval judged it relevant by meaning)."""
+    """The sentences of ``found`` that best cover ``question``'s content terms, each term
+    weighted by how few of the sentences hold it (the words every passage shares, such as the
+    shop's name, count little), ties going to the better-ranked passage; at most ``limit``.
+    The first passage's first sentence when none shares a term (the retrieval judged it
+    relevant by meaning)."""
     wanted = terms(question)
-    scored: list[tuple[float, int, Passage]] = []
-    order = 0
-    for rank, passage in enumerate(found):
-        for sentence in sentences(passage.text):
-            overlap = len(wanted & terms(sentence))
-            if overlap:
-                scored.append((overlap - 0.01 * rank, -order, Passage(passage.source, sentence)))
-            order += 1
+    candidates = [
+        (rank, Passage(passage.source, sentence), terms(sentence) & wanted)
+        for rank, passage in enumerate(found)
+        for sentence in sentences(passage.text)
+    ]
+    holding: dict[str, int] = {}
+    for _, _, shared in candidates:
+        for term in shared:
+            holding[term] = holding.get(term, 0) + 1
+    scored = [
+        (sum(1.0 / holding[t] for t in shared) - 0.01 * rank, -order, passage)
+        for order, (rank, passage, shared) in enumerate(candidates)
+        if shared
+    ]
     if not scored:
         if not found:
             return []
@@ -339,6 +360,27 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
         return [Passage(found[0].source, first[0] if first else found[0].text)]
     scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
     return [item[2] for item in scored[:limit]]
+
+
+def coverage(question: str, evidence: Sequence[Passage]) -> float:
+    """The share of ``question``'s content terms found in ``evidence`` (1.0 without terms)."""
+    wanted = terms(question)
+    if not wanted:
+        return 1.0
+    found = terms(" ".join(p.text for p in evidence))
+    return len(wanted & found) / len(wanted)
+
+
+def quote_is_from(quote: str, evidence: Sequence[Passage], *, at_least: float = 0.8) -> bool:
+    """Whether ``quote`` is (nearly) made of the evidence's own words: at least ``at_least`` of
+    its Chinese characters and English words (and numbers) occur in the evidence."""
+    text = " ".join(p.text for p in evidence).lower()
+    units = _CJK.findall(quote) + _WORD.findall(quote.lower())
+    if not units:
+        return False
+    words = set(_WORD.findall(text))
+    present = sum(1 for u in units if (u in words if u.isascii() else u in text))
+    return present / len(units) >= at_least
 
 
 def relevant_memories(question: str, entries: Sequence[str], *, limit: int = 3) -> list[str]:

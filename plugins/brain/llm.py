@@ -12,16 +12,22 @@ Rule 2. Tool routing. With only ``knowledge_search`` offered, code routes: every
 Rule 3. No evidence, no model: a question whose search returned no passage gets the fixed "my
         documents don't say" answer; a memory question without ``<memory_data>`` gets "I don't
         remember". The model is never asked to abstain.
-Rule 4. With evidence the model sees only the best sentences of the passages (inside
+Rule 4. Weak evidence is checked before any answer: when the passages share less than half of
+        the question's content words (same language: the retrieval matched by meaning alone), the
+        model is asked to copy the words of the passages that answer the question, or NONE; the
+        answer goes on only when the copy is really made of the passages' words (code checks
+        it), else the turn gets the fixed "documents don't say" answer. A question in one
+        language about a passage in the other is left to the retrieval's own decision.
+Rule 5. With evidence the model sees only the best sentences of the passages (inside
         ``<untrusted_knowledge>``, after a note that they are data). The answer starts with the
         source's name written by code ("根据《…》，" / "According to …,") as the assistant's
         prefilled start, which the model continues. A sentence of the answer that holds a number
         found neither in the evidence nor in the question is dropped before it is spoken; if
         nothing is left, code reads the best sentence.
-Rule 5. Voice style: one or two short sentences in the person's language, at most
+Rule 6. Voice style: one or two short sentences in the person's language, at most
         ``max_answer_tokens`` tokens (fewer when memory says the person prefers brevity);
         statements are acknowledged briefly.
-Rule 6. Prompt layout for the prefix cache: the system message holds only what is stable in a
+Rule 7. Prompt layout for the prefix cache: the system message holds only what is stable in a
         thread (style rules, role instructions, the memory note and entries), then the history
         as chat messages (user and assistant turns; tool lines left out), then the current
         input with this turn's evidence after it. The next turn's prompt therefore starts with
@@ -30,6 +36,7 @@ Rule 6. Prompt layout for the prefix cache: the system message holds only what i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -46,10 +53,13 @@ from plugins.brain.grounding import (
     Passage,
     Reading,
     best_sentences,
+    coverage,
+    detect_language,
     earlier_user_inputs,
     knowledge_results,
     memory_entries,
     passages,
+    quote_is_from,
     read_turn,
     sentences,
     terms,
@@ -89,6 +99,11 @@ _RECALL = {"en": 'You said: "{}"', "zh": "你刚才说：“{}”"}
 _BRIEF = re.compile(r"简洁|简短|简单点|短一点|别太长|\b(short|brief|concise)\b", re.I)
 _PASSAGE_CHARS = 300
 _NUMBER = re.compile(r"\d+(?:[.:：]\d+)?")
+_QUOTE_PROMPT = (
+    "Copy the words of the text that answer the question, or write NONE if the text does not "
+    "answer it."
+)
+_WEAK_COVERAGE = 0.5
 _ROUTER_PROMPT = (
     "Pick the one tool that serves the person's last message, with its arguments, or "
     '"none" when no tool is needed. Reply with JSON only.'
@@ -105,13 +120,15 @@ class LLMBrain:
         max_answer_tokens: int = 80,
         brief_answer_tokens: int = 48,
         temperature: float = 0.2,
-        max_evidence_sentences: int = 3,
+        max_evidence_sentences: int = 2,
+        check_weak_evidence: bool = True,
     ) -> None:
         self.model = model
         self.max_answer_tokens = max_answer_tokens
         self.brief_answer_tokens = brief_answer_tokens
         self.temperature = temperature
         self.max_evidence_sentences = max_evidence_sentences
+        self.check_weak_evidence = check_weak_evidence
         self.context_tokens = model.settings.context_tokens
         """The model's window: the session budgets the history to fit it."""
         self.reserved_output_tokens = 4 * max_answer_tokens + 512
@@ -144,8 +161,13 @@ class LLMBrain:
                 yield BrainDelta(text=NOT_IN_DOCUMENTS[lang])
                 return
             evidence = evidence_for(reading.text, found, limit=self.max_evidence_sentences)
-            async for delta in self._answer_from(request, reading, evidence):
-                yield delta
+            if self.check_weak_evidence and needs_check(reading, evidence):
+                if not await self._evidence_answers(request, reading, evidence):
+                    yield BrainDelta(text=NOT_IN_DOCUMENTS[lang])
+                    return
+            async with contextlib.aclosing(self._answer_from(request, reading, evidence)) as ans:
+                async for delta in ans:
+                    yield delta
             return
         prefill = ""
         if reading.intent is Intent.MEMORY:
@@ -153,12 +175,15 @@ class LLMBrain:
                 yield BrainDelta(text=NOT_REMEMBERED[lang])
                 return
             final = f"{reading.text}\n{_ASK_MEMORY[lang]}"
-        else:  # a statement: acknowledged (Rule 5)
+        else:  # a statement: acknowledged (Rule 6)
             final = f"{reading.text}\n{_STATEMENT[lang]}"
             prefill = _ACKNOWLEDGE[lang]
             yield BrainDelta(text=prefill)
-        async for text in self._generate(request, lang, final, prefill=prefill):
-            yield BrainDelta(text=text)
+        async with contextlib.aclosing(
+            self._generate(request, lang, final, prefill=prefill)
+        ) as gen:
+            async for text in gen:
+                yield BrainDelta(text=text)
 
     # ------------------------------------------------------------ tool routing (Rule 2)
 
@@ -195,13 +220,33 @@ class LLMBrain:
         text = "".join([piece async for piece in self.model.chat(payload, lane=request.session)])
         return parse_route(text, request.tools)
 
-    # ------------------------------------------------------------ answering (Rules 4–6)
+    # ------------------------------------------------------------ evidence check (Rule 4)
+
+    async def _evidence_answers(
+        self, request: BrainInput, reading: Reading, evidence: Sequence[Passage]
+    ) -> bool:
+        text = " ".join(p.text for p in evidence)
+        payload = {
+            "messages": [
+                {"role": "system", "content": _QUOTE_PROMPT},
+                {"role": "user", "content": f"Text: {text}\nQuestion: {reading.text}"},
+            ],
+            "temperature": 0,
+            "max_tokens": 48,
+        }
+        quote = "".join([p async for p in self.model.chat(payload, lane=request.session)])
+        quote = quote.strip()
+        if not quote or "NONE" in quote.upper() or quote in ("无", "没有"):
+            return False
+        return quote_is_from(quote, evidence)
+
+    # ------------------------------------------------------------ answering (Rules 5–7)
 
     async def _answer_from(
         self, request: BrainInput, reading: Reading, evidence: Sequence[Passage]
     ) -> AsyncGenerator[BrainDelta, None]:
         lang = reading.language
-        # The question first, so the next turn's prompt shares it (Rule 6); the evidence after.
+        # The question first, so the next turn's prompt shares it (Rule 7); the evidence after.
         lines = [reading.text]
         for passage in evidence:
             label = f"[source: {passage.source}] " if passage.source else ""
@@ -213,11 +258,11 @@ class LLMBrain:
             yield BrainDelta(text=start)
         allowed = " ".join([reading.text, *(p.text for p in evidence)])
         spoken = False
-        async for sentence in _checked_sentences(
-            self._generate(request, lang, final, prefill=start), allowed
-        ):
-            spoken = True
-            yield BrainDelta(text=sentence)
+        checked = _checked_sentences(self._generate(request, lang, final, prefill=start), allowed)
+        async with contextlib.aclosing(checked):
+            async for sentence in checked:
+                spoken = True
+                yield BrainDelta(text=sentence)
         if not spoken:
             yield BrainDelta(text=evidence[0].text)
 
@@ -235,8 +280,18 @@ class LLMBrain:
             "temperature": self.temperature,
             "max_tokens": self.brief_answer_tokens if brief else self.max_answer_tokens,
         }
-        async for piece in self.model.chat(payload, lane=request.session, generation=generation):
-            yield piece
+        pieces = self.model.chat(payload, lane=request.session, generation=generation)
+        async with contextlib.aclosing(pieces):
+            async for piece in pieces:
+                yield piece
+
+
+def needs_check(reading: Reading, evidence: Sequence[Passage]) -> bool:
+    """Rule 4: same language, and the evidence shares under half the question's words."""
+    text = " ".join(p.text for p in evidence)
+    if detect_language(text) != reading.language:
+        return False
+    return coverage(reading.text, evidence) < _WEAK_COVERAGE
 
 
 def evidence_for(question: str, found: Sequence[Passage], *, limit: int) -> list[Passage]:
@@ -252,7 +307,7 @@ def evidence_for(question: str, found: Sequence[Passage], *, limit: int) -> list
 
 def chat_messages(request: BrainInput, lang: str, final: str) -> list[dict[str, str]]:
     """System (stable: in the role's language, whatever this turn's), the history as chat
-    turns, then ``final`` (Rule 6)."""
+    turns, then ``final`` (Rule 7)."""
     role_lang = "zh" if (request.language or "").startswith("zh") else "en"
     system = f"{_STYLE[role_lang]}\n\n{request.system}".strip()
     if lang != role_lang:
@@ -286,20 +341,22 @@ def history_turns(context: str) -> list[tuple[str, str]]:
 
 
 async def _checked_sentences(
-    pieces: AsyncIterator[str], allowed_text: str
+    pieces: AsyncGenerator[str, None], allowed_text: str
 ) -> AsyncGenerator[str, None]:
     """Release the model's text a sentence at a time, dropping sentences with a number found
-    nowhere in ``allowed_text`` (Rule 4). The first sentence is released as soon as it ends."""
+    nowhere in ``allowed_text`` (Rule 5). The first sentence is released as soon as it ends.
+    Closing this generator closes ``pieces`` (and so stops the model) at once."""
     allowed = set(_NUMBER.findall(allowed_text))
     buffer = ""
-    async for piece in pieces:
-        buffer += piece
-        done = sentences_done(buffer)
-        if done:
-            ready, buffer = buffer[:done], buffer[done:]
-            for sentence in sentences(ready):
-                if _numbers_ok(sentence, allowed):
-                    yield sentence + (" " if sentence[-1] in ".!?" else "")
+    async with contextlib.aclosing(pieces):
+        async for piece in pieces:
+            buffer += piece
+            done = sentences_done(buffer)
+            if done:
+                ready, buffer = buffer[:done], buffer[done:]
+                for sentence in sentences(ready):
+                    if _numbers_ok(sentence, allowed):
+                        yield sentence + (" " if sentence[-1] in ".!?" else "")
     rest = buffer.strip()
     if rest and _numbers_ok(rest, allowed):
         yield rest

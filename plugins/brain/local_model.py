@@ -120,6 +120,7 @@ class _Job:
         self.items: asyncio.Queue[Any] = asyncio.Queue()
         self.gone = threading.Event()  # the consumer stopped listening
         self.generation = Generation(lane)
+        self.expired = False
 
     def push(self, item: Any) -> None:
         try:
@@ -128,6 +129,7 @@ class _Job:
             self.gone.set()
 
     def expire(self) -> None:
+        self.expired = True
         self.push(PluginTimeout("the local model was busy past this request's deadline"))
         self.push(_END)
 
@@ -153,6 +155,7 @@ class LocalModel:
         self._load_lock = asyncio.Lock()
         self._worker: threading.Thread | None = None
         self._warm = False
+        self._closed = False
 
     @staticmethod
     def unavailable_reason(model: ModelFile = QWEN_05B) -> str | None:
@@ -168,6 +171,8 @@ class LocalModel:
 
     async def load(self) -> None:
         async with self._load_lock:
+            if self._closed:
+                raise PluginUnavailable("the local model was shut down")
             if self._backend is not None:
                 return
             saved = _python_signal_handlers()
@@ -209,14 +214,31 @@ class LocalModel:
         if generation is not None:
             job.generation = generation
         now = time.monotonic()
-        deadline = now + (start_deadline_s or self.settings.start_deadline_s)
+        wait = self.settings.start_deadline_s if start_deadline_s is None else start_deadline_s
+        deadline = now + wait
         ticket = self._queue.submit(lane, job, now=now, deadline=deadline, on_expire=job.expire)
         try:
             while True:
-                item = await job.items.get()
+                if ticket.state == "waiting" and job.items.empty():
+                    # Rule 3 of the queue, kept from here too: a deadline is a deadline even
+                    # while the model is busy with a long generation.
+                    try:
+                        async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                            item = await job.items.get()
+                    except TimeoutError:
+                        if self._queue.cancel(ticket):
+                            self.stats.expired += 1
+                            raise PluginTimeout(
+                                "the local model was busy past this request's deadline"
+                            ) from None
+                        continue
+                else:
+                    item = await job.items.get()
                 if item is _END:
                     return
                 if isinstance(item, BaseException):
+                    if job.expired:
+                        self.stats.expired += 1
                     raise item
                 yield item
         finally:
@@ -224,6 +246,7 @@ class LocalModel:
             self._queue.cancel(ticket)
 
     async def aclose(self) -> None:
+        self._closed = True
         for ticket in self._queue.close():
             ticket.item.push(PluginUnavailable("the local model was shut down"))
             ticket.item.push(_END)
@@ -242,7 +265,6 @@ class LocalModel:
             if ticket is None:
                 if self._queue.closed:
                     return
-                self.stats.expired = self._queue.expired
                 continue
             self._run(ticket)
 

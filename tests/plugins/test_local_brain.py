@@ -35,9 +35,7 @@ async def test_answers_about_the_user_from_memory_data() -> None:
         memory_data="<memory_data>\n- I prefer short answers\n- I live in Berlin\n</memory_data>",
     )
     text = "".join([d.text async for d in LocalBrain().stream(content.to_brain_input())])
-    assert text == (
-        "You told me: you prefer short answers; you live in Berlin"
-    )
+    assert text == ("You told me: you prefer short answers; you live in Berlin")
     assert "do not remember" in await answer("what do you remember about me?")
     zh = TurnContent(
         "", "", "你记得我什么", memory_data="<memory_data>我喜欢简洁回答</memory_data>"

@@ -1,0 +1,386 @@
+"""What code decides about a turn before any model speaks: intent, knowledge query, evidence."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pipeline.content import TurnContent
+from plugins.brain.grounding import (
+    DONT_KNOW_MARKERS,
+    NOT_IN_DOCUMENTS,
+    NOT_REMEMBERED,
+    NOTHING_EARLIER,
+    Intent,
+    Passage,
+    best_sentences,
+    detect_language,
+    earlier_user_inputs,
+    knowledge_query,
+    knowledge_results,
+    memory_entries,
+    passages,
+    read_turn,
+    relevant_memories,
+    says_dont_know,
+    sentences,
+    terms,
+)
+from plugins.contracts import BrainInput, ToolResult
+
+ZH_RETURNS = "用户:我是因为商品质量问题退货。\n助手:好的，明白了。"
+EN_HOURS = "User: what are your opening hours?\nAssistant: We open at 9."
+
+
+def brain_input(
+    text: str, context: str = "", *, language: str | None = None, memory: str | None = None
+) -> BrainInput:
+    return TurnContent(
+        "be brief", context, text, language=language, memory_data=memory
+    ).to_brain_input()
+
+
+def memory(*entries: str) -> str:
+    lines = "\n".join(f"- {entry}" for entry in entries)
+    return f"<memory_data>\n{lines}\n</memory_data>"
+
+
+def knowledge(content: str, *, is_error: bool = False) -> ToolResult:
+    return ToolResult("call_1", "knowledge_search", content, is_error=is_error)
+
+
+# ---------------------------------------------------------------- intent (Rule 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "intent"),
+    [
+        ("请查知识库,星河商店的退货期限是多少?", Intent.QUESTION),
+        ("星河商店的退货期限是多少？", Intent.QUESTION),
+        ("退货需要什么条件", Intent.QUESTION),
+        ("我想知道保修多久", Intent.QUESTION),
+        ("可以退货吗", Intent.QUESTION),
+        ("那如果超过七天呢?", Intent.QUESTION),
+        ("我是因为商品质量问题退货。", Intent.STATEMENT),
+        ("我住在上海。", Intent.STATEMENT),
+        ("今天天气不错。", Intent.STATEMENT),
+        ("我之前说过的学习目标是什么?", Intent.MEMORY),
+        ("我的名字是什么?", Intent.MEMORY),
+        ("我叫什么名字?", Intent.MEMORY),
+        ("你还记得我住在哪吗?", Intent.MEMORY),
+        ("我刚才说了什么", Intent.RECALL),
+        ("我刚刚问了什么?", Intent.RECALL),
+        ("你好", Intent.SOCIAL),
+        ("您好!", Intent.SOCIAL),
+        ("谢谢你的帮助", Intent.SOCIAL),
+        ("再见", Intent.SOCIAL),
+        ("停", Intent.SOCIAL),
+        ("你是谁?", Intent.SOCIAL),
+    ],
+)
+def test_chinese_turns_are_read_by_intent(text: str, intent: Intent) -> None:
+    reading = read_turn(brain_input(text, language="zh"))
+
+    assert reading.intent is intent
+    assert reading.language == "zh"
+    assert reading.text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "intent"),
+    [
+        ("what is the return window?", Intent.QUESTION),
+        ("How long is the warranty?", Intent.QUESTION),
+        ("Can I return opened items?", Intent.QUESTION),
+        ("Please tell me the return policy.", Intent.QUESTION),
+        ("hi, what is the return window?", Intent.QUESTION),
+        ("I live in Berlin.", Intent.STATEMENT),
+        ("My order arrived broken.", Intent.STATEMENT),
+        ("what's my name?", Intent.MEMORY),
+        ("do you remember where I live?", Intent.MEMORY),
+        ("do you remember what I told you?", Intent.MEMORY),
+        ("where do I live?", Intent.MEMORY),
+        ("what did I just say?", Intent.RECALL),
+        ("What did I ask?", Intent.RECALL),
+        ("what was my last question?", Intent.RECALL),
+        ("hello", Intent.SOCIAL),
+        ("Hi there!", Intent.SOCIAL),
+        ("good morning", Intent.SOCIAL),
+        ("thank you so much", Intent.SOCIAL),
+        ("bye!", Intent.SOCIAL),
+        ("wait", Intent.SOCIAL),
+        ("who are you?", Intent.SOCIAL),
+        ("how are you?", Intent.SOCIAL),
+    ],
+)
+def test_english_turns_are_read_by_intent(text: str, intent: Intent) -> None:
+    reading = read_turn(brain_input(text, language="en"))
+
+    assert reading.intent is intent
+    assert reading.language == "en"
+
+
+def test_social_turns_carry_a_fixed_reply_in_the_persons_language() -> None:
+    assert read_turn(brain_input("hello")).reply == "Hello! How can I help you?"
+    assert read_turn(brain_input("谢谢")).reply == "不客气。"
+    assert read_turn(brain_input("what is the return window?")).reply is None
+
+
+def test_only_questions_get_a_knowledge_query() -> None:
+    assert read_turn(brain_input("what is the return window?")).query == (
+        "what is the return window?"
+    )
+    for text in ("hello", "I live in Berlin.", "what's my name?", "what did I just say?"):
+        assert read_turn(brain_input(text)).query is None
+
+
+def test_a_question_about_my_thing_is_memory_only_when_a_memory_entry_matches() -> None:
+    text = "is my warranty still valid?"
+
+    assert read_turn(brain_input(text)).intent is Intent.QUESTION
+    unrelated = memory("I like tea")
+    assert read_turn(brain_input(text, memory=unrelated)).intent is Intent.QUESTION
+    related = memory("my warranty ends in May")
+    assert read_turn(brain_input(text, memory=related)).intent is Intent.MEMORY
+
+    zh = "我的订单到了吗?"
+    assert read_turn(brain_input(zh)).intent is Intent.QUESTION
+    assert read_turn(brain_input(zh, memory=memory("我的订单号是123"))).intent is Intent.MEMORY
+
+
+# ---------------------------------------------------------------- language (Rule 1)
+
+
+def test_the_language_is_the_current_inputs_whatever_the_role_says() -> None:
+    assert read_turn(brain_input("what is the return window?", language="zh")).language == "en"
+    assert read_turn(brain_input("退货期限是多少?", language="en")).language == "zh"
+
+
+def test_an_empty_input_falls_back_to_the_roles_language() -> None:
+    assert read_turn(brain_input("", language="zh-CN")).language == "zh"
+    assert read_turn(brain_input("  ", language="en")).language == "en"
+    assert read_turn(brain_input("")).language == "en"
+
+
+def test_detect_language() -> None:
+    assert detect_language("退货") == "zh"
+    assert detect_language("Nova 耳机") == "zh"
+    assert detect_language("hello 123") == "en"
+
+
+# ---------------------------------------------------------------- knowledge query (Rule 3)
+
+
+def test_a_chinese_follow_up_is_searched_with_the_previous_user_message() -> None:
+    reading = read_turn(brain_input("那运费谁承担?", ZH_RETURNS, language="zh"))
+
+    assert reading.intent is Intent.QUESTION
+    assert reading.query == "我是因为商品质量问题退货。 那运费谁承担?"
+
+
+def test_an_english_follow_up_is_searched_with_the_previous_user_message() -> None:
+    reading = read_turn(brain_input("what about weekends?", EN_HOURS, language="en"))
+
+    assert reading.query == "what are your opening hours? what about weekends?"
+
+
+def test_only_the_latest_user_message_is_put_in_front() -> None:
+    context = f"{ZH_RETURNS}\n用户:我买的是耳机。\n助手:好的。"
+
+    reading = read_turn(brain_input("那运费谁承担?", context, language="zh"))
+
+    assert reading.query == "我买的是耳机。 那运费谁承担?"
+
+
+@pytest.mark.parametrize(
+    ("text", "context"),
+    [
+        ("星河商店的退货期限是多少?", ZH_RETURNS),
+        ("请查知识库,星河商店的退货期限是多少?", ZH_RETURNS),
+        ("how long does shipping to Germany take?", EN_HOURS),
+        ("How long is the warranty for the Nova headphones?", EN_HOURS),
+    ],
+)
+def test_a_self_contained_question_is_searched_alone(text: str, context: str) -> None:
+    assert read_turn(brain_input(text, context)).query == text
+
+
+def test_a_follow_up_with_no_history_is_searched_alone() -> None:
+    request = brain_input("what about weekends?")
+
+    assert knowledge_query(request, request.current_input, "en") == "what about weekends?"
+
+
+def test_the_history_is_read_from_model_text_when_no_context_is_split_out() -> None:
+    request = BrainInput(
+        system="",
+        model_text="Recent conversation context:\nUser: what are your opening hours?\n"
+        "Current user input:what about weekends?",
+        current_input="what about weekends?",
+    )
+
+    assert knowledge_query(request, request.current_input, "en") == (
+        "what are your opening hours? what about weekends?"
+    )
+
+
+def test_earlier_user_inputs_reads_both_languages_and_skips_other_lines() -> None:
+    context = (
+        "用户:我住在上海\n助手:好的。\nUser: and in English\nAssistant: Sure.\n"
+        "工具调用:knowledge_search {}\nTool result (knowledge_search): x"
+    )
+
+    assert earlier_user_inputs(context) == ["我住在上海", "and in English"]
+
+
+# ---------------------------------------------------------------- evidence (Rule 4)
+
+RESULT = (
+    "[source: 售后]\n<untrusted_knowledge>退货期限为签收后 7 天。"
+    "退货运费规则:质量问题由商店承担。</untrusted_knowledge>\n"
+    "<untrusted_knowledge>\n  no   source\n here \n</untrusted_knowledge>\n"
+    "[source: Empty]<untrusted_knowledge>   </untrusted_knowledge>"
+)
+
+
+def test_passages_parses_sourced_blocks_and_collapses_whitespace() -> None:
+    found = passages([knowledge(RESULT)])
+
+    assert found == [
+        Passage("售后", "退货期限为签收后 7 天。退货运费规则:质量问题由商店承担。"),
+        Passage("", "no source here"),
+    ]
+
+
+def test_text_outside_knowledge_blocks_is_not_evidence() -> None:
+    assert passages([knowledge("No documents matched.")]) == []
+    assert passages([knowledge("[source: x] plain text, no block")]) == []
+
+
+def test_passages_keep_the_order_of_results_and_blocks() -> None:
+    first = knowledge("[source: A]<untrusted_knowledge>one</untrusted_knowledge>")
+    second = knowledge(
+        "[source: B]<untrusted_knowledge>two</untrusted_knowledge>"
+        "[source: C]<untrusted_knowledge>three</untrusted_knowledge>"
+    )
+
+    assert [p.source for p in passages([first, second])] == ["A", "B", "C"]
+
+
+def test_knowledge_results_leaves_out_errors_and_other_tools() -> None:
+    good = knowledge(RESULT)
+    request = dataclasses.replace(
+        brain_input("what is the return window?"),
+        tool_results=(
+            good,
+            knowledge("Error: the tool failed.", is_error=True),
+            ToolResult("call_2", "weather", "<untrusted_knowledge>sunny</untrusted_knowledge>"),
+        ),
+    )
+
+    assert knowledge_results(request) == [good]
+
+
+def test_best_sentences_picks_the_sentence_sharing_most_terms() -> None:
+    found = passages([knowledge(RESULT)])
+
+    assert best_sentences("运费谁承担?", found, limit=1) == [
+        Passage("售后", "退货运费规则:质量问题由商店承担。")
+    ]
+    assert best_sentences("退货期限是多少天?", found, limit=1) == [
+        Passage("售后", "退货期限为签收后 7 天。")
+    ]
+
+
+def test_best_sentences_ranks_by_overlap_then_by_passage_rank() -> None:
+    found = [
+        Passage("A", "The battery lasts 30 hours. The case is blue."),
+        Passage("B", "Battery life is 30 hours of battery playback with battery saver."),
+        Passage("C", "The battery charges in two hours."),
+    ]
+
+    best = best_sentences("how many hours does the battery last?", found, limit=3)
+
+    assert [p.source for p in best] == ["A", "B", "C"]
+    assert best[0].text == "The battery lasts 30 hours."
+    assert all("blue" not in p.text for p in best)
+
+
+def test_best_sentences_falls_back_to_the_first_sentence_of_the_top_passage() -> None:
+    found = [Passage("A", "Refunds take a week. Keep the receipt."), Passage("B", "Other.")]
+
+    assert best_sentences("xyzzy?", found) == [Passage("A", "Refunds take a week.")]
+    assert best_sentences("anything", []) == []
+
+
+def test_best_sentences_respects_the_limit() -> None:
+    found = [Passage("A", "Battery one. Battery two. Battery three. Battery four.")]
+
+    assert len(best_sentences("battery", found, limit=2)) == 2
+
+
+def test_sentences_split_on_chinese_and_english_ends_but_not_decimals() -> None:
+    assert sentences("Version 2.5 is out! Returns take 30 days. Really? yes") == [
+        "Version 2.5 is out!",
+        "Returns take 30 days.",
+        "Really?",
+        "yes",
+    ]
+    assert sentences("退货期限为7天。运费由商店承担；请保留收据") == [
+        "退货期限为7天。",
+        "运费由商店承担；",
+        "请保留收据",
+    ]
+
+
+def test_terms_are_chinese_bigrams_and_stemmed_english_content_words() -> None:
+    assert terms("The battery lasts 30 hours.") == {"batte", "lasts", "hours"}
+    assert terms("退货期限") == {"退货", "货期", "期限"}
+    assert terms("what is it?") == set()
+
+
+# ---------------------------------------------------------------- memory (Rule 5)
+
+
+def test_memory_entries_are_the_lines_of_the_memory_block() -> None:
+    system = "role\n<memory_data>\n- I like tea\n• I live in Berlin\n\n</memory_data>\nmore"
+
+    assert memory_entries(system) == ["I like tea", "I live in Berlin"]
+    assert memory_entries("no memory here") == []
+
+
+def test_relevant_memories_prefer_shared_terms_else_the_first_entries() -> None:
+    entries = ["I like tea", "I live in Berlin", "I study French"]
+
+    assert relevant_memories("where do I live?", entries) == ["I live in Berlin"]
+    assert relevant_memories("xyzzy", entries, limit=2) == ["I like tea", "I live in Berlin"]
+
+
+# ---------------------------------------------------------------- "I don't know"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        *NOT_IN_DOCUMENTS.values(),
+        *NOT_REMEMBERED.values(),
+        "Sorry, I don’t know.",
+        "资料里没有相关内容",
+        "That is NOT MENTIONED anywhere.",
+    ],
+)
+def test_says_dont_know_recognises_abstentions(text: str) -> None:
+    assert says_dont_know(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Returns are accepted within 30 days.", "退货期限为7天。", *NOTHING_EARLIER.values()],
+)
+def test_says_dont_know_lets_answers_through(text: str) -> None:
+    assert not says_dont_know(text)
+
+
+def test_every_marker_is_lower_case_so_the_lowered_text_can_match_it() -> None:
+    assert all(marker == marker.lower() for marker in DONT_KNOW_MARKERS)

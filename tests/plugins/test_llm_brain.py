@@ -1,0 +1,679 @@
+"""LLMBrain under code's decisions, with a scripted fake of the process's LocalModel."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import pytest
+
+from pipeline.content import TurnContent
+from plugins.brain.grounding import NOT_IN_DOCUMENTS, NOT_REMEMBERED, NOTHING_EARLIER
+from plugins.brain.llm import LLMBrain, chat_messages, history_turns, parse_route
+from plugins.brain.local_model import Generation, LocalModelSettings
+from plugins.brain.tool_loop import run_brain_with_tools
+from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
+from plugins.errors import PluginTimeout
+
+KNOWLEDGE = ToolSpec(
+    "knowledge_search",
+    "Search the documents.",
+    {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+)
+ORDER_STATUS = ToolSpec(
+    "order_status",
+    "Look up an order.",
+    {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+)
+ZH_HISTORY = "用户:我是因为商品质量问题退货。\n助手:好的，明白了。"
+ZH_EVIDENCE = (
+    "[source: 售后政策]\n<untrusted_knowledge>退货期限为签收后 7 天。"
+    "质量问题退货的运费由商店承担。会员可以免费换货。</untrusted_knowledge>"
+)
+EN_EVIDENCE = (
+    "[source: Shop returns]\n<untrusted_knowledge>Returns are accepted within 7 days of "
+    "delivery. Opened items can be returned too.</untrusted_knowledge>"
+)
+
+
+class FakeModel:
+    """What LLMBrain needs of LocalModel: ``settings`` and a streaming ``chat``.
+
+    Each call plays the next script (the last one repeats); an exception in a script is raised
+    at that point of the stream, an ``asyncio.Event`` is waited for (a stalling model)."""
+
+    def __init__(self, *scripts: list[str | BaseException | asyncio.Event]) -> None:
+        self.settings = LocalModelSettings()
+        self.scripts = list(scripts) or [["ok"]]
+        self.calls: list[dict[str, Any]] = []
+        self.closed_early = 0
+
+    @property
+    def payloads(self) -> list[dict[str, Any]]:
+        return [call["payload"] for call in self.calls]
+
+    async def chat(
+        self,
+        payload: dict[str, Any],
+        *,
+        lane: str,
+        generation: Generation | None = None,
+        start_deadline_s: float | None = None,
+    ) -> AsyncGenerator[str, None]:
+        index = len(self.calls)
+        self.calls.append(
+            {
+                "payload": payload,
+                "lane": lane,
+                "generation": generation,
+                "start_deadline_s": start_deadline_s,
+            }
+        )
+        finished = False
+        try:
+            for piece in self.scripts[min(index, len(self.scripts) - 1)]:
+                if isinstance(piece, BaseException):
+                    raise piece
+                if isinstance(piece, asyncio.Event):
+                    await piece.wait()
+                    continue
+                yield piece
+            finished = True
+        finally:
+            if not finished:
+                self.closed_early += 1
+
+    async def warm_up(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+def turn(
+    text: str,
+    context: str = "",
+    *,
+    language: str | None = "zh",
+    instructions: str = "你是星河商店的客服。",
+    memory: str | None = None,
+    tools: tuple[ToolSpec, ...] = (),
+    results: tuple[str, ...] = (),
+) -> BrainInput:
+    request = TurnContent(
+        instructions, context, text, language=language, memory_data=memory, tools=tools
+    ).to_brain_input(session="session-1")
+    if not results:
+        return request
+    calls = tuple(
+        ToolCall(f"call_{i}", "knowledge_search", {"query": text}) for i in range(len(results))
+    )
+    answers = tuple(
+        ToolResult(f"call_{i}", "knowledge_search", content) for i, content in enumerate(results)
+    )
+    return dataclasses.replace(request, tool_calls=calls, tool_results=answers)
+
+
+async def deltas(brain: LLMBrain, request: BrainInput) -> list[BrainDelta]:
+    return [delta async for delta in brain.stream(request)]
+
+
+async def spoken(brain: LLMBrain, request: BrainInput) -> str:
+    return "".join(delta.text for delta in await deltas(brain, request))
+
+
+# ---------------------------------------------------------------- code answers (Rules 1, 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "language", "answer"),
+    [
+        ("你好", "zh", "你好！有什么可以帮你？"),
+        ("hello", "en", "Hello! How can I help you?"),
+        ("谢谢", "zh", "不客气。"),
+    ],
+)
+async def test_social_turns_never_call_the_model(text: str, language: str, answer: str) -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    assert await spoken(brain, turn(text, language=language, tools=(KNOWLEDGE,))) == answer
+    assert model.calls == []
+
+
+async def test_recall_answers_from_the_history_without_the_model() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    assert await spoken(brain, turn("我刚才说了什么", ZH_HISTORY)) == (
+        "你刚才说：“我是因为商品质量问题退货。”"
+    )
+    assert (
+        await spoken(brain, turn("what did I just say?", language="en")) == (NOTHING_EARLIER["en"])
+    )
+    assert model.calls == []
+
+
+@pytest.mark.parametrize(
+    "results", [(), ("No documents matched.",), ("<untrusted_knowledge> </untrusted_knowledge>",)]
+)
+async def test_a_question_without_passages_gets_the_fixed_answer_and_no_model_call(
+    results: tuple[str, ...],
+) -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    zh = turn("星河商店的退货期限是多少?", results=results)
+    en = turn("what is the return window?", language="en", results=results)
+
+    assert await spoken(brain, zh) == NOT_IN_DOCUMENTS["zh"]
+    assert await spoken(brain, en) == NOT_IN_DOCUMENTS["en"]
+    assert model.calls == []
+
+
+async def test_a_failed_knowledge_search_is_not_evidence() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("星河商店的退货期限是多少?")
+    request = dataclasses.replace(
+        request,
+        tool_calls=(ToolCall("c1", "knowledge_search", {"query": "q"}),),
+        tool_results=(ToolResult("c1", "knowledge_search", ZH_EVIDENCE, is_error=True),),
+    )
+
+    assert await spoken(brain, request) == NOT_IN_DOCUMENTS["zh"]
+    assert model.calls == []
+
+
+async def test_a_memory_question_without_memory_data_is_not_remembered_without_the_model() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    assert await spoken(brain, turn("我之前说过的学习目标是什么?")) == NOT_REMEMBERED["zh"]
+    assert await spoken(brain, turn("what's my name?", language="en")) == NOT_REMEMBERED["en"]
+    assert model.calls == []
+
+
+# ---------------------------------------------------------------- tool routing (Rule 2)
+
+
+async def test_with_only_knowledge_search_offered_code_searches_with_the_context_aware_query() -> (
+    None
+):
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    out = await deltas(brain, turn("那运费谁承担?", ZH_HISTORY, tools=(KNOWLEDGE,)))
+
+    assert out == [
+        BrainDelta(
+            tool_call=ToolCall(
+                "llm_knowledge_search_1",
+                "knowledge_search",
+                {"query": "我是因为商品质量问题退货。 那运费谁承担?"},
+            )
+        )
+    ]
+    assert model.calls == []
+
+
+async def test_a_statement_is_not_searched_even_when_search_is_offered() -> None:
+    model = FakeModel(["明白。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    out = await deltas(brain, turn("我是因为商品质量问题退货。", tools=(KNOWLEDGE,)))
+
+    assert all(delta.tool_call is None for delta in out)
+
+
+async def test_with_another_tool_offered_the_model_routes_by_json_schema() -> None:
+    route = ['{"tool": "order_status", ', '"arguments": {"order_id": "123"}}']
+    model = FakeModel(route)
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("where is my order 123?", language="en", tools=(KNOWLEDGE, ORDER_STATUS))
+
+    out = await deltas(brain, request)
+
+    assert out == [
+        BrainDelta(tool_call=ToolCall("llm_order_status_1", "order_status", {"order_id": "123"}))
+    ]
+    (call,) = model.calls
+    payload = call["payload"]
+    assert call["lane"] == "session-1"
+    assert payload["response_format"]["type"] == "json_schema"
+    schema = payload["response_format"]["json_schema"]["schema"]
+    offered = [option["properties"]["tool"]["const"] for option in schema["anyOf"]]
+    assert offered == ["knowledge_search", "order_status", "none"]
+    by_name = {option["properties"]["tool"]["const"]: option for option in schema["anyOf"]}
+    assert by_name["order_status"]["properties"]["arguments"] == ORDER_STATUS.parameters
+    assert by_name["order_status"]["required"] == ["tool", "arguments"]
+    assert payload["temperature"] == 0
+    system = payload["messages"][0]
+    assert system["role"] == "system"
+    assert "- order_status: Look up an order." in system["content"]
+    assert payload["messages"][-1] == {"role": "user", "content": "where is my order 123?"}
+
+
+async def test_a_routed_knowledge_search_still_uses_codes_query() -> None:
+    model = FakeModel(['{"tool": "knowledge_search", "arguments": {"query": "freight"}}'])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("那运费谁承担?", ZH_HISTORY, tools=(KNOWLEDGE, ORDER_STATUS))
+
+    (delta,) = await deltas(brain, request)
+
+    assert delta.tool_call == ToolCall(
+        "llm_knowledge_search_1",
+        "knowledge_search",
+        {"query": "我是因为商品质量问题退货。 那运费谁承担?"},
+    )
+
+
+@pytest.mark.parametrize(
+    "router_says", ['{"tool": "none"}', "not json", '{"tool": "rm_rf"}', '["order_status"]']
+)
+async def test_a_router_choosing_none_or_nonsense_makes_no_tool_call(router_says: str) -> None:
+    model = FakeModel([router_says])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("where is my order 123?", language="en", tools=(KNOWLEDGE, ORDER_STATUS))
+
+    assert await spoken(brain, request) == NOT_IN_DOCUMENTS["en"]
+    assert len(model.calls) == 1  # only the router
+
+
+def test_parse_route_needs_an_offered_tool_with_object_arguments() -> None:
+    tools = (KNOWLEDGE, ORDER_STATUS)
+
+    assert parse_route('{"tool": "order_status", "arguments": {"order_id": "1"}}', tools) == (
+        "order_status",
+        {"order_id": "1"},
+    )
+    assert parse_route('{"tool": "order_status"}', tools) == ("order_status", {})
+    assert parse_route('{"tool": "order_status", "arguments": "1"}', tools) is None
+    assert parse_route('{"tool": "none"}', tools) is None
+
+
+async def test_no_routing_once_the_tool_round_has_results() -> None:
+    model = FakeModel(["退货期限为签收后 7 天。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("退货期限是几天?", tools=(KNOWLEDGE, ORDER_STATUS), results=(ZH_EVIDENCE,))
+
+    out = await deltas(brain, request)
+
+    assert all(delta.tool_call is None for delta in out)
+    assert "response_format" not in model.payloads[0]
+
+
+async def test_a_request_in_the_imperative_is_routed_to_the_roles_tools() -> None:
+    model = FakeModel(['{"tool": "order_status", "arguments": {"order_id": "123"}}'])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("Check the status of order 123.", language="en", tools=(KNOWLEDGE, ORDER_STATUS))
+
+    out = await deltas(brain, request)
+
+    assert [d.tool_call.name for d in out if d.tool_call] == ["order_status"]
+
+
+# ---------------------------------------------------------------- answers from evidence (Rule 4)
+
+
+async def test_with_passages_the_prompt_is_laid_out_for_the_prefix_cache() -> None:
+    model = FakeModel(["质量问题退货的运费", "由商店承担。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    context = f"{ZH_HISTORY}\n工具调用:knowledge_search {{}}\n工具结果(knowledge_search):x"
+    request = turn(
+        "运费由谁承担?",
+        context,
+        memory="<memory_data>\n- 我买的是耳机\n</memory_data>",
+        tools=(KNOWLEDGE,),
+        results=(ZH_EVIDENCE,),
+    )
+
+    await deltas(brain, request)
+
+    (call,) = model.calls
+    assert call["lane"] == "session-1"
+    assert call["generation"] is brain.last_generation
+    messages = call["payload"]["messages"]
+    system = messages[0]
+    assert system["role"] == "system"
+    assert system["content"].startswith("你是语音助手")
+    assert "你是星河商店的客服。" in system["content"]
+    assert "<memory_data>\n- 我买的是耳机\n</memory_data>" in system["content"]
+    assert "untrusted_knowledge>质量" not in system["content"]  # evidence is not in the system
+    assert messages[1:3] == [
+        {"role": "user", "content": "我是因为商品质量问题退货。"},
+        {"role": "assistant", "content": "好的，明白了。"},
+    ]
+    last_user = messages[3]
+    assert last_user["role"] == "user"
+    question, *evidence = last_user["content"].split("\n")
+    assert question == "运费由谁承担?"
+    assert evidence
+    assert all(
+        line.startswith("[source: 售后政策] <untrusted_knowledge>")
+        and line.endswith("</untrusted_knowledge>")
+        for line in evidence
+    )
+    assert "质量问题退货的运费由商店承担。" in last_user["content"]
+    assert "会员可以免费换货" not in last_user["content"]  # only the best sentences
+    assert messages[4] == {"role": "assistant", "content": "根据《售后政策》，"}
+    assert len(messages) == 5
+    assert call["payload"]["max_tokens"] == brain.max_answer_tokens
+    assert call["payload"]["temperature"] == brain.temperature
+
+
+async def test_the_spoken_answer_starts_with_the_source() -> None:
+    model = FakeModel(["质量问题退货的运费", "由商店承担。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("运费由谁承担?", ZH_HISTORY, results=(ZH_EVIDENCE,))
+
+    out = await deltas(brain, request)
+
+    assert out[0] == BrainDelta(text="根据《售后政策》，")
+    assert "".join(d.text for d in out) == "根据《售后政策》，质量问题退货的运费由商店承担。"
+
+
+async def test_the_english_answer_starts_with_the_source_too() -> None:
+    model = FakeModel(["returns are accepted ", "within 7 days. ", "Keep the box"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("how many days do I have for returns?", language="en", results=(EN_EVIDENCE,))
+
+    text = await spoken(brain, request)
+
+    assert text == "According to Shop returns, returns are accepted within 7 days. Keep the box"
+    assert model.payloads[0]["messages"][-1] == {
+        "role": "assistant",
+        "content": "According to Shop returns, ",
+    }
+
+
+async def test_a_sentence_with_a_number_not_in_the_evidence_is_dropped() -> None:
+    model = FakeModel(["退货期限为签收后 7 天。", "运费是 15 元。", "请保留收据。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("退货期限是几天?", results=(ZH_EVIDENCE,))
+
+    text = await spoken(brain, request)
+
+    assert text == "根据《售后政策》，退货期限为签收后 7 天。请保留收据。"
+
+
+async def test_a_number_from_the_question_may_be_repeated() -> None:
+    model = FakeModel(["returns after 10 days are not accepted."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("can I return it after 10 days?", language="en", results=(EN_EVIDENCE,))
+
+    assert await spoken(brain, request) == (
+        "According to Shop returns, returns after 10 days are not accepted."
+    )
+
+
+async def test_when_every_sentence_is_dropped_the_best_evidence_sentence_is_spoken() -> None:
+    model = FakeModel(["退货期限是 30 天。", "过了 30 天就不行"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("退货期限是几天?", results=(ZH_EVIDENCE,))
+
+    out = await deltas(brain, request)
+
+    assert [d.text for d in out] == ["根据《售后政策》，", "退货期限为签收后 7 天。"]
+
+
+async def test_the_first_sentence_is_released_before_the_model_finishes() -> None:
+    # The model fails after its first sentence: what was checked has already gone out.
+    model = FakeModel(["退货期限为签收后 7 天。", "还", PluginTimeout("too long")])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("退货期限是几天?", results=(ZH_EVIDENCE,))
+    seen: list[str] = []
+
+    with pytest.raises(PluginTimeout):
+        async for delta in brain.stream(request):
+            seen.append(delta.text)
+
+    assert seen == ["根据《售后政策》，", "退货期限为签收后 7 天。"]
+
+
+async def test_a_question_in_another_language_than_the_role_is_answered_in_its_own() -> None:
+    model = FakeModel(["returns are accepted within 7 days."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("what is the return window?", language="zh", results=(EN_EVIDENCE,))
+
+    await deltas(brain, request)
+
+    assert len(model.calls) == 1  # evidence in another language is not quote-checked
+    messages = model.payloads[0]["messages"]
+    assert messages[0]["content"].startswith("你是语音助手")  # the system stays the role's
+    assert messages[-2]["content"].endswith("(Answer in English.)")
+
+
+async def test_the_next_turns_prompt_starts_with_this_turns_prompt_up_to_the_input() -> None:
+    model = FakeModel(["质量问题退货的运费由商店承担。"], ["退货期限为签收后 7 天。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    first = turn("运费由谁承担?", ZH_HISTORY, results=(ZH_EVIDENCE,))
+    answer = await spoken(brain, first)
+    later_history = f"{ZH_HISTORY}\n用户:运费由谁承担?\n助手:{answer}"
+    second = turn("退货期限是几天?", later_history, results=(ZH_EVIDENCE,))
+
+    await deltas(brain, second)
+
+    before, after = (payload["messages"] for payload in model.payloads)
+    shared = len(before) - 2  # everything before this turn's input message
+    assert after[:shared] == before[:shared]
+    assert after[shared]["role"] == "user"
+    assert before[shared]["content"].startswith(after[shared]["content"])
+
+
+# ---------------------------------------------------------------- weak evidence is quote-checked
+
+
+async def test_weak_evidence_is_quote_checked_before_the_answer() -> None:
+    # The passage answers, but shares under half the question's terms (the shop's name, …).
+    model = FakeModel(["退货期限为签收后 7 天"], ["退货期限为签收后 7 天。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("星河商店的退货期限是多少?", results=(ZH_EVIDENCE,))
+
+    text = await spoken(brain, request)
+
+    assert text == "根据《售后政策》，退货期限为签收后 7 天。"
+    check, answer = model.payloads
+    assert check["temperature"] == 0
+    assert "Question: 星河商店的退货期限是多少?" in check["messages"][-1]["content"]
+    assert "退货期限为签收后 7 天。" in check["messages"][-1]["content"]
+    assert answer["messages"][-1] == {"role": "assistant", "content": "根据《售后政策》，"}
+
+
+@pytest.mark.parametrize("quote", ["NONE", "", "营业时间是周一到周五上午九点"])
+async def test_weak_evidence_the_model_cannot_quote_gets_the_fixed_answer(quote: str) -> None:
+    model = FakeModel([quote], ["never spoken"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("星河商店的退货期限是多少?", results=(ZH_EVIDENCE,))
+
+    assert await spoken(brain, request) == NOT_IN_DOCUMENTS["zh"]
+    assert len(model.calls) == 1  # the answer was never generated
+
+
+async def test_strong_evidence_is_answered_without_a_quote_check() -> None:
+    model = FakeModel(["质量问题退货的运费由商店承担。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    await deltas(brain, turn("运费由谁承担?", results=(ZH_EVIDENCE,)))
+
+    assert len(model.calls) == 1
+
+
+# ---------------------------------------------------------------- memory and statements (Rule 5)
+
+
+async def test_a_memory_question_with_memory_data_asks_the_model_from_memory() -> None:
+    model = FakeModel(["你的学习目标是通过 HSK 四级。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn(
+        "我之前说过的学习目标是什么?",
+        memory="<memory_data>\n- 我的学习目标是通过 HSK 四级\n</memory_data>",
+    )
+
+    assert await spoken(brain, request) == "你的学习目标是通过 HSK 四级。"
+    messages = model.payloads[0]["messages"]
+    assert "我的学习目标是通过 HSK 四级" in messages[0]["content"]
+    assert messages[-1] == {
+        "role": "user",
+        "content": "我之前说过的学习目标是什么?\n（根据<memory_data>回答）",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "language", "prefill"),
+    [("我是因为商品质量问题退货。", "zh", "好的，"), ("I live in Berlin.", "en", "Okay, ")],
+)
+async def test_a_statement_is_acknowledged_with_a_prefilled_start(
+    text: str, language: str, prefill: str
+) -> None:
+    model = FakeModel(["noted."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    out = await deltas(brain, turn(text, language=language))
+
+    assert out[0] == BrainDelta(text=prefill)
+    assert "".join(d.text for d in out) == prefill + "noted."
+    messages = model.payloads[0]["messages"]
+    assert messages[-1] == {"role": "assistant", "content": prefill}
+    assert messages[-2]["role"] == "user" and messages[-2]["content"].startswith(text + "\n")
+
+
+@pytest.mark.parametrize(
+    ("memory", "cap"),
+    [
+        ("<memory_data>\n- 我喜欢简洁的回答\n</memory_data>", 48),
+        ("<memory_data>\n- I prefer short answers\n</memory_data>", 48),
+        ("<memory_data>\n- I live in Berlin\n</memory_data>", 80),
+        (None, 80),
+    ],
+)
+async def test_max_tokens_is_the_brief_cap_when_memory_asks_for_brevity(
+    memory: str | None, cap: int
+) -> None:
+    model = FakeModel(["ok"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    await deltas(brain, turn("我是因为商品质量问题退货。", memory=memory))
+
+    assert model.payloads[0]["max_tokens"] == cap
+
+
+# ---------------------------------------------------------------- the chat layout
+
+
+def test_history_turns_leave_out_tool_lines_in_both_languages() -> None:
+    context = (
+        "用户:a\n助手:b\n工具调用:knowledge_search {}\n工具结果(knowledge_search):x\n"
+        "User: c\nTool call: weather {}\nAssistant: d"
+    )
+
+    assert history_turns(context) == [
+        ("user", "a"),
+        ("assistant", "b"),
+        ("user", "c"),
+        ("assistant", "d"),
+    ]
+
+
+def test_chat_messages_alternate_roles_even_when_the_history_does_not() -> None:
+    request = turn("问题?", "用户:a\n助手:b\n助手:c\n用户:d")
+
+    messages = chat_messages(request, "zh", "FINAL")
+
+    roles = [m["role"] for m in messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert messages[2]["content"] == "b\nc"
+    assert messages[4]["content"] == "…"  # a placeholder keeps user turns apart
+    assert messages[-1] == {"role": "user", "content": "FINAL"}
+
+
+# ---------------------------------------------------------------- through the tool loop
+
+
+async def test_a_question_runs_through_the_tool_loop_search_then_answer() -> None:
+    model = FakeModel(["质量问题退货的运费", "由商店承担。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    queries: list[str] = []
+
+    async def knowledge_search(arguments: dict[str, Any]) -> str:
+        queries.append(arguments["query"])
+        return ZH_EVIDENCE
+
+    request = turn("运费由谁承担?", ZH_HISTORY, tools=(KNOWLEDGE,))
+    out = [
+        delta
+        async for delta in run_brain_with_tools(
+            brain, request, {"knowledge_search": knowledge_search}
+        )
+    ]
+
+    assert queries == ["运费由谁承担?"]
+    assert out[0].tool_call is not None and out[0].tool_call.name == "knowledge_search"
+    assert out[1].tool_result is not None and out[1].tool_result.content == ZH_EVIDENCE
+    assert "".join(d.text for d in out) == "根据《售后政策》，质量问题退货的运费由商店承担。"
+    assert len(model.calls) == 1  # the search round needed no model
+
+
+async def test_a_question_with_nothing_found_through_the_tool_loop_is_admitted() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    async def knowledge_search(arguments: dict[str, Any]) -> str:
+        return "No documents matched."
+
+    request = turn("what is the return window?", language="en", tools=(KNOWLEDGE,))
+    out: AsyncIterator[BrainDelta] = run_brain_with_tools(
+        brain, request, {"knowledge_search": knowledge_search}
+    )
+    text = "".join([d.text async for d in out])
+
+    assert text == NOT_IN_DOCUMENTS["en"]
+    assert model.calls == []
+
+
+async def test_closing_the_tool_loop_closes_the_models_stream_at_once() -> None:
+    model = FakeModel(["退货期限为签收后 7 天。", "会员可以免费换货。", "还有"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("退货期限是几天?", results=(ZH_EVIDENCE,))
+
+    stream = run_brain_with_tools(brain, request, {})
+    first = [await anext(stream), await anext(stream)]
+    await stream.aclose()
+
+    assert [d.text for d in first] == ["根据《售后政策》，", "退货期限为签收后 7 天。"]
+    assert model.closed_early == 1
+
+
+async def test_cancelling_the_consumer_closes_the_models_stream_at_once() -> None:
+    stall = asyncio.Event()  # never set: the model stalls after its first sentence
+    model = FakeModel(["退货期限为签收后 7 天。", stall, "never"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("退货期限是几天?", results=(ZH_EVIDENCE,))
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for delta in run_brain_with_tools(brain, request, {}):
+            seen.append(delta.text)
+
+    task = asyncio.create_task(consume())
+    for _ in range(100):  # a handful of loop turns bring both deltas
+        if len(seen) == 2:
+            break
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    assert seen == ["根据《售后政策》，", "退货期限为签收后 7 天。"]
+    assert model.closed_early == 1
+
+
+def test_json_router_schema_is_valid_json() -> None:
+    from plugins.brain.llm import router_schema
+
+    schema = router_schema((KNOWLEDGE, ORDER_STATUS))
+
+    assert json.loads(json.dumps(schema)) == schema

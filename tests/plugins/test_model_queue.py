@@ -1,0 +1,284 @@
+"""FairModelQueue in virtual time: every call is given ``now``; nothing sleeps."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from plugins.brain.model_queue import FairModelQueue, ModelQueueFull, Ticket
+from plugins.errors import PluginError
+
+FAR = 1_000.0  # a start deadline no test reaches
+
+
+def drain(queue: FairModelQueue[str], now: float = 0.0) -> list[str]:
+    taken: list[str] = []
+    while (ticket := queue.take(now)) is not None:
+        taken.append(ticket.item)
+    return taken
+
+
+def test_lanes_are_served_round_robin() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(max_per_lane=3)
+    for item in ("a1", "a2", "a3"):
+        queue.submit("A", item, now=0.0, deadline=FAR)
+    queue.submit("B", "b1", now=0.0, deadline=FAR)
+
+    assert drain(queue) == ["a1", "b1", "a2", "a3"]
+    assert len(queue) == 0
+
+
+def test_a_lane_that_gets_work_again_joins_the_back_of_the_rotation() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    queue.submit("A", "a1", now=0.0, deadline=FAR)
+    queue.submit("B", "b1", now=0.0, deadline=FAR)
+    assert queue.take(0.0).item == "a1"  # type: ignore[union-attr]
+    queue.submit("A", "a2", now=1.0, deadline=FAR)
+    queue.submit("C", "c1", now=1.0, deadline=FAR)
+
+    assert drain(queue, 1.0) == ["b1", "a2", "c1"]
+
+
+def test_requests_of_one_lane_are_first_come_first_served() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(max_per_lane=5)
+    for i in range(5):
+        queue.submit("A", f"a{i}", now=float(i), deadline=FAR)
+
+    assert drain(queue, 10.0) == [f"a{i}" for i in range(5)]
+
+
+def test_submit_beyond_max_waiting_is_refused_and_queues_nothing() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(max_waiting=2, max_per_lane=2)
+    queue.submit("A", "a1", now=0.0, deadline=FAR)
+    queue.submit("B", "b1", now=0.0, deadline=FAR)
+
+    with pytest.raises(ModelQueueFull) as caught:
+        queue.submit("C", "c1", now=0.0, deadline=FAR)
+
+    assert caught.value.retryable
+    assert isinstance(caught.value, PluginError) and caught.value.code == "model_busy"
+    assert len(queue) == 2
+    assert drain(queue) == ["a1", "b1"]
+
+
+def test_submit_beyond_max_per_lane_is_refused_but_other_lanes_still_get_in() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(max_waiting=10, max_per_lane=2)
+    queue.submit("A", "a1", now=0.0, deadline=FAR)
+    queue.submit("A", "a2", now=0.0, deadline=FAR)
+
+    with pytest.raises(ModelQueueFull) as caught:
+        queue.submit("A", "a3", now=0.0, deadline=FAR)
+    assert caught.value.retryable
+    assert len(queue) == 2
+
+    queue.submit("B", "b1", now=0.0, deadline=FAR)
+    assert drain(queue) == ["a1", "b1", "a2"]
+
+
+def test_a_lane_has_room_again_once_its_request_is_taken() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(max_per_lane=1)
+    queue.submit("A", "a1", now=0.0, deadline=FAR)
+    queue.take(0.0)
+
+    queue.submit("A", "a2", now=1.0, deadline=FAR)
+    assert drain(queue, 1.0) == ["a2"]
+
+
+def test_bounds_below_one_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        FairModelQueue(max_waiting=0)
+    with pytest.raises(ValueError):
+        FairModelQueue(max_per_lane=0)
+
+
+def test_take_skips_expired_tickets_and_tells_their_owners() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    told: list[str] = []
+    late = queue.submit("A", "late", now=0.0, deadline=5.0, on_expire=lambda: told.append("A"))
+    queue.submit("B", "on time", now=0.0, deadline=20.0, on_expire=lambda: told.append("B"))
+
+    ticket = queue.take(10.0)
+
+    assert ticket is not None and ticket.item == "on time"
+    assert told == ["A"]
+    assert late.state == "expired"
+    assert queue.expired == 1
+    assert list(queue.waits) == [10.0]  # only the ticket handed out is a recorded wait
+    assert len(queue) == 0
+
+
+def test_a_ticket_at_exactly_its_deadline_still_starts() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    queue.submit("A", "a1", now=0.0, deadline=5.0)
+
+    ticket = queue.take(5.0)
+
+    assert ticket is not None and ticket.state == "taken"
+
+
+def test_take_returns_none_when_every_ticket_has_expired() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    told: list[str] = []
+    queue.submit("A", "a1", now=0.0, deadline=1.0, on_expire=lambda: told.append("a1"))
+    queue.submit("A", "a2", now=0.0, deadline=2.0, on_expire=lambda: told.append("a2"))
+
+    assert queue.take(3.0) is None
+    assert told == ["a1", "a2"]
+    assert queue.expired == 2
+
+
+def test_on_expire_runs_outside_the_lock() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    seen: list[Ticket[str]] = []
+    # A callback that re-enters the queue would deadlock if it ran with the lock held.
+    queue.submit(
+        "A",
+        "late",
+        now=0.0,
+        deadline=1.0,
+        on_expire=lambda: seen.append(queue.submit("A", "again", now=2.0, deadline=FAR)),
+    )
+
+    assert queue.take(2.0) is None
+    assert [t.item for t in seen] == ["again"]
+    assert drain(queue, 2.0) == ["again"]
+
+
+def test_cancel_removes_a_waiting_ticket() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    a1 = queue.submit("A", "a1", now=0.0, deadline=FAR)
+    queue.submit("B", "b1", now=0.0, deadline=FAR)
+
+    assert queue.cancel(a1) is True
+
+    assert a1.state == "cancelled"
+    assert len(queue) == 1
+    assert drain(queue) == ["b1"]
+
+
+def test_cancel_keeps_the_rest_of_the_lane_in_order() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(max_per_lane=3)
+    queue.submit("A", "a1", now=0.0, deadline=FAR)
+    a2 = queue.submit("A", "a2", now=0.0, deadline=FAR)
+    queue.submit("A", "a3", now=0.0, deadline=FAR)
+
+    queue.cancel(a2)
+
+    assert drain(queue) == ["a1", "a3"]
+
+
+def test_cancel_is_false_for_a_taken_expired_or_cancelled_ticket() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    taken = queue.submit("A", "taken", now=0.0, deadline=FAR)
+    assert queue.take(0.0) is taken
+    late = queue.submit("A", "late", now=0.0, deadline=1.0)
+    assert queue.take(2.0) is None
+    gone = queue.submit("B", "gone", now=0.0, deadline=FAR)
+    assert queue.cancel(gone)
+
+    assert queue.cancel(taken) is False
+    assert taken.state == "taken"
+    assert queue.cancel(late) is False
+    assert queue.cancel(gone) is False
+    assert len(queue) == 0
+
+
+def test_queue_waits_are_recorded_for_every_ticket_handed_out() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    first = queue.submit("A", "a1", now=1.0, deadline=FAR)
+    second = queue.submit("B", "b1", now=2.0, deadline=FAR)
+
+    queue.take(1.5)
+    queue.take(4.0)
+
+    assert first.started_at == 1.5 and first.queue_wait == 0.5
+    assert second.queue_wait == 2.0
+    assert list(queue.waits) == [0.5, 2.0]
+
+
+def test_a_waiting_ticket_has_no_queue_wait_yet() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    ticket = queue.submit("A", "a1", now=1.0, deadline=FAR)
+
+    assert ticket.queue_wait is None and ticket.started_at is None
+
+
+def test_recorded_waits_are_bounded() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(waits_kept=3)
+    for i in range(5):
+        queue.submit("A", f"a{i}", now=0.0, deadline=FAR)
+        queue.take(float(i))
+
+    assert list(queue.waits) == [2.0, 3.0, 4.0]
+
+
+def test_close_hands_back_the_waiting_tickets_and_refuses_new_ones() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    a1 = queue.submit("A", "a1", now=0.0, deadline=FAR)
+    queue.submit("B", "b1", now=0.0, deadline=FAR)
+    a2 = queue.submit("A", "a2", now=0.0, deadline=FAR)
+    queue.take(0.0)  # a1 is running: not handed back
+
+    left = queue.close()
+
+    assert sorted(t.item for t in left) == ["a2", "b1"]
+    assert all(t.state == "cancelled" for t in left)
+    assert a1.state == "taken" and a2 in left
+    assert queue.closed and len(queue) == 0
+    assert queue.take(0.0) is None
+    with pytest.raises(ModelQueueFull) as caught:
+        queue.submit("C", "c1", now=0.0, deadline=FAR)
+    assert caught.value.retryable
+    assert queue.cancel(a2) is False
+
+
+def test_wait_and_take_returns_none_on_timeout() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+
+    assert queue.wait_and_take(lambda: 0.0, timeout=0.01) is None
+
+
+def test_wait_and_take_returns_at_once_when_work_is_waiting() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    queue.submit("A", "a1", now=0.0, deadline=FAR)
+
+    ticket = queue.wait_and_take(lambda: 3.0, timeout=60.0)
+
+    assert ticket is not None and ticket.item == "a1" and ticket.queue_wait == 3.0
+
+
+def test_wait_and_take_expires_late_tickets_by_the_clock_it_is_given() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    told: list[str] = []
+    queue.submit("A", "a1", now=0.0, deadline=1.0, on_expire=lambda: told.append("a1"))
+
+    assert queue.wait_and_take(lambda: 2.0, timeout=60.0) is None
+    assert told == ["a1"]
+
+
+def test_wait_and_take_wakes_when_work_is_submitted_from_another_thread() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    result: list[Ticket[str] | None] = []
+    worker = threading.Thread(target=lambda: result.append(queue.wait_and_take(lambda: 0.0, 10.0)))
+    worker.start()
+    try:
+        queue.submit("A", "a1", now=0.0, deadline=FAR)
+    finally:
+        worker.join(5.0)
+
+    assert not worker.is_alive()
+    # The worker either was already waiting (woken by submit) or started after it (work found).
+    assert [t.item for t in result if t is not None] == ["a1"]
+
+
+def test_close_wakes_a_waiting_worker() -> None:
+    queue: FairModelQueue[str] = FairModelQueue()
+    result: list[Ticket[str] | None] = []
+    worker = threading.Thread(target=lambda: result.append(queue.wait_and_take(lambda: 0.0, 10.0)))
+    worker.start()
+    queue.close()
+    worker.join(5.0)
+
+    assert not worker.is_alive()
+    assert result == [None]
