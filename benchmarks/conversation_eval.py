@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import json
 import resource
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from pipeline.engine import Plugins
 from plugins.brain.grounding import says_dont_know
 from plugins.fakes import FakeASR, FakeTTS
 from plugins.vad.energy import EnergyVAD
-from runtime.client import RealtimeClient
+from runtime.client import ClientClosed, RealtimeClient
 from runtime.config import Settings
 from runtime.plugin_factory import build_plugins, warm_up
 from runtime.server import running_server
@@ -129,7 +130,15 @@ async def run_split(
                         model_turns = 0
                         try:
                             for turn in session["turns"]:
-                                answer, generation, latency = await _turn(client, brain, turn)
+                                try:
+                                    answer, generation, latency = await _turn(client, brain, turn)
+                                except (TimeoutError, ClientClosed) as e:
+                                    # Counted as a failed turn; the session goes on anew.
+                                    print(f"turn failed: {type(e).__name__}", file=sys.stderr)
+                                    answer, generation, latency = f"<{type(e).__name__}>", None, {}
+                                    await client.close()
+                                    client = RealtimeClient(server.ws_url, token)
+                                    await client.connect(role_id=role_id, timeout=30)
                                 if generation is not None and generation.first_token_s:
                                     ms = generation.first_token_s * 1000
                                     if model_turns == 0:
@@ -165,6 +174,11 @@ async def run_split(
                                     passed += 1
                         finally:
                             await client.close()
+                        print(
+                            f"{brain_name} {split['split']} {conversation['id']} session {number}: "
+                            f"{passed}/{turns}",
+                            file=sys.stderr,
+                        )
                         # Memory extraction runs after the turn: let it land before the next
                         # session reads memory.
                         await asyncio.sleep(0.3)
@@ -172,12 +186,13 @@ async def run_split(
 
 
 async def _documents(http: httpx.AsyncClient, paths: list[str]) -> list[str]:
+    """Create each document under its name, its first ``# `` heading (as knowledge_eval)."""
     ids = []
     for path in paths:
-        response = await http.post(
-            "/api/documents/import",
-            json={"filename": Path(path).name, "content": (ROOT / path).read_text()},
-        )
+        text = (ROOT / path).read_text(encoding="utf-8")
+        first = text.splitlines()[0] if text else ""
+        name = first.lstrip("#").strip() if first.startswith("# ") else Path(path).stem
+        response = await http.post("/api/documents", json={"name": name, "text": text})
         response.raise_for_status()
         ids.append(response.json()["id"])
     return ids
@@ -225,22 +240,35 @@ async def _turn(
     return answer, getattr(brain, "last_generation", None), latency
 
 
-def eval_plugins(brain_name: str) -> Plugins:
-    """The brain under test as the server would build it; instant fakes for the rest."""
+def eval_plugins(brain_name: str, options: dict[str, Any] | None = None) -> Plugins:
+    """The brain under test as the server would build it; instant fakes for the rest.
+    ``options`` set attributes of the brain (``--brain-option name=value``: variants)."""
     settings = Settings.model_validate({"brain": brain_name})
+    brain = build_plugins(settings).brain
+    for name, value in (options or {}).items():
+        if hasattr(brain, name):
+            setattr(brain, name, value)
     return Plugins(
         vad=EnergyVAD(),
         asr=FakeASR(),
-        brain=build_plugins(settings).brain,
+        brain=brain,
         tts=FakeTTS(ms_per_char=1.0),
         endpointer=None,
     )
 
 
-async def main(brains: list[str], splits: list[str], limit: int | None) -> dict[str, Any]:
+async def main(
+    brains: list[str],
+    splits: list[str],
+    limit: int | None,
+    only: set[str] | None = None,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     data = {name: load_split(name) for name in splits}
-    if limit is not None:
-        for split in data.values():
+    for split in data.values():
+        if only:
+            split["conversations"] = [c for c in split["conversations"] if c["id"] in only]
+        if limit is not None:
             split["conversations"] = split["conversations"][:limit]
     result: dict[str, Any] = {
         "conversations": sum(len(s["conversations"]) for s in data.values()),
@@ -256,7 +284,7 @@ async def main(brains: list[str], splits: list[str], limit: int | None) -> dict[
     timing = Timing()
     stats = None
     for brain_name in brains:
-        plugins = eval_plugins(brain_name)
+        plugins = eval_plugins(brain_name, options)
         await warm_up(plugins)
         model = getattr(plugins.brain, "model", None)
         try:
@@ -287,9 +315,18 @@ def cli() -> None:
     parser.add_argument("--brains", default="llm,rules")
     parser.add_argument("--split", choices=["main", "holdout", "all"], default="all")
     parser.add_argument("--limit", type=int, default=None, help="first N conversations only")
+    parser.add_argument("--only", default="", help="comma-separated conversation ids")
+    parser.add_argument(
+        "--brain-option", action="append", default=[], help="NAME=JSON, e.g. source_prefill=false"
+    )
     args = parser.parse_args()
     splits = ["main", "holdout"] if args.split == "all" else [args.split]
-    emit(asyncio.run(main(args.brains.split(","), splits, args.limit)))
+    only = set(filter(None, args.only.split(","))) or None
+    options = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.brain_option)}
+    result = asyncio.run(main(args.brains.split(","), splits, args.limit, only, options))
+    if options:
+        result["brain_options"] = options
+    emit(result)
 
 
 if __name__ == "__main__":

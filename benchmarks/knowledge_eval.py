@@ -444,6 +444,47 @@ async def _quality(
     return figures, misses
 
 
+async def _gated_quality(
+    hybrid: KnowledgeBase, tasks: list[dict[str, Any]], names: dict[str, str], brain: Any
+) -> dict[str, Any]:
+    """The same figures after the ``llm`` brain's own evidence decision
+    (``LLMBrain.admitted_evidence``: best sentences, and for weak evidence the model's copy of
+    the answer, checked by code): a task whose hits the brain does not admit counts as "no
+    hit" — the brain then says the documents don't say."""
+    from knowledge.tool import format_hits
+    from plugins.brain.grounding import (
+        KNOWLEDGE_TOOL,
+        Intent,
+        Reading,
+        detect_language,
+        passages,
+    )
+    from plugins.contracts import ToolResult
+
+    answerable = [t for t in tasks if t["kind"] != "no_answer"]
+    unanswerable = [t for t in tasks if t["kind"] == "no_answer"]
+    found = empty_right = empty_wrong = 0
+    for task in tasks:
+        question = task["query"]
+        hits = await hybrid.search(TENANT, USER, question, role_id=ROLE, limit=3)
+        if hits:
+            result = ToolResult("eval", KNOWLEDGE_TOOL, format_hits(hits))
+            reading = Reading(detect_language(question), Intent.QUESTION, question, query=question)
+            admitted = await brain.admitted_evidence(reading, passages([result]), session="eval")
+            if admitted is None:
+                hits = []
+        if task["kind"] == "no_answer":
+            empty_right += not hits
+            continue
+        found += _found(hits, task, names)
+        empty_wrong += not hits
+    return {
+        "recall_at_3": _share(found, len(answerable)),
+        "no_answer_precision": _share(empty_right, empty_right + empty_wrong),
+        "no_answer_recall": _share(empty_right, len(unanswerable)),
+    }
+
+
 def _share(n: int, d: int) -> float | None:
     return round(n / d, 3) if d else None
 
@@ -491,6 +532,7 @@ async def evaluate(
     task_ids: set[str] | None = None,
     report: Path | None = REPORT,
     verbose: bool = False,
+    brain_gate: bool = False,
 ) -> dict[str, Any]:
     data = load_tasks()
     tasks = [t for t in data["tasks"] if task_ids is None or t["id"] in task_ids]
@@ -600,6 +642,21 @@ async def evaluate(
             hybrid.specificity,
             sweep,
         )
+    if brain_gate:
+        from plugins.brain.llm import LLMBrain
+        from plugins.brain.local_model import LocalModel
+
+        brain = LLMBrain(LocalModel())
+        await brain.warm_up()
+        try:
+            gated = {"main": await _gated_quality(hybrid, main_tasks, names, brain)}
+            if holdout_tasks:
+                gated["holdout"] = await _gated_quality(hybrid, holdout_tasks, names, brain)
+                wave2_tasks = [t for t in holdout_tasks if t.get("added") == "wave2"]
+                gated["holdout_wave2"] = await _gated_quality(hybrid, wave2_tasks, names, brain)
+        finally:
+            await brain.aclose()
+        result["llm_gate"] = gated
     result["misses"] = [m["id"] + "/" + m["mode"] for m in misses + holdout_misses]
     return result
 
@@ -621,8 +678,20 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--verbose", action="store_true", help="print every search (stderr-free)")
+    parser.add_argument(
+        "--brain-gate",
+        action="store_true",
+        help="also measure the llm brain's evidence decision on the hits (loads the model)",
+    )
     args = parser.parse_args()
-    result = asyncio.run(evaluate(chunks=args.chunks, rounds=args.rounds, verbose=args.verbose))
+    result = asyncio.run(
+        evaluate(
+            chunks=args.chunks,
+            rounds=args.rounds,
+            verbose=args.verbose,
+            brain_gate=args.brain_gate,
+        )
+    )
     result.pop("misses")
     emit(result)
 

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from journal.projection import speakers_for
+from knowledge.text import parse_query, stem
+from knowledge.text import terms as index_terms
 from plugins.contracts import BrainInput, ToolResult
 
 KNOWLEDGE_TOOL = "knowledge_search"
@@ -62,6 +64,8 @@ class Reading:
 class Passage:
     source: str
     text: str
+    topic: str = ""
+    """The headings over the passage's text (its section), not quoted but matched."""
 
 
 # ---------------------------------------------------------------- fixed sentences
@@ -113,7 +117,18 @@ _SOCIAL: list[tuple[str, re.Pattern[str], str]] = [
         re.compile(r"\b(who|what) are you\b|\bwhat'?s your name\b|\byour name\?", re.I),
         "I'm the OpenRealtime assistant. I answer from the documents I've been given.",
     ),
+    (
+        "en",
+        re.compile(r"\bwhat (can|could) you (do|help( me)? with)\b|\bhow can you help\b", re.I),
+        "I can answer questions from the documents I've been given and remember what you tell "
+        "me about yourself.",
+    ),
     ("zh", re.compile(r"^\W*(等一下|停一下|停|等等)\W*$"), "好的，我停下了，你说。"),
+    (
+        "zh",
+        re.compile(r"你(能|可以|会)(帮我)?(做|干)(些)?什么|你有什么(用|功能)"),
+        "我可以根据已有资料回答问题，也会记住你告诉我的关于你自己的事。",
+    ),
     (
         "zh",
         re.compile(r"^\W*(你好|您好|早上好|晚上好|下午好|嗨|哈喽)(呀|啊)?\W*$"),
@@ -145,19 +160,21 @@ _ABOUT_ME = {
         r"|\bremember (what|where|who|my)\b|\bwhat do you (know|remember) about me\b"
         r"|\bwhat('?s| is| was| were| are) my\b|\bwho am i\b|\bwhere do i (live|work|come from)\b"
         r"|\bwhat do i (like|prefer|do|study|want)\b|\bwhat am i (learning|studying|doing)\b"
-        r"|\bwhen is my\b|\bhow (do|did) i (like|prefer)\b|\bmy preferences\b",
+        r"|\bwhen is my\b|\bhow (do|did) i (like|prefer)\b|\bmy preferences\b"
+        r"|\bwhat (do|did) you know about me\b|\babout me\b.*\?",
         re.I,
     ),
     "zh": re.compile(
         r"我(之前|以前|上次|刚才|曾经|早先|先前)?(跟你|和你|对你)?(说过|提过|讲过|告诉过?你|提到过?)"
         r"|(你|您)(还)?记(得|不记得)|记不记得|关于我|我是谁|我叫什么|我的名字"
-        r"|我(住|生活|工作)在哪|我(喜欢|爱|偏好)什么|我在学什么|我(想|要)学什么"
+        r"|我.{0,2}(住|生活|工作)在哪|我.{0,2}(喜欢|爱|偏好)什么|我在学什么|我(想|要)学什么"
+        r"|我.{0,4}(打算|计划|目标|梦想)"
         r"|我的[\u4e00-\u9fff]{1,6}(是什么|是哪|叫什么|在哪|是多少|是几)"
     ),
 }
 _MY_THING = {
     "en": re.compile(r"\bmy\s+\w+|\bi\s+(live|like|prefer|work|study)\b", re.I),
-    "zh": re.compile(r"我的|我(住|喜欢|偏好|在学|想学)"),
+    "zh": re.compile(r"我的|我.{0,2}(住|喜欢|偏好|在学|想学|打算|计划)"),
 }
 
 _QUESTION = {
@@ -174,7 +191,7 @@ _QUESTION = {
     "zh": re.compile(
         r"[?？]\s*$|吗\W*$|呢\W*$|什么|多少|多久|多长|几[个天点次号岁年月]|谁|哪|怎么|怎样|如何|为什么|"
         r"为啥|是否|能不能|可不可以|会不会|有没有|是不是|要不要|请查|查一下|查查|告诉我|介绍一下|"
-        r"说说|讲讲|解释|想知道|想了解|想问|请问"
+        r"说说|讲讲|解释一下|请解释|想知道|想了解|想问|请问"
         r"|^\W*(请)?(帮我|给我|查|预约|预订|订一|取消|搜索|找一下|列出|比较)"
     ),
 }
@@ -208,6 +225,7 @@ _KNOWLEDGE_BLOCK = re.compile(
     re.S,
 )
 _SENTENCE = re.compile(r".+?(?:[.!?](?=\s|$)|[。!?！？;；]|$)", re.S)
+_ENDS_SENTENCE = re.compile(r"[.!?。！？;；:：]\s*$|[.!?。！？;；]\s")
 _MEMORY_BLOCK = re.compile(r"<memory_data>(.*?)</memory_data>", re.S)
 
 
@@ -224,10 +242,10 @@ def turn_language(request: BrainInput) -> str:
 
 
 def terms(text: str) -> set[str]:
-    """Content terms: Chinese character bigrams (and lone characters of one-character runs) and
-    English words of 3+ letters that are not stop words, cut to five letters (a crude stem)."""
+    """Content terms: Chinese character bigrams and English words of 3+ letters that are not
+    stop words, stemmed as the knowledge index stems them (``knowledge.text.stem``)."""
     lowered = text.lower()
-    out = {w[:5] for w in _WORD.findall(lowered) if len(w) >= 3 and w not in _STOP_EN}
+    out = {stem(w) for w in _WORD.findall(lowered) if len(w) >= 3 and w not in _STOP_EN}
     for run in _CJK_RUN.findall(lowered):
         if len(run) == 1:
             continue
@@ -318,13 +336,19 @@ def knowledge_results(request: BrainInput) -> list[ToolResult]:
 
 
 def passages(results: Sequence[ToolResult]) -> list[Passage]:
-    """The knowledge blocks of ``results``, best-ranked first (Rule 4)."""
+    """The knowledge blocks of ``results``, best-ranked first (Rule 4). A block's leading lines
+    without sentence punctuation are its section headings (``knowledge.text.chunk_text`` puts
+    them on lines of their own): they become the passage's ``topic``."""
     out: list[Passage] = []
     for result in results:
         for match in _KNOWLEDGE_BLOCK.finditer(result.content):
-            body = " ".join(match["body"].split())
+            lines = [line.strip() for line in match["body"].strip().splitlines() if line.strip()]
+            headings: list[str] = []
+            while len(lines) > 1 and not _ENDS_SENTENCE.search(lines[0]):
+                headings.append(lines.pop(0))
+            body = " ".join(" ".join(lines).split())
             if body:
-                out.append(Passage((match["source"] or "").strip(), body))
+                out.append(Passage((match["source"] or "").strip(), body, " / ".join(headings)))
     return out
 
 
@@ -340,8 +364,9 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
     relevant by meaning)."""
     wanted = terms(question)
     candidates = [
-        (rank, Passage(passage.source, sentence), terms(sentence) & wanted)
+        (rank, Passage(passage.source, sentence), (terms(sentence) | topic) & wanted)
         for rank, passage in enumerate(found)
+        for topic in [terms(passage.topic)]
         for sentence in sentences(passage.text)
     ]
     holding: dict[str, int] = {}
@@ -363,12 +388,14 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
 
 
 def coverage(question: str, evidence: Sequence[Passage]) -> float:
-    """The share of ``question``'s content terms found in ``evidence`` (1.0 without terms)."""
-    wanted = terms(question)
-    if not wanted:
+    """The share of ``question``'s content units (``knowledge.text.parse_query``: English
+    words and Chinese characters, filler left out, synonyms counted) that the evidence's
+    terms cover; 1.0 when the question has none."""
+    units = parse_query(question).units
+    if not units:
         return 1.0
-    found = terms(" ".join(p.text for p in evidence))
-    return len(wanted & found) / len(wanted)
+    found = set(index_terms(" ".join(f"{p.source} {p.topic} {p.text}" for p in evidence)))
+    return sum(1 for unit in units if unit & found) / len(units)
 
 
 def quote_is_from(quote: str, evidence: Sequence[Passage], *, at_least: float = 0.8) -> bool:

@@ -61,6 +61,7 @@ from plugins.brain.grounding import (
     passages,
     quote_is_from,
     read_turn,
+    relevant_memories,
     sentences,
     terms,
 )
@@ -87,8 +88,17 @@ _STYLE = {
         "4. When the person tells you something, acknowledge it briefly and invent nothing."
     ),
 }
-_ASK_MEMORY = {"zh": "（根据<memory_data>回答）", "en": "(answer from <memory_data>)"}
+_ASK_MEMORY = {
+    "zh": "（这是问你记得的关于用户的事。用户以前说过的相关内容如下，用“你”称呼用户回答：）",
+    "en": "(A question about what you remember of the person. What they told you before is "
+    'below; answer it, calling them "you":)',
+}
 _ACKNOWLEDGE = {"zh": "好的，", "en": "Okay, "}
+_SAID_SOURCE = {
+    "zh": lambda start: start.rstrip("，") + "：",
+    "en": lambda start: start.rstrip(", ") + ": ",
+}
+_TOLD_ME = {"zh": "你跟我说过，", "en": "You told me that "}
 _STATEMENT = {
     "zh": "（这是陈述，不是提问：简短确认即可，不要补充其他内容。）",
     "en": "(A statement, not a question: acknowledge it briefly, add nothing else.)",
@@ -122,6 +132,7 @@ class LLMBrain:
         temperature: float = 0.2,
         max_evidence_sentences: int = 2,
         check_weak_evidence: bool = True,
+        source_prefill: bool = True,
     ) -> None:
         self.model = model
         self.max_answer_tokens = max_answer_tokens
@@ -129,11 +140,15 @@ class LLMBrain:
         self.temperature = temperature
         self.max_evidence_sentences = max_evidence_sentences
         self.check_weak_evidence = check_weak_evidence
+        self.source_prefill = source_prefill
+        """True: the source phrase is the start of the model's own answer (prefilled);
+        False: code says it, the model answers on its own."""
         self.context_tokens = model.settings.context_tokens
         """The model's window: the session budgets the history to fit it."""
         self.reserved_output_tokens = 4 * max_answer_tokens + 512
         """Room kept for the answer, this turn's evidence and the style rules."""
         self.last_generation: Generation | None = None
+        self.last_quote = ""
         """Timings of the latest model call (benchmarks read it)."""
 
     async def warm_up(self) -> None:
@@ -160,11 +175,10 @@ class LLMBrain:
             if not found:
                 yield BrainDelta(text=NOT_IN_DOCUMENTS[lang])
                 return
-            evidence = evidence_for(reading.text, found, limit=self.max_evidence_sentences)
-            if self.check_weak_evidence and needs_check(reading, evidence):
-                if not await self._evidence_answers(request, reading, evidence):
-                    yield BrainDelta(text=NOT_IN_DOCUMENTS[lang])
-                    return
+            evidence = await self.admitted_evidence(reading, found, session=request.session)
+            if evidence is None:
+                yield BrainDelta(text=NOT_IN_DOCUMENTS[lang])
+                return
             async with contextlib.aclosing(self._answer_from(request, reading, evidence)) as ans:
                 async for delta in ans:
                     yield delta
@@ -174,7 +188,11 @@ class LLMBrain:
             if not memory_entries(request.system):
                 yield BrainDelta(text=NOT_REMEMBERED[lang])
                 return
-            final = f"{reading.text}\n{_ASK_MEMORY[lang]}"
+            entries = relevant_memories(reading.text, memory_entries(request.system))
+            listed = "\n".join(f"- {entry}" for entry in entries)
+            final = f"{reading.text}\n{_ASK_MEMORY[lang]}\n{listed}"
+            prefill = _TOLD_ME[lang]
+            yield BrainDelta(text=prefill)
         else:  # a statement: acknowledged (Rule 6)
             final = f"{reading.text}\n{_STATEMENT[lang]}"
             prefill = _ACKNOWLEDGE[lang]
@@ -222,20 +240,37 @@ class LLMBrain:
 
     # ------------------------------------------------------------ evidence check (Rule 4)
 
+    async def admitted_evidence(
+        self, reading: Reading, found: Sequence[Passage], *, session: str
+    ) -> list[Passage] | None:
+        """What the answer may quote from ``found`` (Rule 5), or None when the weak-evidence
+        check (Rule 4) finds the passages do not answer the question."""
+        evidence = evidence_for(reading.text, found, limit=self.max_evidence_sentences)
+        if not evidence:
+            return None
+        if self.check_weak_evidence and needs_check(reading, evidence):
+            if not await self._evidence_answers(session, reading, evidence):
+                return None
+        return evidence
+
     async def _evidence_answers(
-        self, request: BrainInput, reading: Reading, evidence: Sequence[Passage]
+        self, session: str, reading: Reading, evidence: Sequence[Passage]
     ) -> bool:
         text = " ".join(p.text for p in evidence)
         payload = {
             "messages": [
                 {"role": "system", "content": _QUOTE_PROMPT},
-                {"role": "user", "content": f"Text: {text}\nQuestion: {reading.text}"},
+                {
+                    "role": "user",
+                    "content": f"Text: {text}\nQuestion: {reading.query or reading.text}",
+                },
             ],
             "temperature": 0,
             "max_tokens": 48,
         }
-        quote = "".join([p async for p in self.model.chat(payload, lane=request.session)])
+        quote = "".join([p async for p in self.model.chat(payload, lane=session)])
         quote = quote.strip()
+        self.last_quote = quote
         if not quote or "NONE" in quote.upper() or quote in ("无", "没有"):
             return False
         return quote_is_from(quote, evidence)
@@ -255,10 +290,11 @@ class LLMBrain:
         source = next((p.source for p in evidence if p.source), "")
         start = _FROM_SOURCE[lang].format(source) if source else ""
         if start:
-            yield BrainDelta(text=start)
+            yield BrainDelta(text=start if self.source_prefill else _SAID_SOURCE[lang](start))
         allowed = " ".join([reading.text, *(p.text for p in evidence)])
         spoken = False
-        checked = _checked_sentences(self._generate(request, lang, final, prefill=start), allowed)
+        prefill = start if self.source_prefill else ""
+        checked = _checked_sentences(self._generate(request, lang, final, prefill=prefill), allowed)
         async with contextlib.aclosing(checked):
             async for sentence in checked:
                 spoken = True
@@ -291,7 +327,7 @@ def needs_check(reading: Reading, evidence: Sequence[Passage]) -> bool:
     text = " ".join(p.text for p in evidence)
     if detect_language(text) != reading.language:
         return False
-    return coverage(reading.text, evidence) < _WEAK_COVERAGE
+    return coverage(reading.query or reading.text, evidence) < _WEAK_COVERAGE
 
 
 def evidence_for(question: str, found: Sequence[Passage], *, limit: int) -> list[Passage]:
@@ -301,8 +337,10 @@ def evidence_for(question: str, found: Sequence[Passage], *, limit: int) -> list
     best = best_sentences(question, found, limit=limit)
     if best and terms(question) & terms(" ".join(p.text for p in best)):
         return best
+    if not found:
+        return []
     top = found[0]
-    return [Passage(top.source, top.text[:_PASSAGE_CHARS])]
+    return [Passage(top.source, top.text[:_PASSAGE_CHARS], top.topic)]
 
 
 def chat_messages(request: BrainInput, lang: str, final: str) -> list[dict[str, str]]:

@@ -7,6 +7,9 @@ Skipped, with the reason, when the model's packages are not installed (``make`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import stat
 import time
 from collections.abc import Iterator
 
@@ -39,12 +42,45 @@ MEMORY = (
 )
 
 
+def tcp_listeners_of_this_process() -> set[str]:
+    """Inodes of the TCP sockets this process listens on (Linux /proc)."""
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":  # LISTEN
+                    listening.add(fields[9])
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                mine.add(target[8:-1])
+    return listening & mine
+
+
+LISTENERS: dict[str, set[str]] = {}
+
+
 @pytest.fixture(scope="module")
 def model() -> Iterator[LocalModel]:
     local = LocalModel(LocalModelSettings(start_deadline_s=30.0))
+    LISTENERS["before"] = tcp_listeners_of_this_process()
     asyncio.run(local.warm_up())
+    LISTENERS["after"] = tcp_listeners_of_this_process()
     yield local
     asyncio.run(local.aclose())
+
+
+def test_the_model_opens_no_network_listener(model: LocalModel) -> None:
+    # llama.cpp's server object must listen somewhere: on a Unix socket in a private directory.
+    assert LISTENERS["after"] == LISTENERS["before"]
+    backend = model._backend
+    socket_dir = getattr(backend, "_socket_dir", None)
+    assert socket_dir is not None
+    assert stat.S_IMODE(os.stat(socket_dir).st_mode) == 0o700
+    assert any(stat.S_ISSOCK(os.stat(p).st_mode) for p in socket_dir.iterdir())
 
 
 async def search(arguments: dict[str, object]) -> str:
@@ -127,7 +163,7 @@ async def test_two_sessions_are_served_in_turn_and_late_requests_expire(
         asyncio.create_task(ask("a", "a2")),
         asyncio.create_task(ask("b", "b1")),
     ]
-    while len(model._queue) < 3:  # all three are queued while the blocker runs
+    while len(model._queue) < 3:  # noqa: ASYNC110 (polls a thread-safe queue of another thread)
         await asyncio.sleep(0.01)
     async for _ in blocker:
         pass

@@ -483,9 +483,10 @@ async def test_max_generation_s_stops_a_runaway_generation(
 
     # 0.4 s and 0.8 s are within the bound; the token at 1.2 s is the last one sent.
     assert pieces == ["t0", "t1", "t2"]
+    # The next request runs only once the worker is done with the first one.
+    assert await collect(model.chat(ask(), lane="A")) == ["fine"]
     assert backend.sent[0] == ["t0", "t1", "t2"] and backend.stopped[0]
     assert generation.stopped
-    assert await collect(model.chat(ask(), lane="A")) == ["fine"]
 
 
 async def test_aclose_fails_waiting_requests_with_plugin_unavailable(harness: Harness) -> None:
