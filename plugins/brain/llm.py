@@ -21,9 +21,10 @@ Rule 4. Weak evidence is checked before any answer: when the passages share less
 Rule 5. With evidence the model sees only the best sentences of the passages (inside
         ``<untrusted_knowledge>``, after a note that they are data). The answer starts with the
         source's name written by code ("根据《…》，" / "According to …,") as the assistant's
-        prefilled start, which the model continues. A sentence of the answer that holds a number
-        found neither in the evidence nor in the question is dropped before it is spoken; if
-        nothing is left, code reads the best sentence.
+        prefilled start, which the model continues. A sentence of the answer is dropped before
+        it is spoken when it holds a number found neither in the evidence nor in the question,
+        when under 70 % of its content words come from them, or when it only echoes the
+        question (``Support``); if nothing is left, code reads the best evidence sentence.
 Rule 6. Voice style: one or two short sentences in the person's language, at most
         ``max_answer_tokens`` tokens (fewer when memory says the person prefers brevity);
         statements are acknowledged briefly.
@@ -291,10 +292,11 @@ class LLMBrain:
         start = _FROM_SOURCE[lang].format(source) if source else ""
         if start:
             yield BrainDelta(text=start if self.source_prefill else _SAID_SOURCE[lang](start))
-        allowed = " ".join([reading.text, *(p.text for p in evidence)])
+        evidence_text = " ".join(p.text for p in evidence)
         spoken = False
         prefill = start if self.source_prefill else ""
-        checked = _checked_sentences(self._generate(request, lang, final, prefill=prefill), allowed)
+        generated = self._generate(request, lang, final, prefill=prefill)
+        checked = _checked_sentences(generated, evidence_text, reading.query or reading.text)
         async with contextlib.aclosing(checked):
             async for sentence in checked:
                 spoken = True
@@ -379,12 +381,12 @@ def history_turns(context: str) -> list[tuple[str, str]]:
 
 
 async def _checked_sentences(
-    pieces: AsyncGenerator[str, None], allowed_text: str
+    pieces: AsyncGenerator[str, None], evidence_text: str, question: str
 ) -> AsyncGenerator[str, None]:
-    """Release the model's text a sentence at a time, dropping sentences with a number found
-    nowhere in ``allowed_text`` (Rule 5). The first sentence is released as soon as it ends.
+    """Release the model's text a sentence at a time, dropping what the evidence does not
+    support (Rule 5, ``faithful``). The first sentence is released as soon as it ends.
     Closing this generator closes ``pieces`` (and so stops the model) at once."""
-    allowed = set(_NUMBER.findall(allowed_text))
+    support = Support(evidence_text, question)
     buffer = ""
     async with contextlib.aclosing(pieces):
         async for piece in pieces:
@@ -393,11 +395,38 @@ async def _checked_sentences(
             if done:
                 ready, buffer = buffer[:done], buffer[done:]
                 for sentence in sentences(ready):
-                    if _numbers_ok(sentence, allowed):
+                    if support.faithful(sentence):
                         yield sentence + (" " if sentence[-1] in ".!?" else "")
     rest = buffer.strip()
-    if rest and _numbers_ok(rest, allowed):
+    if rest and support.faithful(rest):
         yield rest
+
+
+class Support:
+    """What an answer sentence may say (Rule 5): every number it holds is in the evidence or
+    the question; at least ``min_supported`` of its content words are; and it says something
+    of the evidence the question did not (an echo of the question answers nothing)."""
+
+    min_supported = 0.7
+
+    def __init__(self, evidence_text: str, question: str) -> None:
+        self.numbers = set(_NUMBER.findall(f"{evidence_text} {question}"))
+        self.evidence = terms(evidence_text)
+        self.question = terms(question)
+        self.language = detect_language(evidence_text)
+
+    def faithful(self, sentence: str) -> bool:
+        if not all(number in self.numbers for number in _NUMBER.findall(sentence)):
+            return False
+        if detect_language(sentence) != self.language:
+            return True  # words cannot be compared across languages; the numbers were
+        said = terms(sentence)
+        if not said:
+            return True
+        supported = said & (self.evidence | self.question)
+        if len(supported) / len(said) < self.min_supported:
+            return False
+        return bool((said & self.evidence) - self.question)
 
 
 def sentences_done(text: str) -> int:
@@ -406,10 +435,6 @@ def sentences_done(text: str) -> int:
     for match in re.finditer(r"[。！？!?；;]|[.](?=\s)", text):
         end = match.end()
     return end
-
-
-def _numbers_ok(sentence: str, allowed: set[str]) -> bool:
-    return all(number in allowed for number in _NUMBER.findall(sentence))
 
 
 def _knowledge_call(reading: Reading, number: int) -> ToolCall:

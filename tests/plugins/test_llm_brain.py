@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.content import TurnContent
 from plugins.brain.grounding import NOT_IN_DOCUMENTS, NOT_REMEMBERED, NOTHING_EARLIER
-from plugins.brain.llm import LLMBrain, chat_messages, history_turns, parse_route
+from plugins.brain.llm import LLMBrain, Support, chat_messages, history_turns, parse_route
 from plugins.brain.local_model import Generation, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
@@ -377,13 +377,15 @@ async def test_the_spoken_answer_starts_with_the_source() -> None:
 
 
 async def test_the_english_answer_starts_with_the_source_too() -> None:
-    model = FakeModel(["returns are accepted ", "within 7 days. ", "Keep the box"])
+    model = FakeModel(["returns are accepted ", "within 7 days. ", "Opened items too"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn("how many days do I have for returns?", language="en", results=(EN_EVIDENCE,))
 
     text = await spoken(brain, request)
 
-    assert text == "According to Shop returns, returns are accepted within 7 days. Keep the box"
+    assert text == (
+        "According to Shop returns, returns are accepted within 7 days. Opened items too"
+    )
     assert model.payloads[0]["messages"][-1] == {
         "role": "assistant",
         "content": "According to Shop returns, ",
@@ -397,7 +399,23 @@ async def test_a_sentence_with_a_number_not_in_the_evidence_is_dropped() -> None
 
     text = await spoken(brain, request)
 
-    assert text == "根据《售后政策》，退货期限为签收后 7 天。请保留收据。"
+    # 15 is in no evidence; "请保留收据" is not in the evidence either (unsupported words).
+    assert text == "根据《售后政策》，退货期限为签收后 7 天。"
+
+
+def test_support_keeps_faithful_sentences_and_drops_inventions_and_echoes() -> None:
+    support = Support("Wipe the ear cushions with a slightly damp cloth.", "How do I clean them?")
+    assert support.faithful("Wipe the ear cushions with a damp cloth.")
+    assert not support.faithful(
+        "Cleaning the cushions is the recommended way to maintain the battery's performance."
+    )
+    echo = Support("年度累计消费满 3000 元升级为银卡会员。", "怎样才能成为银卡会员?")
+    assert not echo.faithful("你可以成为银卡会员。")  # says nothing the question did not
+    assert echo.faithful("年度累计消费满 3000 元可以升级为银卡会员。")
+    # An answer in the other language than the evidence: only its numbers are checked.
+    cross = Support("Returns are accepted within 7 days.", "退货期限是多久?")
+    assert cross.faithful("可以在 7 天内退货。")
+    assert not cross.faithful("可以在 30 天内退货。")
 
 
 async def test_a_number_from_the_question_may_be_repeated() -> None:
