@@ -47,6 +47,16 @@ MESSAGE_POLICIES: dict[str, Policy] = {kind: Policy.MEMBER for kind in sorted(KN
 """Rule 5: the policy of every client message type of the realtime protocol."""
 REALTIME_POLICY = Policy.MEMBER
 
+FRAMEWORK_ROUTES: dict[str, Policy] = {
+    "/openapi.json": Policy.ANONYMOUS,
+    "/docs": Policy.ANONYMOUS,
+    "/docs/oauth2-redirect": Policy.ANONYMOUS,
+    "/redoc": Policy.ANONYMOUS,
+    "": Policy.ANONYMOUS,
+}
+"""Routes the framework adds (the API's description) and the browser pages (mounted at ``/``,
+path ``""``): static and public; the pages sign in with a token themselves."""
+
 
 def forbidden(message: str) -> ApiError:
     return ApiError(403, "forbidden", message)
@@ -92,6 +102,19 @@ class PolicyCheck:
 def allow(policy: Policy) -> Any:
     """``dependencies=[allow(Policy.ADMIN)]`` on a route: rule 1."""
     return Depends(PolicyCheck(policy))
+
+
+def application_routes(routes: list[Any]) -> list[Any]:
+    """Every route of a route table, with included routers' routes in place of the router
+    (FastAPI ≥ 0.16x keeps an included router as one entry holding ``original_router``)."""
+    found: list[Any] = []
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            found.extend(application_routes(list(included.routes)))
+        else:
+            found.append(route)
+    return found
 
 
 def policy_of(route: APIRoute) -> Policy | None:
