@@ -275,3 +275,14 @@ async def test_each_caller_gets_what_the_policy_says(
             if response.status_code >= 400:
                 assert response.json()["code"], response.text
     assert got == want, f"{case.method} {case.path} ({policy}): {got} != {want}"
+
+
+def test_the_http_api_doc_lists_every_route_with_its_policy() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "http_api.md").read_text()
+    listed = set()
+    for line in doc.splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0] in {"GET", "POST", "PUT", "PATCH", "DELETE"}:
+            listed.add((cells[0], cells[1], cells[2]))
+    routes = {(m, p, str(policy_of(r))) for (m, p), r in _routes().items()}
+    assert listed == routes
