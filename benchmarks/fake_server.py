@@ -64,6 +64,7 @@ async def serve(
             min_interrupt_ms=min_interrupt_ms,
             silence_ms=silence_ms,
             max_sessions=10_000,
+            max_live_sessions_per_user=10_000,  # one local token drives every session
             # memory: runtime overhead only; the journal has its own benchmark
             storage=storage,
         )

@@ -64,8 +64,12 @@ async def converse(url: str, token: str | None, clip: bytes, *, vad_only: bool, 
         tally["errors"] += kinds.count("error")
 
 
-def metrics(http: str, reset: bool) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{http}/metrics?reset={'true' if reset else 'false'}") as r:
+def metrics(http: str, reset: bool, token: str | None) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{http}/metrics?reset={'true' if reset else 'false'}",
+        headers={"Authorization": f"Bearer {token}"},  # the local token has the metrics scope
+    )
+    with urllib.request.urlopen(request) as r:
         data: dict[str, Any] = json.load(r)
         return data
 
@@ -80,7 +84,7 @@ async def ramp(clip: bytes, *, vad_only: bool, steps: tuple[int, ...], duration:
         http = server.url.replace("ws://", "http://").removesuffix("/v1/realtime")
         for n in steps:
             loop = asyncio.get_running_loop()
-            await asyncio.to_thread(metrics, http, True)
+            await asyncio.to_thread(metrics, http, True, server.token)
             until = loop.time() + duration
             tally = {"turns": 0, "answers": 0, "errors": 0}
             await asyncio.gather(
@@ -97,7 +101,7 @@ async def ramp(clip: bytes, *, vad_only: bool, steps: tuple[int, ...], duration:
                     for i in range(n)
                 )
             )
-            lag = (await asyncio.to_thread(metrics, http, False))["loop_lag_ms"]
+            lag = (await asyncio.to_thread(metrics, http, False, server.token))["loop_lag_ms"]
             results.append({"sessions": n, "lag_ms": lag, **({} if vad_only else tally)})
             if lag["p99"] is None or lag["p99"] > limit_ms:
                 break

@@ -26,6 +26,7 @@ async def serve(port: int, vad: str, vad_only: bool) -> None:
             vad=vad,  # type: ignore[arg-type]
             storage="memory",
             max_sessions=10_000,
+            max_live_sessions_per_user=10_000,  # one local token drives every session
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -1,60 +1,44 @@
-"""Accounts: bearer tokens mapped to (tenant, user).
+"""Accounts in the runtime: the local user and its token (the accounts themselves are the
+``accounts`` package's).
 
-Tokens are random (256 bits) and stored only as SHA-256 hashes. With embedded defaults the
-server creates one local user on first start and keeps its token in ``<data_dir>/local-token``
-(mode 0600) so the printed URL stays valid across restarts.
+With embedded defaults the server makes one local user, the owner of the tenant ``local``, on
+first start and keeps its token in ``<data_dir>/local-token`` (mode 0600) so the printed URL
+stays valid across restarts. That token carries the ``metrics`` scope too (one person's machine).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import secrets
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
+from accounts.errors import UserExists
+from accounts.model import Principal, hash_token, new_token
+from accounts.store import AccountStore, InMemoryAccountStore
 
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: always derived from authentication, never from message fields."""
+__all__ = [
+    "LOCAL_PRINCIPAL",
+    "AccountStore",
+    "InMemoryAccountStore",
+    "Principal",
+    "ensure_local_token",
+    "hash_token",
+    "new_token",
+]
 
-    tenant: str
-    user: str
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-class AccountStore(Protocol):
-    async def authenticate(self, token: str) -> Principal | None: ...
-
-    async def add_token(self, principal: Principal, token: str) -> None: ...
-
-
-class InMemoryAccountStore:
-    def __init__(self) -> None:
-        self._tokens: dict[str, Principal] = {}
-
-    async def authenticate(self, token: str) -> Principal | None:
-        return self._tokens.get(hash_token(token))
-
-    async def add_token(self, principal: Principal, token: str) -> None:
-        self._tokens[hash_token(token)] = principal
-
-
-LOCAL_PRINCIPAL = Principal(tenant="local", user="local-user")
+LOCAL_PRINCIPAL = Principal(tenant="local", user="local-user", role="owner")
+LOCAL_SCOPES = ("api", "metrics")
 
 
 async def ensure_local_token(store: AccountStore, data_dir: Path) -> str:
-    """The local user's token: read from the data directory, or created there once."""
+    """The local user's token: read from the data directory, or created there once. The local
+    user is made the owner of ``local`` when it has no membership yet."""
     token = _local_token(data_dir)
-    await store.add_token(LOCAL_PRINCIPAL, token)
+    if await store.membership(LOCAL_PRINCIPAL.tenant, LOCAL_PRINCIPAL.user) is None:
+        try:
+            await store.add_user(LOCAL_PRINCIPAL.tenant, LOCAL_PRINCIPAL.user, role="owner")
+        except UserExists:
+            pass  # another process starting on the same database made it first
+    await store.add_token(LOCAL_PRINCIPAL, token, scopes=LOCAL_SCOPES)
     return token
 
 

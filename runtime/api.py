@@ -17,8 +17,12 @@ from runtime.services import Services
 class ApiError(HTTPException):
     """An HTTP error with a stable ``code``; rendered as ``{"code", "message"}``."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(status_code=status, detail={"code": code, "message": message})
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(
+            status_code=status, detail={"code": code, "message": message}, headers=headers
+        )
 
 
 def services_of(request: Request) -> Services:
@@ -27,7 +31,11 @@ def services_of(request: Request) -> Services:
 
 
 async def current_principal(request: Request) -> Principal:
-    """The caller, from the bearer token only (never from a body or query field)."""
+    """The caller, from the bearer token only (never from a body or query field): the one the
+    route's policy check authenticated (``runtime/policy.py``), else authenticated here."""
+    checked: Principal | None = getattr(request.state, "principal", None)
+    if checked is not None:
+        return checked
     found = await services_of(request).authenticate_header(request.headers.get("authorization"))
     if found is None:
         raise ApiError(401, "unauthorized", "a valid bearer token is required")

@@ -23,6 +23,7 @@ from journal.errors import JournalUnavailable
 from journal.events import ThreadRef
 from memory.errors import MemoryUnavailable
 from runtime.api import ApiError, Caller, ServicesDep
+from runtime.policy import Policy, allow
 from runtime.records import (
     ConversationRecord,
     RecordError,
@@ -188,7 +189,7 @@ def _invalid(error: ValidationError) -> ApiError:
     return ApiError(422, "invalid_request", f"{where}: {first['msg']}")
 
 
-@router.get("")
+@router.get("", dependencies=[allow(Policy.MEMBER)])
 async def list_conversations(
     who: Caller, services: ServicesDep, limit: int = Query(default=100, ge=1, le=1000)
 ) -> dict[str, Any]:
@@ -202,7 +203,7 @@ async def list_conversations(
     }
 
 
-@router.get("/{record_id}")
+@router.get("/{record_id}", dependencies=[allow(Policy.MEMBER)])
 async def get_conversation(
     record_id: str,
     who: Caller,
@@ -224,7 +225,7 @@ async def get_conversation(
     return view
 
 
-@router.post("")
+@router.post("", dependencies=[allow(Policy.MEMBER)])
 async def write_segment(request: Request, who: Caller, services: ServicesDep) -> dict[str, Any]:
     limits = services.records.limits
     body = await _read_body(request, 2 * limits.max_segment_bytes + BODY_OVERHEAD_BYTES)
@@ -269,7 +270,7 @@ def _thread_in_use(services: Services, thread: ThreadRef) -> bool:
     return False
 
 
-@router.delete("/{record_id}")
+@router.delete("/{record_id}", dependencies=[allow(Policy.MEMBER)])
 async def delete_conversation(
     record_id: str, who: Caller, services: ServicesDep, erase_journal: bool = False
 ) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from knowledge.store import DocumentInfo
 from knowledge.tool import format_hits
 from runtime.accounts import Principal
 from runtime.api import ApiError, Caller, ServicesDep
+from runtime.policy import Policy, allow
 from runtime.roles import default_role
 from runtime.services import Services
 
@@ -144,7 +145,7 @@ def _not_found(document_id: str) -> ApiError:
     return ApiError(404, "document_not_found", f"no document {document_id}")
 
 
-@router.get("/api/documents")
+@router.get("/api/documents", dependencies=[allow(Policy.MEMBER)])
 async def list_documents(who: Caller, services: ServicesDep) -> dict[str, Any]:
     with _knowledge_errors():
         documents = await services.knowledge.list_documents(who.tenant, who.user)
@@ -162,12 +163,12 @@ async def _create(
     return document_json(info)
 
 
-@router.post("/api/documents", status_code=201)
+@router.post("/api/documents", status_code=201, dependencies=[allow(Policy.MEMBER)])
 async def create_document(body: DocumentIn, who: Caller, services: ServicesDep) -> dict[str, Any]:
     return await _create(services, who, body.name, body.text, body.role_id)
 
 
-@router.post("/api/documents/import", status_code=201)
+@router.post("/api/documents/import", status_code=201, dependencies=[allow(Policy.MEMBER)])
 async def import_document(
     body: DocumentImport, who: Caller, services: ServicesDep
 ) -> dict[str, Any]:
@@ -181,7 +182,7 @@ async def import_document(
     return await _create(services, who, name, text, body.role_id)
 
 
-@router.get("/api/documents/{document_id}")
+@router.get("/api/documents/{document_id}", dependencies=[allow(Policy.MEMBER)])
 async def get_document(document_id: str, who: Caller, services: ServicesDep) -> dict[str, Any]:
     with _knowledge_errors():
         document = await services.knowledge.get_document(who.tenant, who.user, document_id)
@@ -190,7 +191,7 @@ async def get_document(document_id: str, who: Caller, services: ServicesDep) -> 
     return {**document_json(document.info), "text": document.text}
 
 
-@router.patch("/api/documents/{document_id}")
+@router.patch("/api/documents/{document_id}", dependencies=[allow(Policy.MEMBER)])
 async def update_document(
     document_id: str, body: DocumentPatch, who: Caller, services: ServicesDep
 ) -> dict[str, Any]:
@@ -203,7 +204,7 @@ async def update_document(
     return document_json(info)
 
 
-@router.delete("/api/documents/{document_id}", status_code=204)
+@router.delete("/api/documents/{document_id}", status_code=204, dependencies=[allow(Policy.MEMBER)])
 async def delete_document(document_id: str, who: Caller, services: ServicesDep) -> Response:
     with _knowledge_errors():
         deleted = await services.knowledge.delete_document(who.tenant, who.user, document_id)
@@ -212,7 +213,7 @@ async def delete_document(document_id: str, who: Caller, services: ServicesDep) 
     return Response(status_code=204)
 
 
-@router.get("/api/roles/{role_id}/documents")
+@router.get("/api/roles/{role_id}/documents", dependencies=[allow(Policy.MEMBER)])
 async def role_documents(role_id: str, who: Caller, services: ServicesDep) -> dict[str, Any]:
     await _role_id(services, who, role_id)
     with _knowledge_errors():
@@ -220,7 +221,7 @@ async def role_documents(role_id: str, who: Caller, services: ServicesDep) -> di
     return {"documents": [document_json(d) for d in documents]}
 
 
-@router.put("/api/roles/{role_id}/documents")
+@router.put("/api/roles/{role_id}/documents", dependencies=[allow(Policy.ADMIN)])
 async def bind_role_documents(
     role_id: str, body: Bindings, who: Caller, services: ServicesDep
 ) -> dict[str, Any]:
@@ -232,7 +233,7 @@ async def bind_role_documents(
     return {"documents": [document_json(d) for d in documents]}
 
 
-@router.post("/api/knowledge/search")
+@router.post("/api/knowledge/search", dependencies=[allow(Policy.MEMBER)])
 async def search(body: SearchIn, who: Caller, services: ServicesDep) -> dict[str, Any]:
     """Test retrieval: the hits for ``query`` among the caller's documents bound to ``role_id``
     (all of the caller's documents without one), and the exact text the brain would read."""

@@ -7,8 +7,16 @@
   (with ``current_revision``) | 409 ``duplicate_memory``; the edit unlinks the source
 - ``DELETE /api/memory/{id}?revision=N`` → 204 | 409 ``stale_revision``
 - ``POST /api/memory/clear {role_id?}`` → ``{"deleted": n}``
-- ``PUT  /api/memory/settings {role_id?, enabled}`` → ``{"role_id", "enabled"}`` (the role's
-  ``memory_enabled``: off stops injection and extraction, deletes nothing)
+- ``GET  /api/memory/settings?role_id=R`` → the settings view: ``{"role_id", "enabled",
+  "settings": {"memory_enabled"}, "overrides": {"memory_enabled"}, "defaults":
+  {"memory_enabled"}}`` — ``settings`` is what applies to the caller, ``overrides`` the caller's
+  own switches (null: none), ``defaults`` the role's as its admins set them
+- ``PUT  /api/memory/settings {role_id?, enabled, scope?}`` → the settings view. ``scope``
+  ``"user"`` (a member's only choice, and their default) keeps a personal override: the role's
+  default and everyone else's memory stay as they are; ``"role"`` (admins and owners, their
+  default) sets the role's ``memory_enabled`` for the tenant, as ``PATCH /api/roles/{id}`` does.
+  A member asking for ``"role"`` is 403 ``forbidden``. Off stops injection and extraction and
+  deletes nothing; a personal override only narrows (the role off is off for everyone).
 - ``GET  /api/memory/changes?role_id=R`` → ``{"changes": [{entry_id, action, actor, at,
   revision, kind, key, source_thread_id}]}`` (newest first, at most 1000; never content)
 - ``GET  /api/memory/export`` → the export document (``memory/backup.py``)
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, HTTPException, Query
 from fastapi.responses import JSONResponse, Response
@@ -42,7 +50,8 @@ from memory.errors import (
 )
 from runtime.accounts import Principal
 from runtime.api import ApiError, Caller, ServicesDep
-from runtime.roles import Role
+from runtime.policy import Policy, allow, forbidden
+from runtime.roles import Role, RoleOverrides, memory_enabled_for
 from runtime.services import Services
 
 router = APIRouter(prefix="/api/memory", tags=["memory"])
@@ -121,23 +130,38 @@ class MemorySwitch(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role_id: str | None = Field(default=None, max_length=200)
     enabled: bool
+    scope: Literal["user", "role"] | None = None
+    """None: ``role`` for admins and owners, ``user`` for members."""
 
 
-@router.get("")
+async def settings_view(services: Services, who: Principal, role: Role) -> dict[str, Any]:
+    overrides = await services.roles.overrides(who.tenant, who.user, role.id)
+    effective = memory_enabled_for(role, overrides)
+    return {
+        "role_id": role.id,
+        "enabled": effective,
+        "settings": {"memory_enabled": effective},
+        "overrides": {"memory_enabled": overrides.memory_enabled},
+        "defaults": {"memory_enabled": role.memory_enabled},
+    }
+
+
+@router.get("", dependencies=[allow(Policy.MEMBER)])
 async def list_memory(
     who: Caller, services: ServicesDep, role_id: RoleQuery = None
 ) -> dict[str, Any]:
     role = await _role(services, who, role_id)
     with _memory_errors():
         entries = await services.memory.list_entries(who.tenant, who.user, role.id)
+    overrides = await services.roles.overrides(who.tenant, who.user, role.id)
     return {
         "role_id": role.id,
-        "enabled": role.memory_enabled,
+        "enabled": memory_enabled_for(role, overrides),
         "entries": [entry_json(e) for e in entries],
     }
 
 
-@router.post("", status_code=201, response_model=None)
+@router.post("", status_code=201, response_model=None, dependencies=[allow(Policy.MEMBER)])
 async def add_memory(body: MemoryIn, who: Caller, services: ServicesDep) -> Any:
     role = await _role(services, who, body.role_id)
     with _memory_errors():
@@ -152,7 +176,7 @@ async def add_memory(body: MemoryIn, who: Caller, services: ServicesDep) -> Any:
     return entry_json(outcome.entry)
 
 
-@router.patch("/{entry_id}")
+@router.patch("/{entry_id}", dependencies=[allow(Policy.MEMBER)])
 async def edit_memory(
     entry_id: str, body: MemoryPatch, who: Caller, services: ServicesDep
 ) -> dict[str, Any]:
@@ -168,7 +192,7 @@ async def edit_memory(
     return entry_json(entry)
 
 
-@router.delete("/{entry_id}", status_code=204)
+@router.delete("/{entry_id}", status_code=204, dependencies=[allow(Policy.MEMBER)])
 async def delete_memory(
     entry_id: str, who: Caller, services: ServicesDep, revision: Annotated[int, Query(ge=1)]
 ) -> Response:
@@ -177,7 +201,7 @@ async def delete_memory(
     return Response(status_code=204)
 
 
-@router.post("/clear")
+@router.post("/clear", dependencies=[allow(Policy.MEMBER)])
 async def clear_memory(body: RoleRef, who: Caller, services: ServicesDep) -> dict[str, Any]:
     role = await _role(services, who, body.role_id)
     with _memory_errors():
@@ -185,16 +209,32 @@ async def clear_memory(body: RoleRef, who: Caller, services: ServicesDep) -> dic
     return {"deleted": deleted}
 
 
-@router.put("/settings")
+@router.put("/settings", dependencies=[allow(Policy.MEMBER)])
 async def switch_memory(body: MemorySwitch, who: Caller, services: ServicesDep) -> dict[str, Any]:
+    scope = body.scope or ("role" if who.can("admin") else "user")
+    if scope == "role" and not who.can("admin"):
+        raise forbidden("only admins and owners change a role's memory; use scope 'user'")
     role = await _role(services, who, body.role_id)
-    updated = await services.roles.update(who.tenant, role.id, memory_enabled=body.enabled)
-    if updated is None:
-        raise ApiError(404, "role_not_found", f"no role {role.id}")
-    return {"role_id": updated.id, "enabled": updated.memory_enabled}
+    if scope == "role":
+        updated = await services.roles.update(who.tenant, role.id, memory_enabled=body.enabled)
+        if updated is None:
+            raise ApiError(404, "role_not_found", f"no role {role.id}")
+        role = updated
+    else:
+        await services.roles.set_overrides(
+            who.tenant, who.user, role.id, RoleOverrides(memory_enabled=body.enabled)
+        )
+    return await settings_view(services, who, role)
 
 
-@router.get("/changes")
+@router.get("/settings", dependencies=[allow(Policy.MEMBER)])
+async def memory_settings(
+    who: Caller, services: ServicesDep, role_id: RoleQuery = None
+) -> dict[str, Any]:
+    return await settings_view(services, who, await _role(services, who, role_id))
+
+
+@router.get("/changes", dependencies=[allow(Policy.MEMBER)])
 async def memory_changes(
     who: Caller, services: ServicesDep, role_id: RoleQuery = None
 ) -> dict[str, Any]:
@@ -218,13 +258,13 @@ async def memory_changes(
     }
 
 
-@router.get("/export")
+@router.get("/export", dependencies=[allow(Policy.MEMBER)])
 async def export_memory(who: Caller, services: ServicesDep) -> dict[str, Any]:
     with _memory_errors():
         return to_document(await services.memory.backup(who.tenant, who.user))
 
 
-@router.post("/import")
+@router.post("/import", dependencies=[allow(Policy.MEMBER)])
 async def import_memory(
     who: Caller, services: ServicesDep, document: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:

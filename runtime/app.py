@@ -14,8 +14,9 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
-from runtime import api_conversations, api_knowledge, api_memory
+from runtime import api_accounts, api_conversations, api_knowledge, api_memory
 from runtime.api import ApiError, Caller
+from runtime.policy import Policy, allow
 from runtime.roles import Role, default_role
 from runtime.services import Services
 from runtime.session import VoiceSession
@@ -72,7 +73,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             if isinstance(exc.detail, dict)
             else {"code": "http_error", "message": str(exc.detail)}
         )
-        return JSONResponse(detail, status_code=exc.status_code)
+        return JSONResponse(detail, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -83,39 +84,36 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             status_code=422,
         )
 
-    @app.get("/health")
+    # Every route declares who may use it (runtime/policy.py; docs/http_api.md lists them).
+    @app.get("/health", dependencies=[allow(Policy.ANONYMOUS)])
     async def health() -> dict[str, Any]:
         return {"status": "ok", "sessions": len(services.active_sessions)}
 
-    @app.get("/metrics")
+    @app.get("/metrics", dependencies=[allow(Policy.METRICS)])
     async def metrics(reset: bool = False) -> dict[str, Any]:
         summary = services.loop_lag.summary()
         if reset:
             services.loop_lag.reset()
         return {"sessions": len(services.active_sessions), "loop_lag_ms": summary}
 
-    @app.get("/api/me")
-    async def me(who: Caller) -> dict[str, str]:
-        return {"tenant": who.tenant, "user": who.user}
-
-    @app.get("/api/roles")
+    @app.get("/api/roles", dependencies=[allow(Policy.MEMBER)])
     async def list_roles(who: Caller) -> dict[str, Any]:
         await default_role(services.roles, who.tenant)
         return {"roles": [role_json(r) for r in await services.roles.list(who.tenant)]}
 
-    @app.post("/api/roles", status_code=201)
+    @app.post("/api/roles", status_code=201, dependencies=[allow(Policy.ADMIN)])
     async def create_role(body: RoleIn, who: Caller) -> dict[str, Any]:
         role = await services.roles.create(who.tenant, **body.model_dump())
         return role_json(role)
 
-    @app.get("/api/roles/{role_id}")
+    @app.get("/api/roles/{role_id}", dependencies=[allow(Policy.MEMBER)])
     async def get_role(role_id: str, who: Caller) -> dict[str, Any]:
         role = await services.roles.get(who.tenant, role_id)
         if role is None:
             raise ApiError(404, "role_not_found", f"no role {role_id}")
         return role_json(role)
 
-    @app.patch("/api/roles/{role_id}")
+    @app.patch("/api/roles/{role_id}", dependencies=[allow(Policy.ADMIN)])
     async def update_role(role_id: str, body: RolePatch, who: Caller) -> dict[str, Any]:
         changes = body.model_dump(exclude_unset=True)
         if "name" in changes and changes["name"] is None:
@@ -125,7 +123,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             raise ApiError(404, "role_not_found", f"no role {role_id}")
         return role_json(role)
 
-    @app.delete("/api/roles/{role_id}", status_code=204)
+    @app.delete("/api/roles/{role_id}", status_code=204, dependencies=[allow(Policy.ADMIN)])
     async def delete_role(role_id: str, who: Caller) -> None:
         role = await services.roles.get(who.tenant, role_id)
         if role is None:
@@ -134,6 +132,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             raise ApiError(409, "role_is_default", "the default role cannot be deleted")
         await services.roles.delete(who.tenant, role_id)
 
+    app.include_router(api_accounts.router)
     app.include_router(api_conversations.router)
     app.include_router(api_memory.router)
     app.include_router(api_knowledge.router)

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from runtime import cli_accounts
 from runtime.config import Settings
 from runtime.loop import install_uvloop, tune_gc
 
@@ -19,13 +20,17 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--data-dir", type=Path)
+    cli_accounts.add_parsers(sub)
     args = parser.parse_args(argv)
-    overrides = {
-        k: v
-        for k, v in {"host": args.host, "port": args.port, "data_dir": args.data_dir}.items()
-        if v is not None
+    options = {
+        "host": getattr(args, "host", None),
+        "port": getattr(args, "port", None),
+        "data_dir": args.data_dir,
     }
-    settings = Settings(**overrides)
+    settings = Settings(**{k: v for k, v in options.items() if v is not None})
+    if args.command in ("users", "tokens"):
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        return asyncio.run(cli_accounts.run(args.command, args, settings))
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -70,6 +70,14 @@ class Settings(BaseSettings):
     start_timeout_s: float = Field(default=10.0, gt=0)
     max_errors_per_session: int = Field(default=100, ge=1)
 
+    # per-user limits (SPEC ACC-5), per process
+    max_live_sessions_per_user: int = Field(default=10, ge=1, le=10_000)
+    """Live voice sessions of one (tenant, user) at once (more: error ``too_many_sessions``,
+    close 4029)."""
+    write_requests_per_minute: int = Field(default=120, ge=1, le=1_000_000)
+    """HTTP write requests (POST, PUT, PATCH, DELETE) of one (tenant, user) per minute (more:
+    429 ``rate_limited`` with ``Retry-After``)."""
+
     # conversation records (SPEC CONV-1)
     conversation_segment_max_messages: int = Field(default=100, ge=1, le=100)
     conversation_segment_max_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)

@@ -2,8 +2,9 @@
 
 ``session_memory`` builds the engine's ``TurnMemory`` for one session: the services' memory
 store, scoped to the session's tenant, user and role; ``memory_enabled`` is read from the role
-store at the start of every read and extraction (so switching memory off for a role takes
-effect at the next turn of running sessions, and a deleted role has no memory); extraction
+store, with the user's own override (``runtime/roles.py``), at the start of every read and
+extraction (so switching memory off for a role, or for oneself, takes effect at the next turn of
+running sessions, and a deleted role has no memory); extraction
 status goes to the client as ``openrealtime.memory.status`` events through the outbox.
 """
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from journal.events import ThreadRef
 from memory.session import MemorySettings, SessionMemory
-from runtime.roles import Role
+from runtime.roles import Role, memory_enabled_for
 
 if TYPE_CHECKING:
     from runtime.services import Services
@@ -42,7 +43,10 @@ def session_memory(
 
     async def is_enabled() -> bool:
         current = await services.roles.get(tenant, role_id)
-        return current is not None and current.memory_enabled
+        if current is None or not current.memory_enabled:
+            return False
+        overrides = await services.roles.overrides(tenant, thread.user, role_id)
+        return memory_enabled_for(current, overrides)
 
     return SessionMemory(
         services.memory,

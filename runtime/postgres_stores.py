@@ -1,4 +1,5 @@
-"""PostgreSQL implementations of the runtime's stores (accounts, roles, threads).
+"""PostgreSQL implementations of the runtime's stores (roles, threads; accounts live in
+``accounts/postgres_store.py``).
 
 Same contracts and rules as the in-memory stores beside each contract; the schema is
 ``runtime/migrations/0001_core.sql``. Every query is scoped by tenant (and user where the row has
@@ -12,34 +13,10 @@ from typing import Any
 
 import asyncpg
 
-from runtime.accounts import Principal, hash_token
-from runtime.roles import Role
+from runtime.roles import Role, RoleOverrides
 from runtime.threads import Thread
 
 _TIMEOUT = 10.0
-
-
-class PostgresAccountStore:
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self.pool = pool
-
-    async def authenticate(self, token: str) -> Principal | None:
-        row = await self.pool.fetchrow(
-            "SELECT tenant, user_id FROM account_tokens WHERE token_hash = $1",
-            hash_token(token),
-            timeout=_TIMEOUT,
-        )
-        return None if row is None else Principal(row["tenant"], row["user_id"])
-
-    async def add_token(self, principal: Principal, token: str) -> None:
-        await self.pool.execute(
-            """INSERT INTO account_tokens (token_hash, tenant, user_id) VALUES ($1, $2, $3)
-               ON CONFLICT (token_hash) DO NOTHING""",
-            hash_token(token),
-            principal.tenant,
-            principal.user,
-            timeout=_TIMEOUT,
-        )
 
 
 _ROLE_COLUMNS = (
@@ -142,6 +119,30 @@ class PostgresRoleStore:
             "DELETE FROM roles WHERE tenant = $1 AND id = $2", tenant, role_id, timeout=_TIMEOUT
         )
         return bool(status.endswith(" 1"))
+
+    async def overrides(self, tenant: str, user: str, role_id: str) -> RoleOverrides:
+        row = await self.pool.fetchrow(
+            """SELECT memory_enabled FROM role_user_settings
+               WHERE tenant = $1 AND user_id = $2 AND role_id = $3""",
+            tenant, user, role_id,
+            timeout=_TIMEOUT,
+        )  # fmt: skip
+        return RoleOverrides() if row is None else RoleOverrides(row["memory_enabled"])
+
+    async def set_overrides(
+        self, tenant: str, user: str, role_id: str, overrides: RoleOverrides
+    ) -> RoleOverrides:
+        # A role deleted meanwhile: the foreign key refuses the row, and nothing is kept.
+        await self.pool.execute(
+            """INSERT INTO role_user_settings (tenant, user_id, role_id, memory_enabled)
+               SELECT $1, $2, $3, $4 WHERE EXISTS
+                   (SELECT 1 FROM roles WHERE tenant = $1 AND id = $3)
+               ON CONFLICT (tenant, user_id, role_id)
+               DO UPDATE SET memory_enabled = EXCLUDED.memory_enabled, updated_at = now()""",
+            tenant, user, role_id, overrides.memory_enabled,
+            timeout=_TIMEOUT,
+        )  # fmt: skip
+        return overrides
 
 
 class PostgresThreadStore:

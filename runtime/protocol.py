@@ -48,6 +48,10 @@ class CloseCode:
     """The client did not read its messages; the outbound queue filled up."""
     JOURNAL_UNAVAILABLE = 4011
     """The journal stayed unreachable until the session's buffer of unsaved events filled."""
+    CREDENTIALS_REVOKED = 4013
+    """The token that opened the session was revoked or expired, or its user was disabled."""
+    TOO_MANY_SESSIONS = 4029
+    """The user already has ``max_live_sessions_per_user`` live sessions on this server."""
 
 
 class ErrorCode:
@@ -57,6 +61,8 @@ class ErrorCode:
     SESSION_NOT_STARTED = "session_not_started"
     SESSION_ALREADY_STARTED = "session_already_started"
     UNAUTHORIZED = "unauthorized"
+    CREDENTIALS_REVOKED = "credentials_revoked"
+    TOO_MANY_SESSIONS = "too_many_sessions"
     ROLE_NOT_FOUND = "role_not_found"
     ROLE_MISMATCH = "role_mismatch"
     THREAD_NOT_FOUND = "thread_not_found"

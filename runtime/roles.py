@@ -1,4 +1,10 @@
-"""Roles (SPEC RT-7): configured agents. Scoped by tenant; every tenant has a default role."""
+"""Roles (SPEC RT-7): configured agents. Scoped by tenant; every tenant has a default role.
+
+A role's switches (today ``memory_enabled``) are the admin's defaults for the whole tenant
+(SPEC ACC-2). A user may keep a personal override per role (``RoleOverrides``); an override only
+narrows: memory is on for a user when the role has it on and the user did not turn it off
+(``memory_enabled_for``). Overrides go with their role.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +33,17 @@ class Role:
     updated_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class RoleOverrides:
+    """One user's own switches for one role; None: the role's default applies."""
+
+    memory_enabled: bool | None = None
+
+
+def memory_enabled_for(role: Role, overrides: RoleOverrides) -> bool:
+    return role.memory_enabled and overrides.memory_enabled is not False
+
+
 class RoleStore(Protocol):
     async def list(self, tenant: str) -> list[Role]: ...
 
@@ -48,10 +65,19 @@ class RoleStore(Protocol):
 
     async def delete(self, tenant: str, role_id: str) -> bool: ...
 
+    async def overrides(self, tenant: str, user: str, role_id: str) -> RoleOverrides: ...
+
+    async def set_overrides(
+        self, tenant: str, user: str, role_id: str, overrides: RoleOverrides
+    ) -> RoleOverrides:
+        """Keep the user's overrides of an existing role (the caller checked it exists)."""
+        ...
+
 
 class InMemoryRoleStore:
     def __init__(self) -> None:
         self._roles: dict[tuple[str, str], Role] = {}
+        self._overrides: dict[tuple[str, str, str], RoleOverrides] = {}
 
     async def list(self, tenant: str) -> list[Role]:
         roles = [r for (t, _), r in self._roles.items() if t == tenant]
@@ -96,7 +122,19 @@ class InMemoryRoleStore:
         return updated
 
     async def delete(self, tenant: str, role_id: str) -> bool:
+        for key in [k for k in self._overrides if (k[0], k[2]) == (tenant, role_id)]:
+            del self._overrides[key]
         return self._roles.pop((tenant, role_id), None) is not None
+
+    async def overrides(self, tenant: str, user: str, role_id: str) -> RoleOverrides:
+        return self._overrides.get((tenant, user, role_id), RoleOverrides())
+
+    async def set_overrides(
+        self, tenant: str, user: str, role_id: str, overrides: RoleOverrides
+    ) -> RoleOverrides:
+        if (tenant, role_id) in self._roles:
+            self._overrides[(tenant, user, role_id)] = overrides
+        return overrides
 
 
 async def default_role(store: RoleStore, tenant: str) -> Role:

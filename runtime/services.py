@@ -6,6 +6,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from accounts.model import Revocation
+from accounts.postgres_store import PostgresAccountStore
 from journal.checkpoints import CheckpointStore, InMemoryCheckpointStore
 from journal.postgres_checkpoints import PostgresCheckpointStore
 from journal.postgres_store import PostgresJournalStore
@@ -21,11 +23,12 @@ from pipeline.engine import Plugins
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
 from runtime.database import Database, open_database
+from runtime.limits import WriteRateLimiter
 from runtime.metrics import LoopLagMonitor
 from runtime.migrations import apply_migrations
 from runtime.plugin_factory import build_plugins, warm_up
 from runtime.postgres_records import PostgresRecordStore
-from runtime.postgres_stores import PostgresAccountStore, PostgresRoleStore, PostgresThreadStore
+from runtime.postgres_stores import PostgresRoleStore, PostgresThreadStore
 from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
@@ -34,7 +37,7 @@ from runtime.threads import InMemoryThreadStore, ThreadStore
 log = logging.getLogger(__name__)
 
 
-MIGRATED_PACKAGES = ("runtime", "journal", "memory", "knowledge")
+MIGRATED_PACKAGES = ("runtime", "accounts", "journal", "memory", "knowledge")
 """Every domain package whose schema the runtime applies at start, in order."""
 
 
@@ -65,8 +68,29 @@ class Services:
     live_sessions: dict[str, Any] = field(default_factory=dict)
     """Voice sessions of this process by id, connected or waiting to be resumed."""
     loop_lag: LoopLagMonitor = field(default_factory=LoopLagMonitor)
+    write_limiter: WriteRateLimiter = field(init=False)
+    """Write requests per user and minute (SPEC ACC-5, ``runtime/policy.py`` rule 4)."""
     owns_plugins: bool = False
     """Whether the plugins were built here (and are closed with the services)."""
+
+    def __post_init__(self) -> None:
+        self.write_limiter = WriteRateLimiter(per_minute=self.settings.write_requests_per_minute)
+
+    def live_sessions_of(self, principal: Principal) -> int:
+        """Voice sessions of this process serving ``principal`` (connected or awaiting resume)."""
+        return sum(
+            1
+            for s in list(self.live_sessions.values())
+            if getattr(s, "principal", None) == principal and not getattr(s, "closed", False)
+        )
+
+    def revoked(self, revocation: Revocation) -> None:
+        """Credentials stopped being valid (here or in another process): the live voice
+        sessions they opened close at once (4013)."""
+        for session in list(self.live_sessions.values()):
+            principal = getattr(session, "principal", None)
+            if principal is not None and revocation.covers(principal):
+                session.revoke_credentials()
 
     async def authenticate_header(self, header: str | None) -> Principal | None:
         if not header:
@@ -89,6 +113,7 @@ class Services:
             session.fence(epoch)
 
     async def close(self) -> None:
+        await self.accounts.close()
         await self.resume_tokens.close()
         for session in list(self.live_sessions.values()):
             await session.shutdown()
@@ -146,7 +171,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
         services = Services(
             settings=settings,
             plugins=plugins,
-            accounts=PostgresAccountStore(database.pool),
+            accounts=PostgresAccountStore(database.pool, url=database.url),
             roles=PostgresRoleStore(database.pool),
             threads=PostgresThreadStore(database.pool),
             journal=PostgresJournalStore(database.pool),
@@ -161,6 +186,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
     if warm and services.knowledge.embedder is not None:
         await services.knowledge.embedder.reference()  # loads the model now, off the loop
     services.local_token = await ensure_local_token(services.accounts, settings.data_dir)
+    await services.accounts.watch(services.revoked)
     # A resume continued on another process fences this process's copy of the session.
     await services.resume_tokens.watch(services.fence_session)
     return services

@@ -133,6 +133,10 @@ class VoiceSession:
             max_buffered=settings.max_unsaved_events,
         )
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _is_current(self, generation: int) -> bool:
         return self.engine is not None and self.engine.is_current(generation)
 
@@ -267,6 +271,27 @@ class VoiceSession:
             return
         self._fence_task = asyncio.ensure_future(self._fenced())
 
+    def revoke_credentials(self) -> None:
+        """The token that opened this session was revoked (or its user disabled): end the
+        session for good, now, and close its connection with 4013."""
+        if self._closed or self._fence_task is not None:
+            return
+        self._fence_task = asyncio.ensure_future(self._revoked())
+
+    async def _revoked(self) -> None:
+        log.info("voice session %s: its credentials were revoked; closing", self.id)
+        attached = self._attached
+        if attached:
+            with contextlib.suppress(Exception):
+                self.outbox.send_event(
+                    error_event(ErrorCode.CREDENTIALS_REVOKED, "this session's token was revoked")
+                )
+        await self._revoke()
+        await self.shutdown()
+        if attached:
+            with contextlib.suppress(Exception):
+                await self.ws.close(CloseCode.CREDENTIALS_REVOKED, "credentials revoked")
+
     async def _fenced(self) -> None:
         log.info("voice session %s was resumed elsewhere; closing this copy", self.id)
         await self.shutdown()
@@ -389,6 +414,13 @@ class VoiceSession:
             self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
             raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
         principal = self.principal
+        limit = services.settings.max_live_sessions_per_user
+        if services.live_sessions_of(principal) >= limit:
+            self._error(
+                ErrorCode.TOO_MANY_SESSIONS,
+                f"you already have {limit} live voice sessions (max_live_sessions_per_user)",
+            )
+            raise _Close(CloseCode.TOO_MANY_SESSIONS, "too many live sessions")
         if start.requested_thread_id is None:
             role = await services.role_for(principal, start.role_id)
             if role is None:

@@ -1,9 +1,12 @@
-// The HTTP side every page shares: the bearer token, JSON calls, the account, the page header.
+// The HTTP side every page shares: the bearer token, JSON calls, who is signed in, the page
+// header with sign-out.
 //
 // The server prints its URL with the token in the fragment (`/#token=…`): a fragment never
 // reaches the server or its logs. We move it into localStorage and strip it from the address
-// bar; from then on it goes only into the Authorization header (and into the WebSocket's
-// first message, see realtime.js), never into a URL query.
+// bar; a second person pastes their token on the sign-in page (signin.html) instead. From then
+// on it goes only into the Authorization header (and into the WebSocket's first message, see
+// realtime.js), never into a URL query. Signing out forgets it in this browser (it stays valid
+// until revoked: `openrealtime tokens revoke`).
 
 const TOKEN_KEY = "openrealtime.token";
 
@@ -31,12 +34,25 @@ export function token() {
 
 export function setToken(value) {
   localStorage.setItem(TOKEN_KEY, value.trim());
-  accountPromise = null;
+  mePromise = null;
 }
 
-/** Call the API: JSON in and out; a non-2xx answer throws ApiError(status, code, message). */
-export async function api(path, { method = "GET", body, keepalive = false, signal } = {}) {
-  const headers = { Authorization: `Bearer ${token()}` };
+/** Forget the token in this browser (the server still accepts it until it is revoked). */
+export function forgetToken() {
+  localStorage.removeItem(TOKEN_KEY);
+  mePromise = null;
+}
+
+/** Sign out: forget the token and go to the sign-in page. */
+export function signOut() {
+  forgetToken();
+  location.assign("signin.html");
+}
+
+/** Call the API: JSON in and out; a non-2xx answer throws ApiError(status, code, message).
+ * `bearer`: a token to use instead of the stored one (the sign-in page checks one first). */
+export async function api(path, { method = "GET", body, keepalive = false, signal, bearer } = {}) {
+  const headers = { Authorization: `Bearer ${bearer === undefined ? token() : bearer}` };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(path, {
     method,
@@ -60,17 +76,57 @@ export async function api(path, { method = "GET", body, keepalive = false, signa
   return data;
 }
 
-let accountPromise = null;
+let mePromise = null;
 
-/** The signed-in account as "tenant/user" (partitions local storage such as IndexedDB). */
-export function account() {
-  if (!accountPromise) {
-    accountPromise = api("/api/me").then((me) => `${me.tenant}/${me.user}`);
-    accountPromise.catch(() => {
-      accountPromise = null;
+/** Who is signed in: GET /api/me → {tenant, user, role, token_id, scopes} (asked once). */
+export function me() {
+  if (!mePromise) {
+    mePromise = api("/api/me");
+    mePromise.catch(() => {
+      mePromise = null;
     });
   }
-  return accountPromise;
+  return mePromise;
+}
+
+/** The signed-in account as "tenant/user" (partitions local storage such as IndexedDB). */
+export async function account() {
+  const who = await me();
+  return `${who.tenant}/${who.user}`;
+}
+
+/** Admins and owners edit roles, their bindings and role-level switches (docs/http_api.md). */
+export function isAdmin(who) {
+  return Boolean(who) && (who.role === "admin" || who.role === "owner");
+}
+
+/**
+ * Start a page: draw the header, make sure someone is signed in and say who in the header.
+ * Returns the caller (GET /api/me) or null when the page shows the sign-in panel instead (no
+ * token, or one the server no longer accepts — that one is forgotten). Controls marked
+ * `data-admin-only` are removed for members, `data-member-only` ones for admins; the server
+ * refuses members' admin calls anyway (403).
+ */
+export async function signedIn(current) {
+  renderHeader(current);
+  if (!requireToken(current)) return null;
+  let who;
+  try {
+    who = await me();
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) {
+      forgetToken();
+      renderHeader(current);
+      requireToken(current, "This token is not accepted (unknown, expired or revoked). Paste another one.");
+      return null;
+    }
+    throw error;
+  }
+  showWho(who);
+  const hide = isAdmin(who) ? "[data-member-only]" : "[data-admin-only]";
+  for (const node of document.querySelectorAll(hide)) node.remove();
+  document.body.dataset.role = who.role;
+  return who;
 }
 
 export async function listRoles() {
@@ -85,7 +141,8 @@ const PAGES = [
   ["knowledge.html", "Knowledge"],
 ];
 
-/** Fill <header class="top"> with the brand and the navigation; mark the current page. */
+/** Fill <header class="top"> with the brand, the navigation (current page marked) and a place
+ * for who is signed in (`showWho`), or a sign-in link without a token. */
 export function renderHeader(current) {
   const header = document.querySelector("header.top");
   if (!header) return;
@@ -97,32 +154,54 @@ export function renderHeader(current) {
     if (href === current) link.setAttribute("aria-current", "page");
     nav.append(link);
   }
-  header.append(brand, nav);
+  const who = el("div", { class: "who", id: "who" });
+  if (!token() && current !== "signin.html") who.append(el("a", { href: signInHref(current), class: "button" }, "Sign in"));
+  header.append(brand, nav, who);
 }
 
-/** Without a token, show how to get one and a field to paste it; returns false then. */
-export function requireToken() {
+/** Put "user · role" and a sign-out button into the header. */
+export function showWho(who) {
+  const box = document.getElementById("who");
+  if (!box) return;
+  const out = el("button", { type: "button", id: "sign-out" }, "Sign out");
+  out.addEventListener("click", signOut);
+  box.replaceChildren(
+    el(
+      "span",
+      { class: "account", id: "who-user", title: `tenant ${who.tenant}` },
+      el("strong", {}, who.user),
+      " ",
+      el("span", { class: `badge role-${who.role}`, id: "who-role" }, who.role),
+    ),
+    out,
+  );
+}
+
+/** The sign-in page, coming back to `current` afterwards (a page name, never a token). */
+export function signInHref(current) {
+  return current && current !== "signin.html" ? `signin.html?next=${encodeURIComponent(current)}` : "signin.html";
+}
+
+/** Only our own pages are places to come back to after signing in. */
+export function nextPage(wanted) {
+  return PAGES.some(([href]) => href === wanted) ? wanted : "index.html";
+}
+
+/** Without a token, point to the sign-in page (or the printed address); returns false then. */
+export function requireToken(current, why) {
   if (token()) return true;
   const main = document.querySelector("main");
-  const input = el("input", { type: "password", placeholder: "token", class: "grow", id: "token-input" });
-  const save = el("button", { class: "primary" }, "Use token");
-  save.addEventListener("click", () => {
-    if (input.value.trim()) {
-      setToken(input.value);
-      location.reload();
-    }
-  });
   main.prepend(
     el(
       "div",
-      { class: "panel" },
+      { class: "panel", id: "signed-out" },
       el("h2", {}, "Sign in"),
       el(
         "p",
         { class: "muted" },
-        "Open the address the server printed at start (it ends in #token=…), or paste the token here.",
+        why || "Open the address the server printed at start (it ends in #token=…), or sign in with a token of your own.",
       ),
-      el("div", { class: "row" }, input, save),
+      el("a", { href: signInHref(current), class: "button primary", id: "go-sign-in" }, "Sign in with a token"),
     ),
   );
   return false;

@@ -2,18 +2,7 @@
 // detail, "continue this conversation" for records the runtime can continue (view-only with the
 // server's reason otherwise), export, and delete with the option to erase the runtime journal.
 
-import {
-  account,
-  api,
-  downloadJson,
-  el,
-  errorText,
-  formatTime,
-  listRoles,
-  plural,
-  renderHeader,
-  requireToken,
-} from "./api.js";
+import { api, downloadJson, el, errorText, formatTime, listRoles, plural, signedIn } from "./api.js";
 import { RecordSaver } from "./records.js";
 
 const $ = (id) => document.getElementById(id);
@@ -120,9 +109,9 @@ async function deleteRecord(record, eraseJournal) {
 }
 
 async function main() {
-  renderHeader("history.html");
-  if (!requireToken()) return;
-  const who = await account();
+  const me = await signedIn("history.html");
+  if (!me) return;
+  const who = `${me.tenant}/${me.user}`;
   roleNames = new Map((await listRoles()).map((r) => [r.id, r.name]));
   // Unsent transcripts this account left behind are retried from here too (CONV-3).
   const saver = new RecordSaver(who);

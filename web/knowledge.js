@@ -1,8 +1,10 @@
 // The knowledge page (SPEC WEB-3, KB-1, KB-2): create or import documents (bound to the chosen
 // role), choose which documents a role can search, and test retrieval the way the assistant's
-// knowledge_search tool would (hits and the exact tool result).
+// knowledge_search tool would (hits and the exact tool result). Admins and owners also bind
+// documents to roles and create, edit and delete roles; members see which documents a role can
+// search but none of those controls (the server refuses them anyway: 403).
 
-import { api, el, errorText, formatTime, listRoles, plural, renderHeader, requireToken } from "./api.js";
+import { api, el, errorText, formatTime, isAdmin, listRoles, plural, signedIn } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 const MAX_IMPORT_BYTES = 2 * 1024 * 1024;
@@ -30,7 +32,10 @@ async function load() {
   $("documents").dataset.role = roleId(); // whose bindings the checkboxes show
   $("documents").replaceChildren(
     ...documents.map((doc) => {
-      const box = el("input", { type: "checkbox", class: "bind", value: doc.id, checked: bound.has(doc.id) });
+      const box = admin
+        ? el("input", { type: "checkbox", class: "bind", value: doc.id, checked: bound.has(doc.id) })
+        : null;
+      const searchable = !admin && bound.has(doc.id) ? el("span", { class: "badge ok bound" }, "this role searches it") : null;
       const remove = el("button", { type: "button", class: "danger" }, "Delete");
       remove.addEventListener("click", async () => {
         if (!confirm(`Delete “${doc.name}”?`)) return;
@@ -48,7 +53,7 @@ async function load() {
           "div",
           { class: "row spread" },
           el("label", { class: "grow" }, box, el("strong", {}, doc.name)),
-          remove,
+          el("div", { class: "row" }, searchable, remove),
         ),
         el("div", { class: "muted small" }, `${plural(doc.chars, "character")} · ${plural(doc.chunks, "chunk")} · updated ${formatTime(doc.updated_at)}`),
       );
@@ -126,22 +131,87 @@ async function search(event) {
   $("tool-result-box").classList.toggle("hidden", !result.tool_result);
 }
 
-async function main() {
-  renderHeader("knowledge.html");
-  if (!requireToken()) return;
-  for (const role of await listRoles()) {
-    const option = el("option", { value: role.id }, role.name);
-    if (role.is_default) option.selected = true;
-    $("role").append(option);
+let admin = false;
+let roles = [];
+
+/** Fill the role picker (keeping `selected`, else the default role) and the role editor. */
+async function loadRoles(selected) {
+  roles = await listRoles();
+  const keep = roles.some((r) => r.id === selected) ? selected : roles.find((r) => r.is_default)?.id;
+  $("role").replaceChildren(...roles.map((role) => el("option", { value: role.id, selected: role.id === keep }, role.name)));
+  showRole();
+}
+
+function showRole() {
+  if (!admin) return;
+  const role = roles.find((r) => r.id === roleId());
+  if (!role) return;
+  $("role-name").value = role.name;
+  $("role-instructions").value = role.instructions || "";
+  $("role-delete").disabled = role.is_default;
+  $("role-delete").title = role.is_default ? "The default role cannot be deleted" : "";
+}
+
+async function saveRole(event) {
+  event.preventDefault();
+  try {
+    const role = await api(`/api/roles/${encodeURIComponent(roleId())}`, {
+      method: "PATCH",
+      body: { name: $("role-name").value, instructions: $("role-instructions").value },
+    });
+    notice(`Role “${role.name}” saved.`);
+    await loadRoles(role.id);
+  } catch (error) {
+    notice(`Role not saved: ${errorText(error)}`, "bad");
   }
+}
+
+async function createRole(event) {
+  event.preventDefault();
+  try {
+    const role = await api("/api/roles", { method: "POST", body: { name: $("new-role-name").value } });
+    $("new-role-name").value = "";
+    notice(`Role “${role.name}” created; it searches no documents until you bind some.`);
+    await loadRoles(role.id);
+  } catch (error) {
+    notice(`Role not created: ${errorText(error)}`, "bad");
+    return;
+  }
+  await load();
+}
+
+async function deleteRole() {
+  const role = roles.find((r) => r.id === roleId());
+  if (!role || !confirm(`Delete the role “${role.name}”? Conversations in it can no longer be continued.`)) return;
+  try {
+    await api(`/api/roles/${encodeURIComponent(role.id)}`, { method: "DELETE" });
+    notice(`Role “${role.name}” deleted.`);
+  } catch (error) {
+    notice(`Role not deleted: ${errorText(error)}`, "bad");
+  }
+  await loadRoles(roleId());
+  await load();
+}
+
+async function main() {
+  const who = await signedIn("knowledge.html");
+  if (!who) return;
+  admin = isAdmin(who);
+  await loadRoles();
   $("role").addEventListener("change", () => {
     $("hits").replaceChildren();
+    showRole();
     load();
   });
   $("create-form").addEventListener("submit", createDocument);
   $("doc-file").addEventListener("change", importFile);
-  $("save-bindings").addEventListener("click", saveBindings);
   $("search-form").addEventListener("submit", search);
+  if (admin) {
+    $("save-bindings").addEventListener("click", saveBindings);
+    $("role-edit-form").addEventListener("submit", saveRole);
+    $("role-create-form").addEventListener("submit", createRole);
+    $("role-delete").addEventListener("click", deleteRole);
+  }
   await load();
   document.body.dataset.ready = "true";
 }

@@ -1,8 +1,11 @@
 // The memory page (SPEC WEB-3): per role list, add, edit, delete, clear and on/off over
 // /api/memory. Edits and deletes carry the entry's revision; a 409 means it changed elsewhere
 // (e.g. learned again from a conversation) and the page shows the conflict and reloads it.
+// On/off: admins and owners switch the role's default (`#enabled`, scope "role"); a member
+// switches a personal override (`#my-enabled`, scope "user") — the server refuses a member's
+// role switch anyway (403).
 
-import { api, el, errorText, formatTime, listRoles, renderHeader, requireToken } from "./api.js";
+import { api, el, errorText, formatTime, isAdmin, listRoles, signedIn } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -30,11 +33,41 @@ async function load() {
     notice(`Could not load memories: ${errorText(error)}`, "bad");
     return;
   }
-  $("enabled").checked = data.enabled;
+  await loadSettings();
   const entries = data.entries.filter((e) => e.status !== "deleted");
   $("count").textContent = `${entries.length} ${entries.length === 1 ? "memory" : "memories"}`;
   $("empty").classList.toggle("hidden", entries.length > 0);
   $("entries").replaceChildren(...entries.map(renderEntry));
+}
+
+let admin = false;
+
+async function loadSettings() {
+  let view;
+  try {
+    view = await api(`/api/memory/settings?role_id=${encodeURIComponent(roleId())}`);
+  } catch (error) {
+    notice(`Could not load the memory setting: ${errorText(error)}`, "bad");
+    return;
+  }
+  const roleOn = view.defaults.memory_enabled !== false;
+  if (admin) {
+    $("enabled").checked = roleOn;
+  } else {
+    // With the role's memory off, it is off for everyone: a personal switch cannot turn it on.
+    $("my-enabled").checked = view.settings.memory_enabled !== false;
+    $("my-enabled").disabled = !roleOn;
+  }
+  $("role-off").classList.toggle("hidden", admin || roleOn);
+}
+
+async function switchMemory(box, scope) {
+  try {
+    await api("/api/memory/settings", { method: "PUT", body: { role_id: roleId(), enabled: box.checked, scope } });
+  } catch (error) {
+    notice(`Could not change the setting: ${errorText(error)}`, "bad");
+  }
+  await load();
 }
 
 function renderEntry(entry) {
@@ -84,8 +117,9 @@ function startEdit(item, entry) {
 }
 
 async function main() {
-  renderHeader("memory.html");
-  if (!requireToken()) return;
+  const who = await signedIn("memory.html");
+  if (!who) return;
+  admin = isAdmin(who);
   const roles = await listRoles();
   for (const role of roles) {
     const option = el("option", { value: role.id }, role.name);
@@ -100,14 +134,8 @@ async function main() {
     load();
   });
   $("refresh").addEventListener("click", load);
-  $("enabled").addEventListener("change", async () => {
-    try {
-      await api("/api/memory/settings", { method: "PUT", body: { role_id: roleId(), enabled: $("enabled").checked } });
-    } catch (error) {
-      notice(`Could not change the setting: ${errorText(error)}`, "bad");
-    }
-    await load();
-  });
+  if (admin) $("enabled").addEventListener("change", () => switchMemory($("enabled"), "role"));
+  else $("my-enabled").addEventListener("change", () => switchMemory($("my-enabled"), "user"));
   $("clear").addEventListener("click", async () => {
     if (!confirm("Delete every memory of this role?")) return;
     try {

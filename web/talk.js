@@ -7,18 +7,7 @@
 // voice session + generation / item id, and earlier messages by their record index, so a new
 // session's generation 1 can never overwrite an old session's message.
 
-import {
-  account,
-  api,
-  ApiError,
-  downloadJson,
-  el,
-  errorText,
-  listRoles,
-  renderHeader,
-  requireToken,
-  token,
-} from "./api.js";
+import { api, downloadJson, el, errorText, listRoles, signedIn, token } from "./api.js";
 import { Microphone, Player } from "./audio.js";
 import { RealtimeConnection, realtimeUrl } from "./realtime.js";
 import { newRecord, RecordSaver } from "./records.js";
@@ -539,22 +528,16 @@ async function loadContinuation(recordId) {
 }
 
 async function main() {
-  renderHeader("index.html");
-  if (!requireToken()) return;
   let who;
   try {
-    who = await account();
+    who = await signedIn("index.html");
   } catch (error) {
-    if (error instanceof ApiError && error.status === 401) {
-      localStorage.removeItem("openrealtime.token");
-      requireToken();
-      return;
-    }
     notice(`Server unreachable: ${errorText(error)}`, "bad");
     return;
   }
-  talk.account = who;
-  talk.saver = new RecordSaver(who);
+  if (!who) return;
+  talk.account = `${who.tenant}/${who.user}`;
+  talk.saver = new RecordSaver(talk.account);
   talk.saver.addEventListener("status", (e) => showSaveStatus(e.detail));
   talk.saver.addEventListener("storage-error", (e) =>
     notice(`This browser cannot keep unsaved messages (${e.detail}); saving to the server still works.`, "warn"),

@@ -1,5 +1,6 @@
 """Screenshots of every page, drawn by Debian's Chromium against a real server with some
-content (a conversation, a view-only record, a memory, two documents), at laptop and phone width;
+content (a conversation, a view-only record, a memory, two documents), signed in as the local
+owner (the header says so), at laptop and phone width;
 at phone width nothing may stick out sideways.
 
     .venv/bin/python -m tests.web.screenshots            # writes docs/screenshots/*.png
@@ -153,6 +154,7 @@ async def capture(
                 ("history-view-only", "/history.html?id=imported-1"),
                 ("memory", "/memory.html"),
                 ("knowledge", "/knowledge.html"),
+                ("signin", "/signin.html"),
             ]:
                 await visit(path, search=name == "knowledge")
                 await shot(name)
@@ -163,6 +165,7 @@ async def capture(
                 ("history-view-only-phone", "/history.html?id=imported-1", False),
                 ("memory-phone", "/memory.html", True),
                 ("knowledge-phone", "/knowledge.html", True),
+                ("signin-phone", "/signin.html", False),
             ]:
                 await visit(path, search=name == "knowledge-phone")
                 await (shot(name) if draw else check(name))

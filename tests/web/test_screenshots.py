@@ -24,6 +24,7 @@ async def test_every_page_draws_without_script_errors(
         "history-view-only.png",
         "memory.png",
         "knowledge.png",
+        "signin.png",
         "history-phone.png",
         "memory-phone.png",
         "knowledge-phone.png",

@@ -174,7 +174,7 @@ async def test_a_dropped_websocket_resumes_and_the_conversation_continues(
         page = await open_page(browser, server)
         session_id = await start_talking(page)
         await say(page, "my favourite colour is green")
-        await last_answer(page, "do not know")
+        await last_answer(page, "I understand")
         await page.evaluate("window.openrealtime.conn.drop()")  # the socket dies mid-session
         await wait_js(page, "window.openrealtime.conn.resumes === 1")
         state = await page.text_content("#connection")
@@ -245,7 +245,7 @@ async def test_a_resume_on_another_server_process_reconciles_the_transcript(
         await page.wait_for_selector("body[data-ready=true]")
         session_id = await start_talking(page)
         await say(page, "my favourite colour is green")
-        await last_answer(page, "do not know")
+        await last_answer(page, "I understand")
         record_id = await page.evaluate("window.openrealtime.record.id")
 
         proxy.target = (b.host, b.port)
@@ -270,7 +270,7 @@ async def test_a_resume_on_another_server_process_reconciles_the_transcript(
     assert a.token == b.token  # one database, one local account
     assert len(reconciled) == 2  # the journal's account replaced what the page showed
     assert reconciled[0][1] == "my favourite colour is green"
-    assert "I do not know" in reconciled[1][1]
+    assert "Okay, I understand." in reconciled[1][1]
     assert all(key.startswith(f"{session_id}~1:j") for key, _ in reconciled)
     assert still == session_id  # the same session, continued on B
     assert answer == 'You said: "my favourite colour is green"'
