@@ -422,6 +422,23 @@ def relevant_memories(question: str, entries: Sequence[str], *, limit: int = 3) 
     return [entry for _, _, entry in matching[:limit]]
 
 
+_SECOND_PERSON_EN = [
+    (re.compile(r"\bI am\b|\bI'm\b"), "you are"),
+    (re.compile(r"\bI\b"), "you"),
+    (re.compile(r"\bmy\b", re.I), "your"),
+    (re.compile(r"\bme\b"), "you"),
+]
+
+
+def second_person(entry: str) -> str:
+    """A remembered first-person sentence, as said back to its speaker."""
+    if detect_language(entry) == "zh":
+        return entry.replace("我", "你")
+    for pattern, replacement in _SECOND_PERSON_EN:
+        entry = pattern.sub(replacement, entry)
+    return entry
+
+
 def says_dont_know(text: str) -> bool:
     lowered = text.lower().replace("’", "'")
     return any(marker in lowered for marker in DONT_KNOW_MARKERS)

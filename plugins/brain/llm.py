@@ -17,7 +17,8 @@ Rule 4. Weak evidence is checked before any answer: when the passages share less
         model is asked to copy the words of the passages that answer the question, or NONE; the
         answer goes on only when the copy is really made of the passages' words (code checks
         it), else the turn gets the fixed "documents don't say" answer. A question in one
-        language about a passage in the other is left to the retrieval's own decision.
+        language about a passage in the other, and a follow-up (searched together with the
+        previous message), are left to the retrieval's own decision.
 Rule 5. With evidence the model sees only the best sentences of the passages (inside
         ``<untrusted_knowledge>``, after a note that they are data). The answer starts with the
         source's name written by code ("根据《…》，" / "According to …,") as the assistant's
@@ -63,6 +64,7 @@ from plugins.brain.grounding import (
     quote_is_from,
     read_turn,
     relevant_memories,
+    second_person,
     sentences,
     terms,
 )
@@ -189,11 +191,23 @@ class LLMBrain:
             if not memory_entries(request.system):
                 yield BrainDelta(text=NOT_REMEMBERED[lang])
                 return
-            entries = relevant_memories(reading.text, memory_entries(request.system))
+            entries = relevant_memories(reading.text, memory_entries(request.system), limit=2)
             listed = "\n".join(f"- {entry}" for entry in entries)
             final = f"{reading.text}\n{_ASK_MEMORY[lang]}\n{listed}"
             prefill = _TOLD_ME[lang]
             yield BrainDelta(text=prefill)
+            # What the model says of memory is held to the entries like an answer to the
+            # documents (Rule 5); if nothing holds, code says the best entry back.
+            spoken = False
+            generated = self._generate(request, lang, final, prefill=prefill)
+            checked = _checked_sentences(generated, " ".join(entries), reading.text)
+            async with contextlib.aclosing(checked):
+                async for sentence in checked:
+                    spoken = True
+                    yield BrainDelta(text=sentence)
+            if not spoken:
+                yield BrainDelta(text=second_person(entries[0]))
+            return
         else:  # a statement: acknowledged (Rule 6)
             final = f"{reading.text}\n{_STATEMENT[lang]}"
             prefill = _ACKNOWLEDGE[lang]
@@ -325,9 +339,12 @@ class LLMBrain:
 
 
 def needs_check(reading: Reading, evidence: Sequence[Passage]) -> bool:
-    """Rule 4: same language, and the evidence shares under half the question's words."""
+    """Rule 4: same language, not a follow-up (searched with the previous message, it is too
+    partial to be judged alone), and the evidence covers under half the question's words."""
     text = " ".join(p.text for p in evidence)
     if detect_language(text) != reading.language:
+        return False
+    if reading.query and reading.query != reading.text:
         return False
     return coverage(reading.query or reading.text, evidence) < _WEAK_COVERAGE
 

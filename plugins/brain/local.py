@@ -33,6 +33,9 @@ from plugins.brain.grounding import (
     read_turn,
     relevant_memories,
 )
+from plugins.brain.grounding import (
+    second_person as _second_person,
+)
 from plugins.contracts import BrainDelta, BrainInput, ToolCall
 
 __all__ = [
@@ -48,12 +51,6 @@ _FROM_SOURCE = {"en": 'According to "{}": {}', "zh": "根据《{}》:{}"}
 _RECALL_ANSWER = {"en": 'You said: "{}"', "zh": "你刚才说:“{}”"}
 _MEMORY_ANSWER = {"en": "You told me: {}", "zh": "你跟我说过:{}"}
 _ACKNOWLEDGE = {"en": "Okay, I understand.", "zh": "好的,明白了。"}
-_SECOND_PERSON_EN = [
-    (re.compile(r"\bI am\b|\bI'm\b"), "you are"),
-    (re.compile(r"\bI\b"), "you"),
-    (re.compile(r"\bmy\b", re.I), "your"),
-    (re.compile(r"\bme\b"), "you"),
-]
 
 
 class LocalBrain:
@@ -107,15 +104,6 @@ class LocalBrain:
 
 
 RulesBrain = LocalBrain
-
-
-def _second_person(entry: str) -> str:
-    """A remembered first-person sentence, as said back to its speaker."""
-    if detect_language(entry) == "zh":
-        return entry.replace("我", "你")
-    for pattern, replacement in _SECOND_PERSON_EN:
-        entry = pattern.sub(replacement, entry)
-    return entry
 
 
 def _pieces(text: str) -> list[str]:

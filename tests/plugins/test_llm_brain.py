@@ -697,3 +697,15 @@ def test_json_router_schema_is_valid_json() -> None:
     schema = router_schema((KNOWLEDGE, ORDER_STATUS))
 
     assert json.loads(json.dumps(schema)) == schema
+
+
+async def test_a_memory_answer_the_entries_do_not_support_is_replaced_by_the_entry() -> None:
+    model = FakeModel(["you live in Berlin."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn(
+        "Do you remember my name?",
+        language="en",
+        memory="<memory_data>\n- my name is Ingrid\n- I live in Berlin\n</memory_data>",
+    )
+
+    assert await spoken(brain, request) == "You told me that your name is Ingrid"
