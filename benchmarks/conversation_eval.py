@@ -105,7 +105,10 @@ async def run_split(
 ) -> dict[str, Any]:
     brain = plugins.brain
     with tempfile.TemporaryDirectory(prefix="conversation-eval-") as data_dir:
-        settings = Settings(storage="memory", port=0, data_dir=Path(data_dir))
+        # One local user drives every conversation: lift the per-user live-session limit.
+        settings = Settings(
+            storage="memory", port=0, data_dir=Path(data_dir), max_live_sessions_per_user=10_000
+        )
         async with running_server(settings, plugins=plugins) as server:
             token = server.token
             assert token is not None
