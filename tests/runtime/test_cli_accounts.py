@@ -19,7 +19,7 @@ import pytest
 import websockets
 
 from runtime.config import Settings
-from runtime.database import EmbeddedPostgres
+from runtime.database import EmbeddedPostgres, open_database
 from runtime.protocol import CloseCode
 from runtime.server import RunningServer, running_server
 from tests.postgres import (
@@ -27,6 +27,7 @@ from tests.postgres import (
     embedded_data_dir,
     pg_pool,
     postgres_url,
+    session_database_url,
     truncate_all,
 )
 from tests.runtime.conftest import fake_plugins
@@ -67,9 +68,15 @@ def _database() -> Iterator[tuple[Path, dict[str, str]]]:
 async def cli(request: pytest.FixtureRequest) -> AsyncIterator[Cli]:
     with _database() as (data_dir, env):
         if os.environ.get(TEST_DATABASE_URL_ENV):
-            url = request.getfixturevalue("postgres_url")
-            pool = request.getfixturevalue("pg_pool")
-            await truncate_all(pool)
+            # The session database, resolved off the loop (its first use creates it with a
+            # blocking helper; requesting the fixtures from this async fixture would nest
+            # event loops).
+            url = await asyncio.to_thread(session_database_url, request.config)
+            database = await open_database(database_url=url, data_dir=data_dir, max_size=2)
+            try:
+                await truncate_all(database.pool)
+            finally:
+                await database.close()
             env["OPENREALTIME_DATABASE_URL"] = url
             yield Cli(data_dir, env)
         else:
