@@ -39,7 +39,6 @@ Rule 7. Prompt layout for the prefix cache: the system message holds only what i
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -69,7 +68,8 @@ from plugins.brain.grounding import (
     terms,
 )
 from plugins.brain.local_model import Generation, LocalModel
-from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolSpec
+from plugins.brain.tool_router import ROUTER_PROMPT, parse_route, router_schema, tool_list
+from plugins.contracts import BrainDelta, BrainInput, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +117,6 @@ _QUOTE_PROMPT = (
     "answer it."
 )
 _WEAK_COVERAGE = 0.5
-_ROUTER_PROMPT = (
-    "Pick the one tool that serves the person's last message, with its arguments, or "
-    '"none" when no tool is needed. Reply with JSON only.'
-)
 
 
 class LLMBrain:
@@ -151,7 +147,6 @@ class LLMBrain:
         self.reserved_output_tokens = 4 * max_answer_tokens + 512
         """Room kept for the answer, this turn's evidence and the style rules."""
         self.last_generation: Generation | None = None
-        self.last_quote = ""
         """Timings of the latest model call (benchmarks read it)."""
 
     async def warm_up(self) -> None:
@@ -240,7 +235,7 @@ class LLMBrain:
     ) -> tuple[str, dict[str, Any]] | None:
         payload = {
             "messages": [
-                {"role": "system", "content": f"{_ROUTER_PROMPT}\n{_tool_list(request.tools)}"},
+                {"role": "system", "content": f"{ROUTER_PROMPT}\n{tool_list(request.tools)}"},
                 {"role": "user", "content": reading.text},
             ],
             "response_format": {
@@ -285,7 +280,6 @@ class LLMBrain:
         }
         quote = "".join([p async for p in self.model.chat(payload, lane=session)])
         quote = quote.strip()
-        self.last_quote = quote
         if not quote or "NONE" in quote.upper() or quote in ("无", "没有"):
             return False
         return quote_is_from(quote, evidence)
@@ -465,42 +459,6 @@ def _knowledge_call(reading: Reading, number: int) -> ToolCall:
 def _recall_answer(request: BrainInput, lang: str) -> str:
     earlier = earlier_user_inputs(request.conversation_context or request.model_text)
     return _RECALL[lang].format(earlier[-1]) if earlier else NOTHING_EARLIER[lang]
-
-
-def _tool_list(tools: Sequence[ToolSpec]) -> str:
-    return "\n".join(f"- {tool.name}: {tool.description}" for tool in tools)
-
-
-def router_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
-    """JSON schema of a routing decision: one of the tools with its arguments, or none."""
-    options: list[dict[str, Any]] = [
-        {
-            "type": "object",
-            "properties": {"tool": {"const": tool.name}, "arguments": tool.parameters},
-            "required": ["tool", "arguments"],
-        }
-        for tool in tools
-    ]
-    options.append(
-        {"type": "object", "properties": {"tool": {"const": "none"}}, "required": ["tool"]}
-    )
-    return {"anyOf": options}
-
-
-def parse_route(text: str, tools: Sequence[ToolSpec]) -> tuple[str, dict[str, Any]] | None:
-    """The (tool, arguments) the router chose, or None for "none" or anything unusable."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        log.warning("tool router returned no JSON")
-        return None
-    if not isinstance(value, dict):
-        return None
-    name = value.get("tool")
-    arguments = value.get("arguments", {})
-    if name not in {tool.name for tool in tools} or not isinstance(arguments, dict):
-        return None
-    return str(name), arguments
 
 
 __all__ = ["LLMBrain", "chat_messages", "history_turns", "parse_route", "router_schema"]

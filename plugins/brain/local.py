@@ -41,7 +41,6 @@ from plugins.contracts import BrainDelta, BrainInput, ToolCall
 __all__ = [
     "KNOWLEDGE_TOOL",
     "LocalBrain",
-    "RulesBrain",
     "detect_language",
     "earlier_user_inputs",
     "memory_entries",
@@ -101,9 +100,6 @@ class LocalBrain:
             return NOT_IN_DOCUMENTS[lang]
         quote = best[0]
         return _FROM_SOURCE[lang].format(quote.source, quote.text) if quote.source else quote.text
-
-
-RulesBrain = LocalBrain
 
 
 def _pieces(text: str) -> list[str]:

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from plugins.brain.model_files import QWEN_05B, ModelFile, ensure_model_file, missing_packages
 from plugins.brain.model_queue import FairModelQueue, Ticket
-from plugins.errors import PluginError, PluginTimeout, PluginUnavailable, ProviderError
+from plugins.errors import PluginTimeout, PluginUnavailable, ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -403,7 +403,3 @@ class _XllamacppBackend:
 
 def _xllamacpp_backend(path: Path, settings: LocalModelSettings) -> ChatBackend:
     return _XllamacppBackend(path, settings)
-
-
-def plugin_error_from(e: BaseException) -> PluginError:
-    return e if isinstance(e, PluginError) else ProviderError(str(e), retryable=True)
