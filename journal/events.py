@@ -20,6 +20,8 @@ class EventKind(enum.StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
     SUMMARY = "summary"
+    ITEM_DELETED = "item_deleted"
+    ITEM_TRUNCATED = "item_truncated"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,11 @@ from memory.entries import MemoryDraft, MemorySource, SaveOutcome
 from memory.extraction import extract
 from memory.injection import DEFAULT_BUDGET_CHARS, DEFAULT_MAX_ENTRIES, render_memory_block
 from memory.store import MemoryStore
+from pipeline.events import MemoryStatus, ServerEvent
 
 log = logging.getLogger(__name__)
 
-STATUS_EVENT = "openrealtime.memory.status"
+STATUS_EVENT = MemoryStatus.TYPE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +62,7 @@ class SessionMemory:
         role_id: str,
         language: str | None,
         is_enabled: Callable[[], Awaitable[bool]],
-        report: Callable[[dict[str, Any]], None] | None = None,
+        report: Callable[[ServerEvent], None] | None = None,
         settings: MemorySettings | None = None,
     ) -> None:
         self.store = store
@@ -147,4 +148,4 @@ class SessionMemory:
 
     def _report(self, body: dict[str, Any]) -> None:
         if self.report is not None:
-            self.report({"type": STATUS_EVENT, "role_id": self.role_id, **body})
+            self.report(MemoryStatus(self.role_id, body))

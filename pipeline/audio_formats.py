@@ -146,6 +146,14 @@ def alaw_encode(pcm: PCM) -> bytes:
 # --- streaming conversion (Rules 2, 3) -----------------------------------------------------------
 
 
+def compand(fmt: AudioFormat, pcm16: bytes) -> bytes:
+    """PCM16 bytes (already at 8 kHz) as ``fmt``'s G.711 bytes; PCM passes through."""
+    if fmt.kind == "audio/pcm":
+        return pcm16
+    samples = np.frombuffer(pcm16[: len(pcm16) - len(pcm16) % 2], dtype=np.int16)
+    return ulaw_encode(samples) if fmt.kind == "audio/pcmu" else alaw_encode(samples)
+
+
 class _ResampleStream:
     """One continuous resampler, or the identity when the rates match."""
 

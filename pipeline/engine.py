@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import time
 import uuid
@@ -41,12 +43,14 @@ from journal.errors import JournalError
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.projection import render_context
 from journal.store import JournalStore
+from pipeline import events as ev
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
 from pipeline.history import ConversationHistory
 from pipeline.pacer import Pacer
 from pipeline.playout import PlayoutTracker
+from pipeline.response_events import ResponseEvents
 from pipeline.sentences import SentenceSplitter
 from pipeline.turns import (
     Command,
@@ -69,6 +73,8 @@ from plugins.contracts import (
     BrainDelta,
     Endpointer,
     SpeechChunk,
+    ToolCall,
+    ToolResult,
     ToolSpec,
     VADEventKind,
 )
@@ -80,9 +86,41 @@ log = logging.getLogger(__name__)
 class OutputSink(Protocol):
     """Where the engine's output goes (the voice session's ordered outbox)."""
 
-    def send_event(self, event: dict[str, Any]) -> None: ...
+    def send(self, event: ev.ServerEvent) -> None: ...
 
-    def send_audio(self, generation: int, pcm: bytes) -> None: ...
+
+class ItemNotFound(LookupError):
+    """A client named an item this session does not hold (``item_not_found``)."""
+
+
+MAX_ITEMS_KEPT = 512
+"""Items of this session the engine keeps for ``retrieve``/``delete``/``truncate``."""
+
+_GA_REASONS = {"barge_in": "turn_detected", "cancel": "client_cancelled"}
+"""Our interruption reasons as the GA protocol's ``status_details.reason``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseOptions:
+    """What ``response.create`` may set for one response."""
+
+    instructions: str | None = None
+    """Replaces the session's instructions for this response only."""
+    audio: bool | None = None
+    """False: answer in text only; None: the session's output modalities."""
+    in_conversation: bool = True
+    """False (``conversation: "none"``): out of band, not journaled, not in the history."""
+    input_text: str | None = None
+    """Out-of-band input (a response outside the conversation answers this, not the thread)."""
+
+
+@dataclass(slots=True)
+class _PendingInput:
+    """A user item added with ``conversation.item.create``, waiting for ``response.create``."""
+
+    text: str
+    item_id: str
+    write: asyncio.Task[list[JournalEvent]]
 
 
 class TurnMemory(Protocol):
@@ -154,6 +192,15 @@ class _Response:
     generation: int
     turn_id: int
     response_id: str
+    events: ResponseEvents
+    options: ResponseOptions = field(default_factory=ResponseOptions)
+    pending: list[_PendingInput] | None = None
+    """Typed input already journaled (``conversation.item.create``); None: a spoken turn."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+    """A client function call answered with ``function_call_output`` (continued here)."""
+    respond: bool = True
+    """False: a spoken turn is only transcribed and journaled (``create_response: false``)."""
     tracker: PlayoutTracker = field(default_factory=PlayoutTracker)
     task: asyncio.Task[None] | None = None
     finalized: bool = False
@@ -217,6 +264,20 @@ class Engine:
             partial_every_s=settings.partial_every_s,
         )
         self._responses: dict[int, _Response] = {}
+        self.audio_out = True
+        """The session's output modalities: audio with a transcript (True) or text only."""
+        self.auto_respond = True
+        """A spoken turn the VAD ends starts a response (server_vad ``create_response``)."""
+        self.client_tools: tuple[ToolSpec, ...] = ()
+        """Functions the client declared (``session.update`` tools); the client runs them."""
+        self._pending: list[_PendingInput] = []
+        self._exchange: tuple[tuple[ToolCall, ...], dict[str, ToolResult], str] | None = None
+        """The last response's client calls, the outputs received so far, and its input."""
+        self._items: dict[str, ev.Item] = {}
+        self._last_item_id: str | None = None
+        self._last_input = ""
+        self._partials: dict[int, str] = {}
+        self._next_options: ResponseOptions | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: float | None = None
@@ -250,8 +311,106 @@ class Engine:
         self.capture.after_frame(voiced, now)
 
     def push_text(self, text: str) -> None:
-        self.coordinator.on_text_input(text, self.clock())
+        """A typed user turn answered at once (``add_user_text`` then ``create_response``)."""
+        self.add_user_text(text)
+        self.create_response()
+
+    def add_user_text(self, text: str, item_id: str | None = None) -> ev.MessageItem:
+        """A user text item (``conversation.item.create``): journaled now, answered when a
+        response is created."""
+        item_id = item_id or self._new_item_id()
+        item = ev.MessageItem(item_id, "user", (ev.ContentPart("input_text", text=text),))
+        previous = self._last_item_id
+        self._send(ev.ItemAdded(item, previous))
+        write = self._spawn(
+            self._append(
+                f"{self._event_prefix}:{item_id}:user",
+                EventKind.USER_INPUT,
+                {"text": text, "source": "text", "item_id": item_id},
+            ),
+            "user-item",
+        )
+        self._pending.append(_PendingInput(text, item_id, write))
+        self._send(ev.ItemDone(item, previous))
+        return item
+
+    def add_function_output(self, call_id: str, output: str, item_id: str | None = None) -> None:
+        """The client's ``function_call_output`` for a call the brain made."""
+        exchange = self._exchange
+        calls = exchange[0] if exchange else ()
+        call = next((c for c in calls if c.call_id == call_id), None)
+        if exchange is None or call is None:
+            raise ItemNotFound(f"no function call {call_id[:64]!r} is waiting for its output")
+        item_id = item_id or self._new_item_id()
+        item = ev.FunctionCallOutputItem(item_id, call_id, output)
+        previous = self._last_item_id
+        self._send(ev.ItemAdded(item, previous))
+        exchange[1][call_id] = ToolResult(call_id=call_id, name=call.name, content=output)
+        self._spawn(
+            self._append(
+                f"{self._event_prefix}:{item_id}:tool_result",
+                EventKind.TOOL_RESULT,
+                {"call_id": call_id, "name": call.name, "content": output,
+                 "is_error": False, "item_id": item_id},
+            ),
+            "function-output",
+        )  # fmt: skip
+        self._send(ev.ItemDone(item, previous))
+
+    def create_response(self, options: ResponseOptions | None = None) -> None:
+        """``response.create``: answer what was added since the last response (a response in
+        progress is interrupted: the newest request wins)."""
+        self._next_options = options or ResponseOptions()
+        self.coordinator.on_text_input("", self.clock())
         self._run(self.coordinator.commands())
+
+    def clear_input(self) -> None:
+        """``input_audio_buffer.clear``: drop the utterance being heard, if any."""
+        self.coordinator.pause_microphone(self.clock())
+        self.coordinator.resume_microphone(self.clock())
+        self._vad.reset()
+        self.capture.clear_preroll()
+        self._run(self.coordinator.commands())
+
+    def item(self, item_id: str) -> ev.Item:
+        found = self._items.get(item_id)
+        if found is None:
+            raise ItemNotFound(f"no item {item_id[:64]!r} in this session")
+        return found
+
+    async def delete_item(self, item_id: str) -> None:
+        """``conversation.item.delete``: the item leaves the model's history (a tombstone in the
+        journal; the journal itself is append-only)."""
+        self.item(item_id)
+        await self._append(
+            f"{self._event_prefix}:{item_id}:deleted", EventKind.ITEM_DELETED, {"item_id": item_id}
+        )
+        del self._items[item_id]
+        self._send(ev.ItemDeleted(item_id))
+
+    async def truncate_item(self, item_id: str, audio_end_ms: int) -> None:
+        """``conversation.item.truncate``: the person heard ``audio_end_ms`` of an answer. While
+        the response runs this is its playback report; afterwards the journal is amended."""
+        self.item(item_id)
+        response = next((r for r in self._responses.values() if r.events.item_id == item_id), None)
+        if response is None:
+            raise ItemNotFound(f"item {item_id[:64]!r} is not an answer with audio")
+        tracker = response.tracker
+        if audio_end_ms > tracker.sent_ms + 1:
+            raise ValueError(
+                f"audio_end_ms {audio_end_ms} is beyond the item's audio ({tracker.sent_ms:.0f} ms)"
+            )
+        if not response.finalized:
+            tracker.on_client_played(float(audio_end_ms))
+            response.played_report.set()
+        else:
+            heard = tracker.heard_text(float(audio_end_ms))
+            await self._append(
+                f"{self._event_prefix}:{item_id}:truncated:{audio_end_ms}",
+                EventKind.ITEM_TRUNCATED,
+                {"item_id": item_id, "heard_text": heard},
+            )
+        self._send(ev.ItemTruncated(item_id, 0, audio_end_ms))
 
     def commit(self) -> bool:
         ok = self.coordinator.commit(self.clock())
@@ -304,10 +463,7 @@ class Engine:
                 self._on_pause(command)
             elif isinstance(command, UserSpeechResumed):
                 self.capture.resume()
-                self._emit(
-                    "input_audio_buffer.speech_started",
-                    {"item_id": self._item_id(command.turn_id), "resumed": True},
-                )
+                self._send(ev.SpeechStarted(round(self._stream_ms), self._item_id(command.turn_id)))
             elif isinstance(command, DropUtterance):
                 self.capture.drop()
             elif isinstance(command, CommitUserTurn):
@@ -318,24 +474,37 @@ class Engine:
                 self._on_interrupt(command)
         self._arm_timer()
 
+    def _new_item_id(self) -> str:
+        return f"{self._item_prefix}_{uuid.uuid4().hex[:12]}"
+
+    def _send(self, event: ev.ServerEvent) -> None:
+        """Send ``event``; the conversation's items are kept (bounded) as they are announced,
+        for ``retrieve``, ``delete`` and ``truncate``."""
+        if isinstance(event, ev.ItemAdded | ev.ItemDone):
+            item = event.item
+            self._items[item.id] = item
+            if isinstance(event, ev.ItemAdded):
+                self._last_item_id = item.id
+            while len(self._items) > MAX_ITEMS_KEPT:
+                del self._items[next(iter(self._items))]
+        self.sink.send(event)
+
     def _begin_utterance(self, command: UserSpeechStarted) -> None:
         now = self.clock()
         self.capture.begin(command.turn_id, command.at, now)
-        self._emit(
-            "input_audio_buffer.speech_started",
-            {
-                "item_id": self._item_id(command.turn_id),
-                "audio_start_ms": round(self._stream_ms - (now - command.at) * 1000.0),
-            },
+        self._send(
+            ev.SpeechStarted(
+                audio_start_ms=max(0, round(self._stream_ms - (now - command.at) * 1000.0)),
+                item_id=self._item_id(command.turn_id),
+            )
         )
 
     def _on_pause(self, command: UserSpeechStopped) -> None:
-        self._emit(
-            "input_audio_buffer.speech_stopped",
-            {
-                "item_id": self._item_id(command.turn_id),
-                "audio_end_ms": round(self._stream_ms - (self.clock() - command.at) * 1000.0),
-            },
+        self._send(
+            ev.SpeechStopped(
+                audio_end_ms=max(0, round(self._stream_ms - (self.clock() - command.at) * 1000.0)),
+                item_id=self._item_id(command.turn_id),
+            )
         )
         audio = self.capture.pause(command.at)
         utterance = self.capture.utterance
@@ -360,7 +529,31 @@ class Engine:
             # VAD has not seen the pause yet.
             self._vad.reset()
         generation = self.coordinator.generation
-        response = _Response(generation, command.turn_id, f"resp_{uuid.uuid4().hex[:16]}")
+        typed = command.reason == "text"
+        options = (self._next_options if typed else None) or ResponseOptions()
+        self._next_options = None
+        audio = self.audio_out if options.audio is None else options.audio
+        events = ResponseEvents(
+            response_id=f"resp_{uuid.uuid4().hex[:16]}",
+            item_id=self._new_item_id(),
+            generation=generation,
+            audio=audio,
+            in_conversation=options.in_conversation,
+            conversation_id=self.thread.thread_id,
+        )
+        response = _Response(
+            generation, command.turn_id, events.response_id, events, options=options
+        )
+        if typed:
+            response.pending, self._pending = self._pending, []
+            if self._exchange is not None and self._exchange[1]:
+                calls, results, last_input = self._exchange
+                response.tool_calls = tuple(c for c in calls if c.call_id in results)
+                response.tool_results = tuple(results[c.call_id] for c in response.tool_calls)
+                self._last_input = last_input
+            self._exchange = None
+        else:
+            response.respond = self.auto_respond
         response.marks["committed"] = self.clock()
         utterance = self.capture.take()
         if utterance is not None and utterance.speech_end_at is not None:
@@ -370,10 +563,11 @@ class Engine:
         self._responses[generation] = response
         for old in [g for g in self._responses if g < generation - 4]:
             del self._responses[old]
-        self._emit(
-            "input_audio_buffer.committed" if command.text is None else "conversation.item.created",
-            {"item_id": self._item_id(command.turn_id), "reason": command.reason},
-        )
+        if not typed:
+            item = self._user_audio_item(command.turn_id, None, "in_progress")
+            previous = self._last_item_id
+            self._send(ev.InputAudioBufferCommitted(item.id, previous))
+            self._send(ev.ItemAdded(item, previous))
         response.task = self._spawn(
             self._respond(response, command.text, utterance), f"response-{generation}"
         )
@@ -382,14 +576,7 @@ class Engine:
         response = self._responses.get(command.generation)
         if response is None:
             return
-        self._emit(
-            "openrealtime.response.interrupted",
-            {
-                "response_id": response.response_id,
-                "generation": command.generation,
-                "reason": command.reason,
-            },
-        )
+        self._send(ev.ResponseInterrupted(response.response_id, command.generation, command.reason))
         response.cancelled = True
         if response.task is not None and not response.recording:
             # While the user's words are still being recorded the task runs on and stops
@@ -404,26 +591,33 @@ class Engine:
     ) -> None:
         # Long-term memory is read while the input is transcribed and journaled.
         memory_read = self._spawn(self.memory.read(), "memory-read") if self.memory else None
+        options = response.options
         try:
-            text, user_seq = await self._record_user_input(response, text, utterance)
+            if response.pending is not None:
+                text, user_seq = await self._typed_input(response)
+            else:
+                text, user_seq = await self._record_user_input(response, text, utterance)
             response.recording = False
             if response.cancelled:
                 return
-            if not text:
-                response.finalized = True
-                self._emit_done(response, "cancelled", reason="empty_input")
+            if text:
+                self._last_input = text
+            elif response.tool_results or response.pending is not None:
+                text = self._last_input  # a continuation: the turn's input is the last one
+            if not text or not response.respond:
+                response.finalized = True  # nothing to answer (silence, or no auto-response)
                 self._response_finished(response)
                 return
-            content = await self._turn_content(text, before_seq=user_seq, memory=memory_read)
-            self._emit(
-                "response.created",
-                {"response": {"id": response.response_id, "generation": response.generation}},
+            if not options.in_conversation:
+                user_seq = None if options.input_text is None else user_seq
+                text = options.input_text or text
+            content = await self._turn_content(
+                text, before_seq=user_seq, memory=memory_read, instructions=options.instructions
             )
+            events = response.events
+            events.previous_item_id = self._last_item_id
+            self._send_all(events.created())
             await self._speak(response, content)
-            self._emit(
-                "response.output_audio.done",
-                {"response_id": response.response_id, "generation": response.generation},
-            )
             await self._await_playout(response)
             await self._finalize(response, interrupted=False)
             self._response_finished(response)
@@ -433,11 +627,43 @@ class Engine:
             self._emit_error(error.code, str(error), retryable=error.retryable)
             if not response.finalized:
                 response.finalized = True
-                self._emit_done(response, "failed", reason=error.code)
+                self._send_all(
+                    response.events.done(
+                        "failed",
+                        error={"type": "server_error", "code": error.code, "message": str(error)},
+                    )
+                )
             self._response_finished(response)
         finally:
             if memory_read is not None and not memory_read.done():
                 memory_read.cancel()
+
+    async def _typed_input(self, response: _Response) -> tuple[str, int | None]:
+        """The text items added since the last response (already being journaled) and the
+        seq of the first, so the history before it is what the model sees as context."""
+        pending = response.pending or []
+        seq: int | None = None
+        for index, item in enumerate(pending):
+            stored = await item.write
+            if index == 0 and stored and stored[-1].seq > 0:
+                seq = stored[-1].seq
+        for item in pending:
+            self._spawn_memory(item.text, await item.write)
+        return "\n".join(item.text for item in pending), seq
+
+    def _spawn_memory(self, text: str, stored: list[JournalEvent]) -> None:
+        if self.memory is not None and stored:
+            seq = stored[-1].seq if stored[-1].seq > 0 else None
+            self._spawn(
+                self.memory.on_user_final(
+                    text, thread_id=self.thread.thread_id, seq=seq, at=stored[-1].created_at
+                ),
+                "memory-extract",
+            )
+
+    def _user_audio_item(self, turn_id: int, transcript: str | None, status: str) -> ev.MessageItem:
+        part = ev.ContentPart("input_audio", transcript=transcript)
+        return ev.MessageItem(self._item_id(turn_id), "user", (part,), status=status)
 
     async def _record_user_input(
         self, response: _Response, text: str | None, utterance: Utterance | None
@@ -452,25 +678,26 @@ class Engine:
                 if utterance.asr_done is not None:
                     response.marks["asr_done"] = utterance.asr_done
             text = transcript.text.strip()
-            self._emit(
-                "conversation.item.input_audio_transcription.completed",
-                {"item_id": self._item_id(response.turn_id), "transcript": text},
+            item_id = self._item_id(response.turn_id)
+            seconds = utterance.samples / INPUT_SAMPLE_RATE if utterance is not None else 0.0
+            self._send(
+                ev.TranscriptionCompleted(item_id, text, ev.DurationUsage(round(seconds, 3)))
             )
+            item = self._user_audio_item(response.turn_id, text, "completed")
+            self._send(ev.ItemDone(item))
         seq: int | None = None
         if text:
             stored = await self._append(
                 f"{self._event_prefix}:{response.turn_id}:user",
                 EventKind.USER_INPUT,
-                {"text": text, "source": "text" if utterance is None else "voice"},
+                {
+                    "text": text,
+                    "source": "text" if utterance is None else "voice",
+                    "item_id": self._item_id(response.turn_id),
+                },
             )
             seq = stored[-1].seq if stored and stored[-1].seq > 0 else None
-            if self.memory is not None and stored:
-                self._spawn(
-                    self.memory.on_user_final(
-                        text, thread_id=self.thread.thread_id, seq=seq, at=stored[-1].created_at
-                    ),
-                    "memory-extract",
-                )
+            self._spawn_memory(text, stored)
         return text, seq
 
     async def _memory_data(self, read: asyncio.Task[str | None] | None) -> str | None:
@@ -491,13 +718,16 @@ class Engine:
         *,
         before_seq: int | None,
         memory: asyncio.Task[str | None] | None = None,
+        instructions: str | None = None,
     ) -> TurnContent:
         persona = self.persona
+        instructions = persona.instructions if instructions is None else instructions
+        tools = (*self.tool_specs, *self.client_tools)
         if before_seq is not None:
             context = await self.history.context(
                 self.thread,
-                instructions=persona.instructions,
-                tools=self.tool_specs,
+                instructions=instructions,
+                tools=tools,
                 current_input=current_input,
                 language=persona.language,
                 before_seq=before_seq,
@@ -508,12 +738,12 @@ class Engine:
             events = await self.journal.read_tail(self.thread, self.settings.history_events + 1)
             context = render_context(events[:-1], persona.language)
         return TurnContent(
-            instructions=persona.instructions,
+            instructions=instructions,
             conversation_context=context,
             current_input=current_input,
             language=persona.language,
             memory_data=await self._memory_data(memory),
-            tools=self.tool_specs,
+            tools=tools,
         )
 
     async def _speak(self, response: _Response, content: TurnContent) -> None:
@@ -545,13 +775,20 @@ class Engine:
         self, response: _Response, content: TurnContent, sentences: asyncio.Queue[str | None]
     ) -> None:
         splitter = SentenceSplitter()
+        request = dataclasses.replace(
+            content.to_brain_input(session=self.voice_session_id),
+            tool_calls=response.tool_calls,
+            tool_results=response.tool_results,
+        )
         stream = run_brain_with_tools(
             self.plugins.brain,
-            content.to_brain_input(session=self.voice_session_id),
+            request,
             self.tools,
             max_rounds=self.settings.max_tool_rounds,
             tool_timeout=self.settings.tool_timeout_s,
+            client_tools=frozenset(t.name for t in self.client_tools),
         )
+        events = response.events
         # Tools run between a call and its result: the brain's idle watchdog must outlast them.
         idle = self.settings.brain_timeout_s + self.settings.tool_timeout_s
         loop = asyncio.get_running_loop()
@@ -566,14 +803,9 @@ class Engine:
                         continue
                     if "brain_first_token" not in response.marks:
                         response.marks["brain_first_token"] = self.clock()
-                    self._emit(
-                        "response.output_text.delta",
-                        {
-                            "response_id": response.response_id,
-                            "generation": response.generation,
-                            "delta": delta.text,
-                        },
-                    )
+                    self._send_all(events.text_delta(delta.text))
+                    if not events.audio:
+                        continue
                     for sentence in splitter.feed(delta.text):
                         watchdog.reschedule(None)
                         await sentences.put(sentence)
@@ -582,27 +814,54 @@ class Engine:
             raise PluginTimeout(f"brain was silent for more than {idle}s") from e
         finally:
             await _aclose(stream)
-        for sentence in splitter.flush():
+        for sentence in splitter.flush() if events.audio else ():
             await sentences.put(sentence)
         await sentences.put(None)
 
     async def _journal_tool(self, response: _Response, delta: BrainDelta) -> None:
+        """Journal a tool call or result and show it as an item: a client function is an
+        output item of the response (the client runs it); a server tool (knowledge search) is
+        shown as conversation items only, so a client never tries to run it."""
         prefix = f"{self._event_prefix}:{response.turn_id}:{response.generation}"
+        in_conversation = response.options.in_conversation
         if delta.tool_call is not None:
             call = delta.tool_call
-            await self._append(
-                f"{prefix}:tool_call:{call.call_id}",
-                EventKind.TOOL_CALL,
-                {"call_id": call.call_id, "name": call.name, "arguments": call.arguments},
-            )
-        elif delta.tool_result is not None:
+            item_id = self._new_item_id()
+            client = any(t.name == call.name for t in self.client_tools)
+            if client:
+                self._send_all(
+                    response.events.function_call(item_id, call.call_id, call.name, call.arguments)
+                )
+                known = self._exchange[0] if self._exchange else ()
+                self._exchange = ((*known, call), {}, self._last_input)
+            else:
+                item = ev.FunctionCallItem(
+                    item_id, call.call_id, call.name, _arguments_json(call.arguments)
+                )
+                if in_conversation:
+                    previous = self._last_item_id
+                    self._send(ev.ItemAdded(item, previous))
+                    self._send(ev.ItemDone(item, previous))
+            if in_conversation:
+                await self._append(
+                    f"{prefix}:tool_call:{call.call_id}",
+                    EventKind.TOOL_CALL,
+                    {"call_id": call.call_id, "name": call.name, "arguments": call.arguments,
+                     "item_id": item_id},
+                )  # fmt: skip
+        elif delta.tool_result is not None and in_conversation:
             result = delta.tool_result
+            item_id = self._new_item_id()
+            output = ev.FunctionCallOutputItem(item_id, result.call_id, result.content)
+            previous = self._last_item_id
+            self._send(ev.ItemAdded(output, previous))
             await self._append(
                 f"{prefix}:tool_result:{result.call_id}",
                 EventKind.TOOL_RESULT,
                 {"call_id": result.call_id, "name": result.name, "content": result.content,
-                 "is_error": result.is_error},
+                 "is_error": result.is_error, "item_id": item_id},
             )  # fmt: skip
+            self._send(ev.ItemDone(output, previous))
 
     async def _synthesize(
         self, response: _Response, sentences: asyncio.Queue[str | None], pacer: Pacer
@@ -648,7 +907,7 @@ class Engine:
         """Write one message of a response's audio (the pacer decides when)."""
         tracker = response.tracker
         first = tracker.first_sent_at is None
-        self.sink.send_audio(response.generation, frame.tobytes())
+        self._send_all(response.events.audio_delta(frame.tobytes()))
         tracker.on_sent(duration_ms(frame.size, self.settings.output_sample_rate), now)
         if first:
             response.marks["first_audio_sent"] = now
@@ -700,9 +959,13 @@ class Engine:
             return
         response.finalized = True
         tracker = response.tracker
-        text = tracker.text
-        heard = tracker.heard_text(tracker.played_ms(self.clock())) if interrupted else text
-        if text:
+        events = response.events
+        if events.audio:
+            text = tracker.text
+            heard = tracker.heard_text(tracker.played_ms(self.clock())) if interrupted else text
+        else:
+            text = heard = events.text  # text only: what was sent is what was read
+        if text and response.options.in_conversation:
             await self._append(
                 f"{self._event_prefix}:{response.turn_id}:assistant:{response.generation}",
                 EventKind.ASSISTANT_OUTPUT,
@@ -711,17 +974,17 @@ class Engine:
                     "heard_text": heard,
                     "interrupted": interrupted,
                     "generation": response.generation,
+                    "item_id": events.item_id,
                 },
             )
-        if text:
             self._spawn(self._compact(), "compaction")
-        self._emit_done(
-            response,
+        done = events.done(
             "cancelled" if interrupted else "completed",
-            reason=reason,
-            text=text,
+            reason=_GA_REASONS.get(reason or "", "turn_detected") if interrupted else None,
             heard=heard,
+            text=text,
         )
+        self._send_all(done)
 
     async def _compact(self) -> None:
         try:
@@ -735,39 +998,14 @@ class Engine:
 
     # ------------------------------------------------------------ output helpers
 
-    def _emit_done(
-        self,
-        response: _Response,
-        status: str,
-        *,
-        reason: str | None = None,
-        text: str = "",
-        heard: str = "",
-    ) -> None:
-        self._emit(
-            "response.done",
-            {
-                "response": {
-                    "id": response.response_id,
-                    "generation": response.generation,
-                    "status": status,
-                    "status_details": {"reason": reason} if reason else None,
-                    "output_text": text,
-                    "heard_text": heard,
-                    "interrupted": status == "cancelled" and reason != "empty_input",
-                }
-            },
-        )
-
     def _emit_latency(self, response: _Response) -> None:
         marks = response.marks
         origin = marks.get("vad_end", marks["committed"])
-        self._emit(
-            "openrealtime.turn.latency",
-            {
-                "response_id": response.response_id,
-                "generation": response.generation,
-                "latency_ms": {
+        self._send(
+            ev.TurnLatency(
+                response_id=response.response_id,
+                generation=response.generation,
+                latency_ms={
                     name: round((marks[name] - origin) * 1000.0, 2)
                     for name in (
                         "committed",
@@ -780,32 +1018,25 @@ class Engine:
                     )
                     if name in marks
                 },
-                "origin": "vad_end" if "vad_end" in marks else "committed",
-            },
+                origin="vad_end" if "vad_end" in marks else "committed",
+            )
         )
 
     def _emit_error(self, code: str, message: str, *, retryable: bool) -> None:
-        self._emit(
-            "error",
-            {
-                "error": {
-                    "type": "server_error",
-                    "code": code,
-                    "message": message,
-                    "retryable": retryable,
-                }
-            },
-        )
+        self._send(ev.error(code, message, server=True, retryable=retryable))
 
     def _emit_partial(self, turn_id: int, text: str) -> None:
-        self._emit(
-            "conversation.item.input_audio_transcription.delta",
-            {"item_id": self._item_id(turn_id), "transcript": text, "partial": True},
-        )
+        """A partial transcript. GA deltas only add text: a hypothesis that rewrote earlier
+        words adds nothing for a GA client; the ``transcript`` extension field has it all."""
+        sent = self._partials.get(turn_id, "")
+        delta = text[len(sent) :] if text.startswith(sent) else ""
+        if delta:
+            self._partials = {turn_id: text}
+        self._send(ev.TranscriptionDelta(self._item_id(turn_id), delta, transcript=text))
 
-    def _emit(self, kind: str, body: dict[str, Any]) -> None:
-        event = {"type": kind, **body}
-        self.sink.send_event(event)
+    def _send_all(self, events: list[ev.ServerEvent]) -> None:
+        for event in events:
+            self._send(event)
 
     async def _append(
         self, event_id: str, kind: EventKind, payload: dict[str, Any]
@@ -851,6 +1082,10 @@ class Engine:
         error = task.exception()
         if error is not None:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
+
+
+def _arguments_json(arguments: Mapping[str, Any]) -> str:
+    return json.dumps(dict(arguments), ensure_ascii=False)
 
 
 async def _aclose(stream: object) -> None:

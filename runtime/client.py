@@ -1,6 +1,9 @@
 """A small Python client of the realtime protocol, used by the demos, benchmarks and tests.
 
-``RealtimeClient`` connects, starts a session and receives in a background task. Every server
+``RealtimeClient`` speaks the GA protocol with every extension on (docs/protocol.md): it offers
+the ``openrealtime`` subprotocol, opens with ``openrealtime.session.start`` (numbered messages,
+resume tokens, ``openrealtime.*`` events, binary audio, 16 kHz PCM input), then sends GA
+events. It receives in a background task. Every server
 message is recorded in arrival order as a ``Received`` (JSON event or audio frame) with its
 ``seq`` and arrival time; ``wait_for`` blocks until a message matching a predicate arrives.
 Messages are deduplicated by ``seq`` (a replay after a resume never shows twice).
@@ -24,8 +27,21 @@ from typing import Any
 
 import websockets
 from websockets.asyncio.client import ClientConnection
+from websockets.typing import Subprotocol
 
+from pipeline.audio import INPUT_SAMPLE_RATE
 from runtime.protocol import decode_audio
+
+SUBPROTOCOL = "openrealtime"
+
+
+def ga_turn_detection(detection: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Our older ``turn_detection`` shorthand as the GA shape (``{"type": "none"}`` → null)."""
+    if detection is None:
+        return {"type": "server_vad"}
+    if detection.get("type") == "none":
+        return None
+    return {k: v for k, v in detection.items() if k != "min_interrupt_ms"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +68,9 @@ class RealtimeClient:
         self.clock = clock
         self.messages: list[Received] = []
         self.session: dict[str, Any] = {}
+        """Our session facts (``session.openrealtime``: id, thread_id, role, resume_token …)."""
+        self.config: dict[str, Any] = {}
+        """The GA session object of ``session.created``/``session.updated``."""
         self.close_code: int | None = None
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -78,29 +97,42 @@ class RealtimeClient:
         turn_detection: dict[str, Any] | None = None,
         timeout: float = 10.0,
     ) -> dict[str, Any]:
-        self._ws = await websockets.connect(self.url, max_size=2**22, open_timeout=timeout)
+        self._ws = await self._open(timeout)
         self._reader = asyncio.create_task(self._read(), name="client-reader")
         start: dict[str, Any] = {
-            "type": "session.start",
+            "type": "openrealtime.session.start",
             "token": self.token,
-            "output_sample_rate": output_sample_rate,
+            "extensions": {"events": True, "seq": True, "binary_audio": True},
+            "session": {
+                "audio": {
+                    "input": {
+                        "format": {"type": "audio/pcm", "rate": INPUT_SAMPLE_RATE},
+                        "turn_detection": ga_turn_detection(turn_detection),
+                    },
+                    "output": {"format": {"type": "audio/pcm", "rate": output_sample_rate}},
+                }
+            },
         }
         if role_id is not None:
-            start["role_id"] = role_id
+            start["model"] = role_id
         if requested_thread_id is not None:
             start["requested_thread_id"] = requested_thread_id
         if previous_voice_session_id is not None:
             start["previous_voice_session_id"] = previous_voice_session_id
-        if turn_detection is not None:
-            start["turn_detection"] = turn_detection
         await self.send_json(start)
         created = await self.wait_for(lambda m: m.type in ("session.created", "error"), timeout)
         assert created.event is not None
         if created.type == "error":
             raise ClientClosed(json.dumps(created.event))
-        self.session = created.event["session"]
-        self.resume_token = str(created.event.get("resume_token", ""))
+        self.config = created.event["session"]
+        self.session = dict(self.config.get("openrealtime") or {})
+        self.resume_token = str(self.session.get("resume_token") or "")
         return self.session
+
+    async def _open(self, timeout: float) -> ClientConnection:
+        return await websockets.connect(
+            self.url, max_size=2**22, open_timeout=timeout, subprotocols=[Subprotocol(SUBPROTOCOL)]
+        )
 
     async def reconnect(
         self, *, attempts: int = 5, backoff: float = 0.1, timeout: float = 10.0
@@ -120,11 +152,11 @@ class RealtimeClient:
                 await asyncio.sleep(backoff * 2 ** (attempt - 1))
             await self._stop_reader()
             try:
-                self._ws = await websockets.connect(self.url, max_size=2**22, open_timeout=timeout)
+                self._ws = await self._open(timeout)
                 await self._ws.send(
                     json.dumps(
                         {
-                            "type": "session.resume",
+                            "type": "openrealtime.session.resume",
                             "token": self.token,
                             "session_id": self.session["id"],
                             "resume_token": self.resume_token,
@@ -140,7 +172,10 @@ class RealtimeClient:
                 raise ClientClosed(json.dumps(first))
             self.resume_token = str(first["resume_token"])
             self.session["id"] = first["session_id"]
-            self.session.update(first.get("session") or {})  # sent when continued elsewhere
+            continued = first.get("session")  # sent when continued elsewhere
+            if continued:
+                self.config = continued
+                self.session.update(continued.get("openrealtime") or {})
             self.reconcile = first.get("reconcile")
             if self.reconcile is not None:
                 self.reconciles.append(self.reconcile)
@@ -187,6 +222,12 @@ class RealtimeClient:
         await self.send_json({"type": "input_audio_buffer.commit"})
 
     async def send_text(self, text: str) -> None:
+        """A typed user turn, answered: ``conversation.item.create`` then ``response.create``."""
+        await self.add_text(text)
+        await self.send_json({"type": "response.create"})
+
+    async def add_text(self, text: str) -> None:
+        """A user text item only (no response is asked for)."""
         await self.send_json(
             {
                 "type": "conversation.item.create",
@@ -197,6 +238,10 @@ class RealtimeClient:
                 },
             }
         )
+
+    async def end_session(self) -> None:
+        """End the session for good (it cannot be resumed afterwards)."""
+        await self.send_json({"type": "openrealtime.session.close"})
 
     async def cancel(self) -> None:
         await self.send_json({"type": "response.cancel"})

@@ -41,11 +41,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from journal.events import EventKind, JournalEvent, ThreadRef
 from runtime.accounts import Principal
-from runtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart, TurnDetection
+from runtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart
 from runtime.resume import VoiceSessionRecord
 from runtime.roles import Role
 
@@ -103,8 +103,8 @@ class ContinueHere:
     record: VoiceSessionRecord
     thread: ThreadRef
     role: Role
-    detection: TurnDetection
-    output_sample_rate: int
+    options: dict[str, Any]
+    """What the session had negotiated (its configuration and extensions), as stored."""
     fresh_token: str
 
 
@@ -125,9 +125,10 @@ async def check_continuation(
     if record is None:
         # Someone else's thread and an unknown one look the same from here.
         raise _refuse_continuation(ErrorCode.THREAD_NOT_FOUND, "no such thread for this user")
-    if start.role_id is not None and start.role_id != record.role_id:
-        raise _refuse_continuation(ErrorCode.ROLE_MISMATCH, "the thread belongs to another role")
     role = await services.roles.get(principal.tenant, record.role_id)
+    role_name = role.name if role is not None else None
+    if start.model is not None and start.model not in (record.role_id, role_name):
+        raise _refuse_continuation(ErrorCode.ROLE_MISMATCH, "the thread belongs to another role")
     if role is None:
         raise _refuse_continuation(ErrorCode.ROLE_NOT_FOUND, "the thread's role was deleted")
     thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
@@ -191,7 +192,7 @@ async def _claim(
     *,
     live: LiveLookup,
     this: object,
-) -> tuple[VoiceSessionRecord, ThreadRef, Role, TurnDetection, int] | None:
+) -> tuple[VoiceSessionRecord, ThreadRef, Role, dict[str, Any]] | None:
     """Rule 3: check the thread like a continuation and claim the next epoch; None if another
     resume claimed the session first."""
     owned = await services.threads.get(principal.tenant, principal.user, record.thread_id)
@@ -224,10 +225,8 @@ async def _claim(
                 "resumed by another connection",
             )
         held.fence(claimed.epoch)
-    options = claimed.options
-    detection = TurnDetection.model_validate(options.get("turn_detection", {}))
     thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
-    return claimed, thread, role, detection, int(options.get("output_sample_rate", 24_000))
+    return claimed, thread, role, dict(claimed.options)
 
 
 async def reconcile_from_journal(

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from journal.events import ThreadRef
 from memory.session import MemorySettings, SessionMemory
+from pipeline.events import ServerEvent
 from runtime.roles import Role, memory_enabled_for
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def session_memory(
     services: Services,
     thread: ThreadRef,
     role: Role,
-    send_event: Callable[[dict[str, Any]], None],
+    send_event: Callable[[ServerEvent], None],
 ) -> SessionMemory:
     tenant, role_id = thread.tenant, role.id
 

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import types
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from dataclasses import dataclass
 from typing import Any
 
-from runtime.protocol import encode_audio, encode_event
+from pipeline.audio_formats import PCM24K, AudioFormat, compand
+from pipeline.events import ExtensionEvent, OutputAudioDelta, ServerEvent
+from runtime.protocol import Extensions, encode_audio, encode_event
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +42,8 @@ SendText = Callable[[str], Awaitable[None]]
 SendBytes = Callable[[bytes], Awaitable[None]]
 
 
-@dataclass(slots=True)
-class _Item:
-    event: dict[str, Any] | None
-    audio: bytes | None
-    generation: int
+NO_EXTENSIONS = Extensions(events=False, seq=False, binary_audio=False)
+"""A GA-only client: no ``seq``, no extension events or fields, audio as base64 JSON."""
 
 
 class Outbox:
@@ -66,7 +66,7 @@ class Outbox:
         self.acked = 0
         self.overflowed = False
         self.failed = False
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[ServerEvent] = deque()
         self._drain: asyncio.Task[None] | None = None
         self.max_replay_bytes = max_replay_bytes
         self.max_replay_age_s = max_replay_age_s
@@ -76,14 +76,18 @@ class Outbox:
         self.detached = False
         """No connection: messages are numbered and kept for replay, not written."""
         self._replaying = False
+        self.output_format: AudioFormat = PCM24K
+        """The session's output format: G.711 audio is companded here, at the edge."""
+        self.extensions = NO_EXTENSIONS
+        """What the client negotiated (``runtime.protocol.Extensions``); set by the session."""
+        self._event_prefix = f"event_{uuid.uuid4().hex[:10]}_"
 
     # ------------------------------------------------------------ engine side (OutputSink)
 
-    def send_event(self, event: dict[str, Any]) -> None:
-        self._submit(_Item(event, None, -1))
-
-    def send_audio(self, generation: int, pcm: bytes) -> None:
-        self._submit(_Item(None, pcm, generation))
+    def send(self, event: ServerEvent) -> None:
+        if isinstance(event, ExtensionEvent) and not self.extensions.events:
+            return  # a GA-only client never sees an extension event
+        self._submit(event)
 
     def ack(self, seq: int) -> None:
         self.acked = max(self.acked, min(seq, self.seq))
@@ -135,7 +139,7 @@ class Outbox:
         if self._queue and self._drain is None:
             self._drain = asyncio.ensure_future(self._finish(None, None))
 
-    def _submit(self, item: _Item) -> None:
+    def _submit(self, item: ServerEvent) -> None:
         if self.failed:
             return
         if self.detached:
@@ -151,21 +155,32 @@ class Outbox:
             return
         self._queue.append(item)
 
-    def _encode(self, item: _Item) -> Coroutine[Any, Any, None] | None:
-        if item.audio is not None:
+    def _encode(self, item: ServerEvent) -> Coroutine[Any, Any, None] | None:
+        """Number and encode one event; None for audio of a generation no longer current."""
+        extensions = self.extensions
+        if isinstance(item, OutputAudioDelta):
             if not self.is_current(item.generation):
                 return None
-            self.seq += 1
-            audio = encode_audio(self.seq, item.generation, item.audio)
-            self._retain(self.seq, audio)
-            return _as_coroutine(self._send_bytes(audio))
-        assert item.event is not None
+            if self.output_format.kind != "audio/pcm":
+                item = dataclasses.replace(item, delta=compand(self.output_format, item.delta))
+            if extensions.binary_audio:
+                self.seq += 1
+                audio = encode_audio(self.seq, item.generation, item.delta)
+                if extensions.seq:
+                    self._retain(self.seq, audio)
+                return _as_coroutine(self._send_bytes(audio))
         self.seq += 1
-        text = encode_event(self.seq, item.event)
-        self._retain(self.seq, text)
+        text = encode_event(
+            item,
+            event_id=f"{self._event_prefix}{self.seq}",
+            seq=self.seq if extensions.seq else None,
+            extensions=extensions.events,
+        )
+        if extensions.seq:
+            self._retain(self.seq, text)
         return _as_coroutine(self._send_text(text))
 
-    def _write_now(self, item: _Item) -> None:
+    def _write_now(self, item: ServerEvent) -> None:
         coro = self._encode(item)
         if coro is None:
             return

@@ -7,10 +7,12 @@ raw frame and the limits it returns a typed message or raises ``ProtocolError`` 
 ``code``; the session turns that into an ``error`` event and carries on. Nothing a client sends
 can raise anything else out of this module.
 
-Server → client text messages are JSON objects with ``type`` and ``seq``. Server → client audio
-is a binary message: a 12-byte little-endian header (``seq`` u64, ``generation`` u32) followed by
-PCM16 mono at the session's output rate. Client → server binary messages are raw PCM16 mono
-16 kHz.
+The messages are the OpenAI Realtime GA protocol's (``openai`` package, ``types/realtime``);
+our extensions are namespaced ``openrealtime.*`` and opt-in (``Extensions``). Server events are
+typed values (``pipeline.events``) written by ``encode_event``: GA JSON with an ``event_id``
+(and ``seq`` when negotiated). With the ``binary_audio`` extension, audio travels as binary
+messages: server → client a 12-byte little-endian header (``seq`` u64, ``generation`` u32) and
+PCM16 at the session's output rate; client → server raw PCM16 in the session's input format.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from pipeline.audio import INPUT_SAMPLE_RATE
+from pipeline.events import ServerEvent, wire
 
 AUDIO_HEADER = struct.Struct("<QI")
 
@@ -40,7 +43,8 @@ class CloseCode:
     UNAUTHORIZED = 4001
     FORBIDDEN = 4003
     START_TIMEOUT = 4008
-    """No valid ``session.start`` in time."""
+    """A connection in first-message mode sent no valid ``openrealtime.session.start`` (or
+    ``.resume``) in time."""
     TOO_MANY_ERRORS = 4009
     SUPERSEDED = 4012
     """Another connection resumed this session (the older connection is fenced off)."""
@@ -77,13 +81,23 @@ class ErrorCode:
     NO_RESPONSE = "response_cancel_not_active"
     TEXT_TOO_LONG = "text_too_long"
     MICROPHONE_PAUSED = "microphone_paused"
+    UNKNOWN_PARAMETER = "unknown_parameter"
+    INVALID_VALUE = "invalid_value"
+    UNSUPPORTED = "unsupported_parameter"
+    ITEM_NOT_FOUND = "item_not_found"
+    BINARY_NOT_NEGOTIATED = "binary_audio_not_negotiated"
 
 
 class ProtocolError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(
+        self, code: str, message: str, *, param: str | None = None, event_id: str | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.param = param
+        """The offending parameter's path (``session.audio.input.format.rate``), GA style."""
+        self.event_id = event_id
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +113,10 @@ class Limits:
 
 
 # ---------------------------------------------------------------- client messages
+#
+# GA client events (the ``openai`` package's ``types/realtime`` names and fields), then our
+# extensions (``openrealtime.*``). The session configuration of ``session.update`` lives in
+# ``runtime.session_config``.
 
 
 class _Message(BaseModel):
@@ -106,32 +124,10 @@ class _Message(BaseModel):
     event_id: str | None = Field(default=None, max_length=128)
 
 
-class TurnDetection(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    type: Literal["server_vad", "none"] = "server_vad"
-    silence_duration_ms: int | None = Field(default=None, ge=0, le=10_000)
-    min_interrupt_ms: int | None = Field(default=None, ge=0, le=5_000)
-
-
-class SessionStart(_Message):
-    type: Literal["session.start"]
-    token: str | None = Field(default=None, max_length=512)
-    role_id: str | None = Field(default=None, max_length=128)
-    requested_thread_id: str | None = Field(default=None, max_length=128)
-    """Continue this thread (with ``previous_voice_session_id``) instead of starting one."""
-    previous_voice_session_id: str | None = Field(default=None, max_length=128)
-    output_sample_rate: Literal[16000, 22050, 24000, 48000] = 24000
-    turn_detection: TurnDetection = TurnDetection()
-
-
-class SessionResume(_Message):
-    """Pick up a session after a dropped connection (first message of the new connection)."""
-
-    type: Literal["session.resume"]
-    token: str | None = Field(default=None, max_length=512)
-    session_id: str = Field(max_length=128)
-    resume_token: str = Field(max_length=512)
-    last_seq: int = Field(ge=0)
+class SessionUpdate(_Message):
+    type: Literal["session.update"]
+    session: dict[str, Any]
+    """Validated by ``runtime.session_config.apply_update`` (errors name the parameter)."""
 
 
 class AudioAppend(_Message):
@@ -143,26 +139,129 @@ class AudioCommit(_Message):
     type: Literal["input_audio_buffer.commit"]
 
 
-class InputText(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-    type: Literal["input_text"]
-    text: str
+class AudioClear(_Message):
+    type: Literal["input_audio_buffer.clear"]
 
 
-class UserItem(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class ContentIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["input_text", "input_audio", "text", "output_text", "output_audio", "audio"]
+    text: str | None = None
+    audio: str | None = Field(default=None, max_length=1_000_000)
+    transcript: str | None = None
+
+
+class MessageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
     type: Literal["message"] = "message"
-    role: Literal["user"]
-    content: list[InputText] = Field(min_length=1, max_length=16)
+    id: str | None = Field(default=None, max_length=64)
+    object: Literal["realtime.item"] | None = None
+    status: Literal["completed", "incomplete", "in_progress"] | None = None
+    role: Literal["user", "system", "assistant"]
+    content: list[ContentIn] = Field(min_length=1, max_length=16)
+
+
+class FunctionCallOutputIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["function_call_output"]
+    id: str | None = Field(default=None, max_length=64)
+    object: Literal["realtime.item"] | None = None
+    status: Literal["completed", "incomplete", "in_progress"] | None = None
+    call_id: str = Field(max_length=128)
+    output: str
 
 
 class ItemCreate(_Message):
     type: Literal["conversation.item.create"]
-    item: UserItem
+    previous_item_id: str | None = Field(default=None, max_length=64)
+    item: Annotated[MessageIn | FunctionCallOutputIn, Field(discriminator="type")]
+
+
+class ItemRetrieve(_Message):
+    type: Literal["conversation.item.retrieve"]
+    item_id: str = Field(max_length=64)
+
+
+class ItemDelete(_Message):
+    type: Literal["conversation.item.delete"]
+    item_id: str = Field(max_length=64)
+
+
+class ItemTruncate(_Message):
+    type: Literal["conversation.item.truncate"]
+    item_id: str = Field(max_length=64)
+    content_index: int = Field(ge=0, le=0)
+    audio_end_ms: int = Field(ge=0)
+
+
+class ResponseParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    instructions: str | None = Field(default=None, max_length=20_000)
+    output_modalities: list[Literal["audio", "text"]] | None = Field(
+        default=None, min_length=1, max_length=1
+    )
+    conversation: Literal["auto", "none"] | None = None
+    input: list[Annotated[MessageIn | FunctionCallOutputIn, Field(discriminator="type")]] | None = (
+        Field(default=None, max_length=16)
+    )
+    max_output_tokens: int | Literal["inf"] | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    tool_choice: Any = None
+    """Accepted as in ``session.update``; per response it has no effect yet (documented)."""
+
+
+class ResponseCreate(_Message):
+    type: Literal["response.create"]
+    response: ResponseParams | None = None
 
 
 class ResponseCancel(_Message):
     type: Literal["response.cancel"]
+    response_id: str | None = Field(default=None, max_length=64)
+
+
+class OutputAudioBufferClear(_Message):
+    type: Literal["output_audio_buffer.clear"]
+
+
+# ---------------------------------------------------------------- extensions
+
+
+class Extensions(BaseModel):
+    """What a client opts into (docs/protocol.md, *Extensions*)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    events: bool = True
+    """``openrealtime.*`` events and extension fields."""
+    seq: bool = True
+    """Every message numbered (``seq``), acks, the replay window and resume tokens."""
+    binary_audio: bool = False
+    """Audio as binary frames both ways instead of base64 JSON."""
+
+
+class SessionStart(_Message):
+    """First message of a connection that offered the ``openrealtime`` subprotocol: start a
+    session (optionally continuing a thread) with extensions on."""
+
+    type: Literal["openrealtime.session.start"]
+    token: str | None = Field(default=None, max_length=512)
+    model: str | None = Field(default=None, max_length=128)
+    """The agent role (id or name); the tenant's default role otherwise."""
+    requested_thread_id: str | None = Field(default=None, max_length=128)
+    previous_voice_session_id: str | None = Field(default=None, max_length=128)
+    extensions: Extensions = Extensions()
+    session: dict[str, Any] | None = None
+    """A GA session configuration applied before ``session.created`` (as ``session.update``)."""
+
+
+class SessionResume(_Message):
+    """Pick up a session after a dropped connection (first message of the new connection)."""
+
+    type: Literal["openrealtime.session.resume"]
+    token: str | None = Field(default=None, max_length=512)
+    session_id: str = Field(max_length=128)
+    resume_token: str = Field(max_length=512)
+    last_seq: int = Field(ge=0)
 
 
 class InputPause(_Message):
@@ -185,16 +284,23 @@ class Ack(_Message):
 
 
 class SessionClose(_Message):
-    type: Literal["session.close"]
+    type: Literal["openrealtime.session.close"]
 
 
 ClientMessage = Annotated[
-    SessionStart
-    | SessionResume
+    SessionUpdate
     | AudioAppend
     | AudioCommit
+    | AudioClear
     | ItemCreate
+    | ItemRetrieve
+    | ItemDelete
+    | ItemTruncate
+    | ResponseCreate
     | ResponseCancel
+    | OutputAudioBufferClear
+    | SessionStart
+    | SessionResume
     | InputPause
     | InputResume
     | PlaybackProgress
@@ -205,17 +311,24 @@ ClientMessage = Annotated[
 _ADAPTER: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 KNOWN_TYPES = frozenset(
     {
-        "session.start",
-        "session.resume",
+        "session.update",
         "input_audio_buffer.append",
         "input_audio_buffer.commit",
+        "input_audio_buffer.clear",
         "conversation.item.create",
+        "conversation.item.retrieve",
+        "conversation.item.delete",
+        "conversation.item.truncate",
+        "response.create",
         "response.cancel",
+        "output_audio_buffer.clear",
+        "openrealtime.session.start",
+        "openrealtime.session.resume",
         "openrealtime.input.pause",
         "openrealtime.input.resume",
         "openrealtime.playback",
         "openrealtime.ack",
-        "session.close",
+        "openrealtime.session.close",
     }
 )
 
@@ -246,42 +359,72 @@ def parse_client_message(data: str | bytes, limits: Limits) -> ClientMessage | A
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "a message needs a string 'type'")
     if kind not in KNOWN_TYPES:
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind[:64]!r}")
+    event_id = raw.get("event_id") if isinstance(raw.get("event_id"), str) else None
     try:
         message = _ADAPTER.validate_python(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise ProtocolError(
-            ErrorCode.INVALID_MESSAGE, f"{kind}: {where}: {first.get('msg')}"
-        ) from None
+        raise validation_error(e, kind=kind, event_id=event_id) from None
     if isinstance(message, ItemCreate):
-        text = "".join(part.text for part in message.item.content)
-        if len(text) > limits.max_text_chars:
+        item = message.item
+        if isinstance(item, MessageIn):
+            size = sum(len(part.text or part.transcript or "") for part in item.content)
+        else:
+            size = len(item.output)
+        if size > limits.max_text_chars:
             raise ProtocolError(
-                ErrorCode.TEXT_TOO_LONG, f"text is longer than {limits.max_text_chars} characters"
+                ErrorCode.TEXT_TOO_LONG,
+                f"text is longer than {limits.max_text_chars} characters",
+                param="item.content",
+                event_id=event_id,
             )
     return message
 
 
-def decode_append(message: AudioAppend, limits: Limits) -> AudioFrame:
+def validation_error(
+    error: ValidationError, *, kind: str, event_id: str | None, prefix: tuple[str, ...] = ()
+) -> ProtocolError:
+    """A pydantic error as a GA-shaped one: an unknown field is ``unknown_parameter``, a bad
+    value ``invalid_value``; ``param`` names where (``session.audio.input.format.rate``)."""
+    first = error.errors()[0]
+    loc = (*prefix, *(str(p) for p in first.get("loc", ()) if not isinstance(p, int)))
+    # Discriminated unions put the tag in the path ("item.message.content"): leave it out.
+    where = ".".join(p for p in loc if p not in _UNION_TAGS)
+    extra = first.get("type") == "extra_forbidden"
+    code = ErrorCode.UNKNOWN_PARAMETER if extra else ErrorCode.INVALID_VALUE
+    text = "unknown parameter" if extra else str(first.get("msg"))
+    return ProtocolError(code, f"{kind}: {where}: {text}", param=where or None, event_id=event_id)
+
+
+_UNION_TAGS = frozenset(
+    {"message", "function_call_output", "server_vad", "semantic_vad", "audio/pcm",
+     "audio/pcmu", "audio/pcma", "function", "str", "int", "literal['inf']", "dict[str,any]"}
+)  # fmt: skip
+
+
+def decode_append(message: AudioAppend) -> bytes:
     try:
-        pcm = base64.b64decode(message.audio, validate=True)
+        return base64.b64decode(message.audio, validate=True)
     except (binascii.Error, ValueError):
-        raise ProtocolError(ErrorCode.INVALID_AUDIO, "audio is not valid base64") from None
-    return check_audio(pcm, limits)
+        raise ProtocolError(
+            ErrorCode.INVALID_AUDIO, "audio is not valid base64", param="audio"
+        ) from None
 
 
-def check_audio(pcm: bytes, limits: Limits) -> AudioFrame:
-    if len(pcm) % 2:
+def check_audio(
+    data: bytes, limits: Limits, *, bytes_per_second: int = INPUT_SAMPLE_RATE * 2
+) -> AudioFrame:
+    """Bound one chunk of input audio by duration in the session's input format
+    (``bytes_per_second``: 48,000 for 24 kHz PCM16, 8,000 for G.711)."""
+    if bytes_per_second > 8_000 and len(data) % 2:
         raise ProtocolError(
             ErrorCode.ODD_LENGTH_AUDIO, "PCM16 audio must have an even number of bytes"
         )
-    if len(pcm) > limits.max_audio_frame_bytes:
+    if len(data) * 1000 > limits.max_audio_frame_ms * bytes_per_second:
         raise ProtocolError(
             ErrorCode.AUDIO_FRAME_TOO_LONG,
-            f"an audio frame may hold at most {limits.max_audio_frame_ms} ms",
+            f"an audio chunk may hold at most {limits.max_audio_frame_ms} ms",
         )
-    return AudioFrame(pcm)
+    return AudioFrame(data)
 
 
 def _too_large(size: int, limits: Limits) -> str:
@@ -291,11 +434,18 @@ def _too_large(size: int, limits: Limits) -> str:
 # ---------------------------------------------------------------- server messages
 
 
-def encode_event(seq: int, event: dict[str, Any]) -> str:
-    return json.dumps({**event, "seq": seq}, ensure_ascii=False, separators=(",", ":"))
+def encode_event(event: ServerEvent, *, event_id: str, seq: int | None, extensions: bool) -> str:
+    """The one encoder of server events (``pipeline.events`` Rule 2): GA JSON with
+    ``event_id``, and ``seq`` when the client negotiated it."""
+    body = wire(event, extensions=extensions)
+    body["event_id"] = event_id
+    if seq is not None:
+        body["seq"] = seq
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
 def encode_audio(seq: int, generation: int, pcm: bytes) -> bytes:
+    """An audio delta as a binary frame (the ``binary_audio`` extension)."""
     return AUDIO_HEADER.pack(seq, generation) + pcm
 
 
@@ -303,15 +453,3 @@ def decode_audio(data: bytes) -> tuple[int, int, bytes]:
     """Client side: split a server audio message into (seq, generation, pcm)."""
     seq, generation = AUDIO_HEADER.unpack_from(data)
     return seq, generation, data[AUDIO_HEADER.size :]
-
-
-def error_event(code: str, message: str, *, retryable: bool = False) -> dict[str, Any]:
-    return {
-        "type": "error",
-        "error": {
-            "type": "invalid_request_error",
-            "code": code,
-            "message": message,
-            "retryable": retryable,
-        },
-    }

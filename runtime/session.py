@@ -2,6 +2,14 @@
 
 Theory of operation
 -------------------
+Opening (docs/protocol.md). A GA client authenticates with ``Authorization: Bearer`` (or the
+browser convention, the subprotocol ``openai-insecure-api-key.<token>``) and gets
+``session.created`` at once; ``?model=`` picks the agent role (id or name, else the tenant's
+default; a client secret's role wins). A client that offers the ``openrealtime`` subprotocol
+sends a first message instead — ``openrealtime.session.start`` (token, role, thread to continue,
+extensions) or ``openrealtime.session.resume`` — within ``start_timeout_s`` (else 4008).
+Credentials never travel in the URL.
+
 The receive loop parses each client message (``runtime.protocol``) and hands it to the engine;
 a bad message becomes an ``error`` event and the loop goes on (after ``max_errors_per_session``
 of them the session closes with 4009). Everything the server sends goes through one bounded
@@ -23,17 +31,22 @@ and the session's user/assistant items from the journal, which the client shows 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import dataclasses
 import logging
 import uuid
 from typing import TYPE_CHECKING
 
+import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from journal.events import ThreadRef
 from knowledge.tool import make_knowledge_tool
-from pipeline.audio import pcm_from_bytes
-from pipeline.engine import Engine, EngineSettings, Persona
+from pipeline import events as ev
+from pipeline.audio_formats import AudioFormat, AudioFormatError, InboundAudio
+from pipeline.engine import Engine, EngineSettings, ItemNotFound, Persona, ResponseOptions
 from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
@@ -47,36 +60,58 @@ from runtime.continuity import (
 )
 from runtime.journal_buffer import BufferedJournal
 from runtime.memory_hook import session_memory
-from runtime.outbox import Outbox
+from runtime.outbox import NO_EXTENSIONS, Outbox
 from runtime.protocol import (
     Ack,
     AudioAppend,
+    AudioClear,
     AudioCommit,
     AudioFrame,
     CloseCode,
     ErrorCode,
+    Extensions,
+    FunctionCallOutputIn,
     InputPause,
     InputResume,
     ItemCreate,
+    ItemDelete,
+    ItemRetrieve,
+    ItemTruncate,
     Limits,
+    MessageIn,
+    OutputAudioBufferClear,
     PlaybackProgress,
     ProtocolError,
     ResponseCancel,
+    ResponseCreate,
     SessionClose,
     SessionResume,
     SessionStart,
-    TurnDetection,
+    SessionUpdate,
+    check_audio,
     decode_append,
-    error_event,
     parse_client_message,
 )
 from runtime.resume import VoiceSessionRecord
 from runtime.roles import Role
+from runtime.session_config import (
+    GA_VOICES,
+    SessionConfig,
+    TurnDetectionConfig,
+    apply_update,
+    session_json,
+)
 
 if TYPE_CHECKING:
     from runtime.services import Services
 
 log = logging.getLogger(__name__)
+
+
+FIRST_MESSAGE_PROTOCOL = "openrealtime"
+"""Offered as a WebSocket subprotocol: the first message opens the session (module doc)."""
+_KEY_PROTOCOL = "openai-insecure-api-key."
+_SECRET_QUERY_KEYS = ("resume_token", "token", "api_key", "access_token", "key")
 
 
 class _Close(Exception):
@@ -123,6 +158,10 @@ class VoiceSession:
         self._shutdown_task: asyncio.Task[None] | None = None
         self._fence_task: asyncio.Task[None] | None = None
         self._fresh_token = ""
+        self.config = SessionConfig()
+        self.role: Role | None = None
+        self.resume_token = ""
+        self._inbound = InboundAudio(self.config.input_format)
         self._task: asyncio.Task[object] | None = None
         self._close_request: _Close | None = None
         self.journal = BufferedJournal(
@@ -144,15 +183,38 @@ class VoiceSession:
         """Serve a new connection: a new session (``session.start``) or, when its first
         message is ``session.resume``, hand the connection to the session it resumes."""
         ws = self.ws
-        await ws.accept()
+        offered = [str(p) for p in ws.scope.get("subprotocols", [])]
+        first_message = FIRST_MESSAGE_PROTOCOL in offered
+        chosen = FIRST_MESSAGE_PROTOCOL if first_message else None
+        if chosen is None and "realtime" in offered:
+            chosen = "realtime"  # the browser convention's protocol name
+        await ws.accept(subprotocol=chosen)
         self._task = asyncio.current_task()
         try:
-            if "resume_token" in ws.query_params:
-                self._error(ErrorCode.TOKEN_IN_URL, "a resume token is never sent in the URL")
-                raise _Close(CloseCode.FORBIDDEN, "resume token in the URL")
+            if any(key in ws.query_params for key in _SECRET_QUERY_KEYS):
+                self._error(ErrorCode.TOKEN_IN_URL, "credentials are never sent in the URL")
+                raise _Close(CloseCode.FORBIDDEN, "credentials in the URL")
             self.principal = await self.services.authenticate_header(
                 ws.headers.get("authorization")
             )
+            key = next((p for p in offered if p.startswith(_KEY_PROTOCOL)), None)
+            if self.principal is None and key is not None:
+                self.principal = await self.services.accounts.authenticate(
+                    key.removeprefix(_KEY_PROTOCOL)
+                )
+            if not first_message:
+                if self.principal is None:
+                    self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
+                    raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
+                await self._start(
+                    SessionStart(
+                        type="openrealtime.session.start",
+                        model=ws.query_params.get("model"),
+                        extensions=NO_EXTENSIONS,
+                    )
+                )
+                await self._serve(ws)
+                return
             first = await self._await_start()
             if isinstance(first, SessionResume):
                 target = await self._redeem(first)
@@ -283,8 +345,8 @@ class VoiceSession:
         attached = self._attached
         if attached:
             with contextlib.suppress(Exception):
-                self.outbox.send_event(
-                    error_event(ErrorCode.CREDENTIALS_REVOKED, "this session's token was revoked")
+                self.outbox.send(
+                    ev.error(ErrorCode.CREDENTIALS_REVOKED, "this session's token was revoked")
                 )
         await self._revoke()
         await self.shutdown()
@@ -355,9 +417,11 @@ class VoiceSession:
         services = self.services
         # No await from the claim to the registration: a later claim's fence finds this copy.
         self.id, self.epoch = claimed.record.session_id, claimed.record.epoch
-        self._build_engine(
-            claimed.thread, claimed.role, claimed.output_sample_rate, claimed.detection
-        )
+        options = claimed.options
+        self.outbox.extensions = Extensions.model_validate(options.get("extensions", {}))
+        self.role = claimed.role
+        self.config = self._stored_config(claimed.role, options.get("config"))
+        self._build_engine(claimed.thread, claimed.role)
         services.live_sessions[self.id] = self
         # The new stream goes on from what the client has; what the old one sent after that
         # is gone with its process and comes back as journal items instead.
@@ -376,9 +440,16 @@ class VoiceSession:
                     missing=None,
                     reconcile=reconcile,
                     last_seq=self.outbox.seq,
-                    session=self._session_json(claimed.role, claimed.detection),
+                    session=self._session_json(),
                 )
             )
+
+    def _stored_config(self, role: Role, stored: object) -> SessionConfig:
+        config = self._initial_config(role, self.outbox.extensions)
+        if isinstance(stored, dict):
+            with contextlib.suppress(ProtocolError):
+                config = apply_update(config, stored)
+        return config
 
     async def _reconcile(self, from_seq: int, to_seq: int | None) -> dict[str, object]:
         assert self.thread is not None
@@ -392,19 +463,28 @@ class VoiceSession:
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise _Close(CloseCode.START_TIMEOUT, "no session.start in time")
+                raise _Close(CloseCode.START_TIMEOUT, "no openrealtime.session.start in time")
             try:
                 data = await asyncio.wait_for(self._receive(), remaining)
             except TimeoutError:
-                raise _Close(CloseCode.START_TIMEOUT, "no session.start in time") from None
+                raise _Close(
+                    CloseCode.START_TIMEOUT, "no openrealtime.session.start in time"
+                ) from None
             try:
                 message = parse_client_message(data, self.limits)
             except ProtocolError as e:
-                self._error(e.code, e.message)
+                self._protocol_error(e)
                 continue
             if isinstance(message, SessionStart | SessionResume):
                 return message
-            self._error(ErrorCode.SESSION_NOT_STARTED, "send session.start first")
+            self._error(ErrorCode.SESSION_NOT_STARTED, "send openrealtime.session.start first")
+
+    def _initial_config(self, role: Role, extensions: Extensions) -> SessionConfig:
+        return SessionConfig(
+            model=role.name,
+            instructions=role.instructions,
+            extension_rates=extensions.events,
+        )
 
     async def _start(self, start: SessionStart) -> None:
         services = self.services
@@ -421,72 +501,124 @@ class VoiceSession:
                 f"you already have {limit} live voice sessions (max_live_sessions_per_user)",
             )
             raise _Close(CloseCode.TOO_MANY_SESSIONS, "too many live sessions")
+        self.outbox.extensions = start.extensions
+        bound = getattr(principal, "bound_role_id", None)
+        model = bound or start.model
         if start.requested_thread_id is None:
-            role = await services.role_for(principal, start.role_id)
+            role = await self._role_for(
+                model, strict=bound is not None or start.model is not None and not self._ga
+            )
             if role is None:
-                self._error(ErrorCode.ROLE_NOT_FOUND, f"no role {start.role_id!r}")
+                self._error(ErrorCode.ROLE_NOT_FOUND, f"no role {model!r}")
                 raise _Close(CloseCode.FORBIDDEN, "role not found")
             thread = ThreadRef(principal.tenant, principal.user, f"th_{uuid.uuid4().hex}")
             await services.threads.create(thread.tenant, thread.user, thread.thread_id, role.id)
         else:
             try:
-                thread, role = await check_continuation(services, principal, start)
+                thread, role = await check_continuation(
+                    services, principal, start.model_copy(update={"model": model})
+                )
             except ContinuityRefused as refused:
                 raise self._refused(refused) from None
-        settings = services.settings
-        detection = start.turn_detection
-        self._build_engine(thread, role, start.output_sample_rate, detection)
-        options = {
-            "output_sample_rate": start.output_sample_rate,
-            "turn_detection": detection.model_dump(exclude_none=True),
-        }
-        resume_token = await services.resume_tokens.issue(
+        self.role = role
+        config = self._initial_config(role, start.extensions)
+        if start.session is not None:
+            try:
+                config = apply_update(config, start.session, event_id=start.event_id)
+            except ProtocolError as e:
+                self._protocol_error(e)
+                raise _Close(CloseCode.FORBIDDEN, "invalid session configuration") from None
+        self.config = config
+        self._inbound = InboundAudio(config.input_format)
+        self._build_engine(thread, role)
+        self.resume_token = await services.resume_tokens.issue(
             VoiceSessionRecord(
-                self.id, thread.tenant, thread.user, thread.thread_id, role.id, options=options
+                self.id,
+                thread.tenant,
+                thread.user,
+                thread.thread_id,
+                role.id,
+                options=self._stored_options(),
             ),
-            ttl_s=settings.resume_ttl_s,
+            ttl_s=services.settings.resume_ttl_s,
         )
         services.live_sessions[self.id] = self
-        self.outbox.send_event(
-            {
-                "type": "session.created",
-                "resume_token": resume_token,
-                "session": self._session_json(role, detection),
+        self.outbox.send(ev.SessionCreated(self._session_json()))
+
+    @property
+    def _ga(self) -> bool:
+        """A GA-only client (no extensions negotiated)."""
+        return not self.outbox.extensions.events
+
+    async def _role_for(self, model: str | None, *, strict: bool) -> Role | None:
+        """The role ``model`` names (id, then name); unknown names fall back to the tenant's
+        default for GA clients (whose SDKs always send some model name) unless ``strict``."""
+        assert self.principal is not None
+        services = self.services
+        if model:
+            role = await services.roles.get(self.principal.tenant, model)
+            if role is None:
+                role = next(
+                    (
+                        r
+                        for r in await services.roles.list(self.principal.tenant)
+                        if r.name == model
+                    ),
+                    None,
+                )
+            if role is not None or strict:
+                return role
+        return await services.role_for(self.principal, None)
+
+    def _stored_options(self) -> dict[str, object]:
+        return {
+            "config": session_json(self.config),
+            "extensions": self.outbox.extensions.model_dump(),
+        }
+
+    def _session_json(self) -> dict[str, object]:
+        """The GA session object; with extensions, our ids and limits under ``openrealtime``."""
+        out: dict[str, object] = session_json(self.config)
+        if self.outbox.extensions.events and self.thread is not None and self.role is not None:
+            out["openrealtime"] = {
+                "id": self.id,
+                "thread_id": self.thread.thread_id,
+                "role": {"id": self.role.id, "name": self.role.name},
+                "resume_token": self.resume_token if self.outbox.extensions.seq else None,
+                "input_sample_rate": self.config.input_format.rate,
+                "output_sample_rate": self.config.output_format.rate,
+                "extensions": self.outbox.extensions.model_dump(),
                 "limits": {
                     "max_message_bytes": self.limits.max_message_bytes,
                     "max_audio_frame_ms": self.limits.max_audio_frame_ms,
                     "max_text_chars": self.limits.max_text_chars,
                 },
             }
-        )
+        return out
 
-    def _session_json(self, role: Role, detection: TurnDetection) -> dict[str, object]:
-        assert self.engine is not None and self.thread is not None
-        return {
-            "id": self.id,
-            "thread_id": self.thread.thread_id,
-            "role": {"id": role.id, "name": role.name},
-            "input_sample_rate": 16000,
-            "output_sample_rate": self.engine.settings.output_sample_rate,
-            "turn_detection": detection.model_dump(),
-        }
-
-    def _build_engine(
-        self, thread: ThreadRef, role: Role, output_sample_rate: int, detection: TurnDetection
-    ) -> None:
-        services = self.services
-        settings = services.settings
-        self.thread = thread
-        turns = TurnSettings(
-            silence_delay=(detection.silence_duration_ms or settings.silence_ms) / 1000.0,
+    def _turn_settings(self, detection: TurnDetectionConfig) -> TurnSettings:
+        settings = self.services.settings
+        base = TurnSettings()
+        silence = (detection.silence_duration_ms or settings.silence_ms) / 1000.0
+        complete, incomplete = base.complete_delay, base.incomplete_delay
+        if detection.type == "semantic_vad":
+            # Eagerness scales how long the end-of-turn model lets a pause run.
+            scale = {"low": 1.6, "medium": 1.0, "auto": 1.0, "high": 0.6}[detection.eagerness]
+            silence, complete, incomplete = silence * scale, complete * scale, incomplete * scale
+        return TurnSettings(
+            silence_delay=silence,
+            complete_delay=complete,
+            incomplete_delay=incomplete,
             min_interrupt=(
-                detection.min_interrupt_ms
-                if detection.min_interrupt_ms is not None
-                else settings.min_interrupt_ms
-            )
-            / 1000.0,
-            auto_commit=detection.type == "server_vad",
+                settings.min_interrupt_ms / 1000.0 if detection.interrupt_response else 3600.0
+            ),
+            auto_commit=detection.type != "none",
         )
+
+    def _build_engine(self, thread: ThreadRef, role: Role) -> None:
+        services = self.services
+        self.thread = thread
+        config = self.config
         # The knowledge tool searches the authenticated user's documents bound to this role.
         knowledge_spec, knowledge_tool = make_knowledge_tool(
             services.knowledge, tenant=thread.tenant, user=thread.user, role_id=role.id
@@ -504,14 +636,36 @@ class VoiceSession:
                 reserved_output=reserved,
             ),
             thread=thread,
-            persona=Persona(role.instructions, role.voice, role.language),
+            persona=Persona(config.instructions, role.voice, role.language),
             voice_session_id=self.id,
-            settings=EngineSettings(output_sample_rate=output_sample_rate, turns=turns),
+            settings=EngineSettings(
+                output_sample_rate=config.output_format.rate,
+                turns=self._turn_settings(config.turn_detection),
+            ),
             incarnation=self.epoch,
-            memory=session_memory(services, thread, role, self.outbox.send_event),
+            memory=session_memory(services, thread, role, self.outbox.send),
             tools={knowledge_spec.name: knowledge_tool},
             tool_specs=(knowledge_spec,),
         )
+        self._configure_engine()
+
+    def _configure_engine(self) -> None:
+        """Apply the session configuration to the engine (at start and after an update)."""
+        engine, config, role = self.engine, self.config, self.role
+        assert engine is not None and role is not None
+        voice = role.voice if config.voice in GA_VOICES else config.voice
+        engine.persona = dataclasses.replace(
+            engine.persona, instructions=config.instructions, voice=voice
+        )
+        engine.audio_out = "audio" in config.output_modalities
+        engine.client_tools = config.tools if config.tool_choice != "none" else ()
+        engine.auto_respond = config.turn_detection.create_response
+        engine.coordinator.settings = self._turn_settings(config.turn_detection)
+        if engine.settings.output_sample_rate != config.output_format.rate:
+            engine.settings = dataclasses.replace(
+                engine.settings, output_sample_rate=config.output_format.rate
+            )
+        self.outbox.output_format = config.output_format
 
     # ------------------------------------------------------------ receive
 
@@ -533,54 +687,186 @@ class VoiceSession:
             data = await self._receive()
             try:
                 message = parse_client_message(data, self.limits)
-                if isinstance(message, AudioAppend):
-                    message = decode_append(message, self.limits)
                 if isinstance(message, AudioFrame):
-                    if message.pcm:
-                        await engine.push_audio(pcm_from_bytes(message.pcm))
-                elif isinstance(message, AudioCommit):
-                    if not engine.commit():
-                        raise ProtocolError(ErrorCode.COMMIT_EMPTY, "no user speech to commit")
-                elif isinstance(message, ItemCreate):
-                    text = "".join(part.text for part in message.item.content).strip()
-                    if text:
-                        engine.push_text(text)
-                elif isinstance(message, ResponseCancel):
-                    if not engine.cancel_response():
-                        raise ProtocolError(ErrorCode.NO_RESPONSE, "no response in progress")
-                elif isinstance(message, InputPause):
-                    engine.pause_microphone()
-                    self.outbox.send_event({"type": "openrealtime.input.paused"})
-                elif isinstance(message, InputResume):
-                    engine.resume_microphone()
-                    self.outbox.send_event({"type": "openrealtime.input.resumed"})
-                elif isinstance(message, PlaybackProgress):
-                    engine.on_playback(message.generation, message.played_ms)
-                elif isinstance(message, Ack):
-                    self.outbox.ack(message.seq)
-                elif isinstance(message, SessionClose):
-                    raise _Close(CloseCode.NORMAL, "closed by client")
-                elif isinstance(message, SessionStart | SessionResume):
-                    raise ProtocolError(ErrorCode.SESSION_ALREADY_STARTED, "session started")
+                    if not self.outbox.extensions.binary_audio:
+                        raise ProtocolError(
+                            ErrorCode.BINARY_NOT_NEGOTIATED,
+                            "binary audio needs the binary_audio extension; "
+                            "use input_audio_buffer.append",
+                        )
+                    await self._push_audio(message.pcm)
+                elif isinstance(message, AudioAppend):
+                    await self._push_audio(decode_append(message), message.event_id)
+                else:
+                    await self._handle(engine, message)
             except ProtocolError as e:
-                self._error(e.code, e.message)
+                self._protocol_error(e)
+
+    async def _push_audio(self, data: bytes, event_id: str | None = None) -> None:
+        assert self.engine is not None
+        fmt = self.config.input_format
+        try:
+            check_audio(data, self.limits, bytes_per_second=_bytes_per_second(fmt))
+            pcm = self._inbound.decode(data)
+        except AudioFormatError as e:
+            raise ProtocolError(ErrorCode.INVALID_AUDIO, str(e), event_id=event_id) from None
+        except ProtocolError as e:
+            e.event_id = event_id
+            raise
+        if pcm.size:
+            await self.engine.push_audio(pcm)
+
+    async def _handle(self, engine: Engine, message: object) -> None:
+        """One client message other than audio (docs/protocol.md, event by event)."""
+        outbox = self.outbox
+        event_id = getattr(message, "event_id", None)
+        try:
+            if isinstance(message, SessionUpdate):
+                self._update(message)
+            elif isinstance(message, AudioCommit):
+                if not engine.commit():
+                    raise ProtocolError(ErrorCode.COMMIT_EMPTY, "no user speech to commit")
+            elif isinstance(message, AudioClear):
+                engine.clear_input()
+                outbox.send(ev.InputAudioBufferCleared())
+            elif isinstance(message, ItemCreate):
+                await self._create_item(engine, message)
+            elif isinstance(message, ItemRetrieve):
+                outbox.send(ev.ItemRetrieved(engine.item(message.item_id)))
+            elif isinstance(message, ItemDelete):
+                await engine.delete_item(message.item_id)
+            elif isinstance(message, ItemTruncate):
+                await engine.truncate_item(message.item_id, message.audio_end_ms)
+            elif isinstance(message, ResponseCreate):
+                engine.create_response(self._response_options(message))
+            elif isinstance(message, ResponseCancel):
+                if not engine.cancel_response():
+                    raise ProtocolError(ErrorCode.NO_RESPONSE, "no response in progress")
+            elif isinstance(message, OutputAudioBufferClear):
+                raise ProtocolError(
+                    ErrorCode.UNSUPPORTED,
+                    "output_audio_buffer.clear is for WebRTC; over WebSocket stop playback "
+                    "and send conversation.item.truncate",
+                )
+            elif isinstance(message, InputPause):
+                engine.pause_microphone()
+                outbox.send(ev.InputPaused())
+            elif isinstance(message, InputResume):
+                engine.resume_microphone()
+                outbox.send(ev.InputResumed())
+            elif isinstance(message, PlaybackProgress):
+                engine.on_playback(message.generation, message.played_ms)
+            elif isinstance(message, Ack):
+                outbox.ack(message.seq)
+            elif isinstance(message, SessionClose):
+                raise _Close(CloseCode.NORMAL, "closed by client")
+            elif isinstance(message, SessionStart | SessionResume):
+                raise ProtocolError(ErrorCode.SESSION_ALREADY_STARTED, "session started")
+        except ItemNotFound as e:
+            raise ProtocolError(
+                ErrorCode.ITEM_NOT_FOUND, str(e), param="item_id", event_id=event_id
+            ) from None
+        except ValueError as e:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE, str(e), param="audio_end_ms", event_id=event_id
+            ) from None
+        except ProtocolError as e:
+            e.event_id = e.event_id or event_id
+            raise
+
+    def _update(self, message: SessionUpdate) -> None:
+        config = apply_update(self.config, message.session, event_id=message.event_id)
+        if config.input_format != self.config.input_format:
+            self._inbound = InboundAudio(config.input_format)
+        self.config = config
+        self._configure_engine()
+        self.outbox.send(ev.SessionUpdated(self._session_json()))
+
+    async def _create_item(self, engine: Engine, message: ItemCreate) -> None:
+        item = message.item
+        if isinstance(item, FunctionCallOutputIn):
+            engine.add_function_output(item.call_id, item.output, item.id)
+            return
+        assert isinstance(item, MessageIn)
+        if item.role != "user":
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED,
+                f"{item.role} items are not supported; add user messages "
+                "(instructions go in session.update)",
+                param="item.role",
+            )
+        parts: list[str] = []
+        for part in item.content:
+            if part.type == "input_text" and part.text is not None:
+                parts.append(part.text)
+            elif part.type == "input_audio" and part.audio is not None:
+                parts.append(await self._transcribe_item(part.audio))
+            else:
+                raise ProtocolError(
+                    ErrorCode.UNSUPPORTED,
+                    f"a user message holds input_text or input_audio, not {part.type}",
+                    param="item.content",
+                )
+        text = " ".join(p.strip() for p in parts if p.strip())
+        if not text:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE, "the message is empty", param="item.content"
+            )
+        engine.add_user_text(text, item.id)
+
+    async def _transcribe_item(self, audio: str) -> str:
+        """An ``input_audio`` part (base64 in the session's input format), transcribed."""
+        assert self.engine is not None
+        try:
+            data = base64.b64decode(audio, validate=True)
+            decoder = InboundAudio(self.config.input_format)
+            pcm = np.concatenate((decoder.decode(data), decoder.flush()))
+        except (binascii.Error, ValueError) as e:
+            raise ProtocolError(
+                ErrorCode.INVALID_AUDIO, f"input_audio: {e}", param="item.content"
+            ) from None
+        transcript = await self.services.plugins.asr.transcribe(
+            pcm, language=self.engine.persona.language
+        )
+        return transcript.text
+
+    def _response_options(self, message: ResponseCreate) -> ResponseOptions:
+        params = message.response
+        if params is None:
+            return ResponseOptions()
+        audio = None
+        if params.output_modalities is not None:
+            audio = "audio" in params.output_modalities
+        input_text = None
+        if params.input:
+            texts = [
+                part.text or ""
+                for item in params.input
+                if isinstance(item, MessageIn)
+                for part in item.content
+                if part.type == "input_text"
+            ]
+            input_text = " ".join(t for t in texts if t) or None
+        return ResponseOptions(
+            instructions=params.instructions,
+            audio=audio,
+            in_conversation=params.conversation != "none",
+            input_text=input_text,
+        )
 
     def _journal_outage(self, reason: str) -> None:
-        self.outbox.send_event(
-            {
-                "type": "error",
-                "error": {
-                    "type": "server_error",
-                    "code": "journal_unavailable",
-                    "message": f"conversation history is not being saved right now ({reason}); "
-                    "it is kept and retried",
-                    "retryable": True,
-                },
-            }
+        self.outbox.send(
+            ev.error(
+                "journal_unavailable",
+                f"conversation history is not being saved right now ({reason}); "
+                "it is kept and retried",
+                server=True,
+                retryable=True,
+            )
         )
 
     def _journal_recovered(self) -> None:
-        self.outbox.send_event({"type": "openrealtime.journal.recovered"})
+        self.outbox.send(ev.JournalRecovered())
 
     def _journal_overflow(self) -> None:
         if self._close_request is None and self._task is not None:
@@ -589,8 +875,17 @@ class VoiceSession:
             )
             self._task.cancel()
 
-    def _error(self, code: str, message: str) -> None:
+    def _protocol_error(self, error: ProtocolError) -> None:
+        self._error(error.code, error.message, param=error.param, event_id=error.event_id)
+
+    def _error(
+        self, code: str, message: str, *, param: str | None = None, event_id: str | None = None
+    ) -> None:
         self._errors += 1
-        self.outbox.send_event(error_event(code, message))
+        self.outbox.send(ev.error(code, message, param=param, event_id=event_id))
         if self._errors >= self.services.settings.max_errors_per_session:
             raise _Close(CloseCode.TOO_MANY_ERRORS, "too many invalid messages")
+
+
+def _bytes_per_second(fmt: AudioFormat) -> int:
+    return fmt.rate * (2 if fmt.kind == "audio/pcm" else 1)

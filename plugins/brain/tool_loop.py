@@ -20,6 +20,10 @@ Rule 4. The next round sees every call and result so far (``BrainInput.tool_call
 Rule 5. At most ``max_rounds`` rounds. The last allowed round is offered no tools
         (``request.tools == ()``), so the brain must answer in words; calls it makes anyway are
         logged and dropped, never run or yielded. ``max_rounds=1`` therefore means "no tools".
+Rule 6. Client tools (``client_tools``: functions the client declared and runs itself) are
+        yielded but never run here: a round that calls one ends the response once the round's
+        server tools have run. The client sends the output back and asks for the next response,
+        which sees the call and its output in ``BrainInput.tool_calls``/``tool_results``.
 
 Closing or cancelling the consumer closes the current round's brain stream (and with it the
 HTTP stream of a model brain) and cancels running tool calls.
@@ -30,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from plugins.contracts import Brain, BrainDelta, BrainInput, ToolCall, ToolResult
@@ -49,6 +53,7 @@ async def run_brain_with_tools(
     max_rounds: int = 4,
     tool_timeout: float = 10.0,
     max_result_chars: int = 16_000,
+    client_tools: Collection[str] = (),
 ) -> AsyncGenerator[BrainDelta, None]:
     """Stream one response of ``brain``, running the tool calls it makes with ``tools``.
 
@@ -104,11 +109,14 @@ async def run_brain_with_tools(
                 await deltas.aclose()
         if not round_calls:
             return
+        server_calls = [c for c in round_calls if c.name not in client_tools]
         round_results = await run_tool_calls(
-            round_calls, tools, timeout=tool_timeout, max_result_chars=max_result_chars
+            server_calls, tools, timeout=tool_timeout, max_result_chars=max_result_chars
         )
         for result in round_results:
             yield BrainDelta(tool_result=result)
+        if len(server_calls) < len(round_calls):
+            return  # the client runs the rest and continues the turn (Rule 6)
         calls += round_calls
         results += round_results
 

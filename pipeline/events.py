@@ -1,0 +1,531 @@
+"""The server's event vocabulary: every event a session sends is a value of a class here.
+
+Theory of operation
+-------------------
+Rule 1. One vocabulary. The engine, the session and the memory code build these frozen values
+        and hand them to the session's sink; nothing else builds an event. The names and fields
+        are the OpenAI Realtime GA protocol's (the ``openai`` package's ``types/realtime`` is
+        the reference); our own events are namespaced ``openrealtime.*`` and are *extensions*.
+Rule 2. One encoder. ``wire(event, extensions)`` turns a value into the JSON object that goes
+        out: fields in declaration order, ``None`` left out, tuples as lists, nested values
+        encoded the same way. Bytes (audio) are base64. ``event_id`` and ``seq`` are added by
+        the writer (``runtime.outbox``), not here.
+Rule 3. Extensions are opt-in. A client that did not ask for extensions never receives an
+        extension event (``ExtensionEvent``) nor an extension field (a field whose metadata
+        says ``extension``): the writer drops the one and ``wire`` leaves out the other.
+Rule 4. Fields a client never sees (the generation an audio frame belongs to) carry metadata
+        ``wire=False``; the writer uses them to fence interrupted output.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+_INTERNAL = {"wire": False}
+_EXTENSION = {"extension": True}
+
+
+# ---------------------------------------------------------------- items
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPart:
+    """One part of a message item: ``input_text``/``output_text`` carry ``text``,
+    ``input_audio``/``output_audio`` carry ``transcript`` (audio itself is never echoed)."""
+
+    type: str
+    text: str | None = None
+    transcript: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageItem:
+    id: str
+    role: str  # "user" | "assistant" | "system"
+    content: tuple[ContentPart, ...]
+    status: str = "completed"  # "in_progress" | "completed" | "incomplete"
+    type: str = "message"
+    object: str = "realtime.item"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallItem:
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: str = "completed"
+    type: str = "function_call"
+    object: str = "realtime.item"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallOutputItem:
+    id: str
+    call_id: str
+    output: str
+    status: str = "completed"
+    type: str = "function_call_output"
+    object: str = "realtime.item"
+
+
+Item = MessageItem | FunctionCallItem | FunctionCallOutputItem
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsePart:
+    """A content part as ``response.content_part.*`` names it (``audio`` or ``text``)."""
+
+    type: str
+    transcript: str | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusDetails:
+    type: str
+    reason: str | None = None
+    error: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    total_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    id: str
+    status: str  # "in_progress" | "completed" | "cancelled" | "failed" | "incomplete"
+    output: tuple[Item, ...] = ()
+    output_modalities: tuple[str, ...] = ("audio",)
+    status_details: StatusDetails | None = None
+    usage: Usage | None = None
+    conversation_id: str | None = None
+    object: str = "realtime.response"
+    generation: int | None = field(default=None, metadata=_EXTENSION)
+    output_text: str | None = field(default=None, metadata=_EXTENSION)
+    """Extension: the whole answer (as spoken, or as sent for a text-only response)."""
+    heard_text: str | None = field(default=None, metadata=_EXTENSION)
+    """Extension: the prefix of the answer the person heard (all of it unless interrupted)."""
+    interrupted: bool | None = field(default=None, metadata=_EXTENSION)
+
+
+# ---------------------------------------------------------------- GA events
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEvent:
+    TYPE: ClassVar[str] = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCreated(ServerEvent):
+    TYPE: ClassVar[str] = "session.created"
+    session: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUpdated(ServerEvent):
+    TYPE: ClassVar[str] = "session.updated"
+    session: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorDetail:
+    type: str  # "invalid_request_error" | "server_error"
+    code: str
+    message: str
+    param: str | None = None
+    event_id: str | None = None
+    """The client event this error answers, when there is one."""
+    retryable: bool | None = field(default=None, metadata=_EXTENSION)
+
+
+@dataclass(frozen=True, slots=True)
+class Error(ServerEvent):
+    TYPE: ClassVar[str] = "error"
+    error: ErrorDetail
+
+
+def error(
+    code: str,
+    message: str,
+    *,
+    server: bool = False,
+    param: str | None = None,
+    event_id: str | None = None,
+    retryable: bool = False,
+) -> Error:
+    """The one constructor of an ``error`` event: ``server`` for our own failures (a plugin,
+    the journal), otherwise the client's request was at fault."""
+    return Error(
+        ErrorDetail(
+            type="server_error" if server else "invalid_request_error",
+            code=code,
+            message=message,
+            param=param,
+            event_id=event_id,
+            retryable=retryable,
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InputAudioBufferCommitted(ServerEvent):
+    TYPE: ClassVar[str] = "input_audio_buffer.committed"
+    item_id: str
+    previous_item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InputAudioBufferCleared(ServerEvent):
+    TYPE: ClassVar[str] = "input_audio_buffer.cleared"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted(ServerEvent):
+    TYPE: ClassVar[str] = "input_audio_buffer.speech_started"
+    audio_start_ms: int
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped(ServerEvent):
+    TYPE: ClassVar[str] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutTriggered(ServerEvent):
+    TYPE: ClassVar[str] = "input_audio_buffer.timeout_triggered"
+    audio_start_ms: int
+    audio_end_ms: int
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemAdded(ServerEvent):
+    TYPE: ClassVar[str] = "conversation.item.added"
+    item: Item
+    previous_item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemDone(ServerEvent):
+    TYPE: ClassVar[str] = "conversation.item.done"
+    item: Item
+    previous_item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRetrieved(ServerEvent):
+    TYPE: ClassVar[str] = "conversation.item.retrieved"
+    item: Item
+
+
+@dataclass(frozen=True, slots=True)
+class ItemDeleted(ServerEvent):
+    TYPE: ClassVar[str] = "conversation.item.deleted"
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemTruncated(ServerEvent):
+    TYPE: ClassVar[str] = "conversation.item.truncated"
+    item_id: str
+    content_index: int
+    audio_end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptionDelta(ServerEvent):
+    TYPE: ClassVar[str] = "conversation.item.input_audio_transcription.delta"
+    item_id: str
+    delta: str
+    content_index: int = 0
+    transcript: str | None = field(default=None, metadata=_EXTENSION)
+    """Extension: the whole current hypothesis (a later one may rewrite earlier words)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DurationUsage:
+    seconds: float
+    type: str = "duration"
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptionCompleted(ServerEvent):
+    TYPE: ClassVar[str] = "conversation.item.input_audio_transcription.completed"
+    item_id: str
+    transcript: str
+    usage: DurationUsage
+    content_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptionFailed(ServerEvent):
+    TYPE: ClassVar[str] = "conversation.item.input_audio_transcription.failed"
+    item_id: str
+    error: Mapping[str, str]
+    content_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseCreated(ServerEvent):
+    TYPE: ClassVar[str] = "response.created"
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseDone(ServerEvent):
+    TYPE: ClassVar[str] = "response.done"
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class OutputItemAdded(ServerEvent):
+    TYPE: ClassVar[str] = "response.output_item.added"
+    response_id: str
+    output_index: int
+    item: Item
+
+
+@dataclass(frozen=True, slots=True)
+class OutputItemDone(ServerEvent):
+    TYPE: ClassVar[str] = "response.output_item.done"
+    response_id: str
+    output_index: int
+    item: Item
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPartAdded(ServerEvent):
+    TYPE: ClassVar[str] = "response.content_part.added"
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    part: ResponsePart
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPartDone(ServerEvent):
+    TYPE: ClassVar[str] = "response.content_part.done"
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    part: ResponsePart
+
+
+@dataclass(frozen=True, slots=True)
+class OutputAudioDelta(ServerEvent):
+    """Audio of a response. On the wire base64 PCM in JSON, or a binary frame when the client
+    negotiated the ``binary_audio`` extension."""
+
+    TYPE: ClassVar[str] = "response.output_audio.delta"
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: bytes
+    generation: int = field(default=0, metadata=_INTERNAL)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputAudioDone(ServerEvent):
+    TYPE: ClassVar[str] = "response.output_audio.done"
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutputAudioTranscriptDelta(ServerEvent):
+    TYPE: ClassVar[str] = "response.output_audio_transcript.delta"
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutputAudioTranscriptDone(ServerEvent):
+    TYPE: ClassVar[str] = "response.output_audio_transcript.done"
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    transcript: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutputTextDelta(ServerEvent):
+    TYPE: ClassVar[str] = "response.output_text.delta"
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutputTextDone(ServerEvent):
+    TYPE: ClassVar[str] = "response.output_text.done"
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallArgumentsDelta(ServerEvent):
+    TYPE: ClassVar[str] = "response.function_call_arguments.delta"
+    response_id: str
+    item_id: str
+    output_index: int
+    call_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallArgumentsDone(ServerEvent):
+    TYPE: ClassVar[str] = "response.function_call_arguments.done"
+    response_id: str
+    item_id: str
+    output_index: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    name: str
+    limit: int
+    remaining: int
+    reset_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitsUpdated(ServerEvent):
+    TYPE: ClassVar[str] = "rate_limits.updated"
+    rate_limits: tuple[RateLimit, ...]
+
+
+# ---------------------------------------------------------------- extensions
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionEvent(ServerEvent):
+    """An ``openrealtime.*`` event: sent only to a client that negotiated extensions."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseInterrupted(ExtensionEvent):
+    TYPE: ClassVar[str] = "openrealtime.response.interrupted"
+    response_id: str
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLatency(ExtensionEvent):
+    TYPE: ClassVar[str] = "openrealtime.turn.latency"
+    response_id: str
+    generation: int
+    latency_ms: Mapping[str, float]
+    origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class InputPaused(ExtensionEvent):
+    TYPE: ClassVar[str] = "openrealtime.input.paused"
+
+
+@dataclass(frozen=True, slots=True)
+class InputResumed(ExtensionEvent):
+    TYPE: ClassVar[str] = "openrealtime.input.resumed"
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecovered(ExtensionEvent):
+    TYPE: ClassVar[str] = "openrealtime.journal.recovered"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStatus(ExtensionEvent):
+    """What long-term memory did with a turn (saved, corrected, skipped …), for the page."""
+
+    TYPE: ClassVar[str] = "openrealtime.memory.status"
+    role_id: str
+    body: Mapping[str, Any]
+
+
+# ---------------------------------------------------------------- the encoder
+
+
+_PLAN: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, bool], ...]:
+    """(field name, is extension) for each wire field of ``cls``, computed once per class."""
+    plan = _PLAN.get(cls)
+    if plan is None:
+        plan = tuple(
+            (f.name, bool(f.metadata.get("extension")))
+            for f in dataclasses.fields(cls)
+            if f.metadata.get("wire", True)
+        )
+        _PLAN[cls] = plan
+    return plan
+
+
+def _value(value: Any, extensions: bool) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _object(value, extensions)
+    if isinstance(value, tuple | list):
+        return [_value(v, extensions) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, Mapping):
+        return {k: _value(v, extensions) for k, v in value.items()}
+    return value
+
+
+def _object(value: Any, extensions: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, extension in _plan(type(value)):
+        if extension and not extensions:
+            continue
+        v = getattr(value, name)
+        if v is not None:
+            out[name] = _value(v, extensions)
+    return out
+
+
+def wire(event: ServerEvent, *, extensions: bool) -> dict[str, Any]:
+    """The JSON object of ``event`` (without ``event_id``/``seq``; see Rule 2)."""
+    if event.TYPE == "openrealtime.memory.status":
+        assert isinstance(event, MemoryStatus)
+        return {"type": event.TYPE, "role_id": event.role_id, **_value(event.body, True)}
+    return {"type": event.TYPE, **_object(event, extensions)}
+
+
+def item_json(item: Item) -> dict[str, Any]:
+    """An item as the API shows it (used for ``reconcile`` and records)."""
+    return _object(item, False)
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]
