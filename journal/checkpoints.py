@@ -9,6 +9,9 @@ canonical JSON of its sources — the segment's events (seq, id, kind, payload, 
 previous checkpoint's checksum — so a checkpoint can be verified by reading only its own
 segment, whose length compaction bounds (``CompactionPolicy.max_segment_events``). ``digest``
 covers every field of the checkpoint itself, so a summary text changed at rest is noticed too.
+The checksum covers the events as stored, and an item deleted or truncated later
+(``journal/amendments.py``) changes no stored event: such a checkpoint still verifies and its
+summary stays as written (compaction folds in only the amendments journaled before it ran).
 
 Rules every ``CheckpointStore`` keeps (``tests/journal/checkpoint_contract.py`` checks them
 against each store):

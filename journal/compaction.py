@@ -16,6 +16,14 @@ events), one compaction round:
    with the segment, at most ``max_summary_tokens`` — and stores a checkpoint for
    ``from_seq … to_seq`` with the checksum of its sources (``journal/checkpoints.py``).
 
+Deleted and truncated items (``journal/amendments.py``): the summarizer is given the segment as
+amended by every amendment the round read — a deleted item (with its tool exchange) left out, a
+truncated output cut to its heard prefix — and token counts are of the amended events. A round
+reads all un-summarised history, so it knows every amendment journaled so far, unless a backlog
+longer than its window (``2 × max_segment_events``) has built up: then it knows those in the
+window and in the thread's tail. The checksum is over the stored events, as they are. An item
+deleted after it was summarised stays in that summary (amendments rule 7).
+
 Every read is bounded by the policy (``read(after_seq=…, limit=…)`` from the latest
 checkpoint), never by the thread's length. Idempotent and safe under concurrent runs on one
 thread: runs that see the same state compute the same segment; the store accepts the first
@@ -34,6 +42,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from journal.amendments import apply_amendments
 from journal.checkpoints import (
     MAX_SUMMARY_CHARS,
     Checkpoint,
@@ -148,9 +157,10 @@ class ThreadCompactor:
         start = latest.to_seq if latest is not None else 0
         window_limit = 2 * policy.max_segment_events
         window = await self.store.read(thread, after_seq=start, limit=window_limit)
-        costs = [self._cost(e) for e in window]
         if len(window) < window_limit:
             # All un-summarised history is in the window.
+            shown = _amended_by_seq(window)
+            costs = [self._cost(shown.get(e.seq)) for e in window]
             if sum(costs) < policy.threshold_tokens:
                 return CompactionOutcome.BELOW_THRESHOLD, latest, 0
             keep_from = self._keep_from(window, costs)
@@ -158,7 +168,8 @@ class ThreadCompactor:
             # More than the window: past the threshold by definition; find what to keep raw
             # at the thread's end.
             tail = await self.store.read_tail(thread, window_limit)
-            keep_from = self._keep_from(tail, [self._cost(e) for e in tail])
+            shown = _amended_by_seq(window, tail)
+            keep_from = self._keep_from(tail, [self._cost(shown.get(e.seq)) for e in tail])
         end = self._segment_end(window, keep_from)
         if end == 0:
             return CompactionOutcome.BELOW_THRESHOLD, latest, 0
@@ -172,7 +183,7 @@ class ThreadCompactor:
         summary = await self.summarizer.summarize(
             SummaryRequest(
                 previous=latest.summary if latest is not None else None,
-                events=segment,
+                events=[shown[e.seq] for e in segment if e.seq in shown],
                 language=language,
                 max_tokens=policy.max_summary_tokens,
             )
@@ -191,8 +202,9 @@ class ThreadCompactor:
             return CompactionOutcome.RACED, await self.checkpoints.latest(thread), 0
         return CompactionOutcome.COMPACTED, stored, len(segment)
 
-    def _cost(self, event: JournalEvent) -> int:
-        line = event_line(event, None)
+    def _cost(self, event: JournalEvent | None) -> int:
+        """Tokens ``event`` takes in the history (None: a hidden one takes none)."""
+        line = None if event is None else event_line(event, None)
         return 0 if line is None else self.counter.count(line) + 1
 
     def _keep_from(self, events: Sequence[JournalEvent], costs: Sequence[int]) -> int:
@@ -237,3 +249,10 @@ class ThreadCompactor:
             return False
         segment = await self.store.read(thread, after_seq=checkpoint.from_seq - 1, limit=length)
         return checkpoint.verifies(segment)
+
+
+def _amended_by_seq(*reads: Sequence[JournalEvent]) -> dict[int, JournalEvent]:
+    """The events of ``reads`` (stretches of one thread, possibly overlapping) that the history
+    still shows, amended, by seq (``journal/amendments.py``)."""
+    merged = {e.seq: e for read in reads for e in read}
+    return {e.seq: e for e in apply_amendments(merged[seq] for seq in sorted(merged))}

@@ -43,6 +43,15 @@ class NewEvent:
     - tool_call: ``{"call_id", "name", "arguments"}``
     - tool_result: ``{"call_id", "name", "content"}``
     - summary: ``{"text", "from_seq", "to_seq", "checksum"}``
+    - item_deleted: ``{"item_id"}`` — the item leaves the thread's history
+    - item_truncated: ``{"item_id", "heard_text"}`` — an assistant item was heard only up to
+      ``heard_text`` (it becomes interrupted)
+
+    The four conversational kinds (user_input, assistant_output, tool_call, tool_result) may
+    also carry ``"item_id"``: the realtime (OpenAI GA) item the event is, which
+    ``item_deleted``/``item_truncated`` name. It is optional — older events have none, and an
+    event without one is never amended. The journal stays append-only: amendments are events
+    of their own, folded in by whoever shows the thread (``journal/amendments.py``).
     """
 
     event_id: str

@@ -13,7 +13,9 @@ One event is one line, in the thread's language:
 Whitespace inside an event (line breaks included) is collapsed to single spaces, so an event
 never spans two lines and readers can tell speakers apart by the line prefix. ``summary``
 events found in the journal itself are not rendered: a summary is only trusted through a
-checkpoint whose checksum verifies.
+checkpoint whose checksum verifies. Nor are ``item_deleted``/``item_truncated`` events:
+``render_context`` folds them into the events they amend (``journal/amendments.py``), while
+``event_line`` renders one event as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from journal.amendments import apply_amendments
 from journal.events import EventKind, JournalEvent, canonical_json
 
 _SPEAKERS = {"zh": ("用户:", "助手:"), "en": ("User: ", "Assistant: ")}
@@ -82,6 +85,8 @@ def summary_line(text: str, language: str | None) -> str | None:
 
 
 def render_context(events: Iterable[JournalEvent], language: str | None) -> str:
-    """Every event's line, oldest first, with no budget (see ``journal/projector.py``)."""
-    lines = (event_line(e, language) for e in events)
+    """Every event's line, oldest first, with no budget (see ``journal/projector.py``), after
+    the amendments among ``events`` are folded in (deleted items left out, truncations
+    applied)."""
+    lines = (event_line(e, language) for e in apply_amendments(events))
     return "\n".join(line for line in lines if line)

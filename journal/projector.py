@@ -26,6 +26,11 @@ Rule 5 — a verified summary stands in for the events it covers. The thread's l
 Rule 6 — the budget is never exceeded: every line is charged its tokens plus its line break
     (``journal/tokens.py`` counts are additive over lines), and ``tokens`` in the result is the
     rendered context's exact count.
+Rule 7 — amendments are folded in as the walk goes (``journal/amendments.py``): a deleted item
+    is not history (nor, for a tool call or result, the rest of its exchange), a truncated
+    assistant output projects its new heard prefix (rule 4), and the amendment events render
+    to nothing. Walking newest first, every amendment of an event is met before the event.
+    An amendment of an event a verified summary covers changes nothing: the summary stays.
 
 Cost (J-5): one probe for the latest checkpoint, one bounded read of its segment to verify it
 (remembered per process: a verified checkpoint is not re-read while it stays in a bounded LRU
@@ -44,6 +49,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from journal.amendments import AmendmentFold
 from journal.budget import ContextBudget
 from journal.checkpoints import Checkpoint, CheckpointStore
 from journal.events import EventKind, JournalEvent, ThreadRef
@@ -77,7 +83,8 @@ class ProjectedContext:
     events_summarized: int
     """Events the summary stands in for (``1 … summary_to_seq``)."""
     events_dropped: int
-    """The rest: too old for the budget, tool units that did not fit, orphans."""
+    """The rest: too old for the budget, tool units that did not fit, orphans, deleted items and
+    the amendment events themselves (rule 7)."""
     summary_used: bool
     summary_to_seq: int | None
     summary_rejected: bool
@@ -89,7 +96,7 @@ class ProjectedContext:
 
 
 class _Walk:
-    """Rules 1–4 and 6 over events fed newest first (sans-I/O: the caller does the reading)."""
+    """Rules 1–4, 6 and 7 over events fed newest first (sans-I/O: the caller does the reading)."""
 
     def __init__(self, budget: int, counter: TokenCounter, language: str | None) -> None:
         self.remaining = budget
@@ -100,6 +107,7 @@ class _Walk:
         self.charged = 0
         self.stopped = False
         self._pending: dict[str, list[tuple[JournalEvent, str | None]]] = {}
+        self._amendments = AmendmentFold()
         self.first_seq: int | None = None
         self.last_seq: int | None = None
 
@@ -109,6 +117,12 @@ class _Walk:
     def feed(self, event: JournalEvent) -> None:
         if self.stopped:
             return
+        shown = self._amendments.feed(event)
+        if shown is None:
+            # Deleted, or an amendment (rule 7). A deleted call's results, already pending,
+            # are dropped with it: a call that is not fed has no unit (rule 3).
+            return
+        event = shown
         kind = event.kind
         if kind is EventKind.TOOL_RESULT:
             call_id = event.payload.get("call_id")

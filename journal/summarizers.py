@@ -46,7 +46,8 @@ class SummaryRequest:
     previous: str | None
     """The summary so far (the latest checkpoint's), or None for a thread's first."""
     events: Sequence[JournalEvent]
-    """The segment to fold in, oldest first."""
+    """The segment to fold in, oldest first, as amended (deleted items out, truncations in:
+    ``journal/amendments.py``)."""
     language: str | None
     max_tokens: int
 

@@ -30,7 +30,9 @@ this one is refused (4012).
 Rule 5 — reconcile: when messages cannot be replayed (a journal continuation, or a replay window
 that no longer reaches back far enough) the client gets ``reconcile``: the range to give up and
 this session's user/assistant items as the journal has them (``reconcile_from_journal``), at most
-``RECONCILE_MAX_ITEMS`` of them from the last ``RECONCILE_SCAN_EVENTS`` journal events.
+``RECONCILE_MAX_ITEMS`` of them from the last ``RECONCILE_SCAN_EVENTS`` journal events, with the
+item amendments among those folded in (``journal/amendments.py``): a deleted item is not there,
+a truncated answer shows what was heard, marked interrupted.
 
 Refusals are ``ContinuityRefused``: the ``error`` event to send and the close code that follows.
 ``resumed_message`` builds the answer to a resume, ``openrealtime.session.resumed``, for both ways.
@@ -43,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from journal.amendments import apply_amendments
 from journal.events import EventKind, JournalEvent, ThreadRef
 from runtime.accounts import Principal
 from runtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart
@@ -238,10 +241,11 @@ async def reconcile_from_journal(
 ) -> dict[str, object]:
     """Rule 5: what a client needs when messages ``from_seq``..``to_seq`` (None: up to where the
     old stream ended, unknown here) cannot be replayed: the session's user and assistant items
-    as the journal has them, oldest first, to show instead of its own."""
+    as the journal has them, oldest first, to show instead of its own — deleted items left out,
+    truncated ones cut to what was heard (an amendment by any session of the thread counts)."""
     items: list[dict[str, object]] = []
     events = await journal.read_tail(thread, RECONCILE_SCAN_EVENTS)
-    for event in events:
+    for event in apply_amendments(events):
         if event.voice_session_id != session_id:
             continue
         payload = event.payload

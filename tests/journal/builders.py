@@ -10,12 +10,22 @@ from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 THREAD = ThreadRef("acme", "alice", "t1")
 
 
-def said(event_id: str, text: str) -> NewEvent:
-    return NewEvent(event_id, EventKind.USER_INPUT, {"text": text, "source": "voice"})
+def _item(payload: dict[str, Any], item_id: str | None) -> dict[str, Any]:
+    return payload if item_id is None else {**payload, "item_id": item_id}
+
+
+def said(event_id: str, text: str, *, item_id: str | None = None) -> NewEvent:
+    payload = _item({"text": text, "source": "voice"}, item_id)
+    return NewEvent(event_id, EventKind.USER_INPUT, payload)
 
 
 def answered(
-    event_id: str, text: str, *, heard: str | None = None, generation: int = 1
+    event_id: str,
+    text: str,
+    *,
+    heard: str | None = None,
+    generation: int = 1,
+    item_id: str | None = None,
 ) -> NewEvent:
     payload: dict[str, Any] = {
         "text": text,
@@ -23,19 +33,26 @@ def answered(
         "interrupted": heard is not None,
         "generation": generation,
     }
-    return NewEvent(event_id, EventKind.ASSISTANT_OUTPUT, payload)
+    return NewEvent(event_id, EventKind.ASSISTANT_OUTPUT, _item(payload, item_id))
 
 
-def tool_call(event_id: str, call_id: str, name: str = "lookup", **arguments: Any) -> NewEvent:
-    return NewEvent(
-        event_id, EventKind.TOOL_CALL, {"call_id": call_id, "name": name, "arguments": arguments}
-    )
+def tool_call(
+    event_id: str,
+    call_id: str,
+    name: str = "lookup",
+    *,
+    item_id: str | None = None,
+    **arguments: Any,
+) -> NewEvent:
+    payload = _item({"call_id": call_id, "name": name, "arguments": arguments}, item_id)
+    return NewEvent(event_id, EventKind.TOOL_CALL, payload)
 
 
-def tool_result(event_id: str, call_id: str, content: Any, name: str = "lookup") -> NewEvent:
-    return NewEvent(
-        event_id, EventKind.TOOL_RESULT, {"call_id": call_id, "name": name, "content": content}
-    )
+def tool_result(
+    event_id: str, call_id: str, content: Any, name: str = "lookup", *, item_id: str | None = None
+) -> NewEvent:
+    payload = _item({"call_id": call_id, "name": name, "content": content}, item_id)
+    return NewEvent(event_id, EventKind.TOOL_RESULT, payload)
 
 
 def numbered(events: list[NewEvent], thread: ThreadRef = THREAD) -> list[JournalEvent]:

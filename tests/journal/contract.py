@@ -72,6 +72,24 @@ class JournalStoreContract:
         assert read.created_at is not None
         assert read.fingerprint() == event.fingerprint()
 
+    async def test_item_ids_and_item_amendments_are_stored_like_any_event(
+        self, store: JournalStore
+    ) -> None:
+        said: dict[str, Any] = {"text": "hi", "source": "text", "item_id": "item_1"}
+        events = [
+            NewEvent("e1", EventKind.USER_INPUT, said),
+            NewEvent("e2", EventKind.ITEM_TRUNCATED, {"item_id": "item_1", "heard_text": "h"}),
+            NewEvent("e3", EventKind.ITEM_DELETED, {"item_id": "item_1"}, voice_session_id="vs1"),
+        ]
+        appended = await store.append(THREAD, events)
+        assert await store.append(THREAD, events) == appended  # idempotent, like any event
+        read = await store.read(THREAD)
+        assert read == appended
+        kinds = [EventKind.USER_INPUT, EventKind.ITEM_TRUNCATED, EventKind.ITEM_DELETED]
+        assert [e.kind for e in read] == kinds
+        assert [e.payload for e in read] == [e.payload for e in events]
+        assert await store.has_session(THREAD, "vs1")
+
     async def test_empty_batch_appends_nothing(self, store: JournalStore) -> None:
         assert await store.append(THREAD, []) == []
         assert seqs(await store.append(THREAD, [user_input("e1")])) == [1]

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from journal.amendments import item_deleted, item_truncated
 from journal.checkpoints import InMemoryCheckpointStore, source_checksum
 from journal.compaction import CompactionOutcome, CompactionPolicy, ThreadCompactor
 from journal.events import JournalEvent, NewEvent, ThreadRef
@@ -15,6 +16,7 @@ from journal.summarizers import (
     ExtractiveSummarizer,
     ModelSummarizer,
     Summarizer,
+    Summary,
     SummaryRequest,
     summary_prompt,
 )
@@ -159,6 +161,47 @@ async def test_a_tool_call_is_never_separated_from_its_result() -> None:
         for checkpoint in await checkpoints.list(THREAD, limit=1000):
             after = events[checkpoint.to_seq] if checkpoint.to_seq < len(events) else None
             assert after is None or after.kind.value not in ("tool_result",)
+
+
+class RecordingSummarizer:
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+        self.requests: list[SummaryRequest] = []
+
+    async def summarize(self, request: SummaryRequest) -> Summary:
+        self.requests.append(request)
+        return await self.inner.summarize(request)
+
+
+async def test_a_summary_never_includes_a_deleted_item(backend: Backend) -> None:
+    events = [
+        said("u-secret", "Remember my PIN is 9731.", item_id="item_secret"),
+        answered("a-long", "The refund takes 3 days. Unheard part 99.", item_id="item_long"),
+        *conversation(40),
+        # Both amendments come long after their items: in the part compaction keeps raw.
+        item_deleted("d1", "item_secret"),
+        item_truncated("t1", "item_long", "The refund takes 3 days."),
+    ]
+    await append_all(backend.journal, THREAD, events)
+    summarizer = RecordingSummarizer()
+    result = await compactor(backend, summarizer=summarizer).compact(THREAD, language="en")
+    checkpoint = result.checkpoint
+    assert checkpoint is not None and checkpoint.from_seq == 1
+    assert "9731" not in checkpoint.summary and "Unheard" not in checkpoint.summary
+    given = summarizer.requests[0].events
+    assert "u-secret" not in [e.event_id for e in given]
+    assert given[0].payload["interrupted"] is True
+    # The checksum is over the stored events, amendments or not.
+    stored = await backend.journal.read(THREAD)
+    assert checkpoint.verifies(stored[: checkpoint.to_seq])
+
+
+async def test_deleted_items_do_not_count_toward_the_threshold(backend: Backend) -> None:
+    long = [said(f"long{i}", "blah " * 60, item_id=f"item{i}") for i in range(10)]
+    deletions = [item_deleted(f"d{i}", f"item{i}") for i in range(10)]
+    await append_all(backend.journal, THREAD, [*long, *conversation(3), *deletions])
+    result = await compactor(backend).compact(THREAD)
+    assert result.outcome is CompactionOutcome.BELOW_THRESHOLD
 
 
 async def test_a_broken_chain_is_not_extended(backend: Backend) -> None:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from journal.amendments import apply_amendments, item_deleted, item_truncated
 from journal.budget import FRAMING_TOKENS
 from journal.checkpoints import InMemoryCheckpointStore
 from journal.compaction import CompactionPolicy, ThreadCompactor
@@ -214,6 +215,96 @@ def test_summary_events_inside_the_journal_are_not_trusted() -> None:
     assert lines(result) == ["User: hi", "User: again"]
 
 
+# ----------------------------------------------------------------------------- rule 7
+
+
+def test_a_deleted_item_leaves_the_projected_history() -> None:
+    events = [
+        said("u1", "My password is hunter2.", item_id="item_u1"),
+        answered("a1", "Please don't tell me that.", item_id="item_a1"),
+        said("u2", "What's the weather?", item_id="item_u2"),
+        item_deleted("d1", "item_u1"),
+        item_deleted("d2", "item_a1"),
+    ]
+    result = project(events, budget=1000)
+    assert lines(result) == ["User: What's the weather?"]
+    assert "hunter2" not in result.conversation_context
+    assert result.events_included == 1 and result.events_dropped == 4
+
+
+def test_a_truncated_output_projects_what_was_heard() -> None:
+    events = [
+        said("u1", "Opening hours?", item_id="item_u1"),
+        answered("a1", "We open at nine and close at six.", item_id="item_a1"),
+        item_truncated("t1", "item_a1", "We open at nine"),
+        said("u2", "And on Sundays?", item_id="item_u2"),
+    ]
+    assert lines(project(events, budget=1000)) == [
+        "User: Opening hours?",
+        "Assistant: We open at nine …",
+        "User: And on Sundays?",
+    ]
+
+
+def test_a_deleted_tool_call_takes_its_result_along_and_the_walk_goes_on() -> None:
+    events = [
+        said("u1", "Check my order.", item_id="item_u1"),
+        tool_call("c1", "call-1", order="48213", item_id="item_c1"),
+        tool_result("r1", "call-1", {"status": "shipped"}, item_id="item_r1"),
+        answered("a1", "It has shipped.", item_id="item_a1"),
+        item_deleted("d1", "item_c1"),
+    ]
+    assert lines(project(events, budget=1000)) == [
+        "User: Check my order.",
+        "Assistant: It has shipped.",
+    ]
+    # Deleting the result instead takes the call along.
+    events[-1] = item_deleted("d1", "item_r1")
+    assert lines(project(events, budget=1000)) == [
+        "User: Check my order.",
+        "Assistant: It has shipped.",
+    ]
+
+
+async def test_a_deleted_item_leaves_the_history_read_in_pages(backend: Backend) -> None:
+    events = [
+        *conversation(30),
+        said("u-secret", "My PIN is 9731.", item_id="item_secret"),
+        answered("a-secret", "I won't keep it.", item_id="item_reply"),
+        *conversation(30, prefix="later-"),
+        item_deleted("d1", "item_secret"),
+        item_truncated("t1", "item_reply", "I won't"),
+    ]
+    await append_all(backend.journal, THREAD, events)
+    small_pages = BudgetedConversationContextProjector(min_page=1, max_page=4)
+    got = await small_pages.project_thread(backend.journal, THREAD, budget=4000, language="en")
+    assert "9731" not in got.conversation_context
+    assert "Assistant: I won't …" in got.conversation_context
+    assert got.conversation_context == project(events, budget=4000).conversation_context
+
+
+async def test_an_item_deleted_after_its_summary_stays_in_the_summary(backend: Backend) -> None:
+    events = [
+        said("u-early", "Remember my name is Zelda.", item_id="item_early"),
+        *conversation(60),
+    ]
+    await append_all(backend.journal, THREAD, events)
+    compactor = ThreadCompactor(
+        backend.journal,
+        backend.checkpoints,
+        policy=CompactionPolicy(threshold_tokens=400, keep_recent_tokens=150),
+    )
+    checkpoint = (await compactor.compact(THREAD, language="en")).checkpoint
+    assert checkpoint is not None and "Zelda" in checkpoint.summary
+    await backend.journal.append(THREAD, [item_deleted("d1", "item_early")])
+    result = await projector.project_thread(
+        backend.journal, THREAD, budget=2000, language="en", checkpoints=backend.checkpoints
+    )
+    # The summary was written before the deletion: it stays, and still verifies.
+    assert result.summary_used and not result.summary_rejected
+    assert "Zelda" in lines(result)[0]
+
+
 # ----------------------------------------------------------------------------- properties
 
 _TEXT = st.text(alphabet=st.sampled_from(list("ab cd,.?你好世界。1")), min_size=0, max_size=30)
@@ -288,6 +379,38 @@ def test_projection_rules_hold_for_any_history(
             assistant = speakers_for(language)[1]
             assert event_line(e, language) == f"{assistant}{one_line(e.payload['heard_text'])} …"
     assert result.events_included + result.events_dropped == len(stored)
+
+
+@st.composite
+def amended_histories(draw: st.DrawFn) -> list[NewEvent]:
+    """Random histories of items with deletions and truncations among them."""
+    events = draw(histories())
+    items = [
+        NewEvent(e.event_id, e.kind, {**e.payload, "item_id": f"item{i}"})
+        for i, e in enumerate(events)
+    ]
+    for i in range(draw(st.integers(0, 8))):
+        at = draw(st.integers(0, len(items)))
+        target = f"item{draw(st.integers(0, max(0, len(events) - 1)))}"
+        if draw(st.booleans()):
+            amendment = item_deleted(f"d{i}", target)
+        else:
+            amendment = item_truncated(f"t{i}", target, draw(_TEXT))
+        items.insert(at, amendment)
+    return items
+
+
+@settings(max_examples=300, deadline=None)
+@given(amended_histories(), st.integers(0, 300), st.sampled_from(["en", "zh"]))
+def test_projecting_folds_amendments_like_apply_amendments(
+    events: list[NewEvent], budget: int, language: str
+) -> None:
+    stored = numbered(events)
+    result = projector.project(stored, budget=budget, language=language)
+    folded = projector.project(apply_amendments(stored), budget=budget, language=language)
+    assert result.conversation_context == folded.conversation_context
+    assert result.tokens == folded.tokens <= budget
+    assert result.events_included == folded.events_included
 
 
 async def test_reading_in_pages_gives_the_same_projection_as_the_pure_core() -> None:
