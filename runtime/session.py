@@ -151,7 +151,7 @@ class VoiceSession:
                 self._error(ErrorCode.TOKEN_IN_URL, "a resume token is never sent in the URL")
                 raise _Close(CloseCode.FORBIDDEN, "resume token in the URL")
             self.principal = await self.services.authenticate_header(
-                ws.headers.get("authorization")
+                ws.headers.get("authorization"), realtime=True
             )
             first = await self._await_start()
             if isinstance(first, SessionResume):
@@ -332,7 +332,7 @@ class VoiceSession:
         """Check the token; the live session to hand the connection to, or None when this
         object has continued the session from the journal instead."""
         if resume.token is not None:
-            self.principal = await self.services.accounts.authenticate(resume.token)
+            self.principal = await self.services.authenticate(resume.token, realtime=True)
         if self.principal is None:
             self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
             raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
@@ -409,7 +409,7 @@ class VoiceSession:
     async def _start(self, start: SessionStart) -> None:
         services = self.services
         if start.token is not None:
-            self.principal = await services.accounts.authenticate(start.token)
+            self.principal = await services.authenticate(start.token, realtime=True)
         if self.principal is None:
             self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
             raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
@@ -421,6 +421,9 @@ class VoiceSession:
                 f"you already have {limit} live voice sessions (max_live_sessions_per_user)",
             )
             raise _Close(CloseCode.TOO_MANY_SESSIONS, "too many live sessions")
+        if start.role_id is not None and not principal.may_use_role(start.role_id):
+            self._error(ErrorCode.ROLE_MISMATCH, "this client secret is bound to another role")
+            raise _Close(CloseCode.FORBIDDEN, "role mismatch")
         if start.requested_thread_id is None:
             role = await services.role_for(principal, start.role_id)
             if role is None:
