@@ -3,7 +3,8 @@
 ::
 
     AccountError
-    ├── InvalidAccount     (remote: a bad user id, name, role, scope or expiry; 422)
+    ├── InvalidAccount     (remote: a bad user id, name, role, scope or expiry, or a client
+    │                       secret that may not be minted; 422)
     ├── UserExists         (the user already belongs to the tenant; 409)
     ├── UserNotFound       (no such user in the tenant; 404)
     ├── TokenNotFound      (no such token for this caller; 404)

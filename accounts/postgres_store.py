@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -27,17 +27,23 @@ from accounts.errors import (
     UserNotFound,
 )
 from accounts.model import (
+    ClientSecretInfo,
+    IssuedClientSecret,
     IssuedToken,
     Membership,
     MembershipRole,
     Principal,
     Revocation,
     TokenInfo,
+    check_client_secret,
     check_id,
     check_role,
     check_scopes,
     check_token_name,
     hash_token,
+    is_client_secret,
+    new_client_secret,
+    new_client_secret_id,
     new_token,
     new_token_id,
 )
@@ -45,6 +51,7 @@ from accounts.store import (
     LAST_USED_RESOLUTION,
     MAX_ACTIVE_TOKENS_PER_USER,
     MAX_LISTED,
+    MAX_LIVE_CLIENT_SECRETS_PER_USER,
     RevocationCallback,
     checked_expiry,
 )
@@ -56,6 +63,7 @@ REVOKED_CHANNEL = "openrealtime_revoked"
 _TOKEN_COLUMNS = (
     "id, tenant, user_id, name, scopes, created_at, expires_at, last_used_at, revoked_at"
 )
+_SECRET_COLUMNS = "id, tenant, user_id, role_id, token_id, created_at, expires_at"
 _UNREACHABLE: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
@@ -92,6 +100,18 @@ def _token(row: asyncpg.Record) -> TokenInfo:
         expires_at=row["expires_at"],
         last_used_at=row["last_used_at"],
         revoked_at=row["revoked_at"],
+    )
+
+
+def _client_secret(row: asyncpg.Record) -> ClientSecretInfo:
+    return ClientSecretInfo(
+        id=row["id"],
+        tenant=row["tenant"],
+        user=row["user_id"],
+        role_id=row["role_id"],
+        token_id=row["token_id"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
     )
 
 
@@ -308,6 +328,8 @@ class PostgresAccountStore:
         return info
 
     async def authenticate(self, token: str) -> Principal | None:
+        if is_client_secret(token):
+            return None
         with _mapped():
             row = await self.pool.fetchrow(
                 """SELECT t.id, t.tenant, t.user_id, t.scopes, m.role,
@@ -331,6 +353,81 @@ class PostgresAccountStore:
         return Principal(
             row["tenant"], row["user_id"], row["role"], row["id"], frozenset(row["scopes"])
         )
+
+    async def issue_client_secret(
+        self, principal: Principal, *, role_id: str, ttl: timedelta
+    ) -> IssuedClientSecret:
+        token_id, role_id, ttl = check_client_secret(principal, role_id, ttl)
+        tenant, user = principal.tenant, principal.user
+        secret = new_client_secret()
+        async with self._transaction() as conn:
+            # The membership's row lock orders concurrent mints, so the bound holds.
+            member = await conn.fetchrow(
+                """SELECT disabled_at FROM memberships WHERE tenant = $1 AND user_id = $2
+                   FOR UPDATE""",
+                tenant, user,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+            if member is None:
+                raise UserNotFound(f"no user {user!r} in tenant {tenant!r}")
+            if member["disabled_at"] is not None:
+                raise InvalidAccount(f"{user!r} is disabled in {tenant!r}")
+            minting = await conn.fetchval(
+                """SELECT true FROM access_tokens
+                    WHERE id = $1 AND tenant = $2 AND user_id = $3 AND revoked_at IS NULL
+                      AND (expires_at IS NULL OR expires_at > now())""",
+                token_id, tenant, user,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+            if minting is None:
+                raise InvalidAccount("the minting token is not an active token of this user")
+            await conn.execute(
+                """DELETE FROM client_secrets
+                    WHERE tenant = $1 AND user_id = $2 AND expires_at <= now()""",
+                tenant, user,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+            live = await conn.fetchval(
+                "SELECT count(*) FROM client_secrets WHERE tenant = $1 AND user_id = $2",
+                tenant, user,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+            if live >= MAX_LIVE_CLIENT_SECRETS_PER_USER:
+                raise InvalidAccount(
+                    f"{user!r} already has {MAX_LIVE_CLIENT_SECRETS_PER_USER} live client secrets"
+                )
+            row = await conn.fetchrow(
+                f"""INSERT INTO client_secrets
+                        (id, secret_hash, tenant, user_id, role_id, token_id, expires_at)
+                    VALUES ($1, $2, $3, $4, $5, $6, now() + $7::interval)
+                    RETURNING {_SECRET_COLUMNS}""",
+                new_client_secret_id(), hash_token(secret), tenant, user, role_id, token_id, ttl,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        assert row is not None
+        return IssuedClientSecret(_client_secret(row), secret)
+
+    async def authenticate_client_secret(self, secret: str) -> Principal | None:
+        if not is_client_secret(secret):
+            return None
+        with _mapped():
+            row = await self.pool.fetchrow(
+                """SELECT s.tenant, s.user_id, s.role_id, s.token_id, m.role
+                     FROM client_secrets s
+                     JOIN memberships m ON (m.tenant, m.user_id) = (s.tenant, s.user_id)
+                     JOIN access_tokens t ON t.id = s.token_id
+                    WHERE s.secret_hash = $1 AND s.expires_at > now()
+                      AND m.disabled_at IS NULL AND t.revoked_at IS NULL
+                      AND (t.expires_at IS NULL OR t.expires_at > now())""",
+                hash_token(secret),
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        if row is None:
+            return None
+        return Principal(
+            row["tenant"], row["user_id"], row["role"], row["token_id"], frozenset(),
+            row["role_id"],
+        )  # fmt: skip
 
     async def add_token(
         self, principal: Principal, token: str, *, scopes: tuple[str, ...] | None = None

@@ -15,6 +15,16 @@ Theory of operation
 5. A tenant never loses its last enabled owner: disabling or demoting it is ``LastOwner``.
 6. Bounded: at most ``MAX_ACTIVE_TOKENS_PER_USER`` unrevoked tokens per membership; lists
    return at most ``MAX_LISTED`` rows.
+7. Client secrets (``ek_…``, ``issue_client_secret``) are minted by a token for its own
+   (tenant, user), bound to one agent role, and live at most ``MAX_CLIENT_SECRET_TTL``. Like
+   tokens they are random (256 bits), stored only as SHA-256 hashes and shown once. They may be
+   used again and again until they expire (as OpenAI's are). ``authenticate_client_secret``
+   answers None for an unknown or expired secret, for a disabled or gone membership and for a
+   revoked or expired minting token — so disabling the user or revoking the token ends its
+   secrets at once (rule 4's ``Revocation`` covers the sessions they opened: same user, same
+   ``token_id``). ``authenticate`` never accepts a client secret. Bounded: at most
+   ``MAX_LIVE_CLIENT_SECRETS_PER_USER`` unexpired secrets per membership; minting drops the
+   membership's expired ones.
 
 ``lookup_token`` finds a token by id in any tenant: only the operator's CLI uses it.
 """
@@ -28,17 +38,23 @@ from typing import Protocol
 
 from accounts.errors import InvalidAccount, LastOwner, TokenNotFound, UserExists, UserNotFound
 from accounts.model import (
+    ClientSecretInfo,
+    IssuedClientSecret,
     IssuedToken,
     Membership,
     MembershipRole,
     Principal,
     Revocation,
     TokenInfo,
+    check_client_secret,
     check_id,
     check_role,
     check_scopes,
     check_token_name,
     hash_token,
+    is_client_secret,
+    new_client_secret,
+    new_client_secret_id,
     new_token,
     new_token_id,
 )
@@ -46,6 +62,7 @@ from accounts.model import (
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 MAX_ACTIVE_TOKENS_PER_USER = 100
 MAX_LISTED = 1000
+MAX_LIVE_CLIENT_SECRETS_PER_USER = 1000
 
 RevocationCallback = Callable[[Revocation], None]
 
@@ -87,7 +104,22 @@ class AccountStore(Protocol):
 
     async def revoke_token(self, tenant: str, token_id: str) -> TokenInfo: ...
 
-    async def authenticate(self, token: str) -> Principal | None: ...
+    async def authenticate(self, token: str) -> Principal | None:
+        """The principal a token proves (rule 3); None for a client secret (rule 7)."""
+        ...
+
+    async def issue_client_secret(
+        self, principal: Principal, *, role_id: str, ttl: timedelta
+    ) -> IssuedClientSecret:
+        """A client secret for ``principal``'s (tenant, user), minted by its token, bound to
+        agent role ``role_id`` (the caller resolved it), expiring ``ttl`` from now (rule 7).
+        ``InvalidAccount`` for a principal proved by a client secret or without a token, a
+        disabled membership, a bad lifetime or too many live secrets; ``UserNotFound``."""
+        ...
+
+    async def authenticate_client_secret(self, secret: str) -> Principal | None:
+        """The principal a client secret proves, with ``bound_role_id`` set (rule 7)."""
+        ...
 
     async def add_token(
         self, principal: Principal, token: str, *, scopes: tuple[str, ...] | None = None
@@ -116,6 +148,8 @@ class InMemoryAccountStore:
         self._members: dict[tuple[str, str], Membership] = {}
         self._tokens: dict[str, TokenInfo] = {}
         self._by_hash: dict[str, str] = {}
+        self._secrets: dict[str, ClientSecretInfo] = {}
+        """Client secrets by the hash of their secret."""
         self._watchers: list[RevocationCallback] = []
 
     def _tell(self, revocation: Revocation) -> None:
@@ -236,6 +270,8 @@ class InMemoryAccountStore:
         return revoked
 
     async def authenticate(self, token: str) -> Principal | None:
+        if is_client_secret(token):
+            return None
         token_id = self._by_hash.get(hash_token(token))
         info = None if token_id is None else self._tokens.get(token_id)
         now = self._clock()
@@ -247,6 +283,57 @@ class InMemoryAccountStore:
         if info.last_used_at is None or now - info.last_used_at >= LAST_USED_RESOLUTION:
             self._tokens[info.id] = replace(info, last_used_at=now)
         return Principal(info.tenant, info.user, member.role, info.id, frozenset(info.scopes))
+
+    async def issue_client_secret(
+        self, principal: Principal, *, role_id: str, ttl: timedelta
+    ) -> IssuedClientSecret:
+        token_id, role_id, ttl = check_client_secret(principal, role_id, ttl)
+        tenant, user = principal.tenant, principal.user
+        member = self._member(tenant, user)
+        if member.disabled:
+            raise InvalidAccount(f"{user!r} is disabled in {tenant!r}")
+        token = self._tokens.get(token_id)
+        now = self._clock()
+        if token is None or (token.tenant, token.user) != (tenant, user) or not token.active(now):
+            raise InvalidAccount("the minting token is not an active token of this user")
+        expired = [
+            h for h, s in self._secrets.items()
+            if (s.tenant, s.user) == (tenant, user) and not s.active(now)
+        ]  # fmt: skip
+        for digest in expired:
+            del self._secrets[digest]
+        live = sum(1 for s in self._secrets.values() if (s.tenant, s.user) == (tenant, user))
+        if live >= MAX_LIVE_CLIENT_SECRETS_PER_USER:
+            raise InvalidAccount(
+                f"{user!r} already has {MAX_LIVE_CLIENT_SECRETS_PER_USER} live client secrets"
+            )
+        secret = new_client_secret()
+        info = ClientSecretInfo(
+            id=new_client_secret_id(),
+            tenant=tenant,
+            user=user,
+            role_id=role_id,
+            token_id=token_id,
+            created_at=now,
+            expires_at=now + ttl,
+        )
+        self._secrets[hash_token(secret)] = info
+        return IssuedClientSecret(info, secret)
+
+    async def authenticate_client_secret(self, secret: str) -> Principal | None:
+        if not is_client_secret(secret):
+            return None
+        info = self._secrets.get(hash_token(secret))
+        now = self._clock()
+        if info is None or not info.active(now):
+            return None
+        token = self._tokens.get(info.token_id)
+        member = self._members.get((info.tenant, info.user))
+        if token is None or not token.active(now) or member is None or member.disabled:
+            return None
+        return Principal(
+            info.tenant, info.user, member.role, info.token_id, frozenset(), info.role_id
+        )
 
     async def add_token(
         self, principal: Principal, token: str, *, scopes: tuple[str, ...] | None = None

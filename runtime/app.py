@@ -14,7 +14,13 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
-from runtime import api_accounts, api_conversations, api_knowledge, api_memory
+from runtime import (
+    api_accounts,
+    api_client_secrets,
+    api_conversations,
+    api_knowledge,
+    api_memory,
+)
 from runtime.api import ApiError, Caller
 from runtime.policy import Policy, allow
 from runtime.roles import Role, default_role
@@ -133,6 +139,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
         await services.roles.delete(who.tenant, role_id)
 
     app.include_router(api_accounts.router)
+    app.include_router(api_client_secrets.router)
     app.include_router(api_conversations.router)
     app.include_router(api_memory.router)
     app.include_router(api_knowledge.router)

@@ -8,7 +8,9 @@ Three things let a client go on where it left off; this module decides each, and
 Rule 1 — continuation (``session.start`` with ``requested_thread_id``): allowed only when the
 thread is the caller's, the role it was started with still exists (and is the one asked for, if
 one is), and ``previous_voice_session_id`` appears in the thread's journal
-(``check_continuation``). Someone else's thread and an unknown one are refused alike.
+(``check_continuation``). Someone else's thread and an unknown one are refused alike. A caller
+proved by a client secret goes on only with threads and sessions of the role the secret is bound
+to (``role_mismatch``; for a resume, after its token was redeemed).
 
 Rule 2 — resume handshake (``session.resume``, ``redeem``): the token is redeemed (and rotated,
 ``runtime/resume.py`` rule 4). If the session is live in this process at the token's epoch the
@@ -128,6 +130,10 @@ async def check_continuation(
     if record is None:
         # Someone else's thread and an unknown one look the same from here.
         raise _refuse_continuation(ErrorCode.THREAD_NOT_FOUND, "no such thread for this user")
+    if not principal.may_use_role(record.role_id):
+        raise _refuse_continuation(
+            ErrorCode.ROLE_MISMATCH, "this client secret is bound to another role"
+        )
     role = await services.roles.get(principal.tenant, record.role_id)
     role_name = role.name if role is not None else None
     if start.model is not None and start.model not in (record.role_id, role_name):
@@ -169,6 +175,13 @@ async def redeem(
                 "resume refused",
             )
         record, fresh_token = redeemed
+        if not principal.may_use_role(record.role_id):
+            raise ContinuityRefused(
+                ErrorCode.ROLE_MISMATCH,
+                "this client secret is bound to another role",
+                CloseCode.FORBIDDEN,
+                "resume refused",
+            )
         target = live(record.session_id)
         if target is not None:
             if target.epoch == record.epoch:

@@ -7,7 +7,9 @@ Rules
 2. ``anonymous``: no token. Every other policy needs a valid bearer token (else 401
    ``unauthorized``): ``member`` any membership of the token's tenant, ``admin`` admin or owner,
    ``owner`` owner only (else 403 ``forbidden``); these need the token's ``api`` scope.
-   ``metrics`` needs a token with the ``metrics`` scope (else 403).
+   ``metrics`` needs a token with the ``metrics`` scope (else 403). A client secret (``ek_…``)
+   is not a token here: every route but ``anonymous`` ones refuses it with 403
+   ``client_secret_not_allowed`` (``runtime.api.authenticated_caller``).
 3. Who the caller is comes from the token only. Objects of another user or tenant are not
    looked up across that boundary: they answer 404 like unknown ones (the routes' own rule).
 4. Write requests (any method but GET/HEAD/OPTIONS) of an authenticated caller count against
@@ -15,7 +17,8 @@ Rules
    ``Retry-After``.
 5. The realtime WebSocket (served outside the HTTP app) and every client message on it are
    ``member``: ``session.start`` / ``session.resume`` authenticate, every later message acts
-   as that caller in that session (``MESSAGE_POLICIES``).
+   as that caller in that session (``MESSAGE_POLICIES``). There a client secret proves its
+   user too, for sessions of the one agent role it is bound to (``Principal.bound_role_id``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 
 from accounts.model import Principal
-from runtime.api import ApiError, services_of
+from runtime.api import ApiError, authenticated_caller, services_of
 from runtime.protocol import KNOWN_TYPES
 
 
@@ -72,9 +75,7 @@ class PolicyCheck:
         if self.policy is Policy.ANONYMOUS:
             return None
         services = services_of(request)
-        found = await services.authenticate_header(request.headers.get("authorization"))
-        if found is None:
-            raise ApiError(401, "unauthorized", "a valid bearer token is required")
+        found = await authenticated_caller(request)
         if self.policy is Policy.METRICS:
             if "metrics" not in found.scopes:
                 raise forbidden("this route needs a token with the metrics scope")

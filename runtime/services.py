@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from accounts.model import Revocation
+from accounts.model import Revocation, is_client_secret
 from accounts.postgres_store import PostgresAccountStore
 from journal.checkpoints import CheckpointStore, InMemoryCheckpointStore
 from journal.postgres_checkpoints import PostgresCheckpointStore
@@ -92,17 +92,30 @@ class Services:
             if principal is not None and revocation.covers(principal):
                 session.revoke_credentials()
 
-    async def authenticate_header(self, header: str | None) -> Principal | None:
-        if not header:
-            return None
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return None
-        return await self.accounts.authenticate(token.strip())
+    async def authenticate(self, token: str, *, realtime: bool = False) -> Principal | None:
+        """Who ``token`` proves, or None. A client secret (``ek_…``) proves someone only for a
+        realtime session (``realtime=True``: the WebSocket's handshake); everywhere else —
+        the HTTP API — it proves no one."""
+        if is_client_secret(token):
+            return await self.accounts.authenticate_client_secret(token) if realtime else None
+        return await self.accounts.authenticate(token)
+
+    async def authenticate_header(
+        self, header: str | None, *, realtime: bool = False
+    ) -> Principal | None:
+        token = bearer_token(header)
+        return None if token is None else await self.authenticate(token, realtime=realtime)
 
     async def role_for(self, principal: Principal, role_id: str | None) -> Role | None:
+        """The agent role a new session of ``principal`` uses: ``role_id``, else the one a
+        client secret is bound to, else the tenant's default. None when unknown, or when a
+        client secret's principal asks for another role than its own."""
+        if role_id is None:
+            role_id = principal.bound_role_id
         if role_id is None:
             return await default_role(self.roles, principal.tenant)
+        if not principal.may_use_role(role_id):
+            return None
         return await self.roles.get(principal.tenant, role_id)
 
     def fence_session(self, session_id: str, epoch: int) -> None:
@@ -123,6 +136,17 @@ class Services:
         if self.database is not None:
             await self.database.close()
             self.database = None
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None."""
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
 
 
 def record_limits(settings: Settings) -> RecordLimits:

@@ -195,12 +195,12 @@ class VoiceSession:
                 self._error(ErrorCode.TOKEN_IN_URL, "credentials are never sent in the URL")
                 raise _Close(CloseCode.FORBIDDEN, "credentials in the URL")
             self.principal = await self.services.authenticate_header(
-                ws.headers.get("authorization")
+                ws.headers.get("authorization"), realtime=True
             )
             key = next((p for p in offered if p.startswith(_KEY_PROTOCOL)), None)
             if self.principal is None and key is not None:
-                self.principal = await self.services.accounts.authenticate(
-                    key.removeprefix(_KEY_PROTOCOL)
+                self.principal = await self.services.authenticate(
+                    key.removeprefix(_KEY_PROTOCOL), realtime=True
                 )
             if not first_message:
                 if self.principal is None:
@@ -394,7 +394,7 @@ class VoiceSession:
         """Check the token; the live session to hand the connection to, or None when this
         object has continued the session from the journal instead."""
         if resume.token is not None:
-            self.principal = await self.services.accounts.authenticate(resume.token)
+            self.principal = await self.services.authenticate(resume.token, realtime=True)
         if self.principal is None:
             self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
             raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
@@ -489,7 +489,7 @@ class VoiceSession:
     async def _start(self, start: SessionStart) -> None:
         services = self.services
         if start.token is not None:
-            self.principal = await services.accounts.authenticate(start.token)
+            self.principal = await services.authenticate(start.token, realtime=True)
         if self.principal is None:
             self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
             raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
@@ -502,8 +502,15 @@ class VoiceSession:
             )
             raise _Close(CloseCode.TOO_MANY_SESSIONS, "too many live sessions")
         self.outbox.extensions = start.extensions
-        bound = getattr(principal, "bound_role_id", None)
-        model = bound or start.model
+        bound = principal.bound_role_id
+        model = start.model
+        if bound is not None:
+            # A client secret's role wins; a first message naming another is refused (GA
+            # SDKs always send some model name, so theirs is not held against them).
+            if model is not None and not self._ga and not principal.may_use_role(model):
+                self._error(ErrorCode.ROLE_MISMATCH, "this client secret is bound to another role")
+                raise _Close(CloseCode.FORBIDDEN, "role mismatch")
+            model = bound
         if start.requested_thread_id is None:
             role = await self._role_for(
                 model, strict=bound is not None or start.model is not None and not self._ga

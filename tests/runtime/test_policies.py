@@ -2,9 +2,12 @@
 
 ``test_every_route_declares_a_policy`` walks the real application's route table. The table test
 runs every route once per caller — owner, admin and member of the tenant ``local``, the owner of
-another tenant, and anonymous — each on fresh services, and checks the status class:
+another tenant, a client secret of the member, and anonymous — each on fresh services, and
+checks the status class:
 
 - anonymous: 2xx for ``anonymous`` routes, else 401;
+- a client secret (``ek_…``): 2xx for ``anonymous`` routes, else 403
+  ``client_secret_not_allowed`` (it only opens realtime sessions);
 - a caller of ``local`` without the route's right: 403 (``metrics``: tokens without that scope);
 - another tenant's owner: 2xx on collections (its own, empty), 404 on ``local``'s objects;
 - otherwise 2xx. Per-user objects (documents, memories, records, tokens) are the caller's own.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,8 +41,8 @@ from runtime.services import Services, open_services
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.test_api_conversations import segment_body
 
-Caller = Literal["owner", "admin", "member", "other", "anonymous"]
-CALLERS: tuple[Caller, ...] = ("owner", "admin", "member", "other", "anonymous")
+Caller = Literal["owner", "admin", "member", "other", "secret", "anonymous"]
+CALLERS: tuple[Caller, ...] = ("owner", "admin", "member", "other", "secret", "anonymous")
 PRINCIPALS: dict[str, Principal] = {
     "owner": LOCAL_PRINCIPAL,
     "admin": Principal("local", "ada", role="admin"),
@@ -134,6 +138,7 @@ CASES: list[Case] = [
     Case("POST", "/api/conversations", "collection", _json(segment_body("new", 0, 0, "hi"))),
     Case("GET", "/api/conversations/{record_id}", "user_object"),
     Case("DELETE", "/api/conversations/{record_id}", "user_object"),
+    Case("POST", "/v1/realtime/client_secrets", "collection", _json({})),
 ]
 
 
@@ -160,6 +165,8 @@ def expected(policy: Policy, kind: Kind, caller: Caller) -> int:
         return 200
     if caller == "anonymous":
         return 401
+    if caller == "secret":
+        return 403
     if policy is Policy.METRICS:
         return 200 if caller == "owner" else 403  # only the local token has the metrics scope
     if caller == "other":
@@ -207,6 +214,12 @@ def make_world(tmp_path: Path) -> Callable[[Caller], Any]:
             for name in ("admin", "member", "other"):
                 tokens[name] = f"{name}-token"
                 await services.accounts.add_token(PRINCIPALS[name], tokens[name])
+            member = await services.accounts.authenticate(tokens["member"])
+            assert member is not None
+            secret = await services.accounts.issue_client_secret(
+                member, role_id="role_any", ttl=timedelta(minutes=10)
+            )
+            tokens["secret"] = secret.secret
             await services.accounts.add_user("local", "zed", role="member")
             transport = httpx.ASGITransport(app=create_app(services))
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
@@ -274,6 +287,8 @@ async def test_each_caller_gets_what_the_policy_says(
             want[caller] = expected(policy, case.kind, caller)
             if response.status_code >= 400:
                 assert response.json()["code"], response.text
+            if caller == "secret" and policy is not Policy.ANONYMOUS:
+                assert response.json()["code"] == "client_secret_not_allowed"
     assert got == want, f"{case.method} {case.path} ({policy}): {got} != {want}"
 
 
