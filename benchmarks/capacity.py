@@ -4,8 +4,9 @@
 
 Each server runs in its own process with instant fake plugins and an energy VAD; the clients run
 in this process. A conversing session streams real-time 20 ms audio frames all the time and takes
-a turn every ``--period`` seconds: 600 ms of speech, an explicit commit, then listening (silence
-frames) while the answer plays. Turn latency = commit sent → first audio byte received.
+a turn every ``--period`` seconds: 600 ms of speech, an explicit commit (ours: push-to-talk, so
+``response.create`` follows it), then listening (silence frames) while the answer plays. Turn
+latency = commit sent → first audio byte received.
 
 The ramp starts with one session (the baseline median latency) and adds sessions step by step.
 At each step, added latency = turn latency − the one-session median; a step passes while its p99
@@ -62,7 +63,7 @@ async def converse(
 ) -> None:
     client = BenchClient(url, token, handshake=ours)
     try:
-        await client.connect({"turn_detection": {"type": "none"}})
+        await client.connect(turn_detection=None)  # push-to-talk
         await client.stream(SILENCE, int(offset * 1000))
         loop = asyncio.get_running_loop()
         while loop.time() < until:

@@ -7,6 +7,7 @@ client-side work never shares an event loop with the server being measured.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import math
@@ -20,18 +21,32 @@ from typing import Any
 import numpy as np
 import websockets
 from websockets.asyncio.client import ClientConnection
+from websockets.typing import Subprotocol
+
+from runtime.client import SUBPROTOCOL
 
 FRAME_MS = 20
-FRAME_SAMPLES = 16_000 * FRAME_MS // 1000
+SAMPLE_RATE = 16_000
+"""Of the PCM16 the benchmarks stream (``session_start`` declares it)."""
+FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
 
 
 def tone_frame(amplitude: int = 8000, freq: float = 220.0) -> bytes:
     t = np.arange(FRAME_SAMPLES)
-    return (amplitude * np.sin(2 * np.pi * freq * t / 16_000)).astype("<i2").tobytes()
+    return (amplitude * np.sin(2 * np.pi * freq * t / SAMPLE_RATE)).astype("<i2").tobytes()
 
 
 SPEECH = tone_frame()
 SILENCE = b"\x00\x00" * FRAME_SAMPLES
+GA_RATE = 24_000
+"""A GA client's audio: PCM16 at 24 kHz, base64 in ``input_audio_buffer.append``."""
+
+
+def ga_frame(frame: bytes) -> bytes:
+    """A 16 kHz benchmark frame as the 24 kHz frame a GA client sends."""
+    pcm = np.frombuffer(frame, dtype="<i2").astype(np.float64)
+    positions = np.arange(len(pcm) * 3 // 2) * (2 / 3)
+    return bytes(np.interp(positions, np.arange(len(pcm)), pcm).astype("<i2").tobytes())
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -100,24 +115,43 @@ class Arrival:
 class BenchClient:
     """The same client code for our server and the Pipecat baseline.
 
-    ``handshake`` sends ``session.start`` and waits for ``session.created`` (ours); the
-    baseline has no session handshake. Audio from our server carries a 12-byte header."""
+    ``handshake`` (ours): offer the ``openrealtime`` subprotocol, send
+    ``openrealtime.session.start`` (extensions with binary audio, 16 kHz PCM input) and wait
+    for ``session.created``; the baseline has no session handshake. Audio from our server
+    carries a 12-byte header."""
 
     url: str
     token: str | None
     handshake: bool
+    ga: bool = False
+    """Ours over the plain GA protocol: bearer header, ``session.created`` at once, then
+    ``session.update``; audio as base64 JSON both ways; no extensions."""
     arrivals: list[Arrival] = field(default_factory=list)
     ws: ClientConnection | None = None
     _reader: asyncio.Task[None] | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def connect(self, start: dict[str, Any] | None = None) -> None:
-        self.ws = await websockets.connect(self.url, max_size=2**22, open_timeout=30)
+    async def connect(self, *, turn_detection: dict[str, Any] | None = None) -> None:
+        """``turn_detection``: the GA shape, None for push-to-talk (the client commits and
+        asks for the answer, see ``commit``)."""
+        if self.ga:
+            headers = {"Authorization": f"Bearer {self.token}"}
+            self.ws = await websockets.connect(
+                self.url, max_size=2**22, open_timeout=30, additional_headers=headers
+            )
+            self._reader = asyncio.create_task(self._read())
+            await self.wait(lambda a: a.kind == "session.created", 0, 30)
+            update = {"audio": {"input": {"turn_detection": turn_detection}}}
+            await self.ws.send(json.dumps({"type": "session.update", "session": update}))
+            await self.wait(lambda a: a.kind == "session.updated", 0, 30)
+            return
+        subprotocols = [Subprotocol(SUBPROTOCOL)] if self.handshake else None
+        self.ws = await websockets.connect(
+            self.url, max_size=2**22, open_timeout=30, subprotocols=subprotocols
+        )
         self._reader = asyncio.create_task(self._read())
         if self.handshake:
-            await self.ws.send(
-                json.dumps({"type": "session.start", "token": self.token, **(start or {})})
-            )
+            await self.ws.send(json.dumps(session_start(self.token, turn_detection)))
             await self.wait(lambda a: a.kind == "session.created", 0, 30)
 
     async def _read(self) -> None:
@@ -132,7 +166,10 @@ class BenchClient:
                     self.arrivals.append(Arrival(now, "audio", generation))
                 else:
                     event = json.loads(data)
-                    self.arrivals.append(Arrival(now, str(event.get("type")), event=event))
+                    kind = str(event.get("type"))
+                    if kind == "response.output_audio.delta":
+                        kind = "audio"  # GA: audio in JSON (its response_id stands in)
+                    self.arrivals.append(Arrival(now, kind, event=event))
                 self._changed.set()
         self._changed.set()
 
@@ -160,7 +197,13 @@ class BenchClient:
         return time.perf_counter()
 
     async def commit(self) -> float:
-        return await self.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        """End the user's turn now; returns when the commit was sent. Ours is then asked for
+        the answer (``response.create``: a push-to-talk turn is answered on request, as in
+        GA); the baseline answers a commit by itself."""
+        sent = await self.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        if self.handshake or self.ga:
+            await self.send(json.dumps({"type": "response.create"}))
+        return sent
 
     async def stream(
         self, frame: bytes, ms: int, on_frame: Callable[[int, float], object] | None = None
@@ -168,8 +211,13 @@ class BenchClient:
         """Send ``ms`` of audio as 20 ms frames at real-time pace."""
         loop = asyncio.get_running_loop()
         start = loop.time()
+        if self.ga:
+            audio = base64.b64encode(ga_frame(frame)).decode()
+            message: bytes | str = json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+        else:
+            message = frame
         for i in range(math.ceil(ms / FRAME_MS)):
-            sent = await self.send(frame)
+            sent = await self.send(message)
             if on_frame is not None:
                 on_frame(i, sent)
             delay = start + (i + 1) * FRAME_MS / 1000 - loop.time()
@@ -182,6 +230,25 @@ class BenchClient:
         if self._reader is not None:
             with contextlib.suppress(BaseException):
                 await self._reader
+
+
+def session_start(token: str | None, turn_detection: dict[str, Any] | None) -> dict[str, Any]:
+    """Our first message: every extension on, 16 kHz PCM16 in (what the benchmarks stream),
+    24 kHz out."""
+    return {
+        "type": "openrealtime.session.start",
+        "token": token,
+        "extensions": {"events": True, "seq": True, "binary_audio": True},
+        "session": {
+            "audio": {
+                "input": {
+                    "format": {"type": "audio/pcm", "rate": SAMPLE_RATE},
+                    "turn_detection": turn_detection,
+                },
+                "output": {"format": {"type": "audio/pcm", "rate": 24_000}},
+            }
+        },
+    }
 
 
 def emit(result: dict[str, Any]) -> None:

@@ -38,9 +38,9 @@ FULL_STEPS = (1, 2, 4, 8, 16, 24)
 async def converse(url: str, token: str | None, clip: bytes, *, vad_only: bool, until: float,
                    offset: float, tally: dict[str, int]) -> None:  # fmt: skip
     client = BenchClient(url, token, handshake=True)
-    detection = {"type": "none"} if vad_only else {"type": "server_vad"}
+    detection = None if vad_only else {"type": "server_vad"}  # None: push-to-talk
     try:
-        await client.connect({"turn_detection": detection})
+        await client.connect(turn_detection=detection)
         await client.stream(b"\x00\x00" * FRAME_SAMPLES, int(offset * 1000))
         loop = asyncio.get_running_loop()
         frames = [clip[i : i + FRAME_SAMPLES * 2] for i in range(0, len(clip), FRAME_SAMPLES * 2)]

@@ -4,29 +4,36 @@
 
 Scenario (per session, all sessions concurrently, over real WebSockets on loopback, servers in
 their own processes): stream 600 ms of speech-like audio in real-time 20 ms frames, then send
-``input_audio_buffer.commit``. turn_overhead = commit sent → first audio byte received. With
-instant plugins this is pure runtime cost. On every second turn (ours) the client then talks over
-the answer: bargein_stop = the frame that crosses the interruption threshold (``min_interrupt``)
-is sent → ``openrealtime.response.interrupted`` received; frames_after_interrupt = audio frames of
-that generation received after the event. Otherwise the client waits for ``response.done``.
+``input_audio_buffer.commit`` (ours: and ``response.create``). turn_overhead = commit sent →
+first audio byte received. With instant plugins this is pure runtime cost. On every second turn
+(ours) the client then talks over the answer: bargein_stop = the frame that crosses the
+interruption threshold (``min_interrupt``) is sent → ``openrealtime.response.interrupted``
+received; frames_after_interrupt = audio frames of that generation received after the event.
+Otherwise the client waits for ``response.done``.
 
-Our sessions use push-to-talk turn detection (commit ends the turn, so the barge-in speech does
-not become an extra auto-committed turn); the Pipecat baseline maps commit onto its VAD's end of
-speech (see ``benchmarks.pipecat_baseline``) and runs the same client code without barge-in.
+Our sessions keep the server's VAD for barge-in but answer only on request (``server_vad`` with
+``create_response: false``): the client's commit ends each turn, and the barge-in speech, which
+the VAD commits by itself, is never answered (no extra turn). The Pipecat baseline maps commit
+onto its VAD's end of speech (see ``benchmarks.pipecat_baseline``) and runs the same client code
+without barge-in.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from benchmarks.common import (
     FRAME_MS,
     SILENCE,
     SPEECH,
+    Arrival,
     BenchClient,
     emit,
     p50_p99,
@@ -35,6 +42,8 @@ from benchmarks.common import (
 from runtime.loop import install_uvloop
 
 MIN_INTERRUPT_MS = 300
+TURN_DETECTION = {"type": "server_vad", "create_response": False, "interrupt_response": True}
+"""Ours (module doc); the baseline has no session handshake."""
 
 
 @dataclass
@@ -48,12 +57,19 @@ class Results:
 
 
 async def run_session(
-    url: str, token: str | None, *, ours: bool, turns: int, results: Results, offset: float
+    url: str,
+    token: str | None,
+    *,
+    ours: bool,
+    turns: int,
+    results: Results,
+    offset: float,
+    ga: bool = False,
 ) -> None:
     await asyncio.sleep(offset)
-    client = BenchClient(url, token, handshake=ours)
+    client = BenchClient(url, token, handshake=ours and not ga, ga=ga)
     try:
-        await client.connect({"turn_detection": {"type": "none"}})
+        await client.connect(turn_detection=TURN_DETECTION)
         for turn in range(turns):
             await client.stream(SPEECH, 600)
             mark = len(client.arrivals)
@@ -64,7 +80,7 @@ async def run_session(
                 results.failures += 1
                 continue
             results.overhead_ms.append((first.at - sent) * 1000)
-            if ours:
+            if ours and not ga:
                 _, latency = await client.wait(
                     lambda a: a.kind == "openrealtime.turn.latency", mark, 5
                 )
@@ -72,7 +88,7 @@ async def run_session(
                 marks = latency.event["latency_ms"]
                 results.server_ms.append(marks["first_audio_sent"] - marks["committed"])
             if ours and turn % 2 == 1:
-                await barge_in(client, mark, first.generation, results)
+                await barge_in(client, mark, first, results, ga=ga)
             else:
                 try:
                     await client.wait(lambda a: a.kind == "response.done", mark, 30)
@@ -83,25 +99,65 @@ async def run_session(
         await client.close()
 
 
-async def barge_in(client: BenchClient, mark: int, generation: int, results: Results) -> None:
+def _stopped(ga: bool) -> Callable[[Arrival], bool]:
+    """The server's word that the answer stopped: our extension event, or (GA, which has no
+    such event) the cancelled ``response.done``."""
+    if not ga:
+        return lambda a: a.kind == "openrealtime.response.interrupted"
+    return lambda a: (
+        a.kind == "response.done"
+        and a.event is not None
+        and a.event["response"]["status"] == "cancelled"
+    )
+
+
+def _same_answer(first: Arrival, ga: bool) -> Callable[[Arrival], bool]:
+    if not ga:
+        return lambda a: a.kind == "audio" and a.generation == first.generation
+    response_id = first.event["response_id"] if first.event else None
+    return lambda a: (
+        a.kind == "audio" and a.event is not None and (a.event["response_id"] == response_id)
+    )
+
+
+async def barge_in(
+    client: BenchClient, mark: int, first: Arrival, results: Results, *, ga: bool
+) -> None:
     crossing = math.ceil(MIN_INTERRUPT_MS / FRAME_MS) - 1  # 0-based index of the crossing frame
     sent_at: dict[int, float] = {}
-    await client.stream(SPEECH, MIN_INTERRUPT_MS + 100, lambda i, t: sent_at.setdefault(i, t))
+    speaking = asyncio.create_task(
+        client.stream(SPEECH, MIN_INTERRUPT_MS + 100, lambda i, t: sent_at.setdefault(i, t))
+    )
+    if ga:  # as a GA client does: on speech_started, stop playing and truncate what it heard
+        try:
+            await client.wait(lambda a: a.kind == "input_audio_buffer.speech_started", mark, 10)
+        except TimeoutError:
+            results.failures += 1
+            await speaking
+            return
+        same = _same_answer(first, ga)
+        received = sum(len(a.event["delta"]) * 3 // 4 for a in client.arrivals[mark:]
+                       if same(a) and a.event is not None)  # fmt: skip
+        heard_ms = min(received // 48, int((time.perf_counter() - first.at) * 1000))
+        assert first.event is not None
+        await client.send(json.dumps({"type": "conversation.item.truncate",
+                                      "item_id": first.event["item_id"], "content_index": 0,
+                                      "audio_end_ms": heard_ms}))  # fmt: skip
+    await speaking
     try:
-        index, event = await client.wait(
-            lambda a: a.kind == "openrealtime.response.interrupted", mark, 10
-        )
+        index, event = await client.wait(_stopped(ga), mark, 10)
     except TimeoutError:
         results.failures += 1
         return
     results.bargein_ms.append((event.at - sent_at[crossing]) * 1000)
     await client.stream(SILENCE, 300)
-    results.frames_after_interrupt += sum(
-        1 for a in client.arrivals[index + 1 :] if a.kind == "audio" and a.generation == generation
-    )
+    same = _same_answer(first, ga)
+    results.frames_after_interrupt += sum(1 for a in client.arrivals[index + 1 :] if same(a))
 
 
-async def measure(module: str, *, ours: bool, sessions: int, turns: int, seed: int) -> Results:
+async def measure(
+    module: str, *, ours: bool, sessions: int, turns: int, seed: int, ga: bool = False
+) -> Results:
     results = Results()
     rng = random.Random(seed)
     async with server_process(module) as server:
@@ -114,6 +170,7 @@ async def measure(module: str, *, ours: bool, sessions: int, turns: int, seed: i
                     turns=turns,
                     results=results,
                     offset=rng.uniform(0, 1.0),
+                    ga=ga,
                 )
                 for _ in range(sessions)
             )
@@ -135,6 +192,21 @@ async def main_async(sessions: int, turns: int, skip_pipecat: bool) -> dict[str,
         "failures": ours.failures,
         "samples": {"turns": len(ours.overhead_ms), "barge_ins": len(ours.bargein_ms)},
     }
+    # The same scenario over the plain GA protocol (base64 JSON audio, no extensions).
+    ga = await measure(
+        "benchmarks.fake_server", ours=True, sessions=sessions, turns=turns, seed=1, ga=True
+    )
+    ga_p50 = p50_p99(ga.overhead_ms)["p50"]
+    binary_p50 = p50_p99(ours.overhead_ms)["p50"]
+    result["ga"] = {
+        "turn_overhead_ms": p50_p99(ga.overhead_ms),
+        "bargein_stop_ms": p50_p99(ga.bargein_ms),
+        "frames_after_interrupt": ga.frames_after_interrupt,
+        "failures": ga.failures,
+        "samples": {"turns": len(ga.overhead_ms), "barge_ins": len(ga.bargein_ms)},
+    }
+    if ga_p50 is not None and binary_p50:
+        result["ratio_ga_vs_binary_p50"] = round(ga_p50 / binary_p50, 3)
     if not skip_pipecat:
         pipecat = await measure(
             "benchmarks.pipecat_baseline", ours=False, sessions=sessions, turns=turns, seed=1

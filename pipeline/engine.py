@@ -43,6 +43,7 @@ from journal.errors import JournalError
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.projection import render_context
 from journal.store import JournalStore
+from journal.tokens import count_tokens
 from pipeline import events as ev
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.capture import SpeechCapture, Utterance
@@ -60,6 +61,7 @@ from pipeline.turns import (
     StartResponse,
     TurnCoordinator,
     TurnSettings,
+    TurnState,
     UserSpeechResumed,
     UserSpeechStarted,
     UserSpeechStopped,
@@ -93,10 +95,13 @@ class ItemNotFound(LookupError):
     """A client named an item this session does not hold (``item_not_found``)."""
 
 
+ALL_HISTORY = 2**62
+"""``before_seq`` that takes the whole thread as context (an out-of-band response)."""
 MAX_ITEMS_KEPT = 512
 """Items of this session the engine keeps for ``retrieve``/``delete``/``truncate``."""
 
-_GA_REASONS = {"barge_in": "turn_detected", "cancel": "client_cancelled"}
+_GA_REASONS = {"barge_in": "turn_detected", "cancel": "client_cancelled",
+               "text_input": "client_cancelled"}  # fmt: skip
 """Our interruption reasons as the GA protocol's ``status_details.reason``."""
 
 
@@ -199,6 +204,10 @@ class _Response:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     """A client function call answered with ``function_call_output`` (continued here)."""
+    created: bool = False
+    """``response.created`` was sent."""
+    input_tokens: int = 0
+    """Estimated (``journal.tokens``) size of the prompt the brain was given."""
     respond: bool = True
     """False: a spoken turn is only transcribed and journaled (``create_response: false``)."""
     tracker: PlayoutTracker = field(default_factory=PlayoutTracker)
@@ -276,8 +285,12 @@ class Engine:
         self._items: dict[str, ev.Item] = {}
         self._last_item_id: str | None = None
         self._last_input = ""
+        self._last_input_seq: int | None = None
         self._partials: dict[int, str] = {}
         self._next_options: ResponseOptions | None = None
+        self.idle_timeout_s: float | None = None
+        """GA ``idle_timeout_ms``: quiet this long after an answer → ``timeout_triggered``."""
+        self._idle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: float | None = None
@@ -301,6 +314,9 @@ class Engine:
             at = now - (self._stream_ms - event.at_ms) / 1000.0
             if event.kind is VADEventKind.SPEECH_START:
                 coordinator.on_speech_start(now, at=at)
+                if self._idle is not None:
+                    self._idle.cancel()
+                    self._idle = None
             else:
                 coordinator.on_speech_end(now, at=at)
         voiced = self._vad.voiced
@@ -359,18 +375,50 @@ class Engine:
 
     def create_response(self, options: ResponseOptions | None = None) -> None:
         """``response.create``: answer what was added since the last response (a response in
-        progress is interrupted: the newest request wins)."""
-        self._next_options = options or ResponseOptions()
+        progress is interrupted: the newest request wins). A spoken turn that is still being
+        transcribed without an answer of its own (manual turns, ``create_response: false``)
+        is answered instead: push-to-talk's commit then ``response.create``."""
+        options = options or ResponseOptions()
+        current = self._responses.get(self.coordinator.generation)
+        if (
+            current is not None
+            and current.pending is None
+            and current.recording
+            and not current.respond
+            and not self._pending
+            and options.in_conversation
+        ):
+            current.respond = True
+            current.options = options
+            if options.audio is not None:
+                current.events.audio = options.audio
+            return
+        self._next_options = options
         self.coordinator.on_text_input("", self.clock())
         self._run(self.coordinator.commands())
 
     def clear_input(self) -> None:
-        """``input_audio_buffer.clear``: drop the utterance being heard, if any."""
+        """``input_audio_buffer.clear``: drop the utterance being heard, if any (a paused
+        microphone stays paused)."""
+        paused = self.coordinator.mic_paused
         self.coordinator.pause_microphone(self.clock())
-        self.coordinator.resume_microphone(self.clock())
+        if not paused:
+            self.coordinator.resume_microphone(self.clock())
         self._vad.reset()
         self.capture.clear_preroll()
         self._run(self.coordinator.commands())
+
+    def tune_listening(self, *, threshold: float | None, prefix_padding_ms: int | None) -> bool:
+        """Per-session VAD threshold and pre-roll (GA ``server_vad`` fields). False when the
+        VAD has no adjustable threshold (the energy VAD), so it was left as it is."""
+        if prefix_padding_ms is not None:
+            self.capture.preroll_ms = max(float(prefix_padding_ms), self.settings.preroll_ms)
+        if threshold is None:
+            return True
+        if not hasattr(self._vad, "threshold"):
+            return False
+        self._vad.threshold = min(max(threshold, 0.01), 0.99)
+        return True
 
     def item(self, item_id: str) -> ev.Item:
         found = self._items.get(item_id)
@@ -446,6 +494,8 @@ class Engine:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
+        if self._idle is not None:
+            self._idle.cancel()
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
@@ -601,23 +651,27 @@ class Engine:
             if response.cancelled:
                 return
             if text:
-                self._last_input = text
+                self._last_input, self._last_input_seq = text, user_seq
             elif response.tool_results or response.pending is not None:
-                text = self._last_input  # a continuation: the turn's input is the last one
+                # A continuation (after a function's output, or a response asked for after a
+                # spoken turn that was not answered): the turn's input is the last one.
+                text, user_seq = self._last_input, self._last_input_seq
             if not text or not response.respond:
                 response.finalized = True  # nothing to answer (silence, or no auto-response)
                 self._response_finished(response)
                 return
-            if not options.in_conversation:
-                user_seq = None if options.input_text is None else user_seq
-                text = options.input_text or text
+            if not options.in_conversation and options.input_text is not None:
+                # Out of band with its own input: the whole conversation so far is context.
+                user_seq, text = ALL_HISTORY, options.input_text
             content = await self._turn_content(
                 text, before_seq=user_seq, memory=memory_read, instructions=options.instructions
             )
             events = response.events
             events.previous_item_id = self._last_item_id
             self._send_all(events.created())
+            response.created = True
             await self._speak(response, content)
+            self._send_all(events.audio_done())
             await self._await_playout(response)
             await self._finalize(response, interrupted=False)
             self._response_finished(response)
@@ -625,8 +679,12 @@ class Engine:
             raise
         except (PluginError, JournalError) as error:
             self._emit_error(error.code, str(error), retryable=error.retryable)
+            if not response.finalized and not response.respond:
+                response.finalized = True  # nobody asked for an answer: the error says it all
             if not response.finalized:
                 response.finalized = True
+                if not response.created:  # a client that asked for it gets the whole response
+                    self._send_all(response.events.created())
                 self._send_all(
                     response.events.done(
                         "failed",
@@ -780,6 +838,7 @@ class Engine:
             tool_calls=response.tool_calls,
             tool_results=response.tool_results,
         )
+        response.input_tokens = count_tokens(request.system) + count_tokens(request.model_text)
         stream = run_brain_with_tools(
             self.plugins.brain,
             request,
@@ -983,6 +1042,7 @@ class Engine:
             reason=_GA_REASONS.get(reason or "", "turn_detected") if interrupted else None,
             heard=heard,
             text=text,
+            usage=_usage(response.input_tokens, events.text),
         )
         self._send_all(done)
 
@@ -995,6 +1055,23 @@ class Engine:
     def _response_finished(self, response: _Response) -> None:
         self.coordinator.on_response_done(response.generation, self.clock())
         self._run(self.coordinator.commands())
+        if self.idle_timeout_s is not None and self.coordinator.state is TurnState.LISTENING:
+            self._arm_idle(self.idle_timeout_s)
+
+    def _arm_idle(self, delay: float) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        started = self._stream_ms
+        self._idle = asyncio.get_running_loop().call_later(delay, self._on_idle, started)
+
+    def _on_idle(self, started_ms: float) -> None:
+        """Nobody spoke since the answer: say so (``timeout_triggered``). No response is
+        created — the brains answer words, and there were none; a client may ask for one."""
+        self._idle = None
+        if self._closed or self.coordinator.state is not TurnState.LISTENING:
+            return
+        item_id = self._new_item_id()
+        self._send(ev.TimeoutTriggered(round(started_ms), round(self._stream_ms), item_id))
 
     # ------------------------------------------------------------ output helpers
 
@@ -1082,6 +1159,13 @@ class Engine:
         error = task.exception()
         if error is not None:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
+
+
+def _usage(input_tokens: int, output: str) -> ev.Usage:
+    """Token usage as far as we know it: both sides estimated with ``journal.tokens`` (the
+    brain plugins do not report counts)."""
+    output_tokens = count_tokens(output) if output else 0
+    return ev.Usage(input_tokens + output_tokens, input_tokens, output_tokens)
 
 
 def _arguments_json(arguments: Mapping[str, Any]) -> str:

@@ -27,6 +27,8 @@ from typing import Any, ClassVar
 
 _INTERNAL = {"wire": False}
 _EXTENSION = {"extension": True}
+_NULLABLE = {"null": True}
+"""Written even when None (a field whose ``null`` means something)."""
 
 
 # ---------------------------------------------------------------- items
@@ -433,6 +435,22 @@ class ExtensionEvent(ServerEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class SessionResumed(ExtensionEvent):
+    """The answer to ``openrealtime.session.resume``: the one message outside the numbered
+    stream (docs/protocol.md, *Resuming*)."""
+
+    TYPE: ClassVar[str] = "openrealtime.session.resumed"
+    session_id: str
+    resume_token: str
+    replayed: int | bool
+    """How many messages follow as replay, or False when continued from the journal."""
+    missing: tuple[int, int] | None = field(metadata=_NULLABLE)
+    reconcile: Mapping[str, object] | None = field(metadata=_NULLABLE)
+    last_seq: int = 0
+    session: Mapping[str, object] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseInterrupted(ExtensionEvent):
     TYPE: ClassVar[str] = "openrealtime.response.interrupted"
     response_id: str
@@ -476,15 +494,16 @@ class MemoryStatus(ExtensionEvent):
 # ---------------------------------------------------------------- the encoder
 
 
-_PLAN: dict[type, tuple[tuple[str, bool], ...]] = {}
+_PLAN: dict[type, tuple[tuple[str, bool, bool], ...]] = {}
 
 
-def _plan(cls: type) -> tuple[tuple[str, bool], ...]:
-    """(field name, is extension) for each wire field of ``cls``, computed once per class."""
+def _plan(cls: type) -> tuple[tuple[str, bool, bool], ...]:
+    """(field name, is extension, written when None) for each wire field of ``cls``,
+    computed once per class."""
     plan = _PLAN.get(cls)
     if plan is None:
         plan = tuple(
-            (f.name, bool(f.metadata.get("extension")))
+            (f.name, bool(f.metadata.get("extension")), bool(f.metadata.get("null")))
             for f in dataclasses.fields(cls)
             if f.metadata.get("wire", True)
         )
@@ -506,12 +525,14 @@ def _value(value: Any, extensions: bool) -> Any:
 
 def _object(value: Any, extensions: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, extension in _plan(type(value)):
+    for name, extension, nullable in _plan(type(value)):
         if extension and not extensions:
             continue
         v = getattr(value, name)
         if v is not None:
             out[name] = _value(v, extensions)
+        elif nullable:
+            out[name] = None
     return out
 
 

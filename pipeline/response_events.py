@@ -11,10 +11,11 @@ Rule 2. Output items are numbered in the order they open (``output_index``). A f
         one item, sent whole (added, arguments delta and done, item done) when the brain makes
         it. The spoken answer is one message item with one content part (``audio`` with a
         transcript, or ``text`` for a text-only response); it opens at the first text or audio.
-Rule 3. ``done(...)`` closes what is open, innermost first (audio done, transcript done, part
-        done, item done, conversation item done), then ``response.done`` with the status, the
-        items and the usage. An interrupted answer's item is ``incomplete`` and its transcript
-        is what the person heard.
+Rule 3. ``audio_done()`` once the last audio was sent (the client may still be playing it);
+        ``done(...)`` closes what is still open, innermost first (audio done if not yet,
+        transcript done, part done, item done, conversation item done), then ``response.done``
+        with the status, the items and the usage. An interrupted answer's item is
+        ``incomplete`` and its transcript is what the person heard.
 Rule 4. ``conversation.item.added/done`` accompany each output item only when the response
         belongs to the conversation (``conversation: "none"`` is out of band).
 """
@@ -70,6 +71,7 @@ class ResponseEvents:
     _items: list[Item] = field(default_factory=list)
     _message_index: int | None = None
     _text: list[str] = field(default_factory=list)
+    _audio_done: bool = False
 
     @property
     def modalities(self) -> tuple[str, ...]:
@@ -123,6 +125,14 @@ class ResponseEvents:
         )
         return events
 
+    def audio_done(self) -> list[ServerEvent]:
+        """All of the answer's audio was sent (it may still be playing): ``output_audio.done``
+        now, the rest when the response ends (Rule 3)."""
+        if self._message_index is None or not self.audio or self._audio_done:
+            return []
+        self._audio_done = True
+        return [OutputAudioDone(self.response_id, self.item_id, self._message_index, 0)]
+
     def done(
         self,
         status: str,
@@ -145,10 +155,8 @@ class ResponseEvents:
             self._items[index] = item
             rid, iid = self.response_id, self.item_id
             if self.audio:
-                events += [
-                    OutputAudioDone(rid, iid, index, 0),
-                    OutputAudioTranscriptDone(rid, iid, index, 0, transcript),
-                ]
+                events += self.audio_done()
+                events.append(OutputAudioTranscriptDone(rid, iid, index, 0, transcript))
                 part = ResponsePart("audio", transcript=transcript)
             else:
                 events.append(OutputTextDone(rid, iid, index, 0, transcript))

@@ -165,7 +165,12 @@ class RealtimeClient:
                     )
                 )
                 first = json.loads(await asyncio.wait_for(self._ws.recv(), timeout))
-            except (OSError, TimeoutError, websockets.ConnectionClosed) as e:
+            except (
+                OSError,
+                TimeoutError,
+                websockets.ConnectionClosed,
+                websockets.exceptions.InvalidHandshake,  # cut during the HTTP upgrade
+            ) as e:
                 last_error = e
                 continue
             if first.get("type") != "openrealtime.session.resumed":

@@ -42,15 +42,15 @@ Refusals are ``ContinuityRefused``: the ``error`` event to send and the close co
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from journal.amendments import apply_amendments
 from journal.events import EventKind, JournalEvent, ThreadRef
+from pipeline.events import SessionResumed
 from runtime.accounts import Principal
-from runtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart
+from runtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart, encode_event
 from runtime.resume import VoiceSessionRecord
 from runtime.roles import Role
 
@@ -297,18 +297,16 @@ def resumed_message(
     last_seq: int,
     session: dict[str, object] | None = None,
 ) -> str:
-    """``openrealtime.session.resumed`` (docs/protocol.md, *Resuming*): the one message outside
-    the numbered stream. ``replayed`` is False and ``session`` is given when the session was
-    continued from the journal (rule 3)."""
-    message: dict[str, object] = {
-        "type": "openrealtime.session.resumed",
-        "session_id": session_id,
-        "resume_token": resume_token,
-        "replayed": replayed,
-        "missing": missing,
-        "reconcile": reconcile,
-        "last_seq": last_seq,
-    }
-    if session is not None:
-        message["session"] = session
-    return json.dumps(message)
+    """``openrealtime.session.resumed`` (docs/protocol.md, *Resuming*), encoded: the one
+    message outside the numbered stream. ``replayed`` is False and ``session`` is given when
+    the session was continued from the journal (rule 3)."""
+    event = SessionResumed(
+        session_id=session_id,
+        resume_token=resume_token,
+        replayed=replayed,
+        missing=(missing[0], missing[1]) if missing else None,
+        reconcile=reconcile,
+        last_seq=last_seq,
+        session=session,
+    )
+    return encode_event(event, event_id=f"event_resumed_{last_seq}", seq=None, extensions=True)

@@ -140,9 +140,7 @@ class Outbox:
             self._drain = asyncio.ensure_future(self._finish(None, None))
 
     def _submit(self, item: ServerEvent) -> None:
-        if self.failed:
-            return
-        if self.detached:
+        if self.failed or self.detached:
             coro = self._encode(item)  # numbered and kept for replay
             if coro is not None:
                 coro.close()

@@ -298,6 +298,10 @@ class VoiceSession:
                 await self._revoke()  # the client ended it: nothing to resume any more
             await self._close_connection(ws, close)
             await self.shutdown()
+        elif not self.outbox.extensions.seq:
+            # A GA-only client cannot resume (no seq, no token): the session ends with it.
+            await self._revoke()
+            await self.shutdown()
         else:
             self.outbox.detach()
             await self._detach()
@@ -586,7 +590,8 @@ class VoiceSession:
     def _session_json(self) -> dict[str, object]:
         """The GA session object; with extensions, our ids and limits under ``openrealtime``."""
         out: dict[str, object] = session_json(self.config)
-        if self.outbox.extensions.events and self.thread is not None and self.role is not None:
+        extensions = self.outbox.extensions
+        if (extensions.events or extensions.seq) and self.thread is not None and self.role:
             out["openrealtime"] = {
                 "id": self.id,
                 "thread_id": self.thread.thread_id,
@@ -606,7 +611,8 @@ class VoiceSession:
     def _turn_settings(self, detection: TurnDetectionConfig) -> TurnSettings:
         settings = self.services.settings
         base = TurnSettings()
-        silence = (detection.silence_duration_ms or settings.silence_ms) / 1000.0
+        chosen = detection.silence_duration_ms
+        silence = (settings.silence_ms if chosen is None else chosen) / 1000.0
         complete, incomplete = base.complete_delay, base.incomplete_delay
         if detection.type == "semantic_vad":
             # Eagerness scales how long the end-of-turn model lets a pause run.
@@ -668,6 +674,13 @@ class VoiceSession:
         engine.client_tools = config.tools if config.tool_choice != "none" else ()
         engine.auto_respond = config.turn_detection.create_response
         engine.coordinator.settings = self._turn_settings(config.turn_detection)
+        detection = config.turn_detection
+        engine.idle_timeout_s = (
+            detection.idle_timeout_ms / 1000.0 if detection.idle_timeout_ms is not None else None
+        )
+        engine.tune_listening(
+            threshold=detection.threshold, prefix_padding_ms=detection.prefix_padding_ms
+        )
         if engine.settings.output_sample_rate != config.output_format.rate:
             engine.settings = dataclasses.replace(
                 engine.settings, output_sample_rate=config.output_format.rate
@@ -708,6 +721,11 @@ class VoiceSession:
                     await self._handle(engine, message)
             except ProtocolError as e:
                 self._protocol_error(e)
+            except (_Close, WebSocketDisconnect, asyncio.CancelledError):
+                raise
+            except Exception:  # a bug must not end the session (and is logged, not its content)
+                log.exception("voice session %s: a client message failed", self.id)
+                self._error(ErrorCode.INTERNAL, "the server failed to handle this message")
 
     async def _push_audio(self, data: bytes, event_id: str | None = None) -> None:
         assert self.engine is not None
@@ -773,7 +791,7 @@ class VoiceSession:
             raise ProtocolError(
                 ErrorCode.ITEM_NOT_FOUND, str(e), param="item_id", event_id=event_id
             ) from None
-        except ValueError as e:
+        except ValueError as e:  # only a truncation past the item's audio raises it
             raise ProtocolError(
                 ErrorCode.INVALID_VALUE, str(e), param="audio_end_ms", event_id=event_id
             ) from None

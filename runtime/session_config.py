@@ -10,8 +10,9 @@ Rule 1. ``apply_update(config, raw)`` validates a ``session.update``'s ``session
 Rule 2. What we accept but cannot honour is listed in ``NO_EFFECT`` (documented in
         docs/protocol.md): the value is kept and shown back, so clients that always send it
         (the openai-agents runner sends ``tracing`` and a transcription model) keep working.
-        What we refuse (``prompt``: stored prompts live at OpenAI; MCP tools) is an
-        ``unsupported_parameter`` error.
+        What we refuse is an error naming the field: ``prompt`` (stored prompts live at
+        OpenAI) is ``unsupported_parameter``; MCP tools fail validation (only ``function``
+        tools exist here).
 Rule 3. Voices: our TTS has its own voices; every GA voice name is accepted and spoken with
         the role's voice (docs/protocol.md lists the mapping). The name is shown back.
 Rule 4. ``session_json(config)`` is the GA session object (``type: "realtime"``); our own
@@ -34,7 +35,10 @@ from runtime.protocol import ErrorCode, ProtocolError, validation_error
 GA_VOICES = frozenset(
     {"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"}
 )
-NO_EFFECT = ("tracing", "truncation", "include", "noise_reduction", "transcription", "speed")
+NO_EFFECT = (
+    "tracing", "truncation", "include", "noise_reduction", "transcription", "speed",
+    "max_output_tokens", "parallel_tool_calls", "reasoning", "model",
+)  # fmt: skip
 """Accepted and shown back, with no effect here (Rule 2)."""
 MAX_TOOLS = 32
 
@@ -209,7 +213,9 @@ def apply_update(
         for name in ("transcription", "noise_reduction"):
             if name in audio_in.model_fields_set:
                 value = getattr(audio_in, name)
-                accepted[name] = value.model_dump(exclude_none=True) if value else value
+                if isinstance(value, BaseModel):
+                    value = value.model_dump(exclude_none=True)
+                accepted[name] = value
         if "turn_detection" in audio_in.model_fields_set:
             changes["turn_detection"] = _turn_detection(audio_in.turn_detection)
     if audio is not None and audio.output is not None:

@@ -8,7 +8,10 @@
 // "playing"; an underrun outputs silence and goes back to "buffering", so network jitter costs a
 // short pause instead of crackle. Played samples are counted per generation: that count is what
 // the page reports to the server (openrealtime.playback → the heard prefix). "clear" drops all
-// queued audio at once (barge-in) and answers with the played counts.
+// queued audio at once (barge-in) and answers with the played counts. A generation is "drained"
+// when its last queued chunk has played and its "end" has come, in either order: the server
+// sends `response.output_audio.done` only once it thinks playout is over, so "end" often comes
+// after the queue already ran dry.
 //
 // Messages in:  {type: "push", generation, pcm: ArrayBuffer (Int16)}, {type: "end", generation},
 //               {type: "clear"}
@@ -41,6 +44,8 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       if (!(message.generation in this.played)) this.played[message.generation] = 0;
     } else if (message.type === "end") {
       this.ended.add(message.generation);
+      const queued = this.queue.some((chunk) => chunk.generation === message.generation);
+      if (message.generation in this.played && !queued) this.drained(message.generation);
     } else if (message.type === "clear") {
       this.queue = [];
       this.buffered = 0;
@@ -70,11 +75,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
           this.queue.shift();
           const next = this.queue[0];
           if ((!next || next.generation !== chunk.generation) && this.ended.has(chunk.generation)) {
-            this.port.postMessage({
-              type: "drained",
-              generation: chunk.generation,
-              played: this.played[chunk.generation],
-            });
+            this.drained(chunk.generation);
           }
         }
       }
@@ -90,6 +91,10 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       });
     }
     return true;
+  }
+
+  drained(generation) {
+    this.port.postMessage({ type: "drained", generation, played: this.played[generation] });
   }
 }
 

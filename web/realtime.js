@@ -1,25 +1,78 @@
-// The realtime WebSocket client (docs/protocol.md), the browser twin of runtime/client.py.
+// The realtime WebSocket client (docs/protocol.md), the browser twin of runtime/client.py: the
+// OpenAI Realtime GA protocol with every `openrealtime.*` extension on.
 //
 // Theory of operation
 // -------------------
 // States: idle → connecting → connected ⇄ reconnecting → closed | failed.
-// `start()` opens a socket and sends `session.start` (the bearer token goes in that first
-// message, never in the URL). Every server message carries a `seq` (JSON field, or the 12-byte
-// audio header); a message at or below the last seen seq is a replay duplicate and is dropped,
-// so a resume never shows anything twice. Acks go out every ACK_EVERY messages and on a timer.
+// Every socket offers the `openrealtime` subprotocol: its first message opens the session.
+// `start()` sends `openrealtime.session.start` (built by `sessionStartMessage`, the one place
+// that says what this client negotiates; the bearer token goes in that first message, never in
+// the URL) and resolves with our session facts, `session.created`.session.openrealtime (id,
+// thread_id, role, sample rates, limits); the GA session object itself is kept as `config`.
+// Every server message carries a `seq` (JSON field, or the 12-byte audio header); a message at
+// or below the last seen seq is a replay duplicate and is dropped, so a resume never shows
+// anything twice. Acks go out every ACK_EVERY messages and on a timer.
 // When the socket drops for a recoverable reason, the client reconnects with backoff and sends
-// `session.resume` (session id, resume token, last seq); the answer rotates the resume token,
-// which lives only in this object's memory (never persisted: a reload starts a continuation,
-// not a resume). When the server could not replay everything (the session was continued from
-// the journal by another process, or the replay window was exceeded) the "connected" state
-// carries `reconcile`: the session's turns as the journal has them, for the page to show
-// instead. If the server refuses the resume (`resume_refused`, `thread_not_found`,
-// `role_not_found`) the client reports "lost" so the page can continue the thread in a new session instead.
+// `openrealtime.session.resume` (session id, resume token, last seq); the answer rotates the
+// resume token, which lives only in this object's memory (never persisted: a reload starts a
+// continuation, not a resume). When the server could not replay everything (the session was
+// continued from the journal by another process, or the replay window was exceeded) the
+// "connected" state carries `reconcile`: the session's turns as the journal has them, for the
+// page to show instead. If the server refuses the resume (`resume_refused`, `thread_not_found`,
+// `role_not_found`) the client reports "lost" so the page can continue the thread in a new
+// session instead.
 
 export const ACK_EVERY = 32;
 const ACK_INTERVAL_MS = 500;
 const RESUME_GIVE_UP_MS = 170_000; // the server keeps a dropped session for resume_ttl_s (180 s)
-const FINAL_CLOSE_CODES = new Set([1000, 4001, 4003, 4012]);
+const FINAL_CLOSE_CODES = new Set([1000, 4001, 4003, 4012, 4013]);
+const SUBPROTOCOL = "openrealtime"; // "my first message opens (or resumes) the session"
+const INPUT_SAMPLE_RATE = 16000; // what audio.js's Microphone captures
+const OUTPUT_SAMPLE_RATE = 24000;
+
+/**
+ * The first message of a new session: `openrealtime.session.start` with every extension on
+ * and the audio formats this page speaks. `role` is a role id (the tenant's default when
+ * omitted); `requestedThreadId` + `previousVoiceSessionId` continue a thread; `pushToTalk`
+ * turns server turn detection off (the page then commits the input buffer itself).
+ */
+export function sessionStartMessage({
+  token,
+  role,
+  requestedThreadId,
+  previousVoiceSessionId,
+  pushToTalk = false,
+}) {
+  const message = {
+    type: "openrealtime.session.start",
+    token,
+    extensions: { events: true, seq: true, binary_audio: true },
+    session: {
+      audio: {
+        input: {
+          format: { type: "audio/pcm", rate: INPUT_SAMPLE_RATE },
+          turn_detection: pushToTalk ? null : { type: "server_vad" },
+        },
+        output: { format: { type: "audio/pcm", rate: OUTPUT_SAMPLE_RATE } },
+      },
+    },
+  };
+  if (role) message.model = role;
+  if (requestedThreadId) message.requested_thread_id = requestedThreadId;
+  if (previousVoiceSessionId) message.previous_voice_session_id = previousVoiceSessionId;
+  return message;
+}
+
+/** Our facts of a GA session object (its `openrealtime`), without the resume token: that
+ * lives only in the connection (`_resumeToken`). */
+function sessionFacts(session) {
+  const { resume_token: _, ...facts } = (session && session.openrealtime) || {};
+  return facts;
+}
+
+function protocolError(error) {
+  return Object.assign(new Error(error.message), { code: error.code });
+}
 
 export class RealtimeConnection extends EventTarget {
   constructor({ url, token }) {
@@ -27,7 +80,8 @@ export class RealtimeConnection extends EventTarget {
     this.url = url;
     this.token = token;
     this.state = "idle";
-    this.session = null;
+    this.session = null; // our facts: id, thread_id, role {id, name}, sample rates, limits
+    this.config = null; // the GA session object of session.created
     this.limits = null;
     this.lastSeq = 0;
     this.resumes = 0;
@@ -40,9 +94,12 @@ export class RealtimeConnection extends EventTarget {
     this._droppedAt = 0;
   }
 
-  /** Open a session; resolves with `session.created`'s session, rejects with its error. */
+  /**
+   * Open a session (`options` as `sessionStartMessage` takes them, without the token);
+   * resolves with our session facts, rejects with the server's error (`.code`).
+   */
   start(options = {}) {
-    const start = { type: "session.start", token: this.token, output_sample_rate: 24000, ...options };
+    const start = sessionStartMessage({ ...options, token: this.token });
     this._closing = false;
     this._setState("connecting");
     return new Promise((resolve, reject) => {
@@ -54,14 +111,15 @@ export class RealtimeConnection extends EventTarget {
           const event = JSON.parse(message.data);
           if (event.type === "session.created") {
             settled = true;
-            this.session = event.session;
-            this.limits = event.limits;
-            this._resumeToken = event.resume_token || "";
+            this.config = event.session;
+            this.session = sessionFacts(event.session);
+            this.limits = this.session.limits || null;
+            this._resumeToken = (event.session.openrealtime || {}).resume_token || "";
             this._setState("connected");
-            resolve(event.session);
+            resolve(this.session);
           } else if (event.type === "error") {
             settled = true;
-            reject(Object.assign(new Error(event.error.message), { code: event.error.code }));
+            reject(protocolError(event.error));
           }
         }
         this._onMessage(message);
@@ -89,23 +147,25 @@ export class RealtimeConnection extends EventTarget {
     }
   }
 
+  /** A typed user turn, answered: the item, then `response.create` (an item alone is not). */
   sendText(text) {
     this._sendJson({
       type: "conversation.item.create",
       item: { type: "message", role: "user", content: [{ type: "input_text", text }] },
     });
+    this._sendJson({ type: "response.create" });
   }
 
   reportPlayback(generation, playedMs) {
     this._sendJson({ type: "openrealtime.playback", generation, played_ms: Math.max(0, Math.round(playedMs)) });
   }
 
-  /** End the session for good (session.close). */
+  /** End the session for good (openrealtime.session.close; it cannot be resumed). */
   close() {
     this._closing = true;
     this._stopAckTimer();
     if (this._ws && this._ws.readyState === WebSocket.OPEN) {
-      this._sendJson({ type: "session.close" });
+      this._sendJson({ type: "openrealtime.session.close" });
     }
     if (this._ws) this._ws.close(1000);
     this._ws = null;
@@ -120,7 +180,7 @@ export class RealtimeConnection extends EventTarget {
   // ------------------------------------------------------------------ internals
 
   _open() {
-    const ws = new WebSocket(this.url);
+    const ws = new WebSocket(this.url, [SUBPROTOCOL]);
     ws.binaryType = "arraybuffer";
     this._ws = ws;
     this._startAckTimer();
@@ -204,7 +264,7 @@ export class RealtimeConnection extends EventTarget {
     ws.onopen = () => {
       ws.send(
         JSON.stringify({
-          type: "session.resume",
+          type: "openrealtime.session.resume",
           token: this.token,
           session_id: this.session.id,
           resume_token: this._resumeToken,
@@ -221,7 +281,11 @@ export class RealtimeConnection extends EventTarget {
           this._droppedAt = 0;
           this.resumes += 1;
           // Continued from the journal (another process, a restart): same id, fresh details.
-          if (first.session) this.session = { ...this.session, ...first.session };
+          if (first.session) {
+            this.config = first.session;
+            this.session = { ...this.session, ...sessionFacts(first.session) };
+            this.limits = this.session.limits || this.limits;
+          }
           this._setState("connected", {
             resumed: true,
             replayed: first.replayed,

@@ -42,6 +42,7 @@ const talk = {
   interruptions: {},
   playbackReports: [],
   items: new Map(),
+  generations: new Map(), // response id → generation, while the response runs
   reported: {},
   sessionJournaled: false,
   keyPrefix: "pending", // transcript keys of the current session: session id (+ ~epoch)
@@ -187,24 +188,31 @@ function onEvent(event) {
     }
     case "response.created": {
       const generation = event.response.generation;
+      talk.generations.set(event.response.id, generation);
       showItem(`${sid}:g${generation}`, "assistant", "…", { partial: true });
       break;
     }
-    case "response.output_text.delta": {
-      const key = `${sid}:g${event.generation}`;
+    case "response.output_audio_transcript.delta":
+    case "response.output_text.delta": { // the answer's words (spoken, or text-only)
+      const generation = talk.generations.get(event.response_id);
+      if (generation === undefined) break; // its start was in a range the server gave up
+      const key = `${sid}:g${generation}`;
       const node = talk.items.get(key);
       const before = node ? node.querySelector(".text").textContent.replace(/^…$/, "") : "";
       showItem(key, "assistant", before + event.delta, { partial: true });
       break;
     }
-    case "response.output_audio.done":
-      if (talk.player) talk.player.end(event.generation);
+    case "response.output_audio.done": {
+      const generation = talk.generations.get(event.response_id);
+      if (talk.player && generation !== undefined) talk.player.end(generation);
       break;
+    }
     case "openrealtime.response.interrupted":
       interrupt(event.generation, event.reason);
       break;
     case "response.done": {
       const response = event.response;
+      talk.generations.delete(response.id);
       const key = `${sid}:g${response.generation}`;
       const text = ((response.interrupted ? response.heard_text : response.output_text) || "").trim();
       if (!text && !response.output_text) {
@@ -358,6 +366,7 @@ async function stopSession() {
   talk.player = null;
   talk.interrupted = new Set();
   talk.reported = {};
+  talk.generations.clear();
   talk.serverPaused = false;
   talk.listening.clear();
   setConnection("idle");
@@ -366,14 +375,13 @@ async function stopSession() {
 /** Open a session: new thread, or a continuation of the record's thread. */
 async function startSession({ continueThread }) {
   const record = talk.record;
-  const options = {};
-  if (continueThread) {
-    options.requested_thread_id = record.thread_id;
-    options.previous_voice_session_id = record.voice_session_id;
-    options.role_id = record.role_id || undefined;
-  } else {
-    options.role_id = $("role").value || undefined;
-  }
+  const options = continueThread
+    ? {
+      requestedThreadId: record.thread_id,
+      previousVoiceSessionId: record.voice_session_id,
+      role: record.role_id,
+    }
+    : { role: $("role").value };
   const conn = new RealtimeConnection({ url: realtimeUrl(), token: token() });
   talk.conn = conn;
   conn.addEventListener("state", (e) => {

@@ -185,6 +185,8 @@ class SileroVADStream:
         self._windows_since_reset = 0
         self._quiet_windows = 0
         self._voiced = False
+        self.threshold = settings.threshold
+        """This session's speech threshold (a GA ``turn_detection.threshold`` sets it)."""
 
     @property
     def voiced(self) -> bool:
@@ -247,9 +249,10 @@ class SileroVADStream:
         probability = self._score(window)
         end = start + WINDOW_SAMPLES
         settings = self._settings
-        speech = probability >= settings.threshold
+        threshold = self.threshold
+        speech = probability >= threshold
         self._voiced = speech
-        silence = probability < settings.threshold - _HYSTERESIS
+        silence = probability < threshold - _HYSTERESIS
         event: VADEvent | None = None
         if self._state is _State.QUIET:
             if speech:

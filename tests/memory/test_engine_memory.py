@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import datetime
-from typing import Any
 
 from journal.events import ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins
+from pipeline.events import ServerEvent, wire
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
 
@@ -21,13 +21,11 @@ class Sink:
         self.done = asyncio.Event()
         self.statuses: list[str] = []
 
-    def send_event(self, event: dict[str, Any]) -> None:
+    def send(self, value: ServerEvent) -> None:
+        event = wire(value, extensions=True)
         if event["type"] == "response.done":
             self.statuses.append(event["response"]["status"])
             self.done.set()
-
-    def send_audio(self, generation: int, pcm: bytes) -> None:
-        pass
 
 
 class ScriptedMemory:

@@ -12,6 +12,7 @@ import pytest
 from memory.extraction import Extracted, extract
 from memory.session import SessionMemory
 from memory.store import MemoryStore
+from pipeline.events import wire
 
 CORRECTED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
     # English: leading discourse markers, a trailing contrastive "not X", "… but I actually …"
@@ -137,7 +138,7 @@ async def test_a_spoken_correction_replaces_the_earlier_keyed_fact(
     reports: list[dict[str, Any]] = []
     memory = SessionMemory(
         store, tenant="t", user="u1", role_id="r1", language=None, is_enabled=_enabled,
-        report=reports.append,
+        report=lambda e: reports.append(wire(e, extensions=True)),
     )  # fmt: skip
     await memory.on_user_final(earlier, thread_id="th_a", seq=1, at=T0)
     await memory.on_user_final(correction, thread_id="th_b", seq=3, at=T0 + timedelta(days=2))

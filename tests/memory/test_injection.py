@@ -13,6 +13,7 @@ from memory.injection import render_memory_block
 from memory.session import MemorySettings, SessionMemory
 from memory.store import InMemoryMemoryStore
 from pipeline.content import TurnContent
+from pipeline.events import wire
 from plugins.brain.local import memory_entries
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -86,7 +87,8 @@ def hook(
 ) -> SessionMemory:
     return SessionMemory(
         store, tenant="t", user="u1", role_id="r1", language="en", is_enabled=switch,
-        report=reports.append, settings=MemorySettings(**settings),
+        report=lambda e: reports.append(wire(e, extensions=True)),
+        settings=MemorySettings(**settings),
     )  # fmt: skip
 
 

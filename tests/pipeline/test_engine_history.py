@@ -4,12 +4,12 @@ summaries (SPEC J-3, J-4) — with the real projector and compactor."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from journal.checkpoints import InMemoryCheckpointStore
 from journal.events import ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, Persona, Plugins
+from pipeline.events import ServerEvent, wire
 from pipeline.history import ConversationHistory
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
@@ -19,12 +19,10 @@ class Sink:
     def __init__(self) -> None:
         self.done = 0
 
-    def send_event(self, event: dict[str, Any]) -> None:
+    def send(self, value: ServerEvent) -> None:
+        event = wire(value, extensions=True)
         if event["type"] == "response.done":
             self.done += 1
-
-    def send_audio(self, generation: int, pcm: bytes) -> None:
-        pass
 
 
 async def test_long_threads_are_compacted_and_the_summary_reaches_the_brain() -> None:

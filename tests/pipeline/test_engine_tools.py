@@ -8,6 +8,7 @@ from typing import Any
 from journal.events import EventKind, ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, Persona, Plugins
+from pipeline.events import ServerEvent, wire
 from plugins.brain.local import KNOWLEDGE_TOOL, LocalBrain
 from plugins.contracts import ToolSpec
 from plugins.fakes import FakeASR, FakeTTS
@@ -18,11 +19,9 @@ class Sink:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
 
-    def send_event(self, event: dict[str, Any]) -> None:
+    def send(self, value: ServerEvent) -> None:
+        event = wire(value, extensions=True)
         self.events.append(event)
-
-    def send_audio(self, generation: int, pcm: bytes) -> None:
-        pass
 
 
 async def test_tool_calls_and_results_are_journaled_and_answered() -> None:

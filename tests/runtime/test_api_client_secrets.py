@@ -15,18 +15,22 @@ import httpx
 import pytest
 import websockets
 from openai.types.realtime import ClientSecretCreateResponse
+from websockets.typing import Subprotocol
 
 from runtime.accounts import Principal
 from runtime.app import create_app
+from runtime.client import SUBPROTOCOL
 from runtime.config import Settings
 from runtime.protocol import CloseCode
 from runtime.roles import default_role
 from runtime.server import running_server
 from runtime.services import Services, open_services
+from runtime.session import VoiceSession
 from tests.runtime.conftest import fake_plugins
 
 URL = "/v1/realtime/client_secrets"
 MAX = Principal("local", "max", role="member")
+FIRST_MESSAGE = [Subprotocol(SUBPROTOCOL)]
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -177,11 +181,15 @@ async def test_a_secret_opens_sessions_of_its_role_only_and_they_close_with_the_
                 headers=bearer("max-token"),
             )  # fmt: skip
         secret = minted.json()["value"]
-        async with websockets.connect(server.ws_url, additional_headers=bearer(secret)) as ws:
-            await ws.send(json.dumps({"type": "session.start"}))
+        # The GA handshake, as an SDK makes it: its model names no role, the bound one wins.
+        url = server.ws_url + "?model=gpt-realtime"
+        async with websockets.connect(url, additional_headers=bearer(secret)) as ws:
             created = json.loads(await ws.recv())
             assert created["type"] == "session.created", created
-            assert created["session"]["role"]["id"] == tutor.id
+            assert created["session"]["model"] == "Tutor"
+            (live,) = services.live_sessions.values()
+            assert isinstance(live, VoiceSession) and live.role is not None
+            assert live.role.id == tutor.id
             # The user's disabling ends the session the secret opened.
             await services.accounts.disable_user("local", "max")
             with pytest.raises(websockets.ConnectionClosed) as closed:
@@ -203,8 +211,9 @@ async def test_a_secret_cannot_start_a_session_of_another_role(tmp_path: Path) -
             minted = await http.post(URL, json={}, headers=bearer("max-token"))
         secret = minted.json()["value"]
         assert minted.json()["session"]["model"] == default.id
-        async with websockets.connect(server.ws_url) as ws:  # the token in the first message
-            start = {"type": "session.start", "token": secret, "role_id": other.id}
+        # The token in the first message, which names another role.
+        async with websockets.connect(server.ws_url, subprotocols=FIRST_MESSAGE) as ws:
+            start = {"type": "openrealtime.session.start", "token": secret, "model": other.id}
             await ws.send(json.dumps(start))
             error = json.loads(await ws.recv())
             assert error["type"] == "error" and error["error"]["code"] == "role_mismatch"
@@ -227,19 +236,20 @@ async def test_a_secret_continues_and_resumes_only_its_roles_conversations(
             minted = await http.post(URL, json={}, headers=bearer("max-token"))
         secret = minted.json()["value"]  # bound to the default role
         # A session of the other role, opened with the long-lived token, then dropped.
-        async with websockets.connect(server.ws_url) as ws:
-            start = {"type": "session.start", "token": "max-token", "role_id": other.id}
+        async with websockets.connect(server.ws_url, subprotocols=FIRST_MESSAGE) as ws:
+            start = {"type": "openrealtime.session.start", "token": "max-token", "model": other.id}
             await ws.send(json.dumps(start))
             created = json.loads(await ws.recv())
-        session = created["session"]
+        session = created["session"]["openrealtime"]
         attempts = [
-            {"type": "session.start", "token": secret, "requested_thread_id": session["thread_id"],
+            {"type": "openrealtime.session.start", "token": secret,
+             "requested_thread_id": session["thread_id"],
              "previous_voice_session_id": session["id"]},
-            {"type": "session.resume", "token": secret, "session_id": session["id"],
-             "resume_token": created["resume_token"], "last_seq": created["seq"]},
+            {"type": "openrealtime.session.resume", "token": secret, "session_id": session["id"],
+             "resume_token": session["resume_token"], "last_seq": created["seq"]},
         ]  # fmt: skip
         for attempt in attempts:
-            async with websockets.connect(server.ws_url) as ws:
+            async with websockets.connect(server.ws_url, subprotocols=FIRST_MESSAGE) as ws:
                 await ws.send(json.dumps(attempt))
                 error = json.loads(await ws.recv())
                 assert error["type"] == "error", error

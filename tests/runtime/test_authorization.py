@@ -211,11 +211,10 @@ async def test_live_sessions_per_user_are_limited_and_revocation_closes_them(
     async with running_server(settings, plugins=fake_plugins()) as server:
         issued = await server.services.accounts.issue_token(*_local(), name="talk")
         auth = bearer(issued.secret)
+        # The GA handshake: the bearer header opens the session, no first message.
         async with websockets.connect(server.ws_url, additional_headers=auth) as first:
-            await first.send(json.dumps({"type": "session.start"}))
             assert json.loads(await first.recv())["type"] == "session.created"
             async with websockets.connect(server.ws_url, additional_headers=auth) as second:
-                await second.send(json.dumps({"type": "session.start"}))
                 error = json.loads(await second.recv())
                 assert error["error"]["code"] == "too_many_sessions"
                 with pytest.raises(websockets.ConnectionClosed) as closed:

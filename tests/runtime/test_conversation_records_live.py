@@ -58,14 +58,18 @@ async def turn(client: RealtimeClient, text: str) -> dict[str, Any]:
 
 async def end(client: RealtimeClient) -> None:
     """End the session for good (not a drop: a dropped session waits to be resumed)."""
-    await client.send_json({"type": "session.close"})
+    await client.end_session()
     await client.wait_closed()
     await client.close()
 
 
 def item_ids(client: RealtimeClient) -> list[str]:
     """The ids of the user items the session created (what a page keys messages by)."""
-    return [str(e["item_id"]) for e in client.events("conversation.item.created")]
+    return [
+        str(e["item"]["id"])
+        for e in client.events("conversation.item.added")
+        if e["item"].get("role") == "user"
+    ]
 
 
 async def save(

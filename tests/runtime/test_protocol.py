@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 import websockets
+from websockets.typing import Subprotocol
 
-from runtime.client import RealtimeClient, Received
+from runtime.client import SUBPROTOCOL, RealtimeClient, Received
 from runtime.config import Settings
 from runtime.protocol import CloseCode, ErrorCode
 from runtime.server import RunningServer, running_server
 from tests.runtime.conftest import fake_plugins
+
+FIRST_MESSAGE = Subprotocol(SUBPROTOCOL)
 
 
 async def expect_error(client: RealtimeClient, code: str) -> dict[str, object]:
@@ -37,19 +40,19 @@ async def still_works(client: RealtimeClient) -> None:
         ('{"type": "does.not.exist"}', ErrorCode.UNKNOWN_TYPE),
         (
             '{"type": "openrealtime.playback", "generation": -1, "played_ms": 5}',
-            ErrorCode.INVALID_MESSAGE,
+            ErrorCode.INVALID_VALUE,
         ),
-        ('{"type": "input_audio_buffer.commit", "extra": true}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "input_audio_buffer.commit", "extra": true}', ErrorCode.UNKNOWN_PARAMETER),
         ('{"type": "input_audio_buffer.append", "audio": "***"}', ErrorCode.INVALID_AUDIO),
         ('{"type": "input_audio_buffer.commit"}', ErrorCode.COMMIT_EMPTY),
         ('{"type": "response.cancel"}', ErrorCode.NO_RESPONSE),
-        ('{"type": "session.start"}', ErrorCode.SESSION_ALREADY_STARTED),
+        ('{"type": "openrealtime.session.start"}', ErrorCode.SESSION_ALREADY_STARTED),
         (b"\x01\x02\x03", ErrorCode.ODD_LENGTH_AUDIO),
         (b"\x00\x00" * 16_001, ErrorCode.AUDIO_FRAME_TOO_LONG),
         (b"\x00" * 300_000, ErrorCode.MESSAGE_TOO_LARGE),
         ("x" * 300_000, ErrorCode.MESSAGE_TOO_LARGE),
         (
-            '{"type":"conversation.item.create","item":{"role":"user","content":'
+            '{"type":"conversation.item.create","item":{"type":"message","role":"user","content":'
             '[{"type":"input_text","text":"' + "a" * 5000 + '"}]}}',
             ErrorCode.TEXT_TOO_LONG,
         ),
@@ -67,7 +70,7 @@ async def test_bad_input_gets_a_stable_error_and_the_session_survives(
 
 
 async def test_messages_before_session_start_are_refused(server: RunningServer) -> None:
-    async with websockets.connect(server.ws_url) as ws:
+    async with websockets.connect(server.ws_url, subprotocols=[FIRST_MESSAGE]) as ws:
         await ws.send(b"\x00\x00" * 160)
         event = json.loads(await ws.recv())
         assert event["type"] == "error"
@@ -75,9 +78,21 @@ async def test_messages_before_session_start_are_refused(server: RunningServer) 
         await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
         event = json.loads(await ws.recv())
         assert event["error"]["code"] == ErrorCode.SESSION_NOT_STARTED
-        await ws.send(json.dumps({"type": "session.start", "token": server.token}))
+        await ws.send(json.dumps({"type": "openrealtime.session.start", "token": server.token}))
         event = json.loads(await ws.recv())
         assert event["type"] == "session.created"
+
+
+async def test_without_credentials_a_ga_connection_is_refused_with_4001(
+    server: RunningServer,
+) -> None:
+    async with websockets.connect(server.ws_url) as ws:
+        event = json.loads(await ws.recv())
+        assert event["error"]["code"] == ErrorCode.UNAUTHORIZED
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == CloseCode.UNAUTHORIZED
 
 
 async def test_wrong_token_is_refused_with_4001(server: RunningServer) -> None:
@@ -91,8 +106,9 @@ async def test_wrong_token_is_refused_with_4001(server: RunningServer) -> None:
 async def test_bearer_header_authenticates(server: RunningServer) -> None:
     headers = {"Authorization": f"Bearer {server.token}"}
     async with websockets.connect(server.ws_url, additional_headers=headers) as ws:
-        await ws.send(json.dumps({"type": "session.start"}))
-        assert json.loads(await ws.recv())["type"] == "session.created"
+        created = json.loads(await ws.recv())  # at once: a GA session needs no first message
+        assert created["type"] == "session.created"
+        assert "seq" not in created and "openrealtime" not in created["session"]
 
 
 async def test_unknown_role_is_refused(server: RunningServer) -> None:
@@ -106,7 +122,7 @@ async def test_unknown_role_is_refused(server: RunningServer) -> None:
 async def test_no_start_in_time_closes_with_4008(tmp_path: Path) -> None:
     settings = Settings(port=0, storage="memory", data_dir=tmp_path, start_timeout_s=0.3)
     async with running_server(settings, plugins=fake_plugins()) as srv:
-        async with websockets.connect(srv.ws_url) as ws:
+        async with websockets.connect(srv.ws_url, subprotocols=[FIRST_MESSAGE]) as ws:
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 while True:
                     await ws.recv()

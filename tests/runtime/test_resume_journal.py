@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 import websockets
+from websockets.typing import Subprotocol
 
 from journal.events import EventKind
 from plugins.fakes import FakeBrain
-from runtime.client import ClientClosed, RealtimeClient
+from runtime.client import SUBPROTOCOL, ClientClosed, RealtimeClient
 from runtime.config import Settings
 from runtime.protocol import CloseCode
 from runtime.server import RunningServer, running_server
@@ -52,11 +53,11 @@ async def two_servers(
 
 async def raw_resume(url: str, token: str, session_id: str, resume_token: str, last_seq: int
                      ) -> websockets.ClientConnection:  # fmt: skip
-    ws = await websockets.connect(url, max_size=2**22)
+    ws = await websockets.connect(url, max_size=2**22, subprotocols=[Subprotocol(SUBPROTOCOL)])
     await ws.send(
         json.dumps(
             {
-                "type": "session.resume",
+                "type": "openrealtime.session.resume",
                 "token": token,
                 "session_id": session_id,
                 "resume_token": resume_token,
@@ -90,7 +91,9 @@ async def test_a_resume_on_another_process_continues_from_the_journal(
         resumed = await client.reconnect()
         assert resumed["replayed"] is False and resumed["session_id"] == session["id"]
         assert resumed["last_seq"] == last_seq
-        assert resumed["session"]["output_sample_rate"] == 16000  # served as it was started
+        continued = resumed["session"]  # served as it was started
+        assert continued["openrealtime"]["output_sample_rate"] == 16000
+        assert continued["audio"]["output"]["format"]["rate"] == 16000
         reconcile = client.reconcile
         assert reconcile is not None and reconcile["from_seq"] == last_seq + 1
         assert reconcile["to_seq"] is None and reconcile["complete"] is True
@@ -175,7 +178,7 @@ async def test_a_closed_session_cannot_be_revived(
     a, b, _ = two_servers
     async with RealtimeClient(a.ws_url, a.token) as client:
         session = await client.connect()
-        await client.send_json({"type": "session.close"})
+        await client.end_session()
         assert await client.wait_closed() == 1000
         ws = await raw_resume(b.ws_url, b.token, session["id"], client.resume_token, 1)
         assert json.loads(await ws.recv())["error"]["code"] == "resume_refused"
@@ -190,7 +193,7 @@ async def test_a_resume_past_the_replay_window_gets_the_same_reconcile(
     async with RealtimeClient(server.ws_url, server.token) as client:
         session = await client.connect()
         await client.send_text("tell me")
-        await client.wait_type("conversation.item.created")
+        await client.wait_type("conversation.item.added")
         live = server.services.live_sessions[session["id"]]
         assert isinstance(live, VoiceSession)
         live.outbox.max_replay_bytes = 0  # nothing is kept for a replay from now on
