@@ -124,6 +124,8 @@ class BenchClient:
     token: str | None
     handshake: bool
     ga: bool = False
+    ask_response: bool = True
+    """Follow a commit with ``response.create`` (push-to-talk, ``create_response: false``)."""
     """Ours over the plain GA protocol: bearer header, ``session.created`` at once, then
     ``session.update``; audio as base64 JSON both ways; no extensions."""
     arrivals: list[Arrival] = field(default_factory=list)
@@ -134,6 +136,9 @@ class BenchClient:
     async def connect(self, *, turn_detection: dict[str, Any] | None = None) -> None:
         """``turn_detection``: the GA shape, None for push-to-talk (the client commits and
         asks for the answer, see ``commit``)."""
+        self.ask_response = turn_detection is None or not turn_detection.get(
+            "create_response", True
+        )
         if self.ga:
             headers = {"Authorization": f"Bearer {self.token}"}
             self.ws = await websockets.connect(
@@ -201,7 +206,7 @@ class BenchClient:
         the answer (``response.create``: a push-to-talk turn is answered on request, as in
         GA); the baseline answers a commit by itself."""
         sent = await self.send(json.dumps({"type": "input_audio_buffer.commit"}))
-        if self.handshake or self.ga:
+        if (self.handshake or self.ga) and self.ask_response:
             await self.send(json.dumps({"type": "response.create"}))
         return sent
 

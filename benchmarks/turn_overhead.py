@@ -11,11 +11,13 @@ interruption threshold (``min_interrupt``) is sent → ``openrealtime.response.i
 received; frames_after_interrupt = audio frames of that generation received after the event.
 Otherwise the client waits for ``response.done``.
 
-Our sessions keep the server's VAD for barge-in but answer only on request (``server_vad`` with
-``create_response: false``): the client's commit ends each turn, and the barge-in speech, which
-the VAD commits by itself, is never answered (no extra turn). The Pipecat baseline maps commit
-onto its VAD's end of speech (see ``benchmarks.pipecat_baseline``) and runs the same client code
-without barge-in.
+Our sessions keep the server's VAD for barge-in and answer the client's commit (``server_vad``
+with ``create_response: true`` and a 10 s end-of-turn silence, so the VAD never ends a turn by
+itself: the commit does, and the barge-in speech is folded into the next turn). The GA run is the
+same over the plain protocol (bearer header, base64 JSON audio at 24 kHz, no extensions; its
+barge-in marker is the cancelled ``response.done``, after the client's truncate, as a GA client
+does). The Pipecat baseline maps commit onto its VAD's end of speech (see
+``benchmarks.pipecat_baseline``) and runs the same client code without barge-in.
 """
 
 from __future__ import annotations
@@ -42,7 +44,12 @@ from benchmarks.common import (
 from runtime.loop import install_uvloop
 
 MIN_INTERRUPT_MS = 300
-TURN_DETECTION = {"type": "server_vad", "create_response": False, "interrupt_response": True}
+TURN_DETECTION = {
+    "type": "server_vad",
+    "silence_duration_ms": 10_000,
+    "create_response": True,
+    "interrupt_response": True,
+}
 """Ours (module doc); the baseline has no session handshake."""
 
 

@@ -206,8 +206,9 @@ class _Response:
     """A client function call answered with ``function_call_output`` (continued here)."""
     created: bool = False
     """``response.created`` was sent."""
-    input_tokens: int = 0
-    """Estimated (``journal.tokens``) size of the prompt the brain was given."""
+    prompt: tuple[str, str] = ("", "")
+    """What the brain was given (system, text); its size is estimated when the response ends,
+    off the path to the first audio."""
     respond: bool = True
     """False: a spoken turn is only transcribed and journaled (``create_response: false``)."""
     tracker: PlayoutTracker = field(default_factory=PlayoutTracker)
@@ -838,7 +839,7 @@ class Engine:
             tool_calls=response.tool_calls,
             tool_results=response.tool_results,
         )
-        response.input_tokens = count_tokens(request.system) + count_tokens(request.model_text)
+        response.prompt = (request.system, request.model_text)
         stream = run_brain_with_tools(
             self.plugins.brain,
             request,
@@ -1042,7 +1043,7 @@ class Engine:
             reason=_GA_REASONS.get(reason or "", "turn_detected") if interrupted else None,
             heard=heard,
             text=text,
-            usage=_usage(response.input_tokens, events.text),
+            usage=_usage(response.prompt, events.text),
         )
         self._send_all(done)
 
@@ -1161,9 +1162,10 @@ class Engine:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
 
 
-def _usage(input_tokens: int, output: str) -> ev.Usage:
+def _usage(prompt: tuple[str, str], output: str) -> ev.Usage:
     """Token usage as far as we know it: both sides estimated with ``journal.tokens`` (the
     brain plugins do not report counts)."""
+    input_tokens = sum(count_tokens(part) for part in prompt if part)
     output_tokens = count_tokens(output) if output else 0
     return ev.Usage(input_tokens + output_tokens, input_tokens, output_tokens)
 

@@ -464,3 +464,35 @@ async def test_leaving_the_loop_early_closes_the_brains_http_stream(
     assert (await anext(deltas)).text == "one "
     await deltas.aclose()
     assert await server.wait_for_disconnect() == "/v1/chat/completions"
+
+
+class TwoCallsBrain:
+    """Calls the knowledge tool and the client's get_weather in one round."""
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    async def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
+        self.rounds += 1
+        yield BrainDelta(tool_call=ToolCall("c1", KNOWLEDGE_TOOL, {"query": "refunds"}))
+        yield BrainDelta(tool_call=ToolCall("c2", "get_weather", {"city": "Paris"}))
+
+
+async def test_a_client_tool_call_ends_the_response_after_the_server_tools_ran() -> None:
+    ran: list[str] = []
+
+    async def search(arguments: dict[str, Any]) -> str:
+        ran.append(arguments["query"])
+        return REFUNDS
+
+    brain = TwoCallsBrain()
+    deltas = await run(
+        brain,
+        request_for("refunds and weather?", KNOWLEDGE, WEATHER),
+        {KNOWLEDGE_TOOL: search},
+        client_tools={"get_weather"},
+    )
+    assert [c.name for c in calls_of(deltas)] == [KNOWLEDGE_TOOL, "get_weather"]
+    results = [d.tool_result for d in deltas if d.tool_result is not None]
+    assert [r.call_id for r in results] == ["c1"]  # the client runs get_weather itself
+    assert ran == ["refunds"] and brain.rounds == 1  # no second round: the client continues
