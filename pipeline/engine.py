@@ -49,6 +49,7 @@ from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
 from pipeline.history import ConversationHistory
+from pipeline.items import ConversationItems, ItemNotFound
 from pipeline.pacer import Pacer
 from pipeline.playout import PlayoutTracker
 from pipeline.response_events import ResponseEvents
@@ -91,14 +92,8 @@ class OutputSink(Protocol):
     def send(self, event: ev.ServerEvent) -> None: ...
 
 
-class ItemNotFound(LookupError):
-    """A client named an item this session does not hold (``item_not_found``)."""
-
-
 ALL_HISTORY = 2**62
 """``before_seq`` that takes the whole thread as context (an out-of-band response)."""
-MAX_ITEMS_KEPT = 512
-"""Items of this session the engine keeps for ``retrieve``/``delete``/``truncate``."""
 
 _GA_REASONS = {"barge_in": "turn_detected", "cancel": "client_cancelled",
                "text_input": "client_cancelled"}  # fmt: skip
@@ -283,8 +278,8 @@ class Engine:
         self._pending: list[_PendingInput] = []
         self._exchange: tuple[tuple[ToolCall, ...], dict[str, ToolResult], str] | None = None
         """The last response's client calls, the outputs received so far, and its input."""
-        self._items: dict[str, ev.Item] = {}
-        self._last_item_id: str | None = None
+        self.items = ConversationItems()
+        """This session's items as announced (``retrieve``/``delete``/``truncate``)."""
         self._last_input = ""
         self._last_input_seq: int | None = None
         self._partials: dict[int, str] = {}
@@ -337,7 +332,7 @@ class Engine:
         response is created."""
         item_id = item_id or self._new_item_id()
         item = ev.MessageItem(item_id, "user", (ev.ContentPart("input_text", text=text),))
-        previous = self._last_item_id
+        previous = self.items.last_id
         self._send(ev.ItemAdded(item, previous))
         write = self._spawn(
             self._append(
@@ -360,7 +355,7 @@ class Engine:
             raise ItemNotFound(f"no function call {call_id[:64]!r} is waiting for its output")
         item_id = item_id or self._new_item_id()
         item = ev.FunctionCallOutputItem(item_id, call_id, output)
-        previous = self._last_item_id
+        previous = self.items.last_id
         self._send(ev.ItemAdded(item, previous))
         exchange[1][call_id] = ToolResult(call_id=call_id, name=call.name, content=output)
         self._spawn(
@@ -422,10 +417,7 @@ class Engine:
         return True
 
     def item(self, item_id: str) -> ev.Item:
-        found = self._items.get(item_id)
-        if found is None:
-            raise ItemNotFound(f"no item {item_id[:64]!r} in this session")
-        return found
+        return self.items.get(item_id)
 
     async def delete_item(self, item_id: str) -> None:
         """``conversation.item.delete``: the item leaves the model's history (a tombstone in the
@@ -434,7 +426,7 @@ class Engine:
         await self._append(
             f"{self._event_prefix}:{item_id}:deleted", EventKind.ITEM_DELETED, {"item_id": item_id}
         )
-        del self._items[item_id]
+        self.items.forget(item_id)
         self._send(ev.ItemDeleted(item_id))
 
     async def truncate_item(self, item_id: str, audio_end_ms: int) -> None:
@@ -529,15 +521,8 @@ class Engine:
         return f"{self._item_prefix}_{uuid.uuid4().hex[:12]}"
 
     def _send(self, event: ev.ServerEvent) -> None:
-        """Send ``event``; the conversation's items are kept (bounded) as they are announced,
-        for ``retrieve``, ``delete`` and ``truncate``."""
-        if isinstance(event, ev.ItemAdded | ev.ItemDone):
-            item = event.item
-            self._items[item.id] = item
-            if isinstance(event, ev.ItemAdded):
-                self._last_item_id = item.id
-            while len(self._items) > MAX_ITEMS_KEPT:
-                del self._items[next(iter(self._items))]
+        """Send ``event``; the items it announces are kept (``pipeline.items``)."""
+        self.items.note(event)
         self.sink.send(event)
 
     def _begin_utterance(self, command: UserSpeechStarted) -> None:
@@ -616,7 +601,7 @@ class Engine:
             del self._responses[old]
         if not typed:
             item = self._user_audio_item(command.turn_id, None, "in_progress")
-            previous = self._last_item_id
+            previous = self.items.last_id
             self._send(ev.InputAudioBufferCommitted(item.id, previous))
             self._send(ev.ItemAdded(item, previous))
         response.task = self._spawn(
@@ -668,7 +653,7 @@ class Engine:
                 text, before_seq=user_seq, memory=memory_read, instructions=options.instructions
             )
             events = response.events
-            events.previous_item_id = self._last_item_id
+            events.previous_item_id = self.items.last_id
             self._send_all(events.created())
             response.created = True
             await self._speak(response, content)
@@ -899,7 +884,7 @@ class Engine:
                     item_id, call.call_id, call.name, _arguments_json(call.arguments)
                 )
                 if in_conversation:
-                    previous = self._last_item_id
+                    previous = self.items.last_id
                     self._send(ev.ItemAdded(item, previous))
                     self._send(ev.ItemDone(item, previous))
             if in_conversation:
@@ -913,7 +898,7 @@ class Engine:
             result = delta.tool_result
             item_id = self._new_item_id()
             output = ev.FunctionCallOutputItem(item_id, result.call_id, result.content)
-            previous = self._last_item_id
+            previous = self.items.last_id
             self._send(ev.ItemAdded(output, previous))
             await self._append(
                 f"{prefix}:tool_result:{result.call_id}",

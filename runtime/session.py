@@ -46,8 +46,9 @@ from journal.events import ThreadRef
 from knowledge.tool import make_knowledge_tool
 from pipeline import events as ev
 from pipeline.audio_formats import AudioFormat, AudioFormatError, InboundAudio
-from pipeline.engine import Engine, EngineSettings, ItemNotFound, Persona, ResponseOptions
+from pipeline.engine import Engine, EngineSettings, Persona, ResponseOptions
 from pipeline.history import ConversationHistory
+from pipeline.items import ItemNotFound
 from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
 from runtime.continuity import (
