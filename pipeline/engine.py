@@ -12,48 +12,51 @@ Each response is one task: it journals the user's input (an interruption cannot 
 part), projects the thread's history within the budget (``ConversationHistory``) — while
 the session's long-term memory (``TurnMemory``) is read beside it for the system prompt, bounded
 by ``memory_read_timeout_s``, and each journaled final user message goes to memory extraction in
-a task of its own, so memory never holds or fails a turn — then runs the
-brain through the shared tool loop in this task and TTS in a second one, connected by a bounded
-sentence queue (a ``SentenceSplitter`` hands each finished sentence on); audio is resampled to the
-session rate and paced to the client by a ``Pacer`` (``pipeline/pacer.py``) at most
-``playout_lead_ms`` ahead of real time. ``Interrupt`` cancels the task at once; the pacer and the
-session's outbox both check that the generation is still current, so nothing of an interrupted
-response is sent after the interruption event. The heard prefix comes from the
-``PlayoutTracker`` (client playback reports, else a real-time estimate) and is what the journal
-keeps. After each response the thread is compacted if it grew past its threshold.
+a task of its own, so memory never holds or fails a turn — then hands the answer to the
+``AnswerSpeaker`` (``pipeline/response.py``: brain through the shared tool loop, sentences, TTS,
+pacing), awaits its playout and finalizes it. ``Interrupt`` cancels the task at once; the pacer
+and the session's outbox both check that the generation is still current, so nothing of an
+interrupted response is sent after the interruption event. The heard prefix comes from the
+``PlayoutTracker`` (client playback reports or a GA client's truncate, else a real-time
+estimate) and is what the journal keeps. After each response the thread is compacted if it grew
+past its threshold.
+
+The GA conversation (``pipeline/events.py``): user items added with ``add_user_text`` wait for
+``create_response``; spoken turns are items too; every item announced is kept
+(``pipeline/items.py``) for retrieve, delete (a journal tombstone) and truncate; a client
+function call ends its response and ``add_function_output`` + ``create_response`` continue it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from journal.errors import JournalError
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.projection import render_context
 from journal.store import JournalStore
-from journal.tokens import count_tokens
 from pipeline import events as ev
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
+from pipeline.engine_config import EngineSettings, OutputSink, Persona, Plugins, TurnMemory
 from pipeline.history import ConversationHistory
 from pipeline.items import ConversationItems, ItemNotFound
-from pipeline.pacer import Pacer
-from pipeline.playout import PlayoutTracker
+from pipeline.response import (
+    AnswerSpeaker,
+    PendingInput,
+    Response,
+    ResponseOptions,
+    usage,
+)
 from pipeline.response_events import ResponseEvents
-from pipeline.sentences import SentenceSplitter
 from pipeline.turns import (
     Command,
     CommitUserTurn,
@@ -61,35 +64,22 @@ from pipeline.turns import (
     Interrupt,
     StartResponse,
     TurnCoordinator,
-    TurnSettings,
     TurnState,
     UserSpeechResumed,
     UserSpeechStarted,
     UserSpeechStopped,
 )
-from plugins.brain.tool_loop import ToolHandler, run_brain_with_tools
+from plugins.brain.tool_loop import ToolHandler
 from plugins.contracts import (
-    ASR,
-    TTS,
-    VAD,
-    Brain,
     BrainDelta,
-    Endpointer,
-    SpeechChunk,
     ToolCall,
     ToolResult,
     ToolSpec,
     VADEventKind,
 )
-from plugins.errors import PluginError, PluginTimeout
+from plugins.errors import PluginError
 
 log = logging.getLogger(__name__)
-
-
-class OutputSink(Protocol):
-    """Where the engine's output goes (the voice session's ordered outbox)."""
-
-    def send(self, event: ev.ServerEvent) -> None: ...
 
 
 ALL_HISTORY = 2**62
@@ -98,122 +88,6 @@ ALL_HISTORY = 2**62
 _GA_REASONS = {"barge_in": "turn_detected", "cancel": "client_cancelled",
                "text_input": "client_cancelled"}  # fmt: skip
 """Our interruption reasons as the GA protocol's ``status_details.reason``."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResponseOptions:
-    """What ``response.create`` may set for one response."""
-
-    instructions: str | None = None
-    """Replaces the session's instructions for this response only."""
-    audio: bool | None = None
-    """False: answer in text only; None: the session's output modalities."""
-    in_conversation: bool = True
-    """False (``conversation: "none"``): out of band, not journaled, not in the history."""
-    input_text: str | None = None
-    """Out-of-band input (a response outside the conversation answers this, not the thread)."""
-
-
-@dataclass(slots=True)
-class _PendingInput:
-    """A user item added with ``conversation.item.create``, waiting for ``response.create``."""
-
-    text: str
-    item_id: str
-    write: asyncio.Task[list[JournalEvent]]
-
-
-class TurnMemory(Protocol):
-    """Long-term memory for one session (``memory.session.SessionMemory``): ``read`` starts
-    when a turn starts and its block goes into the system prompt; ``on_user_final`` runs after
-    each journaled final user message. Neither may fail the turn."""
-
-    async def read(self) -> str | None: ...
-
-    async def on_user_final(
-        self, text: str, *, thread_id: str, seq: int | None, at: datetime
-    ) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Plugins:
-    vad: VAD
-    asr: ASR
-    brain: Brain
-    tts: TTS
-    endpointer: Endpointer | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EngineSettings:
-    output_sample_rate: int = 24_000
-    frame_ms: int = 40
-    """Granularity of response audio (the first message is one frame)."""
-    max_audio_message_ms: int = 120
-    """Once audio runs ahead of real time, frames are sent in messages of up to this long."""
-    playout_lead_ms: float = 300.0
-    """How far ahead of real-time playback the server may send audio."""
-    preroll_ms: float = 1_500.0
-    """Audio kept from before the VAD's speech start (covers VAD and barge-in latency)."""
-    max_utterance_s: float = 60.0
-    speculate_after_ms: float | None = 150.0
-    """Quiet this long inside an utterance starts the speculative transcription (None: wait
-    for the VAD's end of speech)."""
-    partial_every_s: float | None = 2.5
-    """During long speech, a partial transcript this often (None: never)."""
-    asr_timeout_s: float = 30.0
-    brain_timeout_s: float = 30.0
-    tts_timeout_s: float = 30.0
-    heard_report_wait_s: float = 0.5
-    """After an interruption, how long to wait for the client's playback report."""
-    memory_read_timeout_s: float = 1.0
-    """How long a turn waits for its long-term memory read (then goes on without it)."""
-    max_tool_rounds: int = 4
-    tool_timeout_s: float = 10.0
-    history_events: int = 200
-    """While the journal is unreachable: how many recent events the brain still sees."""
-    max_sentences_queued: int = 16
-    max_frames_queued: int = 750
-    """Synthesised audio waiting to be paced out (750 × 40 ms = 30 s); TTS waits beyond it."""
-    turns: TurnSettings = field(default_factory=TurnSettings)
-
-
-@dataclass(frozen=True, slots=True)
-class Persona:
-    """What the role contributes to a session (frozen at session start)."""
-
-    instructions: str
-    voice: str | None = None
-    language: str | None = None
-
-
-@dataclass
-class _Response:
-    generation: int
-    turn_id: int
-    response_id: str
-    events: ResponseEvents
-    options: ResponseOptions = field(default_factory=ResponseOptions)
-    pending: list[_PendingInput] | None = None
-    """Typed input already journaled (``conversation.item.create``); None: a spoken turn."""
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_results: tuple[ToolResult, ...] = ()
-    """A client function call answered with ``function_call_output`` (continued here)."""
-    created: bool = False
-    """``response.created`` was sent."""
-    prompt: tuple[str, str] = ("", "")
-    """What the brain was given (system, text); its size is estimated when the response ends,
-    off the path to the first audio."""
-    respond: bool = True
-    """False: a spoken turn is only transcribed and journaled (``create_response: false``)."""
-    tracker: PlayoutTracker = field(default_factory=PlayoutTracker)
-    task: asyncio.Task[None] | None = None
-    finalized: bool = False
-    recording: bool = True
-    """Still transcribing/journaling the user's input: an interruption must not cancel that."""
-    cancelled: bool = False
-    marks: dict[str, float] = field(default_factory=dict)
-    played_report: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Engine:
@@ -268,14 +142,14 @@ class Engine:
             speculate_after_ms=settings.speculate_after_ms,
             partial_every_s=settings.partial_every_s,
         )
-        self._responses: dict[int, _Response] = {}
+        self._responses: dict[int, Response] = {}
         self.audio_out = True
         """The session's output modalities: audio with a transcript (True) or text only."""
         self.auto_respond = True
         """A spoken turn the VAD ends starts a response (server_vad ``create_response``)."""
         self.client_tools: tuple[ToolSpec, ...] = ()
         """Functions the client declared (``session.update`` tools); the client runs them."""
-        self._pending: list[_PendingInput] = []
+        self._pending: list[PendingInput] = []
         self._exchange: tuple[tuple[ToolCall, ...], dict[str, ToolResult], str] | None = None
         """The last response's client calls, the outputs received so far, and its input."""
         self.items = ConversationItems()
@@ -288,6 +162,7 @@ class Engine:
         """GA ``idle_timeout_ms``: quiet this long after an answer → ``timeout_triggered``."""
         self._idle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.speaker = AnswerSpeaker(self)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: float | None = None
         self._closed = False
@@ -342,7 +217,7 @@ class Engine:
             ),
             "user-item",
         )
-        self._pending.append(_PendingInput(text, item_id, write))
+        self._pending.append(PendingInput(text, item_id, write))
         self._send(ev.ItemDone(item, previous))
         return item
 
@@ -577,7 +452,7 @@ class Engine:
             in_conversation=options.in_conversation,
             conversation_id=self.thread.thread_id,
         )
-        response = _Response(
+        response = Response(
             generation, command.turn_id, events.response_id, events, options=options
         )
         if typed:
@@ -623,7 +498,7 @@ class Engine:
     # ------------------------------------------------------------ the response
 
     async def _respond(
-        self, response: _Response, text: str | None, utterance: Utterance | None
+        self, response: Response, text: str | None, utterance: Utterance | None
     ) -> None:
         # Long-term memory is read while the input is transcribed and journaled.
         memory_read = self._spawn(self.memory.read(), "memory-read") if self.memory else None
@@ -654,11 +529,11 @@ class Engine:
             )
             events = response.events
             events.previous_item_id = self.items.last_id
-            self._send_all(events.created())
+            self.send_all(events.created())
             response.created = True
-            await self._speak(response, content)
-            self._send_all(events.audio_done())
-            await self._await_playout(response)
+            await self.speaker.speak(response, content)
+            self.send_all(events.audio_done())
+            await self.speaker.await_playout(response)
             await self._finalize(response, interrupted=False)
             self._response_finished(response)
         except asyncio.CancelledError:
@@ -670,8 +545,8 @@ class Engine:
             if not response.finalized:
                 response.finalized = True
                 if not response.created:  # a client that asked for it gets the whole response
-                    self._send_all(response.events.created())
-                self._send_all(
+                    self.send_all(response.events.created())
+                self.send_all(
                     response.events.done(
                         "failed",
                         error={"type": "server_error", "code": error.code, "message": str(error)},
@@ -682,7 +557,7 @@ class Engine:
             if memory_read is not None and not memory_read.done():
                 memory_read.cancel()
 
-    async def _typed_input(self, response: _Response) -> tuple[str, int | None]:
+    async def _typed_input(self, response: Response) -> tuple[str, int | None]:
         """The text items added since the last response (already being journaled) and the
         seq of the first, so the history before it is what the model sees as context."""
         pending = response.pending or []
@@ -710,7 +585,7 @@ class Engine:
         return ev.MessageItem(self._item_id(turn_id), "user", (part,), status=status)
 
     async def _record_user_input(
-        self, response: _Response, text: str | None, utterance: Utterance | None
+        self, response: Response, text: str | None, utterance: Utterance | None
     ) -> tuple[str, int | None]:
         """Transcribe (if spoken) and journal the user's turn; returns its text and seq (None
         while the journal is unreachable and the event waits in the session's buffer)."""
@@ -790,80 +665,7 @@ class Engine:
             tools=tools,
         )
 
-    async def _speak(self, response: _Response, content: TurnContent) -> None:
-        """Brain → sentences → TTS → paced frames. The brain runs in this task, TTS in a
-        second one, pacing in a third only once audio is ahead of real time, so the first
-        frame reaches the socket after a single task switch."""
-        sentences: asyncio.Queue[str | None] = asyncio.Queue(self.settings.max_sentences_queued)
-        try:
-            async with asyncio.TaskGroup() as group:
-                settings = self.settings
-                generation = response.generation
-                pacer = Pacer(
-                    tracker=response.tracker,
-                    clock=self.clock,
-                    group=group,
-                    is_current=lambda: self.coordinator.is_current(generation),
-                    send=lambda frame, now: self.send_frame(response, frame, now),
-                    lead_ms=settings.playout_lead_ms,
-                    frame_ms=settings.frame_ms,
-                    message_ms=settings.max_audio_message_ms,
-                )
-                group.create_task(self._synthesize(response, sentences, pacer))
-                await self._think(response, content, sentences)
-        except* (PluginError, JournalError) as failure:
-            # Report the first failing stage; the TaskGroup already cancelled the others.
-            raise failure.exceptions[0] from None
-
-    async def _think(
-        self, response: _Response, content: TurnContent, sentences: asyncio.Queue[str | None]
-    ) -> None:
-        splitter = SentenceSplitter()
-        request = dataclasses.replace(
-            content.to_brain_input(session=self.voice_session_id),
-            tool_calls=response.tool_calls,
-            tool_results=response.tool_results,
-        )
-        response.prompt = (request.system, request.model_text)
-        stream = run_brain_with_tools(
-            self.plugins.brain,
-            request,
-            self.tools,
-            max_rounds=self.settings.max_tool_rounds,
-            tool_timeout=self.settings.tool_timeout_s,
-            client_tools=frozenset(t.name for t in self.client_tools),
-        )
-        events = response.events
-        # Tools run between a call and its result: the brain's idle watchdog must outlast them.
-        idle = self.settings.brain_timeout_s + self.settings.tool_timeout_s
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(idle) as watchdog:
-                async for delta in stream:
-                    watchdog.reschedule(loop.time() + idle)
-                    if delta.tool_call is not None or delta.tool_result is not None:
-                        await self._journal_tool(response, delta)
-                        continue
-                    if not delta.text:
-                        continue
-                    if "brain_first_token" not in response.marks:
-                        response.marks["brain_first_token"] = self.clock()
-                    self._send_all(events.text_delta(delta.text))
-                    if not events.audio:
-                        continue
-                    for sentence in splitter.feed(delta.text):
-                        watchdog.reschedule(None)
-                        await sentences.put(sentence)
-                        watchdog.reschedule(loop.time() + idle)
-        except TimeoutError as e:
-            raise PluginTimeout(f"brain was silent for more than {idle}s") from e
-        finally:
-            await _aclose(stream)
-        for sentence in splitter.flush() if events.audio else ():
-            await sentences.put(sentence)
-        await sentences.put(None)
-
-    async def _journal_tool(self, response: _Response, delta: BrainDelta) -> None:
+    async def journal_tool(self, response: Response, delta: BrainDelta) -> None:
         """Journal a tool call or result and show it as an item: a client function is an
         output item of the response (the client runs it); a server tool (knowledge search) is
         shown as conversation items only, so a client never tries to run it."""
@@ -874,7 +676,7 @@ class Engine:
             item_id = self._new_item_id()
             client = any(t.name == call.name for t in self.client_tools)
             if client:
-                self._send_all(
+                self.send_all(
                     response.events.function_call(item_id, call.call_id, call.name, call.arguments)
                 )
                 known = self._exchange[0] if self._exchange else ()
@@ -908,79 +710,7 @@ class Engine:
             )  # fmt: skip
             self._send(ev.ItemDone(output, previous))
 
-    async def _synthesize(
-        self, response: _Response, sentences: asyncio.Queue[str | None], pacer: Pacer
-    ) -> None:
-        rate = self.settings.output_sample_rate
-        frame_samples = rate * self.settings.frame_ms // 1000
-        tracker = response.tracker
-        pending = np.zeros(0, dtype=np.int16)
-        idle = self.settings.tts_timeout_s
-        loop = asyncio.get_running_loop()
-        while (sentence := await sentences.get()) is not None:
-            tracker.add_sentence(sentence)
-            stream = self.plugins.tts.stream(
-                sentence, voice=self.persona.voice, language=self.persona.language
-            )
-            try:
-                async with asyncio.timeout(idle) as watchdog:
-                    async for chunk in stream:
-                        pcm = self._to_output_rate(chunk)
-                        if pcm.size == 0:
-                            continue
-                        tracker.add_audio(duration_ms(pcm.size, rate), chunk.words)
-                        if "tts_first_audio" not in response.marks:
-                            response.marks["tts_first_audio"] = self.clock()
-                        pending = np.concatenate((pending, pcm)) if pending.size else pcm
-                        whole = pending.size - pending.size % frame_samples
-                        for start in range(0, whole, frame_samples):
-                            pacer.push(pending[start : start + frame_samples])
-                        pending = pending[whole:]
-                        if pacer.backlog > self.settings.max_frames_queued:
-                            watchdog.reschedule(None)
-                            await pacer.wait_for_room(self.settings.max_frames_queued // 2)
-                        watchdog.reschedule(loop.time() + idle)
-            except TimeoutError as e:
-                raise PluginTimeout(f"TTS was silent for more than {idle}s") from e
-            finally:
-                await _aclose(stream)
-        if pending.size:
-            pacer.push(pending)
-        await pacer.finish()
-
-    def send_frame(self, response: _Response, frame: PCM, now: float) -> None:
-        """Write one message of a response's audio (the pacer decides when)."""
-        tracker = response.tracker
-        first = tracker.first_sent_at is None
-        self._send_all(response.events.audio_delta(frame.tobytes()))
-        tracker.on_sent(duration_ms(frame.size, self.settings.output_sample_rate), now)
-        if first:
-            response.marks["first_audio_sent"] = now
-            self.coordinator.on_audio_started(response.generation, now)
-            self._run(self.coordinator.commands())
-            self._emit_latency(response)
-
-    def _to_output_rate(self, chunk: SpeechChunk) -> PCM:
-        from pipeline.audio import resample
-
-        return resample(chunk.pcm, chunk.sample_rate, self.settings.output_sample_rate)
-
-    async def _await_playout(self, response: _Response) -> None:
-        tracker = response.tracker
-        while True:
-            end = tracker.playout_end()
-            if end is None:
-                return
-            if tracker.client_played_ms is not None and tracker.client_played_ms >= tracker.sent_ms:
-                return
-            remaining = end - self.clock()
-            if remaining <= 0:
-                return
-            response.played_report.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(response.played_report.wait(), remaining)
-
-    async def _finish_interrupted(self, response: _Response, reason: str) -> None:
+    async def _finish_interrupted(self, response: Response, reason: str) -> None:
         if response.task is not None:
             with contextlib.suppress(BaseException):
                 await response.task
@@ -998,7 +728,7 @@ class Engine:
             self._emit_error(e.code, str(e), retryable=e.retryable)
 
     async def _finalize(
-        self, response: _Response, *, interrupted: bool, reason: str | None = None
+        self, response: Response, *, interrupted: bool, reason: str | None = None
     ) -> None:
         if response.finalized:
             return
@@ -1028,9 +758,9 @@ class Engine:
             reason=_GA_REASONS.get(reason or "", "turn_detected") if interrupted else None,
             heard=heard,
             text=text,
-            usage=_usage(response.prompt, events.text),
+            usage=usage(response.prompt, events.text),
         )
-        self._send_all(done)
+        self.send_all(done)
 
     async def _compact(self) -> None:
         try:
@@ -1038,7 +768,7 @@ class Engine:
         except JournalError as e:
             log.warning("compaction failed (will retry after a later turn): %s", e)
 
-    def _response_finished(self, response: _Response) -> None:
+    def _response_finished(self, response: Response) -> None:
         self.coordinator.on_response_done(response.generation, self.clock())
         self._run(self.coordinator.commands())
         if self.idle_timeout_s is not None and self.coordinator.state is TurnState.LISTENING:
@@ -1061,30 +791,6 @@ class Engine:
 
     # ------------------------------------------------------------ output helpers
 
-    def _emit_latency(self, response: _Response) -> None:
-        marks = response.marks
-        origin = marks.get("vad_end", marks["committed"])
-        self._send(
-            ev.TurnLatency(
-                response_id=response.response_id,
-                generation=response.generation,
-                latency_ms={
-                    name: round((marks[name] - origin) * 1000.0, 2)
-                    for name in (
-                        "committed",
-                        "asr_started",
-                        "asr_done",
-                        "asr_final",
-                        "brain_first_token",
-                        "tts_first_audio",
-                        "first_audio_sent",
-                    )
-                    if name in marks
-                },
-                origin="vad_end" if "vad_end" in marks else "committed",
-            )
-        )
-
     def _emit_error(self, code: str, message: str, *, retryable: bool) -> None:
         self._send(ev.error(code, message, server=True, retryable=retryable))
 
@@ -1097,7 +803,12 @@ class Engine:
             self._partials = {turn_id: text}
         self._send(ev.TranscriptionDelta(self._item_id(turn_id), delta, transcript=text))
 
-    def _send_all(self, events: list[ev.ServerEvent]) -> None:
+    def audio_started(self, generation: int, now: float) -> None:
+        """The first frame of ``generation`` went out (the speaker's notice)."""
+        self.coordinator.on_audio_started(generation, now)
+        self._run(self.coordinator.commands())
+
+    def send_all(self, events: list[ev.ServerEvent]) -> None:
         for event in events:
             self._send(event)
 
@@ -1147,19 +858,17 @@ class Engine:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
 
 
-def _usage(prompt: tuple[str, str], output: str) -> ev.Usage:
-    """Token usage as far as we know it: both sides estimated with ``journal.tokens`` (the
-    brain plugins do not report counts)."""
-    input_tokens = sum(count_tokens(part) for part in prompt if part)
-    output_tokens = count_tokens(output) if output else 0
-    return ev.Usage(input_tokens + output_tokens, input_tokens, output_tokens)
-
-
 def _arguments_json(arguments: Mapping[str, Any]) -> str:
     return json.dumps(dict(arguments), ensure_ascii=False)
 
 
-async def _aclose(stream: object) -> None:
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        await aclose()
+__all__ = [
+    "ALL_HISTORY",
+    "Engine",
+    "EngineSettings",
+    "OutputSink",
+    "Persona",
+    "Plugins",
+    "ResponseOptions",
+    "TurnMemory",
+]

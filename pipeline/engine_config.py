@@ -1,0 +1,85 @@
+"""The engine's configuration and its collaborators' contracts (kept apart so the response
+module and the engine can share them without importing each other)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from pipeline import events as ev
+from pipeline.turns import TurnSettings
+from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer
+
+
+class OutputSink(Protocol):
+    """Where the engine's output goes (the voice session's ordered outbox)."""
+
+    def send(self, event: ev.ServerEvent) -> None: ...
+
+
+class TurnMemory(Protocol):
+    """Long-term memory for one session (``memory.session.SessionMemory``): ``read`` starts
+    when a turn starts and its block goes into the system prompt; ``on_user_final`` runs after
+    each journaled final user message. Neither may fail the turn."""
+
+    async def read(self) -> str | None: ...
+
+    async def on_user_final(
+        self, text: str, *, thread_id: str, seq: int | None, at: datetime
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Plugins:
+    vad: VAD
+    asr: ASR
+    brain: Brain
+    tts: TTS
+    endpointer: Endpointer | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSettings:
+    output_sample_rate: int = 24_000
+    frame_ms: int = 40
+    """Granularity of response audio (the first message is one frame)."""
+    max_audio_message_ms: int = 120
+    """Once audio runs ahead of real time, frames are sent in messages of up to this long."""
+    playout_lead_ms: float = 300.0
+    """How far ahead of real-time playback the server may send audio."""
+    preroll_ms: float = 1_500.0
+    """Audio kept from before the VAD's speech start (covers VAD and barge-in latency)."""
+    max_utterance_s: float = 60.0
+    speculate_after_ms: float | None = 150.0
+    """Quiet this long inside an utterance starts the speculative transcription (None: wait
+    for the VAD's end of speech)."""
+    partial_every_s: float | None = 2.5
+    """During long speech, a partial transcript this often (None: never)."""
+    asr_timeout_s: float = 30.0
+    brain_timeout_s: float = 30.0
+    tts_timeout_s: float = 30.0
+    heard_report_wait_s: float = 0.5
+    """After an interruption, how long to wait for the client's playback report."""
+    memory_read_timeout_s: float = 1.0
+    """How long a turn waits for its long-term memory read (then goes on without it)."""
+    max_tool_rounds: int = 4
+    tool_timeout_s: float = 10.0
+    history_events: int = 200
+    """While the journal is unreachable: how many recent events the brain still sees."""
+    max_sentences_queued: int = 16
+    max_frames_queued: int = 750
+    """Synthesised audio waiting to be paced out (750 × 40 ms = 30 s); TTS waits beyond it."""
+    turns: TurnSettings = field(default_factory=TurnSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class Persona:
+    """What the role contributes to a session (frozen at session start)."""
+
+    instructions: str
+    voice: str | None = None
+    language: str | None = None
+
+
+__all__ = ["EngineSettings", "OutputSink", "Persona", "Plugins", "TurnMemory"]

@@ -1,0 +1,310 @@
+"""One response's way from the brain to the client: think → speak → pace → playout.
+
+Theory of operation
+-------------------
+Rule 1. A ``Response`` is the state of one answer (its generation, its GA events, its playout
+        tracker, its marks); the engine creates it at the commit and finishes it (one
+        finalization path, in the engine: journal, done events).
+Rule 2. ``AnswerSpeaker.speak`` runs the brain through the shared tool loop in the calling
+        task and TTS in a second one, connected by a bounded sentence queue (a
+        ``SentenceSplitter`` hands each finished sentence on); audio is resampled to the
+        session rate and paced to the client by a ``Pacer`` at most ``playout_lead_ms`` ahead
+        of real time. The first frame reaches the socket after a single task switch.
+Rule 3. Everything the speaker needs from the session comes through its ``SpeakerHost`` (the
+        engine): settings, plugins, persona, tools, the clock, sending events, the fence
+        (``is_current``) and the first-audio notice.
+Rule 4. Watchdogs: the brain may be silent at most ``brain_timeout_s`` (plus a tool's timeout,
+        since tools run between a call and its result), TTS ``tts_timeout_s``; then
+        ``PluginTimeout``. A failing stage cancels the others; the first failure is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from journal.errors import JournalError
+from journal.events import JournalEvent
+from journal.tokens import count_tokens
+from pipeline import events as ev
+from pipeline.audio import PCM, duration_ms, resample
+from pipeline.content import TurnContent
+from pipeline.engine_config import EngineSettings, Persona, Plugins
+from pipeline.pacer import Pacer
+from pipeline.playout import PlayoutTracker
+from pipeline.response_events import ResponseEvents
+from pipeline.sentences import SentenceSplitter
+from plugins.brain.tool_loop import ToolHandler, run_brain_with_tools
+from plugins.contracts import BrainDelta, SpeechChunk, ToolCall, ToolResult, ToolSpec
+from plugins.errors import PluginError, PluginTimeout
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseOptions:
+    """What ``response.create`` may set for one response."""
+
+    instructions: str | None = None
+    """Replaces the session's instructions for this response only."""
+    audio: bool | None = None
+    """False: answer in text only; None: the session's output modalities."""
+    in_conversation: bool = True
+    """False (``conversation: "none"``): out of band, not journaled, not in the history."""
+    input_text: str | None = None
+    """Out-of-band input (a response outside the conversation answers this, not the thread)."""
+
+
+@dataclass(slots=True)
+class PendingInput:
+    """A user item added with ``conversation.item.create``, waiting for ``response.create``."""
+
+    text: str
+    item_id: str
+    write: asyncio.Task[list[JournalEvent]]
+
+
+@dataclass
+class Response:
+    generation: int
+    turn_id: int
+    response_id: str
+    events: ResponseEvents
+    options: ResponseOptions = field(default_factory=ResponseOptions)
+    pending: list[PendingInput] | None = None
+    """Typed input already journaled (``conversation.item.create``); None: a spoken turn."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+    """A client function call answered with ``function_call_output`` (continued here)."""
+    created: bool = False
+    """``response.created`` was sent."""
+    prompt: tuple[str, str] = ("", "")
+    """What the brain was given (system, text); its size is estimated when the response ends,
+    off the path to the first audio."""
+    respond: bool = True
+    """False: a spoken turn is only transcribed and journaled (``create_response: false``)."""
+    tracker: PlayoutTracker = field(default_factory=PlayoutTracker)
+    task: asyncio.Task[None] | None = None
+    finalized: bool = False
+    recording: bool = True
+    """Still transcribing/journaling the user's input: an interruption must not cancel that."""
+    cancelled: bool = False
+    marks: dict[str, float] = field(default_factory=dict)
+    played_report: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class SpeakerHost(Protocol):
+    """What the speaker needs from the session's engine (Rule 3)."""
+
+    settings: EngineSettings
+    plugins: Plugins
+    persona: Persona
+    tools: Mapping[str, ToolHandler]
+    client_tools: tuple[ToolSpec, ...]
+    voice_session_id: str
+    clock: Callable[[], float]
+
+    def send_all(self, events: list[ev.ServerEvent]) -> None: ...
+
+    def is_current(self, generation: int) -> bool: ...
+
+    def audio_started(self, generation: int, now: float) -> None: ...
+
+    async def journal_tool(self, response: Response, delta: BrainDelta) -> None: ...
+
+
+class AnswerSpeaker:
+    """Brain → sentences → TTS → paced frames for one engine's responses (Rule 2)."""
+
+    def __init__(self, host: SpeakerHost) -> None:
+        self.host = host
+
+    async def speak(self, response: Response, content: TurnContent) -> None:
+        """Brain → sentences → TTS → paced frames. The brain runs in this task, TTS in a
+        second one, pacing in a third only once audio is ahead of real time, so the first
+        frame reaches the socket after a single task switch."""
+        sentences: asyncio.Queue[str | None] = asyncio.Queue(
+            self.host.settings.max_sentences_queued
+        )
+        try:
+            async with asyncio.TaskGroup() as group:
+                settings = self.host.settings
+                generation = response.generation
+                pacer = Pacer(
+                    tracker=response.tracker,
+                    clock=self.host.clock,
+                    group=group,
+                    is_current=lambda: self.host.is_current(generation),
+                    send=lambda frame, now: self.send_frame(response, frame, now),
+                    lead_ms=settings.playout_lead_ms,
+                    frame_ms=settings.frame_ms,
+                    message_ms=settings.max_audio_message_ms,
+                )
+                group.create_task(self._synthesize(response, sentences, pacer))
+                await self._think(response, content, sentences)
+        except* (PluginError, JournalError) as failure:
+            # Report the first failing stage; the TaskGroup already cancelled the others.
+            raise failure.exceptions[0] from None
+
+    async def _think(
+        self, response: Response, content: TurnContent, sentences: asyncio.Queue[str | None]
+    ) -> None:
+        splitter = SentenceSplitter()
+        request = dataclasses.replace(
+            content.to_brain_input(session=self.host.voice_session_id),
+            tool_calls=response.tool_calls,
+            tool_results=response.tool_results,
+        )
+        response.prompt = (request.system, request.model_text)
+        stream = run_brain_with_tools(
+            self.host.plugins.brain,
+            request,
+            self.host.tools,
+            max_rounds=self.host.settings.max_tool_rounds,
+            tool_timeout=self.host.settings.tool_timeout_s,
+            client_tools=frozenset(t.name for t in self.host.client_tools),
+        )
+        events = response.events
+        # Tools run between a call and its result: the brain's idle watchdog must outlast them.
+        idle = self.host.settings.brain_timeout_s + self.host.settings.tool_timeout_s
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(idle) as watchdog:
+                async for delta in stream:
+                    watchdog.reschedule(loop.time() + idle)
+                    if delta.tool_call is not None or delta.tool_result is not None:
+                        await self.host.journal_tool(response, delta)
+                        continue
+                    if not delta.text:
+                        continue
+                    if "brain_first_token" not in response.marks:
+                        response.marks["brain_first_token"] = self.host.clock()
+                    self.host.send_all(events.text_delta(delta.text))
+                    if not events.audio:
+                        continue
+                    for sentence in splitter.feed(delta.text):
+                        watchdog.reschedule(None)
+                        await sentences.put(sentence)
+                        watchdog.reschedule(loop.time() + idle)
+        except TimeoutError as e:
+            raise PluginTimeout(f"brain was silent for more than {idle}s") from e
+        finally:
+            await aclose(stream)
+        for sentence in splitter.flush() if events.audio else ():
+            await sentences.put(sentence)
+        await sentences.put(None)
+
+    async def _synthesize(
+        self, response: Response, sentences: asyncio.Queue[str | None], pacer: Pacer
+    ) -> None:
+        rate = self.host.settings.output_sample_rate
+        frame_samples = rate * self.host.settings.frame_ms // 1000
+        tracker = response.tracker
+        pending = np.zeros(0, dtype=np.int16)
+        idle = self.host.settings.tts_timeout_s
+        loop = asyncio.get_running_loop()
+        while (sentence := await sentences.get()) is not None:
+            tracker.add_sentence(sentence)
+            stream = self.host.plugins.tts.stream(
+                sentence, voice=self.host.persona.voice, language=self.host.persona.language
+            )
+            try:
+                async with asyncio.timeout(idle) as watchdog:
+                    async for chunk in stream:
+                        pcm = self._to_output_rate(chunk)
+                        if pcm.size == 0:
+                            continue
+                        tracker.add_audio(duration_ms(pcm.size, rate), chunk.words)
+                        if "tts_first_audio" not in response.marks:
+                            response.marks["tts_first_audio"] = self.host.clock()
+                        pending = np.concatenate((pending, pcm)) if pending.size else pcm
+                        whole = pending.size - pending.size % frame_samples
+                        for start in range(0, whole, frame_samples):
+                            pacer.push(pending[start : start + frame_samples])
+                        pending = pending[whole:]
+                        if pacer.backlog > self.host.settings.max_frames_queued:
+                            watchdog.reschedule(None)
+                            await pacer.wait_for_room(self.host.settings.max_frames_queued // 2)
+                        watchdog.reschedule(loop.time() + idle)
+            except TimeoutError as e:
+                raise PluginTimeout(f"TTS was silent for more than {idle}s") from e
+            finally:
+                await aclose(stream)
+        if pending.size:
+            pacer.push(pending)
+        await pacer.finish()
+
+    def send_frame(self, response: Response, frame: PCM, now: float) -> None:
+        """Write one message of a response's audio (the pacer decides when)."""
+        tracker = response.tracker
+        first = tracker.first_sent_at is None
+        self.host.send_all(response.events.audio_delta(frame.tobytes()))
+        tracker.on_sent(duration_ms(frame.size, self.host.settings.output_sample_rate), now)
+        if first:
+            response.marks["first_audio_sent"] = now
+            self.host.audio_started(response.generation, now)
+            self.host.send_all([latency_event(response)])
+
+    def _to_output_rate(self, chunk: SpeechChunk) -> PCM:
+        return resample(chunk.pcm, chunk.sample_rate, self.host.settings.output_sample_rate)
+
+    async def await_playout(self, response: Response) -> None:
+        tracker = response.tracker
+        while True:
+            end = tracker.playout_end()
+            if end is None:
+                return
+            if tracker.client_played_ms is not None and tracker.client_played_ms >= tracker.sent_ms:
+                return
+            remaining = end - self.host.clock()
+            if remaining <= 0:
+                return
+            response.played_report.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(response.played_report.wait(), remaining)
+
+
+def latency_event(response: Response) -> ev.TurnLatency:
+    """The extension event of a response's latency marks (``openrealtime.turn.latency``)."""
+    marks = response.marks
+    origin = marks.get("vad_end", marks["committed"])
+    names = ("committed", "asr_started", "asr_done", "asr_final", "brain_first_token",
+             "tts_first_audio", "first_audio_sent")  # fmt: skip
+    return ev.TurnLatency(
+        response_id=response.response_id,
+        generation=response.generation,
+        latency_ms={
+            name: round((marks[name] - origin) * 1000.0, 2) for name in names if name in marks
+        },
+        origin="vad_end" if "vad_end" in marks else "committed",
+    )
+
+
+def usage(prompt: tuple[str, str], output: str) -> ev.Usage:
+    """Token usage as far as we know it: both sides estimated with ``journal.tokens`` (the
+    brain plugins do not report counts)."""
+    input_tokens = sum(count_tokens(part) for part in prompt if part)
+    output_tokens = count_tokens(output) if output else 0
+    return ev.Usage(input_tokens + output_tokens, input_tokens, output_tokens)
+
+
+async def aclose(stream: object) -> None:
+    """Close an async iterator now (and the HTTP stream or model work behind it)."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+__all__ = [
+    "AnswerSpeaker",
+    "PendingInput",
+    "Response",
+    "ResponseOptions",
+    "SpeakerHost",
+    "latency_event",
+    "usage",
+]
