@@ -62,7 +62,6 @@ from pipeline.turns import (
     CommitUserTurn,
     DropUtterance,
     Interrupt,
-    StartResponse,
     TurnCoordinator,
     TurnState,
     UserSpeechResumed,
@@ -386,8 +385,6 @@ class Engine:
                 self.capture.drop()
             elif isinstance(command, CommitUserTurn):
                 self._on_commit(command)
-            elif isinstance(command, StartResponse):
-                pass  # started together with its CommitUserTurn
             elif isinstance(command, Interrupt):
                 self._on_interrupt(command)
         self._arm_timer()
@@ -439,7 +436,7 @@ class Engine:
             # An explicit end of turn: speech heard from now on is new speech, even if the
             # VAD has not seen the pause yet.
             self._vad.reset()
-        generation = self.coordinator.generation
+        generation = command.generation
         typed = command.reason == "text"
         options = (self._next_options if typed else None) or ResponseOptions()
         self._next_options = None

@@ -124,15 +124,12 @@ class DropUtterance:
 
 @dataclass(frozen=True, slots=True)
 class CommitUserTurn:
+    """The user's turn ended: answer it as ``generation`` (the new current generation)."""
+
     turn_id: int
     reason: str  # "endpoint" | "commit" | "text"
     text: str | None = None  # typed text; None = transcribe the utterance audio
-
-
-@dataclass(frozen=True, slots=True)
-class StartResponse:
-    generation: int
-    turn_id: int
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +144,6 @@ Command = (
     | UserSpeechResumed
     | DropUtterance
     | CommitUserTurn
-    | StartResponse
     | Interrupt
 )
 
@@ -393,8 +389,7 @@ class TurnCoordinator:
         self._speech_end = None
         self.generation += 1
         self._response_active = True
-        self._emit(CommitUserTurn(self.turn_id, reason, text))
-        self._emit(StartResponse(self.generation, self.turn_id))
+        self._emit(CommitUserTurn(self.turn_id, reason, text, self.generation))
 
     def _move(self, trigger: Trigger) -> None:
         target = TRANSITIONS.get((self.state, trigger))

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from pipeline.audio import PCM, WordTiming
+from plugins.audio import PCM, WordTiming
 
 # ---------------------------------------------------------------- VAD
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.audio import PCM, WordTiming
+from plugins.audio import PCM, WordTiming
 from plugins.contracts import (
     BrainDelta,
     BrainInput,

@@ -14,7 +14,7 @@ import wave
 
 from openai import omit
 
-from pipeline.audio import INPUT_SAMPLE_RATE, PCM
+from plugins.audio import INPUT_SAMPLE_RATE, PCM
 from plugins.contracts import Transcript
 from plugins.errors import PluginError
 from plugins.openai_errors import PROVIDER_EXCEPTIONS, create_client, map_openai_error

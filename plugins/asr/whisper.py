@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.audio import INPUT_SAMPLE_RATE, PCM
+from plugins.audio import INPUT_SAMPLE_RATE, PCM
 from plugins.contracts import Transcript
 from plugins.errors import PluginError, PluginUnavailable
 from plugins.workers import WorkerPool

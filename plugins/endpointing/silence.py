@@ -3,7 +3,7 @@ alone decides when the user's turn is over."""
 
 from __future__ import annotations
 
-from pipeline.audio import PCM
+from plugins.audio import PCM
 from plugins.contracts import EndpointVerdict
 
 _NO_OPINION = EndpointVerdict(None)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.audio import PCM, WordTiming
+from plugins.audio import PCM, WordTiming
 from plugins.contracts import SpeechChunk
 
 _PAUSE_PHONEMES = frozenset({b"_", b"_:", b"_!", b"_!!"})

@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator
 
 from openai import omit
 
-from pipeline.audio import pcm_from_bytes
+from plugins.audio import pcm_from_bytes
 from plugins.contracts import SpeechChunk
 from plugins.errors import ProviderError
 from plugins.openai_errors import PROVIDER_EXCEPTIONS, create_client, map_openai_error

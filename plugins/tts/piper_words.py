@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from pipeline.audio import WordTiming
+from plugins.audio import WordTiming
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.audio import INPUT_SAMPLE_RATE, PCM
+from plugins.audio import INPUT_SAMPLE_RATE, PCM
 from plugins.contracts import VADEvent, VADEventKind
 
 _WINDOW = INPUT_SAMPLE_RATE // 100  # 10 ms

@@ -9,7 +9,6 @@ from pipeline.turns import (
     CommitUserTurn,
     DropUtterance,
     Interrupt,
-    StartResponse,
     Trigger,
     TurnCoordinator,
     TurnSettings,
@@ -59,7 +58,6 @@ def test_normal_turn_commits_after_silence_delay() -> None:
         UserSpeechStarted,
         UserSpeechStopped,
         CommitUserTurn,
-        StartResponse,
     ]
     commit = commands[2]
     assert isinstance(commit, CommitUserTurn) and commit.reason == "endpoint"
@@ -199,7 +197,7 @@ def test_typed_input_during_speech_interrupts_and_starts_a_new_response() -> Non
     assert commands[0] == Interrupt(first, "text_input")
     commit = commands[1]
     assert isinstance(commit, CommitUserTurn) and commit.text == "actually, something else"
-    assert commands[2] == StartResponse(first + 1, commit.turn_id)
+    assert commit.generation == first + 1
     assert c.state is TurnState.THINKING
     assert c.is_current(first + 1) and not c.is_current(first)
 
@@ -257,7 +255,7 @@ def test_explicit_commit() -> None:
     assert c.state is TurnState.ENDPOINTING
     assert c.commit(30.1) is True
     commands = c.commands()
-    assert CommitUserTurn(1, "commit", None) in commands
+    assert CommitUserTurn(1, "commit", None, generation=1) in commands
     assert c.state is TurnState.THINKING
 
 
