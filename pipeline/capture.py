@@ -90,7 +90,7 @@ class SpeechCapture:
         self._preroll.append(pcm)
         self._preroll_samples += pcm.size
         limit = self.preroll_ms * INPUT_SAMPLE_RATE / 1000
-        while self._preroll_samples - self._preroll[0].size >= limit:
+        while self._preroll and self._preroll_samples - self._preroll[0].size >= limit:
             self._preroll_samples -= self._preroll.popleft().size
         utterance = self.utterance
         if utterance is not None and utterance.samples + pcm.size <= self.max_samples:

@@ -84,7 +84,9 @@ class Pacer:
             if self.tracker.first_sent_at is None:
                 count = 1
             else:
-                fits = 1 + int((self.lead_ms - ahead) // self.frame_ms)
+                # The epsilon keeps an exact deadline (virtual time) from losing a frame to
+                # float rounding (79.99999 // 40 == 1).
+                fits = 1 + int((self.lead_ms - ahead + 1e-6) // self.frame_ms)
                 count = min(len(queue), self.per_message, fits)
             frames = [queue.popleft() for _ in range(count)]
             if not self.is_current():
@@ -94,7 +96,9 @@ class Pacer:
         self.room.set()
 
     async def _drain(self) -> None:
-        refill_at = self.lead_ms - (self.per_message - 1) * self.frame_ms
+        # Wake when a whole message fits again, but never later than the lead allows: a
+        # message longer than the lead must not let playback run dry.
+        refill_at = max(0.0, self.lead_ms - (self.per_message - 1) * self.frame_ms)
         try:
             while self.queue:
                 wait_ms = self._ahead_ms(self.clock()) - refill_at

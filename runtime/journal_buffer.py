@@ -7,13 +7,15 @@ store, bounded by ``append_timeout``. If the store is unavailable (or too slow) 
 kept, in order, in a bounded buffer, the session is told (``on_outage``: an ``error`` event with
 code ``journal_unavailable``, ``retryable``), and a retry task writes the buffer back with
 backoff; later appends queue behind the buffer so the journal's order stays the conversation's
-order. Appends are idempotent by event id, so an attempt that timed out but did commit is not
+order (direct writes go one at a time, so an append made while an earlier one is in flight
+cannot overtake it if that one fails). Appends are idempotent by event id, so an attempt that timed out but did commit is not
 duplicated by its retry. When the buffer would exceed ``max_buffered`` events ``on_overflow`` is
 called (the session closes with 4011) — events are never dropped silently.
 
-Reads merge the buffered events (with provisional seqs) after what the store returns, so the
-brain still sees the latest turns during an outage; if the store cannot be read at all, only the
-buffer's events are returned.
+``read_tail`` merges the buffered events (with provisional seqs) after what the store returns,
+so the brain still sees the latest turns during an outage; if the store cannot be read at all,
+only the buffer's events are returned (with nothing buffered that is ``JournalUnavailable``).
+Other reads pass straight through to the store.
 """
 
 from __future__ import annotations
@@ -59,20 +61,24 @@ class BufferedJournal:
         self.retry_max = retry_max
         self._buffer: list[tuple[ThreadRef, NewEvent]] = []
         self._retry: asyncio.Task[None] | None = None
+        self._in_flight = asyncio.Lock()
 
     @property
     def buffered(self) -> int:
         return len(self._buffer)
 
     async def append(self, thread: ThreadRef, events: Sequence[NewEvent]) -> list[JournalEvent]:
-        if not self._buffer:
-            try:
-                async with asyncio.timeout(self.append_timeout):
-                    return await self.store.append(thread, events)
-            except (JournalUnavailable, TimeoutError) as e:
-                log.warning("journal unavailable, buffering: %s", e)
-                self.on_outage(str(e) or "the journal did not answer in time")
-        self._keep(thread, events)
+        # One direct write at a time: an append made while an earlier one is still in flight
+        # waits for it, so if that one fails and is buffered, this one queues behind it.
+        async with self._in_flight:
+            if not self._buffer:
+                try:
+                    async with asyncio.timeout(self.append_timeout):
+                        return await self.store.append(thread, events)
+                except (JournalUnavailable, TimeoutError) as e:
+                    log.warning("journal unavailable, buffering: %s", e)
+                    self.on_outage(str(e) or "the journal did not answer in time")
+            self._keep(thread, events)
         if self._retry is None or self._retry.done():
             self._retry = asyncio.create_task(self._flush(), name="journal-retry")
         return [self._provisional(thread, e, i) for i, e in enumerate(events)]
@@ -124,9 +130,13 @@ class BufferedJournal:
         try:
             async with asyncio.timeout(self.append_timeout):
                 stored = await self.store.read_tail(thread, count)
-        except (JournalUnavailable, TimeoutError):
+        except (JournalUnavailable, TimeoutError) as e:
             if not pending:
-                raise
+                if isinstance(e, JournalUnavailable):
+                    raise
+                raise JournalUnavailable(
+                    f"the journal did not answer within {self.append_timeout} s"
+                ) from e
             stored = []
         seen = {e.event_id for e in stored}
         merged = stored + [e for e in pending if e.event_id not in seen]

@@ -180,12 +180,6 @@ async def test_frames_after_the_start_join_the_utterance_up_to_max_utterance_s()
         assert utterance.samples == INPUT_SAMPLE_RATE * 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=IndexError,
-    reason="bug: with preroll_ms=0 remember() empties the pre-roll deque and then indexes it "
-    "(IndexError on the first frame)",
-)
 @in_virtual_time
 async def test_a_zero_preroll_keeps_nothing_from_before_the_turn() -> None:
     async with mic(preroll_ms=0.0) as m:

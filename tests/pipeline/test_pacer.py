@@ -153,14 +153,6 @@ async def test_beyond_the_lead_frames_go_in_messages_of_message_ms_one_wake_up_e
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug (minor; shows under an exact clock such as virtual time): _pump sizes a message "
-    "by float floor division; woken exactly on its deadline the room computes as "
-    "79.99999999999994 ms instead of 80, so with the engine's defaults (300/40/120) a message "
-    "of three frames goes as two messages and two wake-ups",
-)
 @in_virtual_time
 async def test_with_the_engine_defaults_every_drained_message_is_full() -> None:
     async with pacing(lead_ms=300.0, frame_ms=40, message_ms=120) as (pacer, client):
@@ -171,13 +163,6 @@ async def test_with_the_engine_defaults_every_drained_message_is_full() -> None:
     assert [len(m.frames) for m in drained] == [3] * 7
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: when message_ms > lead_ms + frame_ms the drain's refill point "
-    "(lead_ms - (per_message - 1) * frame_ms) is negative, so it waits until playback has run "
-    "past the audio sent (80 ms here) before sending the next message",
-)
 @in_virtual_time
 async def test_a_message_longer_than_the_lead_still_never_lets_playback_run_dry() -> None:
     async with pacing(lead_ms=100.0, frame_ms=20, message_ms=200) as (pacer, client):

@@ -280,13 +280,6 @@ async def test_a_second_outage_is_told_and_recovered_again() -> None:
     assert await store.ids() == [(1, "a"), (2, "b"), (3, "c")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: an append is buffered only once it has failed; one made while an earlier "
-    "append is still in flight goes straight to the store, so when the earlier one then "
-    "times out it is written after the later one",
-)
 @in_virtual_time
 async def test_an_append_made_while_an_earlier_one_is_in_flight_keeps_the_order() -> None:
     store = ScriptedStore(["hang", "ok"])  # a dead connection for a, a healthy one for b
@@ -346,13 +339,6 @@ async def test_a_tail_read_with_nothing_buffered_and_the_store_down_raises() -> 
         await journal.read_tail(THREAD, 10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="bug (minor): with nothing buffered, read_tail re-raises the bare TimeoutError of a "
-    "store that does not answer; append maps the same condition to an outage, and callers "
-    "(the engine's response) catch JournalError, not TimeoutError",
-)
 @in_virtual_time
 async def test_a_tail_read_of_a_store_that_does_not_answer_raises_journal_unavailable() -> None:
     store = ScriptedStore()
