@@ -8,9 +8,10 @@ kept, in order, in a bounded buffer, the session is told (``on_outage``: an ``er
 code ``journal_unavailable``, ``retryable``), and a retry task writes the buffer back with
 backoff; later appends queue behind the buffer so the journal's order stays the conversation's
 order (direct writes go one at a time, so an append made while an earlier one is in flight
-cannot overtake it if that one fails). Appends are idempotent by event id, so an attempt that timed out but did commit is not
-duplicated by its retry. When the buffer would exceed ``max_buffered`` events ``on_overflow`` is
-called (the session closes with 4011) — events are never dropped silently.
+cannot overtake it if that one fails). Appends are idempotent by event id, so an attempt that
+timed out but did commit is not duplicated by its retry. When the buffer would exceed
+``max_buffered`` events ``on_overflow`` is called (the session closes with 4011) — events are
+never dropped silently.
 
 ``read_tail`` merges the buffered events (with provisional seqs) after what the store returns,
 so the brain still sees the latest turns during an outage; if the store cannot be read at all,
