@@ -1,10 +1,11 @@
 """Generated speech for the speech benchmarks: the texts, and how they become 16 kHz audio.
 
 Nothing here is recorded: every clip is synthesised at run time by the project's English TTS
-(Piper, ``create_tts("piper")``) and resampled to 16 kHz with ``pipeline.audio.resample``.
-Piper draws random noise inside its ONNX graph (timbre and rhythm vary per call);
-``seed_speech_synthesis`` fixes onnxruntime's random seed before the voice is loaded, so a run
-that synthesises the same texts in the same order hears the same audio.
+(Piper, ``create_tts("piper")``; Chinese turns by eSpeak NG, ``create_tts("espeak")``) and
+resampled to 16 kHz with ``pipeline.audio.resample``. Piper draws random noise inside its ONNX
+graph (timbre and rhythm vary per call); ``seed_speech_synthesis`` fixes onnxruntime's random
+seed before the voice is loaded, so a run that synthesises the same texts in the same order
+hears the same audio. eSpeak NG is deterministic.
 
 The lists are interleaved (a paused utterance, then one said in one go; numbers next to
 commands) so that a ``--limit N`` run still sees every kind.
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample
+from pipeline.audio import INPUT_SAMPLE_RATE, PCM, WordTiming, resample
 from plugins.contracts import TTS
 
 SEED = 7
@@ -140,6 +141,74 @@ ENDPOINTING_UTTERANCES: tuple[EndpointingUtterance, ...] = (
 filled with "um"/"uh"), 18 said in one go."""
 
 
+@dataclass(frozen=True, slots=True)
+class CueUtterance:
+    """One user turn of the endpointing benchmark's second group (transcript cues): ``parts``
+    spoken one after the other with ``pauses_s[i]`` of silence after ``parts[i]``. ``kind`` is
+    "dictation" (digits or a code read out piece by piece), "trailing_conjunction" (a pause
+    right after "and", "but", "然后", …) or "no_pause"."""
+
+    parts: tuple[str, ...]
+    pauses_s: tuple[float, ...]
+    kind: str
+    language: str
+
+    def __post_init__(self) -> None:
+        if len(self.pauses_s) != len(self.parts) - 1:
+            raise ValueError("a CueUtterance needs one pause between each two parts")
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.pauses_s)
+
+    @property
+    def text(self) -> str:
+        return " … ".join(self.parts)
+
+
+def _cue(kind: str, language: str, *parts_and_pauses: str | float) -> CueUtterance:
+    parts = tuple(p for p in parts_and_pauses if isinstance(p, str))
+    pauses = tuple(float(p) for p in parts_and_pauses if not isinstance(p, str))
+    return CueUtterance(parts, pauses, kind, language)
+
+
+CUE_UTTERANCES: tuple[CueUtterance, ...] = (
+    _cue("dictation", "en", "My phone number is zero one seven", 0.9, "six five four", 0.8,
+         "three two one nine."),
+    _cue("no_pause", "en", "What time is it?"),
+    _cue("trailing_conjunction", "zh", "我先去银行，然后", 0.9, "再去超市买点水果。"),
+    _cue("no_pause", "zh", "好的，谢谢。"),
+    _cue("dictation", "zh", "我的手机号是一三八", 0.9, "零零一三", 0.8, "八零零零。"),
+    _cue("no_pause", "en", "My number is zero one seven six five four three two one nine."),
+    _cue("trailing_conjunction", "en", "I'll take the salad and", 0.9, "a glass of orange juice."),
+    _cue("no_pause", "zh", "现在几点了？"),
+    _cue("dictation", "en", "The code is four", 0.8, "nine", 0.7, "two", 0.9, "eight."),
+    _cue("no_pause", "en", "Thanks, that's everything."),
+    _cue("trailing_conjunction", "zh", "我想订一张机票，但是", 1.0, "不知道哪天最便宜。"),
+    _cue("no_pause", "zh", "我的手机号是一三八零零一三八零零零。"),
+    _cue("dictation", "zh", "验证码是四", 0.8, "五", 0.8, "六", 0.9, "七。"),
+    _cue("no_pause", "en", "Please call me back tomorrow morning."),
+    _cue("trailing_conjunction", "en", "We could go on Friday, but", 1.0,
+         "Saturday would be better for me."),
+    _cue("no_pause", "zh", "帮我把客厅的灯关掉。"),
+    _cue("dictation", "en", "My order number is A one zero", 1.0, "zero eight six."),
+    _cue("trailing_conjunction", "zh", "明天可能会下雨，所以", 0.8, "我们改到下周吧。"),
+    _cue("trailing_conjunction", "en", "I'm calling because", 0.8,
+         "my internet stopped working this morning."),
+    _cue("dictation", "zh", "订单号是A一零", 1.0, "零八六。"),
+    _cue("trailing_conjunction", "en", "Do you want to meet at the cafe or", 1.1,
+         "should we just talk on the phone?"),
+    _cue("dictation", "en", "The last four digits are five", 0.8, "three", 1.1, "one nine."),
+    _cue("trailing_conjunction", "zh", "帮我买两杯咖啡，还有", 1.1, "一块蛋糕。"),
+    _cue("dictation", "zh", "我家门牌号是二", 0.9, "零", 1.0, "三。"),
+)  # fmt: skip
+"""The endpointing benchmark's second group, written for the transcript cues (issue 15): 8
+dictations read out in pieces with 0.7–1.1 s pauses (digit by digit, in groups, a code with a
+letter), 8 turns with a pause right after a conjunction, and 8 turns said in one go (two of
+them whole dictations, which the cues cannot tell from unfinished ones); half English, half
+Chinese (spoken by eSpeak NG's ``cmn`` voice)."""
+
+
 def seed_speech_synthesis(seed: int = SEED) -> None:
     """Make Piper's random noise reproducible. Effective only before the voice is loaded in
     this process (onnxruntime seeds each random kernel when the model is loaded)."""
@@ -154,6 +223,8 @@ class Speech:
     """16 kHz mono audio."""
     synthesis_s: float
     """Wall time the TTS took (resampling excluded)."""
+    words: tuple[WordTiming, ...] = ()
+    """Where each word of the text was spoken, in ms from the start of ``pcm``."""
 
     @property
     def seconds(self) -> float:
@@ -167,23 +238,37 @@ async def warm_up(tts: TTS) -> None:
         await warm()
 
 
-async def synthesize(tts: TTS, text: str) -> Speech:
-    """``text`` spoken by ``tts`` in English, at 16 kHz."""
+async def synthesize(tts: TTS, text: str, *, language: str = "en") -> Speech:
+    """``text`` spoken by ``tts`` in ``language`` (English by default), at 16 kHz."""
     started = time.perf_counter()
-    chunks = [chunk async for chunk in tts.stream(text, voice=None, language="en")]
+    chunks = [chunk async for chunk in tts.stream(text, voice=None, language=language)]
     synthesis_s = time.perf_counter() - started
     if not chunks:
         raise RuntimeError(f"the TTS produced no audio for {text!r}")
     parts = [resample(chunk.pcm, chunk.sample_rate, INPUT_SAMPLE_RATE) for chunk in chunks]
-    return Speech(np.concatenate(parts).astype(np.int16, copy=False), synthesis_s)
+    words: list[WordTiming] = []
+    offset_ms = 0.0
+    for chunk in chunks:
+        words.extend(
+            WordTiming(w.text_start, w.text_end, w.start_ms + offset_ms, w.end_ms + offset_ms)
+            for w in chunk.words
+        )
+        offset_ms += 1000.0 * chunk.pcm.size / chunk.sample_rate
+    return Speech(np.concatenate(parts).astype(np.int16, copy=False), synthesis_s, tuple(words))
 
 
 def trim_silence(pcm: PCM) -> PCM:
     """The audible part of a clip: from its first to its last sample louder than ``AUDIBLE``."""
+    start, end = audible_span(pcm)
+    return pcm[start:end]
+
+
+def audible_span(pcm: PCM) -> tuple[int, int]:
+    """(first, one past the last) sample louder than ``AUDIBLE``; (0, 0) for a silent clip."""
     loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > AUDIBLE)
     if loud.size == 0:
-        return pcm[:0]
-    return pcm[loud[0] : loud[-1] + 1]
+        return 0, 0
+    return int(loud[0]), int(loud[-1]) + 1
 
 
 def silence(seconds: float) -> PCM:
