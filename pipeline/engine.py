@@ -44,6 +44,7 @@ from journal.projection import render_context
 from journal.store import JournalStore
 from pipeline import events as ev
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
+from pipeline.backchannel import is_real_turn
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
 from pipeline.engine_config import EngineSettings, OutputSink, Persona, Plugins, TurnMemory
@@ -62,6 +63,9 @@ from pipeline.turns import (
     CommitUserTurn,
     DropUtterance,
     Interrupt,
+    JudgeInterruption,
+    PauseResponse,
+    ResumeResponse,
     TurnCoordinator,
     TurnState,
     UserSpeechResumed,
@@ -146,6 +150,9 @@ class Engine:
         """The session's output modalities: audio with a transcript (True) or text only."""
         self.auto_respond = True
         """A spoken turn the VAD ends starts a response (server_vad ``create_response``)."""
+        self.client_pauses_playback = False
+        """The client pauses and resumes its playback on ``openrealtime.output_audio.paused`` /
+        ``resumed`` (our own clients do); otherwise a held answer's buffered audio plays out."""
         self.client_tools: tuple[ToolSpec, ...] = ()
         """Functions the client declared (``session.update`` tools); the client runs them."""
         self._pending: list[PendingInput] = []
@@ -387,6 +394,12 @@ class Engine:
                 self._on_commit(command)
             elif isinstance(command, Interrupt):
                 self._on_interrupt(command)
+            elif isinstance(command, PauseResponse):
+                self._on_hold(command)
+            elif isinstance(command, JudgeInterruption):
+                self._spawn(self._judge_interruption(command), "judge-interruption")
+            elif isinstance(command, ResumeResponse):
+                self._on_resume(command)
         self._arm_timer()
 
     def _new_item_id(self) -> str:
@@ -399,7 +412,9 @@ class Engine:
 
     def _begin_utterance(self, command: UserSpeechStarted) -> None:
         now = self.clock()
-        self.capture.begin(command.turn_id, command.at, now)
+        held = self.capture.utterance
+        if not (command.adopt and held is not None and held.turn_id == command.turn_id):
+            self.capture.begin(command.turn_id, command.at, now)
         self._send(
             ev.SpeechStarted(
                 audio_start_ms=max(0, round(self._stream_ms - (now - command.at) * 1000.0)),
@@ -491,6 +506,42 @@ class Engine:
             # by itself right after (the user's input must not be lost).
             response.task.cancel()
         self._spawn(self._finish_interrupted(response, command.reason), "finish-interrupted")
+
+    # ------------------------------------------------------------ false interruptions
+
+    def _on_hold(self, command: PauseResponse) -> None:
+        """Sound over the answer: pause it and record the sound (``pipeline.turns`` Rule 3)."""
+        now = self.clock()
+        response = self._responses.get(command.generation)
+        if response is not None:
+            self.speaker.pause(response, now)
+            self._send(ev.OutputAudioPaused(response.response_id, command.generation))
+        self.capture.begin(command.turn_id, command.at, now)
+
+    def _on_resume(self, command: ResumeResponse) -> None:
+        """No real turn followed: the answer goes on where it paused, the sound is forgotten."""
+        held = self.capture.utterance
+        if held is not None and held.turn_id == command.turn_id:
+            self.capture.drop()
+        response = self._responses.get(command.generation)
+        if response is not None and response.paused:
+            self.speaker.resume(response, self.clock())
+            self._send(ev.OutputAudioResumed(response.response_id, command.generation))
+
+    async def _judge_interruption(self, command: JudgeInterruption) -> None:
+        """Transcribe the held sound and tell the coordinator whether it is a real turn (a
+        failed transcription is none: the answer resumes)."""
+        held = self.capture.utterance
+        real = False
+        if held is not None and held.turn_id == command.turn_id:
+            try:
+                transcript = await self.capture.transcribe(held.audio())
+            except PluginError as e:
+                log.warning("transcribing a possible interruption failed: %s", e)
+            else:
+                real = is_real_turn(transcript.text)
+        self.coordinator.on_interruption_verdict(command.turn_id, real, self.clock())
+        self._run(self.coordinator.commands())
 
     # ------------------------------------------------------------ the response
 

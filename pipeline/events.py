@@ -459,6 +459,25 @@ class ResponseInterrupted(ExtensionEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class OutputAudioPaused(ExtensionEvent):
+    """Sound from the user holds the answer (a possible false interruption): pause playback
+    where it is; ``resumed`` or an interruption follows."""
+
+    TYPE: ClassVar[str] = "openrealtime.output_audio.paused"
+    response_id: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutputAudioResumed(ExtensionEvent):
+    """No real turn followed the sound: play on from where playback paused."""
+
+    TYPE: ClassVar[str] = "openrealtime.output_audio.resumed"
+    response_id: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
 class TurnLatency(ExtensionEvent):
     TYPE: ClassVar[str] = "openrealtime.turn.latency"
     response_id: str

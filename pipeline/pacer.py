@@ -8,7 +8,8 @@ caller's stack — the first frame alone, at once — and audio beyond the lead 
 a drain task (in the response's TaskGroup, so it is cancelled with the response) sends as real
 time catches up, in messages of up to ``message_ms``: a long answer costs one wake-up and one
 write per message rather than per frame. Once the response is no longer current nothing more is
-sent.
+sent. A paused pacer (a held answer) sends nothing and keeps its queue; ``resume`` sends on from
+there, paced against the tracker's re-anchored playback.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Pacer:
         self.queue: deque[PCM] = deque()
         self.drain: asyncio.Task[None] | None = None
         self.room = asyncio.Event()
+        self.paused = False
+        self._resumed = asyncio.Event()
 
     @property
     def backlog(self) -> int:
@@ -68,15 +71,26 @@ class Pacer:
         if self.drain is not None:
             await self.drain
 
+    def pause(self) -> None:
+        self.paused = True
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        """Send on after a pause (the tracker was re-anchored first)."""
+        if not self.paused:
+            return
+        self.paused = False
+        self._resumed.set()
+        if self.drain is None:
+            self._pump()
+
     def _ahead_ms(self, now: float) -> float:
-        tracker = self.tracker
-        if tracker.first_sent_at is None:
-            return -self.lead_ms
-        return tracker.sent_ms - (now - tracker.first_sent_at) * 1000.0
+        ahead = self.tracker.ahead_ms(now)
+        return -self.lead_ms if ahead is None else ahead
 
     def _pump(self) -> None:
         queue = self.queue
-        while queue:
+        while queue and not self.paused:
             now = self.clock()
             ahead = self._ahead_ms(now)
             if ahead > self.lead_ms:
@@ -101,6 +115,9 @@ class Pacer:
         refill_at = max(0.0, self.lead_ms - (self.per_message - 1) * self.frame_ms)
         try:
             while self.queue:
+                if self.paused:
+                    await self._resumed.wait()
+                    continue
                 wait_ms = self._ahead_ms(self.clock()) - refill_at
                 if wait_ms > 0:
                     await asyncio.sleep(wait_ms / 1000.0)

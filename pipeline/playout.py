@@ -7,7 +7,11 @@ sentence cut off, the words whose audio had finished (TTS word timings) or — w
 share of its characters proportional to the audio played, cut back to a word boundary.
 
 When the client has not reported, the estimate is real-time playback from the first audio sent,
-capped at what was sent.
+capped at what was sent. A held answer (a candidate interruption, ``pipeline.turns`` Rule 3)
+pauses the estimate where the client pauses its playback (``pause(now, client_pauses=True)``:
+the client was told to) or lets it run on over what was already sent (a client that knows no
+pause plays out its buffer); ``resume`` re-anchors the estimate at the position then, so a
+client that ran dry restarts from there.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ class PlayoutTracker:
         self.sent_ms = 0.0
         self.first_sent_at: float | None = None
         self.client_played_ms: float | None = None
+        self._anchor: float | None = None
+        """When position 0 would have played, at real-time playback (moved by ``resume``)."""
+        self._frozen_ms: float | None = None
+        """The estimate while paused on a client that pauses with us."""
 
     @property
     def text(self) -> str:
@@ -73,7 +81,33 @@ class PlayoutTracker:
     def on_sent(self, duration_ms: float, now: float) -> None:
         if self.first_sent_at is None:
             self.first_sent_at = now
+        if self._anchor is None:
+            self._anchor = now - self.sent_ms / 1000.0
         self.sent_ms += duration_ms
+
+    def pause(self, now: float, *, client_pauses: bool) -> None:
+        if client_pauses and self._frozen_ms is None:
+            self._frozen_ms = self._estimate(now)
+
+    def resume(self, now: float) -> None:
+        if self._anchor is not None:
+            self._anchor = now - self._estimate(now) / 1000.0
+        self._frozen_ms = None
+
+    def ahead_ms(self, now: float) -> float | None:
+        """How far what was sent runs ahead of the playback estimate (None before any)."""
+        if self._anchor is None:
+            return None
+        if self._frozen_ms is not None:
+            return self.sent_ms - self._frozen_ms
+        return self.sent_ms - (now - self._anchor) * 1000.0
+
+    def _estimate(self, now: float) -> float:
+        if self._frozen_ms is not None:
+            return self._frozen_ms
+        if self._anchor is None:
+            return 0.0
+        return max(0.0, min(self.sent_ms, (now - self._anchor) * 1000.0))
 
     def on_client_played(self, played_ms: float) -> None:
         if self.client_played_ms is None or played_ms > self.client_played_ms:
@@ -82,15 +116,13 @@ class PlayoutTracker:
     def played_ms(self, now: float) -> float:
         if self.client_played_ms is not None:
             return self.client_played_ms
-        if self.first_sent_at is None:
-            return 0.0
-        return min(self.sent_ms, (now - self.first_sent_at) * 1000.0)
+        return self._estimate(now)
 
     def playout_end(self) -> float | None:
         """When real-time playback of everything sent so far ends (server's estimate)."""
-        if self.first_sent_at is None:
+        if self._anchor is None:
             return None
-        return self.first_sent_at + self.sent_ms / 1000.0
+        return self._anchor + self.sent_ms / 1000.0
 
     def heard_text(self, played_ms: float) -> str:
         out = ""

@@ -13,7 +13,10 @@ Rule 2. ``AnswerSpeaker.speak`` runs the brain through the shared tool loop in t
 Rule 3. Everything the speaker needs from the session comes through its ``SpeakerHost`` (the
         engine): settings, plugins, persona, tools, the clock, sending events, the fence
         (``is_current``) and the first-audio notice.
-Rule 4. Watchdogs: the brain may be silent at most ``brain_timeout_s`` (plus a tool's timeout,
+Rule 4. A held response (``pause``/``resume``: a candidate interruption) sends nothing and
+        does not end its playout until it is resumed or interrupted; brain and TTS work on
+        into the bounded queues meanwhile.
+Rule 5. Watchdogs: the brain may be silent at most ``brain_timeout_s`` (plus a tool's timeout,
         since tools run between a call and its result), TTS ``tts_timeout_s``; then
         ``PluginTimeout``. A failing stage cancels the others; the first failure is raised.
 """
@@ -95,6 +98,10 @@ class Response:
     cancelled: bool = False
     marks: dict[str, float] = field(default_factory=dict)
     played_report: asyncio.Event = field(default_factory=asyncio.Event)
+    pacer: Pacer | None = None
+    paused: bool = False
+    """Held for a candidate interruption (``AnswerSpeaker.pause``)."""
+    unpaused: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class SpeakerHost(Protocol):
@@ -107,6 +114,8 @@ class SpeakerHost(Protocol):
     client_tools: tuple[ToolSpec, ...]
     voice_session_id: str
     clock: Callable[[], float]
+    client_pauses_playback: bool
+    """The client pauses its playback when told to (``openrealtime.output_audio.paused``)."""
 
     def send_all(self, events: list[ev.ServerEvent]) -> None: ...
 
@@ -144,6 +153,9 @@ class AnswerSpeaker:
                     frame_ms=settings.frame_ms,
                     message_ms=settings.max_audio_message_ms,
                 )
+                if response.paused:
+                    pacer.pause()
+                response.pacer = pacer
                 group.create_task(self._synthesize(response, sentences, pacer))
                 await self._think(response, content, sentences)
         except* (PluginError, JournalError) as failure:
@@ -252,16 +264,39 @@ class AnswerSpeaker:
     def _to_output_rate(self, chunk: SpeechChunk) -> PCM:
         return resample(chunk.pcm, chunk.sample_rate, self.host.settings.output_sample_rate)
 
+    def pause(self, response: Response, now: float) -> None:
+        """Hold ``response``: nothing more is sent and its playout does not end until
+        ``resume`` (the playback estimate pauses too if the client pauses with us)."""
+        if response.paused:
+            return
+        response.paused = True
+        response.unpaused.clear()
+        response.tracker.pause(now, client_pauses=self.host.client_pauses_playback)
+        if response.pacer is not None:
+            response.pacer.pause()
+
+    def resume(self, response: Response, now: float) -> None:
+        if not response.paused:
+            return
+        response.paused = False
+        response.tracker.resume(now)
+        response.unpaused.set()
+        if response.pacer is not None:
+            response.pacer.resume()
+
     async def await_playout(self, response: Response) -> None:
         tracker = response.tracker
         while True:
+            if response.paused:
+                await response.unpaused.wait()
+                continue
             end = tracker.playout_end()
             if end is None:
                 return
             if tracker.client_played_ms is not None and tracker.client_played_ms >= tracker.sent_ms:
                 return
             remaining = end - self.host.clock()
-            if remaining <= 0:
+            if remaining <= 1e-6:  # within the loop's clock resolution it has passed
                 return
             response.played_report.clear()
             with contextlib.suppress(TimeoutError):

@@ -19,10 +19,28 @@ A verdict from the endpointing model moves it to ``speech end + complete delay``
 An explicit commit or typed text ends the turn at once.
 
 Rule 3 — barge-in. While THINKING or SPEAKING, user speech is a *candidate* interruption. It
-interrupts only when it has lasted ``min_interrupt`` and is still voiced (the last voiced frame is
-within ``max_voice_gap``): shorter noises and backchannels are ignored. An interruption
-(``Interrupt``) makes the engine cancel the generation and clear playback; the candidate speech
-becomes the next user turn.
+counts only when it has lasted ``min_interrupt`` and is still voiced (the last voiced frame is
+within ``max_voice_gap``): shorter noises and backchannels are ignored. Then, with
+``false_interruption_timeout`` set (the default), the answer is first *held*
+(``PauseResponse``: playback pauses where it is, the engine starts recording the candidate as a
+tentative utterance) and the candidate is judged (``JudgeInterruption``) as soon as its sound
+stops (``max_voice_gap`` without a voiced frame, or the VAD's end of speech) — or, for a sound
+that goes on, once the hold has lasted the timeout. The engine transcribes what was heard and
+answers ``on_interruption_verdict``:
+
+- *real* (words that are not a backchannel): ``Interrupt`` as below, and the tentative
+  utterance is adopted as the next user turn (``UserSpeechStarted(adopt=True)``; when its
+  speech already ended, ``UserSpeechStopped`` follows and the endpoint rule runs);
+- *not real* (no words, a backchannel, noise): ``ResumeResponse`` — playback continues where it
+  paused, the tentative utterance is dropped, no user turn and no interruption exist. A verdict
+  of "not real" while the candidate is still voiced keeps the hold (the next stop is judged
+  again) until the timeout; at the timeout a candidate still undecided is judged on what was
+  heard so far, and "not real" then resumes even over continuing noise.
+
+Without ``false_interruption_timeout`` (None) a candidate interrupts at ``min_interrupt``. An
+interruption (``Interrupt``) makes the engine cancel the generation and clear playback; the
+candidate speech becomes the next user turn. A response that ends while held (a text answer,
+which has no playback to pause) ends the hold: the candidate becomes the next user turn.
 
 Rule 4 — generations. Every response gets a new, increasing generation number. Only the current
 generation may produce output; ``is_current(g)`` is the fence the engine applies to everything it
@@ -99,6 +117,8 @@ class TurnStateError(RuntimeError):
 class UserSpeechStarted:
     at: float
     turn_id: int
+    adopt: bool = False
+    """The tentative utterance recorded during a hold (Rule 3) becomes this turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +158,34 @@ class Interrupt:
     reason: str  # "barge_in" | "text_input" | "cancel"
 
 
+@dataclass(frozen=True, slots=True)
+class PauseResponse:
+    """Hold ``generation``'s output: sound during the answer may be a false interruption.
+    Record the candidate from ``at`` as a tentative utterance of ``turn_id`` (Rule 3)."""
+
+    generation: int
+    at: float
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeInterruption:
+    """Transcribe the tentative utterance of ``turn_id`` and answer
+    ``on_interruption_verdict``; ``speech_end`` is when its sound stopped (None: still
+    sounding at the hold's timeout)."""
+
+    turn_id: int
+    speech_end: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeResponse:
+    """The held ``generation`` goes on where it paused; drop the tentative utterance."""
+
+    generation: int
+    turn_id: int
+
+
 Command = (
     UserSpeechStarted
     | UserSpeechStopped
@@ -145,6 +193,9 @@ Command = (
     | DropUtterance
     | CommitUserTurn
     | Interrupt
+    | PauseResponse
+    | JudgeInterruption
+    | ResumeResponse
 )
 
 
@@ -163,11 +214,17 @@ class TurnSettings:
     max_voice_gap: float = 0.12
     burst_join: float = 1.0
     auto_commit: bool = True
+    false_interruption_timeout: float | None = 1.5
+    """Longest hold of an answer for a candidate interruption (Rule 3); None: interrupt at
+    ``min_interrupt`` without holding."""
 
     def __post_init__(self) -> None:
         for name in ("silence_delay", "complete_delay", "incomplete_delay", "min_interrupt"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TurnSettings.{name} must be >= 0")
+        hold = self.false_interruption_timeout
+        if hold is not None and hold <= 0:
+            raise ValueError("TurnSettings.false_interruption_timeout must be > 0 or None")
 
 
 @dataclass(slots=True)
@@ -178,6 +235,20 @@ class _Candidate:
     last_voiced: float
     utterance_start: float
     """Where the user's utterance begins if this interrupts (an earlier short burst)."""
+    speech_end: float | None = None
+    """The VAD's end of this candidate's speech (while held: it is judged then)."""
+
+
+@dataclass(slots=True)
+class _Hold:
+    """An answer paused for a candidate interruption (Rule 3)."""
+
+    generation: int
+    turn_id: int
+    since: float
+    judging: bool = False
+    judged_end: float | None = None
+    """The sound stop the verdict in flight judges (None: judged at the timeout)."""
 
 
 @dataclass
@@ -198,6 +269,7 @@ class TurnCoordinator:
     _burst: tuple[float, float] | None = None
     """(start, end) of the last candidate that ended too short to interrupt."""
     _response_active: bool = False
+    _hold: _Hold | None = None
 
     # ------------------------------------------------------------ queries
 
@@ -211,15 +283,31 @@ class TurnCoordinator:
     def is_current(self, generation: int) -> bool:
         return self._response_active and generation == self.generation
 
+    @property
+    def held(self) -> bool:
+        """An answer is paused for a candidate interruption (Rule 3)."""
+        return self._hold is not None
+
     def next_deadline(self) -> float | None:
+        deadlines: list[float] = []
         endpoint = self._endpoint_deadline
         if endpoint is not None and self._voiced_in_pause is not None:
             endpoint = max(endpoint, self._voiced_in_pause + self.settings.max_voice_gap + 1e-6)
-        c = self._candidate
-        if c is None:
-            return endpoint
-        barge_in = c.started + self.settings.min_interrupt
-        return barge_in if endpoint is None else min(endpoint, barge_in)
+        if endpoint is not None:
+            deadlines.append(endpoint)
+        c, hold = self._candidate, self._hold
+        if c is not None and hold is None:
+            # Only while it may still qualify: a candidate that went quiet first waits for
+            # its next voiced frame (a deadline nobody can meet would fire again and again).
+            barge_in = c.started + self.settings.min_interrupt
+            if barge_in <= c.last_voiced + self.settings.max_voice_gap:
+                deadlines.append(barge_in)
+        if hold is not None and not hold.judging:
+            timeout = self.settings.false_interruption_timeout or 0.0
+            deadlines.append(hold.since + timeout)
+            if c is not None and c.speech_end is None:
+                deadlines.append(c.last_voiced + self.settings.max_voice_gap + 1e-6)
+        return min(deadlines) if deadlines else None
 
     # ------------------------------------------------------------ voice input
 
@@ -238,6 +326,11 @@ class TurnCoordinator:
             self._move(Trigger.SPEECH_START)
             self._emit(UserSpeechResumed(at, self.turn_id))
         elif self.state in (TurnState.THINKING, TurnState.SPEAKING):
+            if self._hold is not None and self._candidate is not None:
+                # More sound while held: the same candidate goes on (judged at its next stop).
+                self._candidate.speech_end = None
+                self._candidate.last_voiced = now
+                return
             burst = self._burst
             joined = burst is not None and at - burst[1] <= self.settings.burst_join
             start = burst[0] if joined and burst is not None else at
@@ -266,6 +359,9 @@ class TurnCoordinator:
                 self._endpoint_deadline = at + self.settings.silence_delay
             self._emit(UserSpeechStopped(at, self.turn_id))
             self._maybe_endpoint(now)
+        elif self._candidate is not None and self._hold is not None:
+            self._candidate.speech_end = at
+            self._maybe_judge(now)
         elif self._candidate is not None:
             # Noise or a backchannel shorter than the interruption threshold.
             self._burst = (self._candidate.utterance_start, at)
@@ -285,9 +381,35 @@ class TurnCoordinator:
         self._endpoint_deadline = self._speech_end + delay
         self._maybe_endpoint(now)
 
+    def on_interruption_verdict(self, turn_id: int, real: bool, now: float) -> None:
+        """The engine judged the held candidate of ``turn_id`` (Rule 3): ``real`` when it
+        heard words that are not a backchannel."""
+        hold, c = self._hold, self._candidate
+        if hold is None or c is None or turn_id != hold.turn_id or not hold.judging:
+            return
+        hold.judging = False
+        if real:
+            self._hold = None
+            self._candidate = None
+            self._burst = None
+            self._interrupt("barge_in")
+            self._move(Trigger.BARGE_IN)
+            self.turn_id = turn_id
+            self._emit(UserSpeechStarted(c.utterance_start, turn_id, adopt=True))
+            if c.speech_end is not None:
+                self.on_speech_end(now, at=c.speech_end)
+            return
+        timeout = self.settings.false_interruption_timeout or 0.0
+        sounding = c.speech_end is None and now - c.last_voiced <= self.settings.max_voice_gap
+        if sounding and now - hold.since + 1e-9 < timeout:
+            return  # still sounding: judged again at its next stop (or the timeout)
+        self._resume()
+
     def on_tick(self, now: float) -> None:
         self._maybe_endpoint(now)
-        if self._candidate is not None:
+        if self._hold is not None:
+            self._maybe_judge(now)
+        elif self._candidate is not None:
             self._check_barge_in(now)
 
     # ------------------------------------------------------------ explicit input
@@ -323,6 +445,8 @@ class TurnCoordinator:
         if self.mic_paused:
             return
         self.mic_paused = True
+        if self._hold is not None:
+            self._resume()
         self._candidate = None
         if self.state in (TurnState.USER_SPEAKING, TurnState.ENDPOINTING):
             self._endpoint_deadline = None
@@ -345,11 +469,14 @@ class TurnCoordinator:
             return
         self._response_active = False
         c, self._candidate = self._candidate, None
+        hold, self._hold = self._hold, None
         self._burst = None
         if c is not None and not self.mic_paused:
-            self.turn_id += 1
+            self.turn_id = hold.turn_id if hold is not None else self.turn_id + 1
             self._move(Trigger.RESPONSE_DONE_USER_TALKING)
-            self._emit(UserSpeechStarted(c.utterance_start, self.turn_id))
+            self._emit(UserSpeechStarted(c.utterance_start, self.turn_id, adopt=hold is not None))
+            if c.speech_end is not None:
+                self.on_speech_end(now, at=c.speech_end)
         else:
             self._move(Trigger.RESPONSE_DONE)
 
@@ -364,11 +491,15 @@ class TurnCoordinator:
 
     def _check_barge_in(self, now: float) -> None:
         c = self._candidate
-        if c is None:
+        if c is None or self._hold is not None:
             return
         if now - c.last_voiced > self.settings.max_voice_gap:
             return
         if now - c.started + 1e-9 < self.settings.min_interrupt:
+            return
+        if self.settings.false_interruption_timeout is not None:
+            self._hold = _Hold(self.generation, self.turn_id + 1, since=now)
+            self._emit(PauseResponse(self.generation, c.utterance_start, self.turn_id + 1))
             return
         self._candidate = None
         self._burst = None
@@ -377,7 +508,36 @@ class TurnCoordinator:
         self.turn_id += 1
         self._emit(UserSpeechStarted(c.utterance_start, self.turn_id))
 
+    def _maybe_judge(self, now: float) -> None:
+        """Ask for the held candidate's verdict once its sound stopped, or at the timeout."""
+        hold, c = self._hold, self._candidate
+        if hold is None or c is None or hold.judging:
+            return
+        stopped = c.speech_end
+        if stopped is None and now - c.last_voiced > self.settings.max_voice_gap:
+            stopped = c.last_voiced
+        timeout = self.settings.false_interruption_timeout or 0.0
+        if stopped is None and now - hold.since + 1e-9 < timeout:
+            return
+        if stopped is not None and stopped == hold.judged_end:
+            if now - hold.since + 1e-9 < timeout:
+                return  # this stop was judged already ("not real" while still sounding)
+            stopped = None
+        hold.judging = True
+        hold.judged_end = stopped
+        self._emit(JudgeInterruption(hold.turn_id, stopped))
+
+    def _resume(self) -> None:
+        hold, self._hold = self._hold, None
+        self._candidate = None
+        self._burst = None
+        if hold is not None:
+            self._emit(ResumeResponse(hold.generation, hold.turn_id))
+
     def _interrupt(self, reason: str) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            self._emit(DropUtterance(hold.turn_id))
         if self._response_active:
             self._response_active = False
             self._emit(Interrupt(self.generation, reason))

@@ -42,7 +42,7 @@ SendText = Callable[[str], Awaitable[None]]
 SendBytes = Callable[[bytes], Awaitable[None]]
 
 
-NO_EXTENSIONS = Extensions(events=False, seq=False, binary_audio=False)
+NO_EXTENSIONS = Extensions(events=False, seq=False, binary_audio=False, pause_playback=False)
 """A GA-only client: no ``seq``, no extension events or fields, audio as base64 JSON."""
 
 

@@ -239,6 +239,9 @@ class Extensions(BaseModel):
     """Every message numbered (``seq``), acks, the replay window and resume tokens."""
     binary_audio: bool = False
     """Audio as binary frames both ways instead of base64 JSON."""
+    pause_playback: bool = False
+    """The client pauses and resumes its playback on ``openrealtime.output_audio.paused`` /
+    ``resumed`` (with ``events``), so the server's estimate of what was heard pauses too."""
 
 
 class SessionStart(_Message):

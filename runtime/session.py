@@ -627,6 +627,7 @@ class VoiceSession:
                 settings.min_interrupt_ms / 1000.0 if detection.interrupt_response else 3600.0
             ),
             auto_commit=detection.type != "none",
+            false_interruption_timeout=settings.false_interruption_ms / 1000.0 or None,
         )
 
     def _build_engine(self, thread: ThreadRef, role: Role) -> None:
@@ -674,6 +675,8 @@ class VoiceSession:
         engine.audio_out = "audio" in config.output_modalities
         engine.client_tools = config.tools if config.tool_choice != "none" else ()
         engine.auto_respond = config.turn_detection.create_response
+        extensions = self.outbox.extensions
+        engine.client_pauses_playback = extensions.events and extensions.pause_playback
         engine.coordinator.settings = self._turn_settings(config.turn_detection)
         detection = config.turn_detection
         engine.idle_timeout_s = (

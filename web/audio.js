@@ -84,6 +84,15 @@ export class Player {
     if (this.node) this.node.port.postMessage({ type: "end", generation });
   }
 
+  /** Hold playback where it is (a possible false interruption), or play on. */
+  pause() {
+    if (this.node) this.node.port.postMessage({ type: "pause" });
+  }
+
+  resume() {
+    if (this.node) this.node.port.postMessage({ type: "resume" });
+  }
+
   /** Drop everything queued now; resolves with the played samples per generation. */
   clear() {
     if (!this.node) return Promise.resolve({ ...this.played });

@@ -14,7 +14,7 @@
 // after the queue already ran dry.
 //
 // Messages in:  {type: "push", generation, pcm: ArrayBuffer (Int16)}, {type: "end", generation},
-//               {type: "clear"}
+//               {type: "clear"}, {type: "pause"}, {type: "resume"} (a held answer)
 // Messages out: {type: "progress", played: {gen: samples}, buffered, state}
 //               {type: "cleared", played}, {type: "drained", generation, played}
 
@@ -29,6 +29,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     this.ended = new Set();
     this.played = {};
     this.state = "buffering";
+    this.paused = false;
     this.ticks = 0;
     this.prebuffer = Math.round((sampleRate * PREBUFFER_MS) / 1000);
     this.port.onmessage = (event) => this.onMessage(event.data);
@@ -46,10 +47,13 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       this.ended.add(message.generation);
       const queued = this.queue.some((chunk) => chunk.generation === message.generation);
       if (message.generation in this.played && !queued) this.drained(message.generation);
+    } else if (message.type === "pause" || message.type === "resume") {
+      this.paused = message.type === "pause"; // a held answer: keep the queue, play silence
     } else if (message.type === "clear") {
       this.queue = [];
       this.buffered = 0;
       this.state = "buffering";
+      this.paused = false;
       this.port.postMessage({ type: "cleared", played: { ...this.played } });
     }
   }
@@ -57,11 +61,11 @@ class PlaybackProcessor extends AudioWorkletProcessor {
   process(_inputs, outputs) {
     const out = outputs[0][0];
     out.fill(0);
-    if (this.state === "buffering" && this.queue.length > 0) {
+    if (!this.paused && this.state === "buffering" && this.queue.length > 0) {
       const head = this.queue[0].generation;
       if (this.buffered >= this.prebuffer || this.ended.has(head)) this.state = "playing";
     }
-    if (this.state === "playing") {
+    if (!this.paused && this.state === "playing") {
       let i = 0;
       while (i < out.length && this.queue.length > 0) {
         const chunk = this.queue[0];

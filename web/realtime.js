@@ -46,7 +46,7 @@ export function sessionStartMessage({
   const message = {
     type: "openrealtime.session.start",
     token,
-    extensions: { events: true, seq: true, binary_audio: true },
+    extensions: { events: true, seq: true, binary_audio: true, pause_playback: true },
     session: {
       audio: {
         input: {

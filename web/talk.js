@@ -210,6 +210,12 @@ function onEvent(event) {
     case "openrealtime.response.interrupted":
       interrupt(event.generation, event.reason);
       break;
+    case "openrealtime.output_audio.paused": // sound over the answer: hold it
+      if (talk.player) talk.player.pause();
+      break;
+    case "openrealtime.output_audio.resumed": // it was no real turn: play on
+      if (talk.player) talk.player.resume();
+      break;
     case "response.done": {
       const response = event.response;
       talk.generations.delete(response.id);

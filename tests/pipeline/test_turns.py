@@ -20,7 +20,11 @@ from pipeline.turns import (
 )
 
 SETTINGS = TurnSettings(
-    silence_delay=0.8, complete_delay=0.3, incomplete_delay=2.5, min_interrupt=0.4
+    silence_delay=0.8,
+    complete_delay=0.3,
+    incomplete_delay=2.5,
+    min_interrupt=0.4,
+    false_interruption_timeout=None,  # barge-in at once; holds: test_turns_hold.py
 )
 
 
