@@ -48,6 +48,7 @@ _NOISE_PHRASES = frozenset(
 )  # fmt: skip
 """What Whisper tends to write for noise and silence (cleaned as Rule 1 cleans text)."""
 
+_NOISE_SQUASHED = frozenset(re.sub(r"[\s,.!?'—-]+", "", phrase) for phrase in _NOISE_PHRASES)
 _SOUND_DESCRIPTION = re.compile(r"\([^)]*\)|\[[^\]]*\]|（[^）]*）|\*[^*]*\*|♪+")
 _SEPARATORS = re.compile(r"[\s,，、.。!！?？;；:：…~～\-—–'\"“”‘’「」]+")
 _EN_WORD = re.compile(r"[a-z]+(?:[-'][a-z]+)*")
@@ -58,10 +59,8 @@ _EN_LONGEST = max(len(p.split()) for p in _EN_BACKCHANNELS)
 def is_real_turn(text: str) -> bool:
     """Whether ``text`` (the transcript of sound over the answer) should interrupt it."""
     cleaned = _SOUND_DESCRIPTION.sub(" ", text.lower())
-    squashed = _SEPARATORS.sub("", cleaned)
-    if not squashed or squashed in _NOISE_PHRASES:
-        return False
-    if _SEPARATORS.sub(" ", cleaned).strip() in _NOISE_PHRASES:
+    squashed = _SEPARATORS.sub("", cleaned).replace(".", "")
+    if not squashed or squashed in _NOISE_SQUASHED:
         return False
     return not _only_backchannels(cleaned)
 

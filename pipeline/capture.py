@@ -50,6 +50,8 @@ class Utterance:
     asr_started: float | None = None
     """When the transcription that ends up final started and finished (latency breakdown)."""
     asr_done: float | None = None
+    speculate_after_ms: float | None = None
+    """Quiet that starts the speculation for this utterance (None: the capture's setting)."""
 
     def audio(self) -> PCM:
         return np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.int16)
@@ -103,8 +105,11 @@ class SpeechCapture:
 
     # ------------------------------------------------------------ turn boundaries
 
-    def begin(self, turn_id: int, at: float, now: float) -> None:
-        """A user turn began at ``at``: start the utterance there (plus 200 ms of margin)."""
+    def begin(
+        self, turn_id: int, at: float, now: float, *, speculate_after_ms: float | None = None
+    ) -> None:
+        """A user turn began at ``at``: start the utterance there (plus 200 ms of margin).
+        ``speculate_after_ms`` overrides the quiet that starts its speculation."""
         back_ms = max(0.0, (now - at) * 1000.0) + 200.0
         keep = int(min(back_ms, self.preroll_ms) * INPUT_SAMPLE_RATE / 1000)
         chunks: list[PCM] = []
@@ -116,7 +121,9 @@ class SpeechCapture:
             total += chunk.size
         chunks.reverse()
         self.cancel()
-        self.utterance = Utterance(turn_id, chunks, total, started_at=now)
+        self.utterance = Utterance(
+            turn_id, chunks, total, started_at=now, speculate_after_ms=speculate_after_ms
+        )
 
     def pause(self, at: float) -> PCM | None:
         """The VAD confirmed a pause at ``at``: transcribe speculatively (unless that started
@@ -163,7 +170,7 @@ class SpeechCapture:
             self._maybe_partial(self.utterance, now)
 
     def _speculate_early(self, utterance: Utterance, voiced: bool, now: float) -> None:
-        after = self.speculate_after_ms
+        after = utterance.speculate_after_ms or self.speculate_after_ms
         if after is None or utterance.speech_end_at is not None:
             return
         if voiced:

@@ -85,6 +85,9 @@ from plugins.errors import PluginError
 log = logging.getLogger(__name__)
 
 
+HOLD_SPECULATE_MS = 40.0
+"""Quiet after which a held sound is transcribed (two frames: sooner than a turn's pause)."""
+
 ALL_HISTORY = 2**62
 """``before_seq`` that takes the whole thread as context (an out-of-band response)."""
 
@@ -516,7 +519,9 @@ class Engine:
         if response is not None:
             self.speaker.pause(response, now)
             self._send(ev.OutputAudioPaused(response.response_id, command.generation))
-        self.capture.begin(command.turn_id, command.at, now)
+        # The sound is transcribed as soon as it goes quiet: the verdict at its stop (a
+        # voice gap later) then usually finds the transcript made or well under way.
+        self.capture.begin(command.turn_id, command.at, now, speculate_after_ms=HOLD_SPECULATE_MS)
 
     def _on_resume(self, command: ResumeResponse) -> None:
         """No real turn followed: the answer goes on where it paused, the sound is forgotten."""
@@ -534,8 +539,11 @@ class Engine:
         held = self.capture.utterance
         real = False
         if held is not None and held.turn_id == command.turn_id:
+            # The speculation made at the quiet covers the sound up to its stop (voice coming
+            # back cancels it); at the timeout, or without one, all that was heard.
+            ready = held.speculation if command.speech_end is not None else None
             try:
-                transcript = await self.capture.transcribe(held.audio())
+                transcript = await (ready or self.capture.transcribe(held.audio()))
             except PluginError as e:
                 log.warning("transcribing a possible interruption failed: %s", e)
             else:
