@@ -78,6 +78,7 @@ def format_hits(hits: Sequence[Hit]) -> str:
 
 
 TOOL_SPEC = ToolSpec(
+    read_only=True,
     name=TOOL_NAME,
     description=(
         "Search the documents the operator gave this assistant (products, policies, "

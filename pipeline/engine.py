@@ -50,6 +50,7 @@ from pipeline.content import TurnContent
 from pipeline.engine_config import EngineSettings, OutputSink, Persona, Plugins, TurnMemory
 from pipeline.history import ConversationHistory
 from pipeline.items import ConversationItems, ItemNotFound
+from pipeline.preemption import Preemption
 from pipeline.response import (
     AnswerSpeaker,
     PendingInput,
@@ -172,6 +173,7 @@ class Engine:
         self._idle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.speaker = AnswerSpeaker(self)
+        self._preemption: Preemption | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: float | None = None
         self._closed = False
@@ -389,9 +391,11 @@ class Engine:
             elif isinstance(command, UserSpeechStopped):
                 self._on_pause(command)
             elif isinstance(command, UserSpeechResumed):
+                self._drop_preemption()
                 self.capture.resume()
                 self._send(ev.SpeechStarted(round(self._stream_ms), self._item_id(command.turn_id)))
             elif isinstance(command, DropUtterance):
+                self._drop_preemption()
                 self.capture.drop()
             elif isinstance(command, CommitUserTurn):
                 self._on_commit(command)
@@ -434,6 +438,7 @@ class Engine:
         )
         audio = self.capture.pause(command.at)
         utterance = self.capture.utterance
+        self._maybe_preempt(command.turn_id)
         if audio is not None and utterance is not None and self.plugins.endpointer is not None:
             utterance.endpoint_task = self._spawn(
                 self._judge_endpoint(command.turn_id, audio), "endpointer"
@@ -486,6 +491,11 @@ class Engine:
             response.marks["vad_end"] = utterance.speech_end_at
         if command.text is None and utterance is not None and utterance.endpoint_task:
             utterance.endpoint_task.cancel()
+        preemption, self._preemption = self._preemption, None
+        if preemption is not None and not typed and preemption.turn_id == command.turn_id:
+            response.preemption = preemption
+        elif preemption is not None:
+            preemption.cancel()
         self._responses[generation] = response
         for old in [g for g in self._responses if g < generation - 4]:
             del self._responses[old]
@@ -504,11 +514,65 @@ class Engine:
             return
         self._send(ev.ResponseInterrupted(response.response_id, command.generation, command.reason))
         response.cancelled = True
+        if response.preemption is not None:
+            response.preemption.cancel()
         if response.task is not None and not response.recording:
             # While the user's words are still being recorded the task runs on and stops
             # by itself right after (the user's input must not be lost).
             response.task.cancel()
         self._spawn(self._finish_interrupted(response, command.reason), "finish-interrupted")
+
+    # ------------------------------------------------------------ preemption
+
+    def _maybe_preempt(self, turn_id: int) -> None:
+        """At a pause: answer the speculative transcript ahead of the commit (Rule 1 of
+        ``pipeline.preemption``)."""
+        utterance = self.capture.utterance
+        if (
+            not self.settings.preemptive
+            or not self.auto_respond
+            or utterance is None
+            or utterance.speculation is None
+        ):
+            return
+        self._drop_preemption()
+        self._spawn(self._preempt(turn_id, utterance.speculation), "preempt")
+
+    async def _preempt(self, turn_id: int, speculation: asyncio.Task[Any]) -> None:
+        await asyncio.wait({speculation})
+        if speculation.cancelled() or speculation.exception() is not None:
+            return
+        text = speculation.result().text.strip()
+        if not text or not self._endpointing(turn_id):
+            return
+        memory = self._spawn(self.memory.read(), "memory-read") if self.memory else None
+        try:
+            content = await self._turn_content(text, before_seq=ALL_HISTORY, memory=memory)
+        except JournalError as e:
+            log.info("no preemptive answer: %s", e)
+            return
+        finally:
+            if memory is not None and not memory.done():
+                memory.cancel()
+        if not self._endpointing(turn_id) or self._preemption is not None:
+            return
+        preemption = Preemption(turn_id, text, content)
+        read_only = frozenset(t.name for t in self.tool_specs if t.read_only)
+        preemption.start(
+            self.speaker.brain_stream(content.to_brain_input(session=self.voice_session_id)),
+            read_only,
+            self._spawn,
+        )
+        self._preemption = preemption
+
+    def _endpointing(self, turn_id: int) -> bool:
+        coordinator = self.coordinator
+        return coordinator.turn_id == turn_id and coordinator.state is TurnState.ENDPOINTING
+
+    def _drop_preemption(self) -> None:
+        preemption, self._preemption = self._preemption, None
+        if preemption is not None:
+            preemption.cancel()
 
     # ------------------------------------------------------------ false interruptions
 
@@ -580,9 +644,16 @@ class Engine:
             if not options.in_conversation and options.input_text is not None:
                 # Out of band with its own input: the whole conversation so far is context.
                 user_seq, text = ALL_HISTORY, options.input_text
-            content = await self._turn_content(
-                text, before_seq=user_seq, memory=memory_read, instructions=options.instructions
-            )
+            preempted = response.preemption
+            if preempted is not None and not preempted.reusable_for(response.turn_id, text):
+                preempted.cancel()
+                preempted = response.preemption = None
+            if preempted is not None:
+                content = preempted.content
+            else:
+                content = await self._turn_content(
+                    text, before_seq=user_seq, memory=memory_read, instructions=options.instructions
+                )
             events = response.events
             events.previous_item_id = self.items.last_id
             self.send_all(events.created())

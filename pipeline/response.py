@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,10 +41,18 @@ from pipeline.content import TurnContent
 from pipeline.engine_config import EngineSettings, Persona, Plugins
 from pipeline.pacer import Pacer
 from pipeline.playout import PlayoutTracker
+from pipeline.preemption import Preemption
 from pipeline.response_events import ResponseEvents
 from pipeline.sentences import SentenceSplitter
 from plugins.brain.tool_loop import ToolHandler, run_brain_with_tools
-from plugins.contracts import BrainDelta, SpeechChunk, ToolCall, ToolResult, ToolSpec
+from plugins.contracts import (
+    BrainDelta,
+    BrainInput,
+    SpeechChunk,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
 from plugins.errors import PluginError, PluginTimeout
 
 
@@ -99,6 +107,8 @@ class Response:
     marks: dict[str, float] = field(default_factory=dict)
     played_report: asyncio.Event = field(default_factory=asyncio.Event)
     pacer: Pacer | None = None
+    preemption: Preemption | None = None
+    """The brain's work started before the commit, streamed instead of a new call."""
     paused: bool = False
     """Held for a candidate interruption (``AnswerSpeaker.pause``)."""
     unpaused: asyncio.Event = field(default_factory=asyncio.Event)
@@ -172,14 +182,8 @@ class AnswerSpeaker:
             tool_results=response.tool_results,
         )
         response.prompt = (request.system, request.model_text)
-        stream = run_brain_with_tools(
-            self.host.plugins.brain,
-            request,
-            self.host.tools,
-            max_rounds=self.host.settings.max_tool_rounds,
-            tool_timeout=self.host.settings.tool_timeout_s,
-            client_tools=frozenset(t.name for t in self.host.client_tools),
-        )
+        preempted = response.preemption
+        stream = preempted.stream() if preempted is not None else self.brain_stream(request)
         events = response.events
         # Tools run between a call and its result: the brain's idle watchdog must outlast them.
         idle = self.host.settings.brain_timeout_s + self.host.settings.tool_timeout_s
@@ -209,6 +213,17 @@ class AnswerSpeaker:
         for sentence in splitter.flush() if events.audio else ():
             await sentences.put(sentence)
         await sentences.put(None)
+
+    def brain_stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
+        """The brain through the shared tool loop (the session's server and client tools)."""
+        return run_brain_with_tools(
+            self.host.plugins.brain,
+            request,
+            self.host.tools,
+            max_rounds=self.host.settings.max_tool_rounds,
+            tool_timeout=self.host.settings.tool_timeout_s,
+            client_tools=frozenset(t.name for t in self.host.client_tools),
+        )
 
     async def _synthesize(
         self, response: Response, sentences: asyncio.Queue[str | None], pacer: Pacer

@@ -101,6 +101,8 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+    read_only: bool = False
+    """No effects outside the answer (a search): it may run before the turn is committed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     silence_ms: int = Field(default=800, ge=0, le=10_000)
     min_interrupt_ms: int = Field(default=400, ge=0, le=5_000)
     false_interruption_ms: int = Field(default=1_500, ge=0, le=10_000)
+    preemptive: bool = True
+    """Start the brain on the speculative transcript during the end-of-turn wait."""
     """Longest hold of an answer for sound that may not be a turn (0: interrupt at once)."""
 
     # limits

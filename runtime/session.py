@@ -656,6 +656,7 @@ class VoiceSession:
             settings=EngineSettings(
                 output_sample_rate=config.output_format.rate,
                 turns=self._turn_settings(config.turn_detection),
+                preemptive=services.settings.preemptive,
             ),
             incarnation=self.epoch,
             memory=session_memory(services, thread, role, self.outbox.send),
