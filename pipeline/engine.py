@@ -21,6 +21,11 @@ interrupted response is sent after the interruption event. The heard prefix come
 estimate) and is what the journal keeps. After each response the thread is compacted if it grew
 past its threshold.
 
+One clock. Every time the engine reads (``clock``, by default ``loop_time``) and every wait —
+the coordinator's timer, the pacer's sleeps, the brain/TTS/ASR watchdogs, the idle timer — is
+the event loop's, so a ``tests.virtual_time.VirtualTimeLoop`` runs whole conversations in
+virtual time. A ``clock`` passed in must be that loop's clock (tests pass ``loop.time``).
+
 The GA conversation (``pipeline/events.py``): user items added with ``add_user_text`` wait for
 ``create_response``; spoken turns are items too; every item announced is kept
 (``pipeline/items.py``) for retrieve, delete (a journal tombstone) and truncate; a client
@@ -33,7 +38,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -86,6 +90,11 @@ from plugins.errors import PluginError
 log = logging.getLogger(__name__)
 
 
+def loop_time() -> float:
+    """The running event loop's clock: the engine's one clock (module docstring)."""
+    return asyncio.get_running_loop().time()
+
+
 HOLD_SPECULATE_MS = 40.0
 """Quiet after which a held sound is transcribed (two frames: sooner than a turn's pause)."""
 
@@ -108,7 +117,7 @@ class Engine:
         persona: Persona,
         voice_session_id: str,
         settings: EngineSettings | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         tools: Mapping[str, ToolHandler] | None = None,
         tool_specs: tuple[ToolSpec, ...] = (),
         history: ConversationHistory | None = None,
@@ -132,14 +141,14 @@ class Engine:
         # The whole session id: item ids stay unique across every session of a thread.
         self._item_prefix = f"item_{voice_session_id.removeprefix('vs_')}{suffix}"
         self.settings = settings or EngineSettings()
-        self.clock = clock
+        self.clock = clock or loop_time
         self.coordinator = TurnCoordinator(self.settings.turns)
         self._vad = plugins.vad.create_stream()
         self._stream_ms = 0.0
         settings = self.settings
         self.capture = SpeechCapture(
             asr=plugins.asr,
-            clock=clock,
+            clock=self.clock,
             spawn=self._spawn,
             on_partial=self._emit_partial,
             language=persona.language,
