@@ -15,6 +15,8 @@ streamed as real-time 20 ms frames over a real WebSocket, followed by silence. P
   ``tts_first_audio``;
 - ``runtime_overhead`` = end_of_speech_to_first_audio − (endpoint + asr_after_endpoint +
   brain_first_token + tts_first_audio): what our own code (and the loopback) adds;
+- ``preempted_turns``: turns whose brain started on the transcript made at the pause, before
+  the commit (``pipeline.preemption``); their ``brain_first_token`` is what was left after it;
 - ``asr_hidden_fraction`` = share of the final transcription's compute done before the commit.
 """
 
@@ -129,6 +131,7 @@ async def one_turn(client: RealtimeClient, voice: PCM) -> dict[str, float] | Non
         "tts_first_audio": tts,
         "runtime_overhead": e2e - (endpoint + asr_after + brain + tts),
         "asr_hidden": -1.0 if hidden is None else hidden,
+        "preempted": 1.0 if latency.get("preempted") else 0.0,
     }
 
 
@@ -167,11 +170,14 @@ async def run(turns: int, brain: str = "llm") -> dict[str, Any]:
         },
         "runtime_overhead_ms": p50_p99(col("runtime_overhead")),
         "asr_hidden_fraction": round(float(np.mean(hidden)), 3) if hidden else None,
+        "preempted_turns": int(sum(col("preempted"))),
         "settings": {
             "vad": settings.vad,
             "silence_ms": settings.silence_ms,
             "asr": "whisper-base",
             "brain": type(server.services.plugins.brain).__name__,
+            "preemptive": settings.preemptive,
+            "false_interruption_ms": settings.false_interruption_ms,
         },
     }
 

@@ -484,6 +484,9 @@ class TurnLatency(ExtensionEvent):
     generation: int
     latency_ms: Mapping[str, float]
     origin: str
+    preempted: bool = False
+    """The brain started before the commit (``pipeline.preemption``): its first token was
+    ready when the turn ended."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -331,6 +331,7 @@ def latency_event(response: Response) -> ev.TurnLatency:
             name: round((marks[name] - origin) * 1000.0, 2) for name in names if name in marks
         },
         origin="vad_end" if "vad_end" in marks else "committed",
+        preempted=response.preemption is not None,
     )
 
 
