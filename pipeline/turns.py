@@ -219,6 +219,8 @@ class TurnCoordinator:
         if c is None:
             return endpoint
         barge_in = c.started + self.settings.min_interrupt
+        if barge_in - c.last_voiced > self.settings.max_voice_gap:
+            return endpoint  # silent by then: only a voiced frame can interrupt (no timer spin)
         return barge_in if endpoint is None else min(endpoint, barge_in)
 
     # ------------------------------------------------------------ voice input
