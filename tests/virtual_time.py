@@ -63,6 +63,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             else:
                 self._rounds_at_instant += 1
                 if self._rounds_at_instant > self.spin_limit:
+                    self._rounds_at_instant = 0
                     raise VirtualTimeSpin(
                         f"{self.spin_limit} rounds of the loop at virtual {self._virtual_now}s"
                         " without time moving"
