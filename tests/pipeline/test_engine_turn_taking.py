@@ -327,6 +327,36 @@ async def test_a_commit_after_a_barge_in_answers_it_without_the_silence_wait() -
 
 
 @in_virtual_time
+async def test_a_paused_microphone_ignores_speech_and_resuming_restores_it() -> None:
+    async with conversation() as convo:
+        convo.pause_microphone()
+        await convo.say("not for you", ms=500)
+        await convo.silence(ms=1_500)
+        assert convo.events("input_audio_buffer.speech_started") == []
+        convo.resume_microphone()
+        await convo.say("hello again", ms=500, at=2_200)
+        await convo.until("response.done")
+        # The times after the pause are as before it: the VAD's clock skips the paused audio.
+        started = convo.events("input_audio_buffer.speech_started")[0]
+        assert (started.at, started["audio_start_ms"]) == (2_260.0, 2_200)
+        assert convo.at("input_audio_buffer.committed") == 2_700.0 + 800.0
+        assert users(await convo.journal()) == ["hello again"]
+
+
+@in_virtual_time
+async def test_after_a_microphone_pause_a_short_noise_still_does_not_interrupt() -> None:
+    async with conversation(brain=story_brain()) as convo:
+        convo.pause_microphone()
+        await convo.silence(ms=2_000)
+        convo.resume_microphone()
+        await story_from_typed_text(convo)
+        await convo.noise(ms=160, at=2_500)  # a cough, 500 ms into the answer
+        await convo.silence(ms=1_000)
+        # Back-dated by the 2 s of paused audio, it would have "lasted" min_interrupt already.
+        assert convo.events("openrealtime.response.interrupted") == []
+
+
+@in_virtual_time
 async def test_pausing_the_microphone_drops_the_utterance_but_typing_still_works() -> None:
     async with conversation(brain=FakeBrain(["Typed answer."])) as convo:
         await convo.say("half a senten", ms=400)
