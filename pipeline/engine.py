@@ -145,6 +145,7 @@ class Engine:
         self.coordinator = TurnCoordinator(self.settings.turns)
         self._vad = plugins.vad.create_stream()
         self._stream_ms = 0.0
+        self._vad_ms = 0.0  # audio the VAD heard: its event times count only that (no pauses)
         settings = self.settings
         self.capture = SpeechCapture(
             asr=plugins.asr,
@@ -197,12 +198,13 @@ class Engine:
         self._stream_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
         if self.coordinator.mic_paused:
             return
+        self._vad_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
         self.capture.remember(pcm)
         events = await self._vad.process(pcm)
         now = self.clock()
         coordinator = self.coordinator
         for event in events:
-            at = now - (self._stream_ms - event.at_ms) / 1000.0
+            at = now - (self._vad_ms - event.at_ms) / 1000.0
             if event.kind is VADEventKind.SPEECH_START:
                 coordinator.on_speech_start(now, at=at)
                 if self._idle is not None:
@@ -785,7 +787,8 @@ class Engine:
                 tools=tools,
                 current_input=current_input,
                 language=persona.language,
-                before_seq=before_seq,
+                # The projector reads "everything so far" as None (it pages back from a seq).
+                before_seq=None if before_seq == ALL_HISTORY else before_seq,
             )
         else:
             # The journal is unreachable: what this session still holds (its buffer included),

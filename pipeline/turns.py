@@ -305,8 +305,8 @@ class TurnCoordinator:
         if hold is not None and not hold.judging:
             timeout = self.settings.false_interruption_timeout or 0.0
             deadlines.append(hold.since + timeout)
-            if c is not None and c.speech_end is None:
-                deadlines.append(c.last_voiced + self.settings.max_voice_gap + 1e-6)
+            if c is not None and c.speech_end is None and c.last_voiced != hold.judged_end:
+                deadlines.append(c.last_voiced + self.settings.max_voice_gap)
         return min(deadlines) if deadlines else None
 
     # ------------------------------------------------------------ voice input
@@ -389,18 +389,12 @@ class TurnCoordinator:
             return
         hold.judging = False
         if real:
-            self._hold = None
-            self._candidate = None
-            self._burst = None
-            self._interrupt("barge_in")
-            self._move(Trigger.BARGE_IN)
-            self.turn_id = turn_id
-            self._emit(UserSpeechStarted(c.utterance_start, turn_id, adopt=True))
+            self._adopt()
             if c.speech_end is not None:
                 self.on_speech_end(now, at=c.speech_end)
             return
         timeout = self.settings.false_interruption_timeout or 0.0
-        sounding = c.speech_end is None and now - c.last_voiced <= self.settings.max_voice_gap
+        sounding = c.speech_end is None and not self._quiet(c, now)
         if sounding and now - hold.since + 1e-9 < timeout:
             return  # still sounding: judged again at its next stop (or the timeout)
         self._resume()
@@ -415,7 +409,10 @@ class TurnCoordinator:
     # ------------------------------------------------------------ explicit input
 
     def commit(self, now: float) -> bool:
-        """Explicit end of the user's turn. False if there is no utterance to commit."""
+        """Explicit end of the user's turn. False if there is no utterance to commit. Over a
+        held answer it ends the sound's turn: the answer is interrupted, the sound committed."""
+        if self._hold is not None and self._candidate is not None:
+            self._adopt()
         if self.state not in (TurnState.USER_SPEAKING, TurnState.ENDPOINTING):
             return False
         self._commit(Trigger.COMMIT, "commit", None)
@@ -514,7 +511,7 @@ class TurnCoordinator:
         if hold is None or c is None or hold.judging:
             return
         stopped = c.speech_end
-        if stopped is None and now - c.last_voiced > self.settings.max_voice_gap:
+        if stopped is None and self._quiet(c, now):
             stopped = c.last_voiced
         timeout = self.settings.false_interruption_timeout or 0.0
         if stopped is None and now - hold.since + 1e-9 < timeout:
@@ -526,6 +523,20 @@ class TurnCoordinator:
         hold.judging = True
         hold.judged_end = stopped
         self._emit(JudgeInterruption(hold.turn_id, stopped))
+
+    def _quiet(self, c: _Candidate, now: float) -> bool:
+        """The candidate's sound has stopped: ``max_voice_gap`` without a voiced frame."""
+        return now - c.last_voiced + 1e-9 >= self.settings.max_voice_gap
+
+    def _adopt(self) -> None:
+        """The held candidate is a real turn: interrupt, and it becomes the user's turn."""
+        hold, c = self._hold, self._candidate
+        assert hold is not None and c is not None
+        self._hold = self._candidate = self._burst = None
+        self._interrupt("barge_in")
+        self._move(Trigger.BARGE_IN)
+        self.turn_id = hold.turn_id
+        self._emit(UserSpeechStarted(c.utterance_start, hold.turn_id, adopt=True))
 
     def _resume(self) -> None:
         hold, self._hold = self._hold, None

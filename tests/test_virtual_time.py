@@ -8,7 +8,12 @@ import time
 
 import pytest
 
-from tests.virtual_time import VirtualTimeDeadlock, VirtualTimeLoop, in_virtual_time
+from tests.virtual_time import (
+    VirtualTimeDeadlock,
+    VirtualTimeLoop,
+    VirtualTimeSpin,
+    in_virtual_time,
+)
 
 
 @in_virtual_time
@@ -47,6 +52,25 @@ def test_a_loop_where_nothing_can_happen_raises_instead_of_hanging() -> None:
 
     with asyncio.Runner(loop_factory=lambda: loop) as runner, pytest.raises(VirtualTimeDeadlock):
         runner.run(stuck())
+
+
+def test_a_timer_re_armed_at_a_past_deadline_forever_raises_instead_of_spinning() -> None:
+    loop = VirtualTimeLoop()
+    loop.spin_limit = 1_000
+    spinning = True
+
+    def fire() -> None:
+        if spinning:
+            loop.call_later(0.0, fire)  # "not yet": re-armed at once, time never moves
+
+    async def wait_for_the_timer() -> None:
+        loop.call_later(0.0, fire)
+        await asyncio.sleep(1.0)
+
+    with asyncio.Runner(loop_factory=lambda: loop) as runner:
+        with pytest.raises(VirtualTimeSpin):
+            runner.run(wait_for_the_timer())
+        spinning = False  # so that the runner can close the loop
 
 
 def test_a_test_that_leaves_a_task_running_fails() -> None:

@@ -6,7 +6,9 @@ loop would otherwise wait: with nothing ready to run it jumps straight to the ne
 their spacing in virtual seconds while the test takes no real time. Ready I/O is still polled
 (without blocking). A loop with nothing ready and no timer can only be woken from outside; if
 nothing comes within ``stuck_after_s`` of real time it raises ``VirtualTimeDeadlock`` instead
-of hanging the test.
+of hanging the test. A loop that keeps finding work without its clock ever moving (a timer
+re-armed at a deadline already past, round and round) is stuck too: after ``spin_limit``
+rounds at one virtual instant it raises ``VirtualTimeSpin``.
 
 ``in_virtual_time`` turns an ``async def`` test into one that runs on a fresh loop of that kind
 and fails if it leaves tasks running (what the ``no_leaked_tasks`` fixture does for the loop
@@ -26,13 +28,20 @@ class VirtualTimeDeadlock(RuntimeError):
     """Every task waits and no timer is set: nothing will ever happen."""
 
 
+class VirtualTimeSpin(VirtualTimeDeadlock):
+    """The loop keeps running callbacks but virtual time never moves: a busy loop."""
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     stuck_after_s = 1.0
     """Real seconds a loop with no timer and nothing ready waits for outside I/O, then fails."""
+    spin_limit = 100_000
+    """Rounds of the loop at one virtual instant before it counts as a busy loop and fails."""
 
     def __init__(self) -> None:
         super().__init__()
         self._virtual_now = 0.0
+        self._rounds_at_instant = 0
         selector: selectors.BaseSelector = self._selector  # type: ignore[attr-defined]
         real_select = selector.select
 
@@ -43,12 +52,22 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
                     raise VirtualTimeDeadlock(
                         f"no task can run and no timer is set (at virtual {self._virtual_now}s)"
                     )
+                self._rounds_at_instant = 0
                 return events
             if timeout > 0:  # the wait, taken at once: to the next timer's own time
                 scheduled = self._scheduled  # type: ignore[attr-defined]
                 self._virtual_now = (
                     scheduled[0].when() if scheduled else self._virtual_now + timeout
                 )
+                self._rounds_at_instant = 0
+            else:
+                self._rounds_at_instant += 1
+                if self._rounds_at_instant > self.spin_limit:
+                    self._rounds_at_instant = 0
+                    raise VirtualTimeSpin(
+                        f"{self.spin_limit} rounds of the loop at virtual {self._virtual_now}s"
+                        " without time moving"
+                    )
             return real_select(0)
 
         selector.select = select  # type: ignore[method-assign]

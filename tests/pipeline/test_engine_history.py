@@ -1,5 +1,6 @@
-"""The engine gives the brain a budgeted history and compacts long threads into verified
-summaries (SPEC J-3, J-4) — with the real projector and compactor."""
+"""The engine gives the brain its history — earlier turns, typed or spoken — within a budget,
+and compacts long threads into verified summaries (SPEC J-3, J-4), with the real projector and
+compactor."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pipeline.events import ServerEvent, wire
 from pipeline.history import ConversationHistory
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
+from tests.conversation_harness import conversation
+from tests.virtual_time import in_virtual_time
 
 
 class Sink:
@@ -54,3 +57,21 @@ async def test_long_threads_are_compacted_and_the_summary_reaches_the_brain() ->
     assert "Summary of earlier conversation:" in last
     assert "Fact number 28" in last  # the recent turns stay verbatim
     assert "Fact number 0:" not in last  # the oldest only through the summary
+
+
+@in_virtual_time
+async def test_earlier_turns_reach_the_brain() -> None:
+    brain = FakeBrain(["Nice to meet you, Ada.", "Your name is Ada."])
+    async with conversation(brain=brain) as convo:
+        convo.type("my name is Ada")
+        await convo.until("response.done")
+        await convo.say("what is my name?", ms=600)
+        await convo.until("response.done")
+    first, second = brain.requests
+    assert "my name is Ada" not in first.model_text.split("Current user input:")[0]
+    assert second.model_text == (
+        "Recent conversation context:\n"
+        "User: my name is Ada\n"
+        "Assistant: Nice to meet you, Ada.\n"
+        "Current user input:what is my name?"
+    )

@@ -168,6 +168,9 @@ def test_short_noise_does_not_interrupt() -> None:
     c = TurnCoordinator(SETTINGS)
     generation = start_response(c, audio_at=0.1)
     speak(c, 1.0, 1.2)  # 200 ms burst
+    # Silent before the threshold: no timer is due (a past deadline would be re-armed at once,
+    # round and round) — only a voiced frame can still interrupt.
+    assert c.next_deadline() is None
     # The VAD has not closed the segment yet, but no voiced frames arrive any more.
     for t in (1.3, 1.4, 1.5):
         c.on_tick(t)
