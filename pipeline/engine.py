@@ -601,7 +601,7 @@ class Engine:
     def _on_resume(self, command: ResumeResponse) -> None:
         """No real turn followed: the answer goes on where it paused, the sound is forgotten."""
         held = self.capture.utterance
-        if held is not None and held.turn_id == command.turn_id:
+        if held is not None and held.turn_id == command.turn_id and not command.keep_recording:
             self.capture.drop()
         response = self._responses.get(command.generation)
         if response is not None and response.paused:
@@ -617,8 +617,13 @@ class Engine:
             # The speculation made at the quiet covers the sound up to its stop (voice coming
             # back cancels it); at the timeout, or without one, all that was heard.
             ready = held.speculation if command.speech_end is not None else None
+            if ready is not None:
+                await asyncio.wait({ready})  # voice coming back cancels it: then transcribe anew
             try:
-                transcript = await (ready or self.capture.transcribe(held.audio()))
+                if ready is not None and not ready.cancelled():
+                    transcript = ready.result()
+                else:
+                    transcript = await self.capture.transcribe(held.audio())
             except PluginError as e:
                 log.warning("transcribing a possible interruption failed: %s", e)
             else:

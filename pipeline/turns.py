@@ -180,10 +180,12 @@ class JudgeInterruption:
 
 @dataclass(frozen=True, slots=True)
 class ResumeResponse:
-    """The held ``generation`` goes on where it paused; drop the tentative utterance."""
+    """The held ``generation`` goes on where it paused; drop the tentative utterance (keep it
+    with ``keep_recording``: the verdict is still to come)."""
 
     generation: int
     turn_id: int
+    keep_recording: bool = False
 
 
 Command = (
@@ -249,6 +251,9 @@ class _Hold:
     judging: bool = False
     judged_end: float | None = None
     """The sound stop the verdict in flight judges (None: judged at the timeout)."""
+    resumed: bool = False
+    """The timeout passed while the verdict was still being made: the answer plays on, and
+    words still interrupt it when the verdict comes."""
 
 
 @dataclass
@@ -302,9 +307,10 @@ class TurnCoordinator:
             barge_in = c.started + self.settings.min_interrupt
             if barge_in <= c.last_voiced + self.settings.max_voice_gap:
                 deadlines.append(barge_in)
-        if hold is not None and not hold.judging:
+        if hold is not None and not hold.resumed:
             timeout = self.settings.false_interruption_timeout or 0.0
             deadlines.append(hold.since + timeout)
+        if hold is not None and not hold.judging:
             if c is not None and c.speech_end is None and c.last_voiced != hold.judged_end:
                 deadlines.append(c.last_voiced + self.settings.max_voice_gap)
         return min(deadlines) if deadlines else None
@@ -392,6 +398,10 @@ class TurnCoordinator:
             self._adopt()
             if c.speech_end is not None:
                 self.on_speech_end(now, at=c.speech_end)
+            return
+        if hold.resumed:  # the answer already plays on: just forget the sound
+            self._hold = self._candidate = self._burst = None
+            self._emit(DropUtterance(hold.turn_id))
             return
         timeout = self.settings.false_interruption_timeout or 0.0
         sounding = c.speech_end is None and not self._quiet(c, now)
@@ -508,12 +518,18 @@ class TurnCoordinator:
     def _maybe_judge(self, now: float) -> None:
         """Ask for the held candidate's verdict once its sound stopped, or at the timeout."""
         hold, c = self._hold, self._candidate
-        if hold is None or c is None or hold.judging:
+        if hold is None or c is None:
+            return
+        timeout = self.settings.false_interruption_timeout or 0.0
+        if hold.judging:
+            if not hold.resumed and now - hold.since + 1e-9 >= timeout:
+                # The verdict is late (a slow ASR): play on; words still interrupt when it comes.
+                hold.resumed = True
+                self._emit(ResumeResponse(hold.generation, hold.turn_id, keep_recording=True))
             return
         stopped = c.speech_end
         if stopped is None and self._quiet(c, now):
             stopped = c.last_voiced
-        timeout = self.settings.false_interruption_timeout or 0.0
         if stopped is None and now - hold.since + 1e-9 < timeout:
             return
         if stopped is not None and stopped == hold.judged_end:

@@ -49,7 +49,7 @@ def test_the_hold_is_judged_when_the_sound_stops() -> None:
     assert c.commands() == []
     c.on_tick(1.621)
     assert c.commands() == [JudgeInterruption(pause.turn_id, 1.5)]
-    assert c.next_deadline() is None  # waiting for the verdict
+    assert c.next_deadline() == pytest.approx(1.4 + 1.5)  # waiting for the verdict, or the timeout
 
 
 def test_a_backchannel_verdict_resumes_the_answer_and_leaves_no_turn() -> None:
@@ -199,3 +199,24 @@ def test_a_candidate_that_went_quiet_sets_no_deadline_it_cannot_meet() -> None:
     assert c.next_deadline() is None
     c.on_voice(1.32)  # voice again: it may qualify at 1.4 after all
     assert c.next_deadline() == pytest.approx(1.4)
+
+
+def test_a_late_verdict_resumes_at_the_timeout_and_words_still_interrupt_after() -> None:
+    for real in (True, False):
+        c = TurnCoordinator(SETTINGS)
+        pause = held(c)  # held at 1.4
+        c.on_tick(1.63)
+        assert c.commands() == [JudgeInterruption(pause.turn_id, 1.5)]
+        assert c.next_deadline() == pytest.approx(1.4 + 1.5)
+        c.on_tick(2.9)  # a slow ASR: no verdict by the timeout
+        assert c.commands() == [ResumeResponse(pause.generation, pause.turn_id, True)]
+        assert c.next_deadline() is None and c.held
+        c.on_interruption_verdict(pause.turn_id, real, 3.5)
+        commands = c.commands()
+        if real:
+            assert commands[0] == Interrupt(pause.generation, "barge_in")
+            assert commands[1] == UserSpeechStarted(1.0, pause.turn_id, adopt=True)
+        else:
+            assert commands == [DropUtterance(pause.turn_id)]
+            assert c.state is TurnState.SPEAKING and c.is_current(pause.generation)
+        assert not c.held
