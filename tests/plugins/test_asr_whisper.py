@@ -19,10 +19,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.audio import PCM
 from plugins.asr import whisper
-from plugins.asr.whisper import WHISPER_BASE_SHA256, WhisperASR, ensure_whisper_base
+from plugins.asr.whisper import (
+    WHISPER_BASE_SHA256,
+    WhisperASR,
+    encoder_window_frames,
+    ensure_whisper_base,
+    looks_degenerate,
+)
 from plugins.errors import PluginError, PluginUnavailable
 
 RATE = 16_000
@@ -156,6 +164,130 @@ async def test_utterances_over_the_limit_are_refused() -> None:
     limited = WhisperASR(data_dir=Path("unused"), max_utterance_seconds=2.0)
     with pytest.raises(PluginError, match="max_utterance_seconds"):
         await limited.transcribe(np.zeros(3 * RATE, np.int16))
+
+
+# ---------------------------------------------------------------- the encoder window
+
+
+@pytest.mark.parametrize(
+    ("seconds", "frames"),
+    [(0.0, 1000), (0.4, 1000), (3.0, 1000), (8.9, 1000), (9.5, 1100), (12.3, 1400)]
+    + [(28.9, 3000), (30.0, 3000)],
+)
+def test_the_window_is_the_utterance_plus_a_second_with_a_ten_second_floor(
+    seconds: float, frames: int
+) -> None:
+    assert encoder_window_frames(round(seconds * RATE)) == frames
+
+
+def test_the_window_floor_is_a_setting() -> None:
+    assert encoder_window_frames(RATE, min_seconds=5.0) == 500
+    assert encoder_window_frames(RATE, min_seconds=30.0) == 3000
+
+
+@given(st.integers(0, 30 * RATE), st.floats(1.0, 30.0))
+def test_the_window_holds_the_utterance_in_whole_seconds(samples: int, floor: float) -> None:
+    frames = encoder_window_frames(samples, min_seconds=floor)
+
+    wanted = max(samples / 160 + 100, floor * 100)  # the utterance and a second, or the floor
+    assert frames % 100 == 0
+    assert min(3000, wanted) <= frames < min(3000, wanted) + 100
+
+
+@pytest.fixture(scope="session")
+def tokens(asr: WhisperASR) -> Callable[[str], list[int]]:
+    tokenizer = asr._ensure_model().hf_tokenizer
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer.encode(" " + text, add_special_tokens=False).ids)
+
+    return encode
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("Okay Okay Okay Okay Okay Okay Okay Okay Okay", 0.9),
+        ("Hold on. Hold on. Hold on. Hold on. Hold on. Hold on", 1.0),
+        ("Hold on a second. Hold on a second.", 1.4),
+        ("Wait, stop. I said Tuesday, not Thursday, not Thursday, not Thursday, not", 3.5),
+        ("我想喝一杯茶。我想喝一杯茶。我想喝一杯茶。", 2.1),
+        ("I'm not sure if I can get that right, I will try to find the answer.", 0.8),
+    ],
+)
+def test_loops_and_text_too_long_for_the_audio_are_degenerate(
+    tokens: Callable[[str], list[int]], text: str, seconds: float
+) -> None:
+    assert looks_degenerate(tokens(text), seconds=seconds, budget=448)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("Okay", 0.9),
+        ("No, no, no.", 1.7),
+        ("Right, right, right.", 0.9),
+        ("Yes. Yes.", 0.8),
+        ("No, that's not what I meant at all.", 2.4),
+        ("不對,我是說明天下午三點", 3.4),
+        ("Turn off the lights in the living room. The code for the front gate is 4567.", 6.0),
+    ],
+)
+def test_ordinary_transcripts_are_not_degenerate(
+    tokens: Callable[[str], list[int]], text: str, seconds: float
+) -> None:
+    assert not looks_degenerate(tokens(text), seconds=seconds, budget=448)
+
+
+def test_a_decode_that_used_its_whole_budget_is_degenerate() -> None:
+    assert looks_degenerate(list(range(20)), seconds=10.0, budget=20)
+    assert not looks_degenerate(list(range(19)), seconds=10.0, budget=20)
+    assert not looks_degenerate([], seconds=0.5, budget=20)
+
+
+async def test_short_english_and_chinese_clips_run_on_the_short_window(
+    asr: WhisperASR,
+    speak_english: Callable[[str], PCM],
+    speak_mandarin: Callable[[str], Awaitable[PCM]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = asr._ensure_model()
+    frames: list[int] = []
+    encode = model.encode
+
+    def spy(features: Any) -> Any:
+        frames.append(features.shape[-1])
+        return encode(features)
+
+    monkeypatch.setattr(model, "encode", spy)
+    retries = asr.window_retries
+    english = await asr.transcribe(speak_english("Wait, stop."))
+    chinese = await asr.transcribe(await speak_mandarin("我想喝一杯茶。"))
+
+    assert frames == [1000, 1000] and asr.window_retries == retries
+    assert english.language == "en" and words(english.text) == ["wait", "stop"], english.text
+    assert chinese.language == "zh" and len(han("我想喝一杯茶") & han(chinese.text)) >= 4, chinese
+
+
+async def test_degenerate_output_is_transcribed_again_on_the_full_window(
+    asr: WhisperASR, speak_english: Callable[[str], PCM], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = asr._ensure_model()
+    frames: list[int] = []
+    encode = model.encode
+
+    def spy(features: Any) -> Any:
+        frames.append(features.shape[-1])
+        return encode(features)
+
+    monkeypatch.setattr(model, "encode", spy)
+    monkeypatch.setattr(whisper, "looks_degenerate", lambda *args, **kwargs: True)
+    retries = asr.window_retries
+    transcript = await asr.transcribe(speak_english("Hello there."))
+
+    assert frames == [1000, 3000]  # once, and the full window's output is kept as it is
+    assert asr.window_retries == retries + 1
+    assert "hello" in words(transcript.text), transcript.text
 
 
 # ---------------------------------------------------------------- cancellation
