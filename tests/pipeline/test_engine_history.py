@@ -4,13 +4,16 @@ summaries (SPEC J-3, J-4) — with the real projector and compactor."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Sequence
 
 from journal.checkpoints import InMemoryCheckpointStore
-from journal.events import ThreadRef
+from journal.events import JournalEvent, NewEvent, ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, Persona, Plugins
 from pipeline.events import ServerEvent, wire
 from pipeline.history import ConversationHistory
+from plugins.contracts import HistoryTurn
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
 
@@ -52,5 +55,46 @@ async def test_long_threads_are_compacted_and_the_summary_reaches_the_brain() ->
     assert await checkpoints.latest(thread) is not None
     last = brain.requests[-1].model_text
     assert "Summary of earlier conversation:" in last
+    history = brain.requests[-1].history
+    assert history[0].role == "summary"
+    assert len(history) == brain.requests[-1].conversation_context.count("\n") + 1
     assert "Fact number 28" in last  # the recent turns stay verbatim
     assert "Fact number 0:" not in last  # the oldest only through the summary
+
+
+class BufferingJournal(InMemoryJournalStore):
+    """Keeps what is appended but answers like the session's buffer while the database is
+    down: the events come back without a seq (0)."""
+
+    async def append(self, thread: ThreadRef, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        stored = await super().append(thread, events)
+        return [dataclasses.replace(event, seq=0) for event in stored]
+
+
+async def test_with_the_journal_down_the_brain_gets_the_buffered_history_as_turns() -> None:
+    journal = BufferingJournal()
+    brain = FakeBrain(["Noted."])
+    sink = Sink()
+    engine = Engine(
+        plugins=Plugins(EnergyVAD(), FakeASR(), brain, FakeTTS(ms_per_char=0.1)),
+        sink=sink,
+        journal=journal,
+        thread=ThreadRef("t", "u", "th"),
+        persona=Persona("Be brief."),
+        voice_session_id="vs_buffered",
+    )
+    try:
+        for turn, text in enumerate(["My dog is called Rex.", "What is his name?"]):
+            engine.push_text(text)
+            for _ in range(300):
+                if sink.done > turn:
+                    break
+                await asyncio.sleep(0.005)
+    finally:
+        await engine.close()
+    last = brain.requests[-1]
+    assert last.conversation_context == "User: My dog is called Rex.\nAssistant: Noted."
+    assert last.history == (
+        HistoryTurn("user", "My dog is called Rex."),
+        HistoryTurn("assistant", "Noted."),
+    )
