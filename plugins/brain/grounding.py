@@ -31,10 +31,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from journal.projection import speakers_for
 from knowledge.text import parse_query, stem
 from knowledge.text import terms as index_terms
-from plugins.contracts import BrainInput, ToolResult
+from plugins.contracts import BrainInput, HistoryTurn, ToolResult
 
 KNOWLEDGE_TOOL = "knowledge_search"
 
@@ -262,15 +261,9 @@ def memory_entries(system: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def earlier_user_inputs(context: str, language: str | None = None) -> list[str]:
-    """The person's earlier messages in a rendered conversation context (either language)."""
-    prefixes = {speakers_for("zh")[0], speakers_for("en")[0]}
-    return [
-        line[len(prefix) :].strip()
-        for line in context.splitlines()
-        for prefix in prefixes
-        if line.startswith(prefix)
-    ]
+def earlier_user_inputs(history: Sequence[HistoryTurn]) -> list[str]:
+    """The person's earlier messages in the conversation's history, oldest first."""
+    return [turn.text for turn in history if turn.role == "user"]
 
 
 def is_question(text: str, language: str) -> bool:
@@ -307,9 +300,7 @@ def knowledge_query(request: BrainInput, text: str, lang: str) -> str:
     """The current input, with the person's previous message in front when it is a follow-up
     (Rule 3)."""
     earlier = [
-        message
-        for message in earlier_user_inputs(request.conversation_context or request.model_text)
-        if not _is_social(message)
+        message for message in earlier_user_inputs(request.history) if not _is_social(message)
     ]
     if not earlier or not is_follow_up(text, lang):
         return text

@@ -83,7 +83,7 @@ class LocalBrain:
         if reading.intent is Intent.SOCIAL and reading.reply is not None:
             return reading.reply
         if reading.intent is Intent.RECALL:
-            earlier = earlier_user_inputs(request.conversation_context or request.model_text)
+            earlier = earlier_user_inputs(request.history)
             return _RECALL_ANSWER[lang].format(earlier[-1]) if earlier else NOTHING_EARLIER[lang]
         if reading.intent is Intent.MEMORY:
             entries = memory_entries(request.system)
