@@ -72,7 +72,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from plugins.tts.espeak_words import is_cjk_ideograph
+from plugins.language import is_cjk_ideograph
 
 # ---------------------------------------------------------------- the cue
 

@@ -55,7 +55,6 @@ from plugins.brain.grounding import (
     Reading,
     best_sentences,
     coverage,
-    detect_language,
     earlier_user_inputs,
     knowledge_results,
     memory_entries,
@@ -70,6 +69,7 @@ from plugins.brain.grounding import (
 from plugins.brain.local_model import Generation, LocalModel
 from plugins.brain.tool_router import ROUTER_PROMPT, parse_route, router_schema, tool_list
 from plugins.contracts import BrainDelta, BrainInput, ToolCall
+from plugins.language import detect_language, zh_or_en
 
 log = logging.getLogger(__name__)
 
@@ -359,7 +359,7 @@ def evidence_for(question: str, found: Sequence[Passage], *, limit: int) -> list
 def chat_messages(request: BrainInput, lang: str, final: str) -> list[dict[str, str]]:
     """System (stable: in the role's language, whatever this turn's), the history as chat
     turns, then ``final`` (Rule 7)."""
-    role_lang = "zh" if (request.language or "").startswith("zh") else "en"
+    role_lang = zh_or_en(request.language)
     system = f"{_STYLE[role_lang]}\n\n{request.system}".strip()
     if lang != role_lang:
         final = f"{final}\n{_REPLY_IN[lang]}"

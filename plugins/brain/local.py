@@ -25,7 +25,6 @@ from plugins.brain.grounding import (
     NOTHING_EARLIER,
     Intent,
     best_sentences,
-    detect_language,
     earlier_user_inputs,
     knowledge_results,
     memory_entries,
@@ -37,6 +36,7 @@ from plugins.brain.grounding import (
     second_person as _second_person,
 )
 from plugins.contracts import BrainDelta, BrainInput, ToolCall
+from plugins.language import detect_language
 
 __all__ = [
     "KNOWLEDGE_TOOL",
