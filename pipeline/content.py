@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plugins.contracts import BrainInput, HistoryTurn, ToolSpec
+from plugins.language import zh_or_en
 
 _LABELS = {
     "zh": ("最近对话上下文:", "当前用户输入:"),
@@ -19,7 +20,7 @@ _LABELS = {
 
 
 def labels_for(language: str | None) -> tuple[str, str]:
-    return _LABELS["zh" if (language or "").startswith("zh") else "en"]
+    return _LABELS[zh_or_en(language)]
 
 
 @dataclass(frozen=True, slots=True)
