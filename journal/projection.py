@@ -30,6 +30,7 @@ from typing import Any
 from journal.amendments import apply_amendments
 from journal.events import EventKind, JournalEvent, canonical_json
 from plugins.contracts import HistoryTurn
+from plugins.language import zh_or_en
 
 _SPEAKERS = {"zh": ("用户:", "助手:"), "en": ("User: ", "Assistant: ")}
 _TOOL_CALL = {"zh": "工具调用:", "en": "Tool call: "}
@@ -47,12 +48,8 @@ class RenderedContext:
     history: tuple[HistoryTurn, ...]
 
 
-def language_key(language: str | None) -> str:
-    return "zh" if (language or "").startswith("zh") else "en"
-
-
 def speakers_for(language: str | None) -> tuple[str, str]:
-    return _SPEAKERS[language_key(language)]
+    return _SPEAKERS[zh_or_en(language)]
 
 
 def one_line(text: str) -> str:
@@ -87,7 +84,7 @@ def event_turn(event: JournalEvent) -> HistoryTurn | None:
 
 def turn_line(turn: HistoryTurn, language: str | None) -> str:
     """A turn as its line of context."""
-    key = language_key(language)
+    key = zh_or_en(language)
     if turn.role == "user":
         return f"{_SPEAKERS[key][0]}{turn.text}"
     if turn.role == "assistant":
