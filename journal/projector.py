@@ -8,9 +8,10 @@ left, ``history``, is the conversation context's budget. The projector fills it 
 journal events *before* the current input:
 
 Rule 1 — newest first. Events are taken from the newest backwards while they fit, and rendered
-    oldest → newest, one line each (``journal/projection.py``). A user input or assistant output
-    that does not fit ends the walk: everything older is dropped, so the context is a contiguous
-    recent stretch.
+    oldest → newest, one line each (``journal/projection.py``); the result holds the same
+    events as turns too (``history``, what a brain reads), in the same order. A user input or
+    assistant output that does not fit ends the walk: everything older is dropped, so the
+    context is a contiguous recent stretch.
 Rule 2 — whole events only. An event is in (its whole line) or out; nothing is cut in half.
 Rule 3 — tool calls and their results are one unit: kept together or dropped together. A unit
     that does not fit is dropped and the walk goes on past it (a long tool result should not
@@ -53,9 +54,10 @@ from journal.amendments import AmendmentFold
 from journal.budget import ContextBudget
 from journal.checkpoints import Checkpoint, CheckpointStore
 from journal.events import EventKind, JournalEvent, ThreadRef
-from journal.projection import event_line, summary_line
+from journal.projection import event_turn, summary_turn, turn_line
 from journal.store import JournalStore
 from journal.tokens import EstimatingTokenCounter, TokenCounter
+from plugins.contracts import HistoryTurn
 
 __all__ = [
     "BudgetedConversationContextProjector",
@@ -73,6 +75,8 @@ class ProjectedContext:
     """A turn's ``conversation_context`` and how it was made."""
 
     conversation_context: str
+    history: tuple[HistoryTurn, ...]
+    """The turns of ``conversation_context``, one a line, in its order."""
     tokens: int
     """Tokens of ``conversation_context`` (the projector's counter); never above ``budget``."""
     budget: int
@@ -102,17 +106,20 @@ class _Walk:
         self.remaining = budget
         self.counter = counter
         self.language = language
-        self.lines: list[tuple[int, str]] = []
+        self.kept: list[tuple[int, HistoryTurn, str]] = []
         self.included = 0
         self.charged = 0
         self.stopped = False
-        self._pending: dict[str, list[tuple[JournalEvent, str | None]]] = {}
+        self._pending: dict[str, list[tuple[JournalEvent, HistoryTurn | None]]] = {}
         self._amendments = AmendmentFold()
         self.first_seq: int | None = None
         self.last_seq: int | None = None
 
     def cost(self, line: str | None) -> int:
         return 0 if line is None else self.counter.count(line) + NEWLINE_TOKENS
+
+    def line(self, turn: HistoryTurn | None) -> str | None:
+        return None if turn is None else turn_line(turn, self.language)
 
     def feed(self, event: JournalEvent) -> None:
         if self.stopped:
@@ -127,45 +134,50 @@ class _Walk:
         if kind is EventKind.TOOL_RESULT:
             call_id = event.payload.get("call_id")
             if isinstance(call_id, str):
-                self._pending.setdefault(call_id, []).append(
-                    (event, event_line(event, self.language))
-                )
+                self._pending.setdefault(call_id, []).append((event, event_turn(event)))
             return
         if kind is EventKind.TOOL_CALL:
             call_id = event.payload.get("call_id")
             results = self._pending.pop(call_id, None) if isinstance(call_id, str) else None
             if not results:
                 return  # a call without a result: dropped (rule 3)
-            unit = [(event, event_line(event, self.language)), *reversed(results)]
-            cost = sum(self.cost(line) for _, line in unit)
+            unit = [
+                (member, turn, self.line(turn))
+                for member, turn in [(event, event_turn(event)), *reversed(results)]
+            ]
+            cost = sum(self.cost(line) for _, _, line in unit)
             if cost <= self.remaining:
-                for member, line in unit:
-                    self._keep(member, line, self.cost(line))
+                for member, turn, line in unit:
+                    self._keep(member, turn, line, self.cost(line))
                 self.remaining -= cost
             return  # a unit that does not fit is skipped, not the end of the walk (rule 3)
         if kind in (EventKind.USER_INPUT, EventKind.ASSISTANT_OUTPUT):
-            line = event_line(event, self.language)
+            turn = event_turn(event)
+            line = self.line(turn)
             cost = self.cost(line)
             if cost > self.remaining:
                 self.stopped = True
                 return
-            self._keep(event, line, cost)
+            self._keep(event, turn, line, cost)
             self.remaining -= cost
         # Anything else (a summary event written into the journal, an unknown kind) is not
         # trusted as context and is dropped.
 
-    def _keep(self, event: JournalEvent, line: str | None, cost: int) -> None:
+    def _keep(
+        self, event: JournalEvent, turn: HistoryTurn | None, line: str | None, cost: int
+    ) -> None:
         self.included += 1
         self.charged += cost
         if self.last_seq is None or event.seq > self.last_seq:
             self.last_seq = event.seq
         if self.first_seq is None or event.seq < self.first_seq:
             self.first_seq = event.seq
-        if line is not None:
-            self.lines.append((event.seq, line))
+        if turn is not None and line is not None:
+            self.kept.append((event.seq, turn, line))
 
-    def rendered_lines(self) -> list[str]:
-        return [line for _, line in sorted(self.lines)]
+    def rendered(self) -> list[tuple[HistoryTurn, str]]:
+        """The kept turns and their lines, oldest first."""
+        return [(turn, line) for _, turn, line in sorted(self.kept, key=lambda kept: kept[0])]
 
 
 class BudgetedConversationContextProjector:
@@ -219,8 +231,8 @@ class BudgetedConversationContextProjector:
         are ignored. Reads nothing.
         """
         history = budget.history if isinstance(budget, ContextBudget) else budget
-        walk, summary_text, summary_charge = self._start(history, language, summary)
-        floor = summary.to_seq if summary_text is not None and summary is not None else 0
+        walk, summary_entry, summary_charge = self._start(history, language, summary)
+        floor = summary.to_seq if summary_entry is not None and summary is not None else 0
         for event in reversed(events):
             if event.seq <= floor or walk.stopped:
                 break
@@ -229,31 +241,31 @@ class BudgetedConversationContextProjector:
         return self._result(
             walk,
             history,
-            summary_text,
+            summary_entry,
             summary_charge,
-            summary if summary_text is not None else None,
-            rejected=summary is not None and summary_text is None,
+            summary if summary_entry is not None else None,
+            rejected=summary is not None and summary_entry is None,
             events_total=total,
             rows_read=0,
         )
 
     def _start(
         self, history: int, language: str | None, summary: Checkpoint | None
-    ) -> tuple[_Walk, str | None, int]:
+    ) -> tuple[_Walk, HistoryTurn | None, int]:
         walk = _Walk(0, self.counter, language)
-        text = summary_line(summary.summary, language) if summary is not None else None
-        charge = walk.cost(text)
-        if text is None or charge > self.max_summary_share * history or charge > history + 1:
-            text, charge = None, 0
+        turn = summary_turn(summary.summary) if summary is not None else None
+        charge = walk.cost(walk.line(turn))
+        if turn is None or charge > self.max_summary_share * history or charge > history + 1:
+            turn, charge = None, 0
         # +1: every line is charged its line break, but the last line has none.
         walk.remaining = history + NEWLINE_TOKENS - charge if history > 0 else 0
-        return walk, text, charge
+        return walk, turn, charge
 
     def _result(
         self,
         walk: _Walk,
         history: int,
-        summary_text: str | None,
+        summary_entry: HistoryTurn | None,
         summary_charge: int,
         summary: Checkpoint | None,
         *,
@@ -261,15 +273,16 @@ class BudgetedConversationContextProjector:
         events_total: int,
         rows_read: int,
     ) -> ProjectedContext:
-        lines = walk.rendered_lines()
-        if summary_text is not None:
-            lines.insert(0, summary_text)
-        rendered = "\n".join(lines)
+        kept = walk.rendered()
+        if summary_entry is not None:
+            kept.insert(0, (summary_entry, turn_line(summary_entry, walk.language)))
+        rendered = "\n".join(line for _, line in kept)
         # Counts are additive over lines: the charges minus the last line's (absent) break.
-        tokens = walk.charged + summary_charge - NEWLINE_TOKENS if lines else 0
+        tokens = walk.charged + summary_charge - NEWLINE_TOKENS if kept else 0
         summarized = summary.to_seq if summary is not None else 0
         return ProjectedContext(
             conversation_context=rendered,
+            history=tuple(turn for turn, _ in kept),
             tokens=tokens,
             budget=history,
             events_total=events_total,
@@ -314,8 +327,8 @@ class BudgetedConversationContextProjector:
                     summary = found
                 else:
                     rejected = True
-        walk, summary_text, summary_charge = self._start(history, language, summary)
-        if summary is not None and summary_text is None:
+        walk, summary_entry, summary_charge = self._start(history, language, summary)
+        if summary is not None and summary_entry is None:
             summary, rejected = None, True  # verified, but larger than its share of the budget
         floor = summary.to_seq if summary is not None else 0
 
@@ -348,7 +361,7 @@ class BudgetedConversationContextProjector:
         return self._result(
             walk,
             history,
-            summary_text,
+            summary_entry,
             summary_charge,
             summary,
             rejected=rejected,

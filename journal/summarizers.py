@@ -26,8 +26,9 @@ from typing import Protocol
 
 from journal.checkpoints import MAX_SUMMARY_CHARS
 from journal.events import EventKind, JournalEvent
-from journal.projection import event_line, language_key, one_line, speakers_for
+from journal.projection import event_line, one_line, speakers_for
 from journal.tokens import EstimatingTokenCounter, TokenCounter
+from plugins.language import detect_language, has_cjk, is_cjk_ideograph, zh_or_en
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,14 @@ class SummaryRequest:
     language: str | None
     max_tokens: int
 
+    def summary_language(self) -> str:
+        """The language to summarise in: ``language``, or else that of the segment's latest
+        texts and the summary so far."""
+        if self.language:
+            return self.language
+        sample = " ".join(str(e.payload.get("text", "")) for e in self.events[-20:])
+        return detect_language(sample + (self.previous or ""))
+
 
 @dataclass(frozen=True, slots=True)
 class Summary:
@@ -64,7 +73,6 @@ class Summarizer(Protocol):
 
 
 _SENTENCE_END = re.compile(r"(?<=[。！？!?；;])|(?<=[.])(?=\s)")
-_HAS_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _DIGIT = re.compile(r"\d")
 _NORMALISE = re.compile(r"[\W_]+")
 _KEY_MARKERS = re.compile(
@@ -118,7 +126,7 @@ class ExtractiveSummarizer:
 
     def summarize_now(self, request: SummaryRequest) -> str:
         """The summary, synchronously (it does no I/O)."""
-        language = request.language or _detect_language(request)
+        language = request.summary_language()
         user, assistant = speakers_for(language)
         candidates: list[_Candidate] = []
         position = 0
@@ -173,7 +181,7 @@ class ExtractiveSummarizer:
         if len(sentence) <= self.max_sentence_chars:
             return sentence
         cut = sentence[: self.max_sentence_chars - 1]
-        if not _HAS_CJK.search(cut) and " " in cut:
+        if not has_cjk(cut) and " " in cut:
             cut = cut.rsplit(" ", 1)[0]
         return cut.rstrip() + "…"
 
@@ -188,7 +196,7 @@ class ExtractiveSummarizer:
         score += min(2, len(_KEY_MARKERS.findall(sentence))) * 1.0
         if user and ("?" in sentence or "？" in sentence):
             score += 0.5
-        size = len(_HAS_CJK.findall(sentence)) + len(sentence.split())
+        size = sum(map(is_cjk_ideograph, sentence)) + len(sentence.split())
         if size < 4:
             score -= 1.0
         score += min(size, 30) / 60
@@ -197,11 +205,6 @@ class ExtractiveSummarizer:
 
 def _sentences(text: str) -> list[str]:
     return [s for s in (one_line(part) for part in _SENTENCE_END.split(text)) if s]
-
-
-def _detect_language(request: SummaryRequest) -> str:
-    sample = " ".join(str(e.payload.get("text", "")) for e in request.events[-20:])
-    return "zh" if _HAS_CJK.search(sample + (request.previous or "")) else "en"
 
 
 _PROMPTS = {
@@ -223,8 +226,8 @@ _PROMPT_EVENTS = {"zh": "新的对话:\n", "en": "New conversation:\n"}
 
 def summary_prompt(request: SummaryRequest, *, max_line_chars: int = 2000) -> str:
     """The prompt ``ModelSummarizer`` sends: instructions, the summary so far, the segment."""
-    language = request.language or _detect_language(request)
-    key = language_key(language)
+    language = request.summary_language()
+    key = zh_or_en(language)
     parts = [_PROMPTS[key].format(max_tokens=request.max_tokens)]
     if request.previous:
         parts.append(_PROMPT_PREVIOUS[key] + request.previous + "\n")

@@ -44,6 +44,8 @@ __all__ = ["EstimatingTokenCounter", "TokenCounter", "count_tokens", "estimate_t
 
 # Han (incl. extension A and compatibility), kana, Hangul syllables and jamo, CJK symbols are
 # handled as punctuation below. Ranges kept small and explicit: this runs for every event.
+# Not ``plugins.language``'s Chinese characters on purpose: these are the scripts a BPE
+# tokenizer charges by the character, whatever the language.
 _CJK_RANGES = (
     "\u3040-\u30ff"  # hiragana, katakana
     "\u3400-\u4dbf"  # CJK extension A

@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from knowledge.text import is_cjk
+from plugins.language import detect_language
 
 Vector = npt.NDArray[np.float32]
 T = TypeVar("T")
@@ -75,7 +75,7 @@ to them is its baseline: e5 similarities are high across the board (unrelated te
 query's own baseline by a margin (``knowledge.base``). The two halves are translations of each
 other; a chunk in the other language than the question's is held to the question's baseline in
 the chunk's language (``knowledge.retrieval``, Rule 4e)."""
-REFERENCE_LANGUAGES = tuple("zh" if is_cjk(p) else "en" for p in REFERENCE_PASSAGES)
+REFERENCE_LANGUAGES = tuple(detect_language(p) for p in REFERENCE_PASSAGES)
 
 
 class Embedder(Protocol):

@@ -60,7 +60,8 @@ import numpy.typing as npt
 
 from knowledge.embedding import from_bytes
 from knowledge.store import KnowledgeSnapshot
-from knowledge.text import ParsedQuery, background_weight, holds_answer, language, terms
+from knowledge.text import ParsedQuery, background_weight, holds_answer, terms
+from plugins.language import dominant_language
 
 TITLE_WEIGHT = 2
 BM25_K1 = 1.2
@@ -147,7 +148,7 @@ class KnowledgeIndex:
                     info.name,
                     stored.text,
                     sum(counts.values()),
-                    language(stored.text),
+                    dominant_language(stored.text),
                 )
             )
             body = counts.keys() - title_terms[stored.document_id].keys()

@@ -30,15 +30,19 @@ import unicodedata
 from dataclasses import dataclass
 from importlib import resources
 
-_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_]+", re.UNICODE)
-_IS_CJK = re.compile(rf"[{_CJK}]")
+from plugins.language import (
+    CJK_IDEOGRAPHS,
+    dominant_language,
+    is_cjk_ideograph,
+    joins_without_space,
+)
+
+_TOKEN = re.compile(rf"[{CJK_IDEOGRAPHS}]+|[^\W_]+", re.UNICODE)
 # Sentence ends: CJK punctuation always; ASCII . ! ? ; only before whitespace, the end or CJK
 # text (so 3.5, e.g. and URLs stay whole).
-_SENTENCE_END = re.compile(rf"[。！？；!?;…]+[”’」』)）]*|\.(?=\s|$|[{_CJK}])")
+_SENTENCE_END = re.compile(rf"[。！？；!?;…]+[”’」』)）]*|\.(?=\s|$|[{CJK_IDEOGRAPHS}])")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _HEADING_MARK = "\x00h"  # marks a heading among a chunk's parts while it is being built
-_JOINS_CJK = re.compile(rf"[{_CJK}\u3000-\u303f\uff00-\uffef]")
 
 STOP_WORDS = frozenset(
     """a an the is are was were be been am do does did doing done have has had of to in on at
@@ -128,7 +132,7 @@ def terms(text: str) -> list[str]:
     """Every lexical term of ``text``, in order, repeats kept (for term frequencies)."""
     out: list[str] = []
     for token in _TOKEN.findall(normalize(text)):
-        if _IS_CJK.match(token):
+        if is_cjk_ideograph(token[0]):
             if len(token) == 1:
                 out.append(token)
             else:
@@ -158,7 +162,7 @@ class ParsedQuery:
     character may be a word on its own (带, 买), so a unit no document bigram covers weighs no
     more than that word (``knowledge.retrieval``)."""
     language: str = ""
-    """``language(query)``: "zh" or "en" ("" when unknown)."""
+    """``plugins.language.dominant_language(query)``: "zh" or "en" ("" when unknown)."""
     answer: AnswerType | None = None
     """``answer_type(query)``: the kind of answer the question asks for, if it says."""
 
@@ -175,7 +179,7 @@ def parse_query(text: str) -> ParsedQuery:
     words: list[str] = []
     fallback: dict[str, None] = {}
     for token in _TOKEN.findall(normalize(text)):
-        if not _IS_CJK.match(token):
+        if not is_cjk_ideograph(token[0]):
             word = stem(token)
             fallback.setdefault(word, None)
             if token not in STOP_WORDS:
@@ -217,7 +221,7 @@ def parse_query(text: str) -> ParsedQuery:
             if covering:
                 units.append(covering)
                 words.append(char)
-    lang, answer = language(text), answer_type(text)
+    lang, answer = dominant_language(text), answer_type(text)
     if not terms_seen:
         every = tuple(fallback)
         return ParsedQuery(every, tuple(frozenset((t,)) for t in every), every, lang, answer)
@@ -231,25 +235,6 @@ def _content_gram(gram: str) -> bool:
 def query_terms(text: str) -> list[str]:
     """The distinct terms of a query that can decide a match (``parse_query(text).terms``)."""
     return list(parse_query(text).terms)
-
-
-def is_cjk(text: str) -> bool:
-    return _IS_CJK.search(text) is not None
-
-
-_LATIN_LETTER = re.compile(r"[A-Za-z]")
-
-
-def language(text: str) -> str:
-    """The language of ``text``: zh when Chinese characters make up at least a third of its
-    letters (a Chinese character says about as much as two or three Latin letters), else en;
-    empty for no letters. So "Nova X2 耳机充满电要多长时间?" is Chinese, and an English sentence
-    naming 星河 is English."""
-    cjk = len(_IS_CJK.findall(text))
-    latin = len(_LATIN_LETTER.findall(text))
-    if not cjk and not latin:
-        return ""
-    return "zh" if 2 * cjk >= latin else "en"
 
 
 # ------------------------------------------------------------ answer types
@@ -404,7 +389,7 @@ def _join(parts: list[str]) -> str:
             out += part[len(_HEADING_MARK) :] + "\n"
             continue
         if out and not out.endswith("\n"):
-            out += "" if _JOINS_CJK.match(out[-1]) and _JOINS_CJK.match(part[0]) else " "
+            out += "" if joins_without_space(out[-1]) and joins_without_space(part[0]) else " "
         out += part
     return out.strip()
 

@@ -47,6 +47,7 @@ import re
 from dataclasses import dataclass
 
 from memory.entries import MAX_ENTRY_CHARS, MemoryKind, is_sensitive
+from plugins.language import has_cjk
 
 MAX_MESSAGE_CHARS = 2_000
 """Longer messages are not scanned at all (bounded work per message)."""
@@ -145,7 +146,6 @@ _COMMAND_ONLY = re.compile(
 )
 # fmt: on
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
 # A "." only ends a sentence before a space or the end ("3.5", "example.com" stay whole).
 _SENTENCE = re.compile(r"(?:[^.!?。！？;；\n]|\.(?=[^\s.!?]))+[.!?。！？;；]*")
 # A new clause starts at a comma (optionally followed by a connective such as "but"/"但是",
@@ -312,7 +312,7 @@ def extract(text: str) -> list[Extracted]:
     found: list[Extracted] = []
     seen: set[str] = set()
     for raw in _clauses(text):
-        zh = _CJK.search(raw) is not None
+        zh = has_cjk(raw)
         if _refused(raw, zh):
             continue
         clause = _strip(raw, zh).strip(_TRAILING)

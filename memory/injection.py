@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memory.entries import MemoryEntry
+from plugins.language import zh_or_en
 
 DEFAULT_BUDGET_CHARS = 2_000
 DEFAULT_MAX_ENTRIES = 20
@@ -52,6 +53,6 @@ def render_memory_block(
         used += len(line) + 1
     if not lines:
         return None
-    note = NOTE["zh" if (language or "").startswith("zh") else "en"]
+    note = NOTE[zh_or_en(language)]
     body = "\n".join(lines)
     return f"{note}\n<memory_data>\n{body}\n</memory_data>"

@@ -29,6 +29,7 @@ import numpy as np
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM
 from plugins.contracts import ASR, Transcript
 from plugins.errors import PluginError, PluginTimeout
+from plugins.language import product_language
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class SpeechCapture:
         self.clock = clock
         self.spawn = spawn
         self.on_partial = on_partial
-        self.language = language if language in ("zh", "en") else None
+        self.language = product_language(language)
         self.preroll_ms = preroll_ms
         self.max_samples = max_utterance_s * INPUT_SAMPLE_RATE
         self.asr_timeout_s = asr_timeout_s

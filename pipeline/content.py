@@ -1,15 +1,17 @@
 """TurnContent: everything the brain is given for one response, and how it is rendered.
 
 ``conversation_context`` is the projected history *before* the current input (from the journal,
-never from client-uploaded transcripts); ``model_text`` puts history and current input into one
-user message the way the product guide shows it (``最近对话上下文: … 当前用户输入: …``).
+never from client-uploaded transcripts), and ``history`` the same as turns; ``model_text`` puts
+history and current input into one user message the way the product guide shows it
+(``最近对话上下文: … 当前用户输入: …``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plugins.contracts import BrainInput, ToolSpec
+from plugins.contracts import BrainInput, HistoryTurn, ToolSpec
+from plugins.language import zh_or_en
 
 _LABELS = {
     "zh": ("最近对话上下文:", "当前用户输入:"),
@@ -18,7 +20,7 @@ _LABELS = {
 
 
 def labels_for(language: str | None) -> tuple[str, str]:
-    return _LABELS["zh" if (language or "").startswith("zh") else "en"]
+    return _LABELS[zh_or_en(language)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,8 @@ class TurnContent:
     language: str | None = None
     memory_data: str | None = None
     tools: tuple[ToolSpec, ...] = ()
+    history: tuple[HistoryTurn, ...] = ()
+    """``conversation_context`` as turns (``journal.projection``), for the brain."""
 
     @property
     def model_text(self) -> str:
@@ -51,5 +55,6 @@ class TurnContent:
             language=self.language,
             tools=self.tools,
             conversation_context=self.conversation_context,
+            history=self.history,
             session=session,
         )

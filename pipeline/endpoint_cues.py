@@ -72,7 +72,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from plugins.tts.espeak_words import is_cjk_ideograph
+from plugins.language import is_cjk_ideograph
 
 # ---------------------------------------------------------------- the cue
 
@@ -171,12 +171,8 @@ def _tokens(text: str) -> list[str]:
     return [
         t
         for t in _WORD_OR_CHARACTER.findall(text)
-        if (t[0].isascii() and t[0].isalnum()) or _is_cjk(t)
+        if (t[0].isascii() and t[0].isalnum()) or is_cjk_ideograph(t[0])
     ]
-
-
-def _is_cjk(token: str) -> bool:
-    return len(token) == 1 and is_cjk_ideograph(token)
 
 
 def transcript_cue(text: str, language: str | None) -> Cue:
@@ -205,7 +201,7 @@ def read_cue(text: str, language: str | None) -> CueReading:
     ):
         return CueReading(Cue.COMPLETE, "acknowledgement")
     last = tokens[-1]
-    if _is_cjk(last):
+    if is_cjk_ideograph(last[0]):  # a token longer than one character is ASCII
         if chinese:
             reading = _chinese_ending(body.replace(" ", ""), terminal)
             if reading is not None:
@@ -218,7 +214,7 @@ def read_cue(text: str, language: str | None) -> CueReading:
         return CueReading(Cue.INCOMPLETE, "dictation")
     if question:
         return CueReading(Cue.COMPLETE, "question_mark")
-    if _is_cjk(last):
+    if is_cjk_ideograph(last[0]):
         if chinese and (body.endswith(_ZH_QUESTION_ENDINGS) or _a_not_a(body)):
             return CueReading(Cue.COMPLETE, "question")
         if chinese and len(body) >= 2 and last in _ZH_FINAL_PARTICLES:
@@ -269,7 +265,9 @@ def _chinese_ending(body: str, terminal: bool) -> CueReading | None:
 
 def _a_not_a(body: str) -> bool:
     """A Chinese A-not-A question tag at the end: "是不是", "好不好", "要不要"."""
-    return len(body) >= 3 and body[-2] == "不" and body[-1] == body[-3] and _is_cjk(body[-1])
+    return (
+        len(body) >= 3 and body[-2] == "不" and body[-1] == body[-3] and is_cjk_ideograph(body[-1])
+    )
 
 
 def _is_spoken_digit(token: str) -> bool:

@@ -802,11 +802,12 @@ class Engine:
             context = render_context(events[:-1], persona.language)
         return TurnContent(
             instructions=instructions,
-            conversation_context=context,
+            conversation_context=context.text,
             current_input=current_input,
             language=persona.language,
             memory_data=await self._memory_data(memory),
             tools=tools,
+            history=context.history,
         )
 
     async def journal_tool(self, response: Response, delta: BrainDelta) -> None:

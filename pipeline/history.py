@@ -16,6 +16,7 @@ from journal.budget import ContextBudget
 from journal.checkpoints import CheckpointStore
 from journal.compaction import CompactionPolicy, ThreadCompactor
 from journal.events import ThreadRef
+from journal.projection import RenderedContext
 from journal.projector import BudgetedConversationContextProjector
 from journal.store import JournalStore
 from plugins.contracts import ToolSpec
@@ -57,8 +58,9 @@ class ConversationHistory:
         current_input: str,
         language: str | None,
         before_seq: int | None,
-    ) -> str:
-        """The rendered history before the current input, within this turn's budget."""
+    ) -> RenderedContext:
+        """The history before the current input, within this turn's budget: its text and its
+        turns."""
         budget = ContextBudget.for_turn(
             context_window=self.context_window,
             reserved_output=self.reserved_output,
@@ -74,7 +76,7 @@ class ConversationHistory:
             checkpoints=self.checkpoints,
             before_seq=before_seq,
         )
-        return projected.conversation_context
+        return RenderedContext(projected.conversation_context, projected.history)
 
     async def compact(self, thread: ThreadRef, *, language: str | None) -> None:
         """Summarise older events once the thread passes the threshold (idempotent)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline.audio import WordTiming
+from plugins.language import joins_without_space
 
 
 @dataclass(slots=True)
@@ -29,16 +30,12 @@ class _Sentence:
     words: list[WordTiming] = field(default_factory=list)
 
 
-def _is_cjk(ch: str) -> bool:
-    return "\u2e80" <= ch <= "\u9fff" or "\u3000" <= ch <= "\u303f" or "\uff00" <= ch <= "\uffef"
-
-
 def join_text(left: str, right: str) -> str:
     if not left:
         return right
     if not right:
         return left
-    if _is_cjk(left[-1]) or _is_cjk(right[0]):
+    if joins_without_space(left[-1]) or joins_without_space(right[0]):
         return left + right
     return left + " " + right
 
@@ -143,7 +140,9 @@ def _partial(sentence: _Sentence, played: float) -> str:
         return sentence.text[: max(ends)].rstrip() if ends else ""
     chars = int(len(sentence.text) * played / sentence.duration_ms)
     prefix = sentence.text[:chars]
-    if chars < len(sentence.text) and not _is_cjk(sentence.text[chars - 1 : chars] or "a"):
+    if chars < len(sentence.text) and not joins_without_space(
+        sentence.text[chars - 1 : chars] or "a"
+    ):
         # Do not report half a word as heard.
         cut = prefix.rfind(" ")
         prefix = prefix[:cut] if cut >= 0 else ""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from plugins.audio import PCM, WordTiming
 
@@ -123,6 +123,33 @@ class ToolResult:
     is_error: bool = False
 
 
+HistoryRole = Literal["user", "assistant", "tool_call", "tool_result", "summary"]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryTurn:
+    """One entry of the conversation before the current input (``BrainInput.history``): one
+    journal event, or the verified summary that stands in for older ones. The history holds the
+    same entries, within the same budget, as the rendered ``conversation_context``, one per line
+    and in the same order (``journal.projection`` renders each turn as its line).
+
+    ``text`` is on one line (whitespace collapsed): what the person said; what the assistant
+    said (of an interrupted output only what the person heard); a tool call's arguments as
+    JSON; a tool result's content; the summary of the earlier conversation."""
+
+    role: HistoryRole
+    text: str
+    tool: str = ""
+    """The tool's name (``tool_call`` and ``tool_result``)."""
+    interrupted: bool = False
+    """An assistant output the person cut off: ``text`` is the part they heard."""
+
+    @property
+    def line_text(self) -> str:
+        """``text`` as the turn's line shows it: an interrupted output ends with `` …``."""
+        return f"{self.text} …" if self.interrupted else self.text
+
+
 @dataclass(frozen=True, slots=True)
 class BrainInput:
     """What the brain sees for one response. ``model_text`` is history + current input rendered
@@ -140,7 +167,10 @@ class BrainInput:
     tool_calls: tuple[ToolCall, ...] = ()
     conversation_context: str = ""
     """The history part of ``model_text`` alone (one line per event, see
-    ``journal.projection``), for brains that lay the history out as chat messages."""
+    ``journal.projection``)."""
+    history: tuple[HistoryTurn, ...] = ()
+    """The same history as turns, oldest first: what a brain reads the conversation from (a
+    brain that lays it out as chat messages, or looks back at what the person said)."""
     session: str = ""
     """The voice session asking (a shared model serves sessions fairly by it)."""
 

@@ -17,6 +17,7 @@ from openai import omit
 from plugins.audio import INPUT_SAMPLE_RATE, PCM
 from plugins.contracts import Transcript
 from plugins.errors import PluginError
+from plugins.language import normalise_language
 from plugins.openai_errors import PROVIDER_EXCEPTIONS, create_client, map_openai_error
 
 _WHAT = "OpenAI-compatible ASR"
@@ -56,7 +57,7 @@ class OpenAIASR:
 
     async def transcribe(self, utterance: PCM, *, language: str | None = None) -> Transcript:
         """Transcribe one utterance of 16 kHz audio; an empty one gives an empty transcript."""
-        language = _iso_639_1(language or self.language)
+        language = normalise_language(language or self.language)
         if utterance.size == 0:
             return Transcript(text="", language=language)
         if utterance.size > MAX_UTTERANCE_SECONDS * INPUT_SAMPLE_RATE:
@@ -84,9 +85,3 @@ def wav_bytes(pcm: PCM, sample_rate: int = INPUT_SAMPLE_RATE) -> bytes:
         wav.setframerate(sample_rate)
         wav.writeframes(pcm.astype("<i2", copy=False).tobytes())
     return buffer.getvalue()
-
-
-def _iso_639_1(language: str | None) -> str | None:
-    if not language:
-        return None
-    return language.lower().replace("_", "-").split("-")[0]

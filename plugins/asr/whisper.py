@@ -67,6 +67,7 @@ import numpy.typing as npt
 from plugins.audio import INPUT_SAMPLE_RATE, PCM
 from plugins.contracts import Transcript
 from plugins.errors import PluginError, PluginUnavailable
+from plugins.language import normalise_language
 from plugins.workers import WorkerPool
 
 WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
@@ -94,7 +95,6 @@ _MAX_TOKENS = 448
 _DEGENERATE_TOKENS = 6
 _DEGENERATE_TOKENS_PER_SECOND = 10.0
 _DEGENERATE_REPEAT_TOKENS = 8
-_LANGUAGE_ALIASES = {"cmn": "zh", "zho": "zh", "chi": "zh", "eng": "en"}
 
 Samples = npt.NDArray[np.float32]
 
@@ -341,7 +341,7 @@ class WhisperASR:
         self._cpu_threads = cpu_threads
         self._num_workers = num_workers
         self.beam_size = beam_size
-        self.languages = tuple(_normalise_language(code) for code in languages)
+        self.languages = tuple(_whisper_language(code) for code in languages)
         self.max_utterance_seconds = max_utterance_seconds
         self.min_window_seconds = min_window_seconds
         self.window_retries = 0
@@ -360,7 +360,7 @@ class WhisperASR:
 
         Cancellable: see the module docstring for what happens to the worker.
         """
-        forced = _normalise_language(language) if language else None
+        forced = _whisper_language(language) if language else None
         if utterance.size > self.max_utterance_seconds * INPUT_SAMPLE_RATE:
             raise PluginError(
                 f"whisper: utterance of {utterance.size / INPUT_SAMPLE_RATE:.0f} s is longer "
@@ -495,9 +495,10 @@ class WhisperASR:
         return max(self.languages, key=lambda code: scores.get(code, 0.0))
 
 
-def _normalise_language(code: str) -> str:
-    """``"zh-CN"`` → ``"zh"``, ``"cmn"`` → ``"zh"``, ``"en_US"`` → ``"en"``."""
-    primary = code.strip().lower().replace("_", "-").split("-")[0]
+def _whisper_language(code: str) -> str:
+    """``code`` normalised (``"zh-CN"``, ``"cmn"`` → ``"zh"``: ``plugins.language``); a
+    ``PluginError`` unless that is a language code of two or three letters."""
+    primary = normalise_language(code) or ""
     if not (primary.isascii() and primary.isalpha() and 2 <= len(primary) <= 3):
         raise PluginError(f"whisper: unsupported language {code[:20]!r}")
-    return _LANGUAGE_ALIASES.get(primary, primary)
+    return primary

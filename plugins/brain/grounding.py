@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 A small model phrases; it is not trusted to decide. This module reads one turn and decides:
 
-Rule 1. Language: the current input's (Chinese when it has CJK characters, else English); an
-        empty input falls back to the role's language.
+Rule 1. Language: the current input's (Chinese when it has a Chinese character, else English:
+        ``plugins.language.detect_language``); an empty input falls back to the role's
+        language.
 Rule 2. Intent, in this order: *social* (greetings, thanks, goodbyes, "who are you", "stop": a
         fixed reply), *recall* ("what did I just say": the thread's history), *memory* (a
         question about the person themself — "我之前说过的学习目标是什么?", "what's my name?",
@@ -31,10 +32,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from journal.projection import speakers_for
 from knowledge.text import parse_query, stem
 from knowledge.text import terms as index_terms
-from plugins.contracts import BrainInput, ToolResult
+from plugins.contracts import BrainInput, HistoryTurn, ToolResult
+from plugins.language import CJK_IDEOGRAPHS, zh_or_en
+
+# Part of reading a turn (Rule 1), so readers of a turn (the benchmarks) take it from here too.
+from plugins.language import detect_language as detect_language
 
 KNOWLEDGE_TOOL = "knowledge_search"
 
@@ -169,7 +173,7 @@ _ABOUT_ME = {
         r"|(你|您)(还)?记(得|不记得)|记不记得|关于我|我是谁|我叫什么|我的名字"
         r"|我.{0,2}(住|生活|工作)在哪|我.{0,2}(喜欢|爱|偏好)什么|我在学什么|我(想|要)学什么"
         r"|我.{0,4}(打算|计划|目标|梦想)"
-        r"|我的[\u4e00-\u9fff]{1,6}(是什么|是哪|叫什么|在哪|是多少|是几)"
+        rf"|我的[{CJK_IDEOGRAPHS}]{{1,6}}(是什么|是哪|叫什么|在哪|是多少|是几)"
     ),
 }
 _MY_THING = {
@@ -207,8 +211,8 @@ _FOLLOW_UP = {
     ),
 }
 
-_CJK = re.compile(r"[\u4e00-\u9fff]")
-_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
+_CJK = re.compile(f"[{CJK_IDEOGRAPHS}]")
+_CJK_RUN = re.compile(f"[{CJK_IDEOGRAPHS}]+")
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP_EN = frozenset(
     """a an the and or but to of in on at for with from by is are was were be been am do does did
@@ -229,16 +233,11 @@ _ENDS_SENTENCE = re.compile(r"[.!?。！？;；:：]\s*$|[.!?。！？;；]\s")
 _MEMORY_BLOCK = re.compile(r"<memory_data>(.*?)</memory_data>", re.S)
 
 
-def detect_language(text: str) -> str:
-    """``zh`` when ``text`` has CJK characters, else ``en``."""
-    return "zh" if _CJK.search(text) else "en"
-
-
 def turn_language(request: BrainInput) -> str:
     text = request.current_input.strip()
     if text:
         return detect_language(text)
-    return "zh" if (request.language or "").startswith("zh") else "en"
+    return zh_or_en(request.language)
 
 
 def terms(text: str) -> set[str]:
@@ -262,15 +261,9 @@ def memory_entries(system: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def earlier_user_inputs(context: str, language: str | None = None) -> list[str]:
-    """The person's earlier messages in a rendered conversation context (either language)."""
-    prefixes = {speakers_for("zh")[0], speakers_for("en")[0]}
-    return [
-        line[len(prefix) :].strip()
-        for line in context.splitlines()
-        for prefix in prefixes
-        if line.startswith(prefix)
-    ]
+def earlier_user_inputs(history: Sequence[HistoryTurn]) -> list[str]:
+    """The person's earlier messages in the conversation's history, oldest first."""
+    return [turn.text for turn in history if turn.role == "user"]
 
 
 def is_question(text: str, language: str) -> bool:
@@ -307,9 +300,7 @@ def knowledge_query(request: BrainInput, text: str, lang: str) -> str:
     """The current input, with the person's previous message in front when it is a follow-up
     (Rule 3)."""
     earlier = [
-        message
-        for message in earlier_user_inputs(request.conversation_context or request.model_text)
-        if not _is_social(message)
+        message for message in earlier_user_inputs(request.history) if not _is_social(message)
     ]
     if not earlier or not is_follow_up(text, lang):
         return text

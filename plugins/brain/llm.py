@@ -31,7 +31,8 @@ Rule 6. Voice style: one or two short sentences in the person's language, at mos
         statements are acknowledged briefly.
 Rule 7. Prompt layout for the prefix cache: the system message holds only what is stable in a
         thread (style rules, role instructions, the memory note and entries), then the history
-        as chat messages (user and assistant turns; tool lines left out), then the current
+        as chat messages (user and assistant turns; tool turns and a summary left out; an
+        interrupted output as the person heard it, marked `` …``), then the current
         input with this turn's evidence after it. The next turn's prompt therefore starts with
         this turn's prompt up to and including the current input, and only the tail is computed.
 """
@@ -44,7 +45,6 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
-from journal.projection import speakers_for
 from plugins.brain.grounding import (
     KNOWLEDGE_TOOL,
     NOT_IN_DOCUMENTS,
@@ -55,7 +55,6 @@ from plugins.brain.grounding import (
     Reading,
     best_sentences,
     coverage,
-    detect_language,
     earlier_user_inputs,
     knowledge_results,
     memory_entries,
@@ -70,6 +69,7 @@ from plugins.brain.grounding import (
 from plugins.brain.local_model import Generation, LocalModel
 from plugins.brain.tool_router import ROUTER_PROMPT, parse_route, router_schema, tool_list
 from plugins.contracts import BrainDelta, BrainInput, ToolCall
+from plugins.language import detect_language, zh_or_en
 
 log = logging.getLogger(__name__)
 
@@ -359,36 +359,22 @@ def evidence_for(question: str, found: Sequence[Passage], *, limit: int) -> list
 def chat_messages(request: BrainInput, lang: str, final: str) -> list[dict[str, str]]:
     """System (stable: in the role's language, whatever this turn's), the history as chat
     turns, then ``final`` (Rule 7)."""
-    role_lang = "zh" if (request.language or "").startswith("zh") else "en"
+    role_lang = zh_or_en(request.language)
     system = f"{_STYLE[role_lang]}\n\n{request.system}".strip()
     if lang != role_lang:
         final = f"{final}\n{_REPLY_IN[lang]}"
     messages: list[dict[str, str]] = [{"role": "system", "content": system}]
-    for role, text in history_turns(request.conversation_context):
-        if messages[-1]["role"] == role and role != "system":
-            messages[-1]["content"] += "\n" + text
+    for turn in request.history:
+        if turn.role not in ("user", "assistant"):
+            continue  # the answers that used the tools are there
+        if messages[-1]["role"] == turn.role:
+            messages[-1]["content"] += "\n" + turn.line_text
         else:
-            messages.append({"role": role, "content": text})
+            messages.append({"role": turn.role, "content": turn.line_text})
     if messages[-1]["role"] == "user":
         messages.append({"role": "assistant", "content": "…"})
     messages.append({"role": "user", "content": final})
     return messages
-
-
-def history_turns(context: str) -> list[tuple[str, str]]:
-    """(role, text) of the user and assistant lines of a rendered context; tool lines are left
-    out (the answers that used them are there)."""
-    speakers = [(speakers_for(lang), lang) for lang in ("zh", "en")]
-    turns: list[tuple[str, str]] = []
-    for line in context.splitlines():
-        for (user, assistant), _ in speakers:
-            if line.startswith(user):
-                turns.append(("user", line[len(user) :].strip()))
-                break
-            if line.startswith(assistant):
-                turns.append(("assistant", line[len(assistant) :].strip()))
-                break
-    return turns
 
 
 async def _checked_sentences(
@@ -457,8 +443,8 @@ def _knowledge_call(reading: Reading, number: int) -> ToolCall:
 
 
 def _recall_answer(request: BrainInput, lang: str) -> str:
-    earlier = earlier_user_inputs(request.conversation_context or request.model_text)
+    earlier = earlier_user_inputs(request.history)
     return _RECALL[lang].format(earlier[-1]) if earlier else NOTHING_EARLIER[lang]
 
 
-__all__ = ["LLMBrain", "chat_messages", "history_turns", "parse_route", "router_schema"]
+__all__ = ["LLMBrain", "chat_messages", "parse_route", "router_schema"]

@@ -25,7 +25,6 @@ from plugins.brain.grounding import (
     NOTHING_EARLIER,
     Intent,
     best_sentences,
-    detect_language,
     earlier_user_inputs,
     knowledge_results,
     memory_entries,
@@ -37,6 +36,7 @@ from plugins.brain.grounding import (
     second_person as _second_person,
 )
 from plugins.contracts import BrainDelta, BrainInput, ToolCall
+from plugins.language import detect_language
 
 __all__ = [
     "KNOWLEDGE_TOOL",
@@ -83,7 +83,7 @@ class LocalBrain:
         if reading.intent is Intent.SOCIAL and reading.reply is not None:
             return reading.reply
         if reading.intent is Intent.RECALL:
-            earlier = earlier_user_inputs(request.conversation_context or request.model_text)
+            earlier = earlier_user_inputs(request.history)
             return _RECALL_ANSWER[lang].format(earlier[-1]) if earlier else NOTHING_EARLIER[lang]
         if reading.intent is Intent.MEMORY:
             entries = memory_entries(request.system)

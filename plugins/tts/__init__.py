@@ -13,19 +13,12 @@ from collections.abc import AsyncIterator
 
 from plugins.contracts import TTS, SpeechChunk
 from plugins.errors import PluginUnavailable
-from plugins.tts.espeak_words import is_cjk_ideograph
+from plugins.language import has_cjk, normalise_language
 
 logger = logging.getLogger(__name__)
 
 TTS_NAMES = ("auto", "piper", "espeak")
 _ESPEAK_WORDS_PER_MINUTE = 175
-
-
-def _base_language(language: str | None) -> str | None:
-    if not language:
-        return None
-    base = language.lower().replace("_", "-").split("-")[0]
-    return "zh" if base == "cmn" else base
 
 
 class LanguageRoutingTTS:
@@ -47,8 +40,8 @@ class LanguageRoutingTTS:
         self, text: str, *, voice: str | None = None, language: str | None = None
     ) -> AsyncIterator[SpeechChunk]:
         """Speak ``text`` with the engine for its language."""
-        base = _base_language(language)
-        if base == "zh" or any(is_cjk_ideograph(char) for char in text):
+        base = normalise_language(language)
+        if base == "zh" or has_cjk(text):
             async for chunk in self.chinese.stream(text, voice=None, language="zh"):
                 yield chunk
             return

@@ -30,7 +30,8 @@ import numpy as np
 
 from plugins.contracts import SpeechChunk
 from plugins.errors import PluginError, PluginUnavailable
-from plugins.tts.espeak_words import WordChunker, is_cjk_ideograph
+from plugins.language import has_cjk, normalise_language
+from plugins.tts.espeak_words import WordChunker
 from plugins.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -279,11 +280,10 @@ class EspeakTTS:
         return voice or self._language_voice(text, language)
 
     def _language_voice(self, text: str, language: str | None) -> str:
-        if language:
-            base = language.lower().replace("_", "-").split("-")[0]
-            base = "zh" if base == "cmn" else base
+        base = normalise_language(language)
+        if base is not None:
             return self.voices.get(base, base)
-        if any(is_cjk_ideograph(char) for char in text):
+        if has_cjk(text):
             return self.voices.get("zh", "cmn")
         return self.default_voice
 

@@ -31,19 +31,9 @@ import numpy as np
 
 from plugins.audio import PCM, WordTiming
 from plugins.contracts import SpeechChunk
+from plugins.language import is_cjk_ideograph
 
 _PAUSE_PHONEMES = frozenset({b"_", b"_:", b"_!", b"_!!"})
-
-
-def is_cjk_ideograph(char: str) -> bool:
-    """Whether ``char`` is a CJK ideograph (the characters Mandarin is written with)."""
-    code = ord(char)
-    return (
-        0x4E00 <= code <= 0x9FFF
-        or 0x3400 <= code <= 0x4DBF
-        or 0xF900 <= code <= 0xFAFF
-        or 0x20000 <= code <= 0x2FA1F
-    )
 
 
 def text_tokens(text: str) -> list[tuple[int, int]]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from plugins.contracts import SpeechChunk
 from plugins.errors import PluginError, PluginUnavailable
+from plugins.language import normalise_language
 from plugins.tts.piper_voice import LoadedVoice, bundled_joe_model, load_voice
 from plugins.tts.piper_words import WordPlan, plan_words
 from plugins.workers import WorkerPool
@@ -125,7 +126,7 @@ class PiperTTS:
         self, text: str, *, voice: str | None = None, language: str | None = None
     ) -> AsyncIterator[SpeechChunk]:
         """Speak ``text``, one chunk per sentence Piper finds in it."""
-        if language and language.lower().replace("_", "-").split("-")[0] != "en":
+        if language and normalise_language(language) != "en":
             raise PluginUnavailable(f"the Piper voice speaks English, not {language!r}")
         if len(text) > self.max_text_chars:
             raise PluginError(f"text longer than {self.max_text_chars} characters")

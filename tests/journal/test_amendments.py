@@ -5,6 +5,7 @@ from __future__ import annotations
 from journal.amendments import AmendmentFold, apply_amendments, item_deleted, item_truncated
 from journal.events import EventKind, JournalEvent, NewEvent
 from journal.projection import render_context
+from plugins.contracts import HistoryTurn
 from tests.journal.builders import answered, numbered, said, tool_call, tool_result
 
 
@@ -21,7 +22,7 @@ def test_deleting_a_user_item_removes_it() -> None:
         ]
     )
     assert ids(apply_amendments(events)) == ["a1"]
-    assert "4111" not in render_context(events, "en")
+    assert "4111" not in render_context(events, "en").text
 
 
 def test_deleting_an_assistant_item_removes_it() -> None:
@@ -33,7 +34,7 @@ def test_deleting_an_assistant_item_removes_it() -> None:
         ]
     )
     assert ids(apply_amendments(events)) == ["u1"]
-    assert render_context(events, "en") == "User: Hello?"
+    assert render_context(events, "en").text == "User: Hello?"
 
 
 def test_a_truncation_sets_the_heard_prefix_and_marks_it_interrupted() -> None:
@@ -49,7 +50,9 @@ def test_a_truncation_sets_the_heard_prefix_and_marks_it_interrupted() -> None:
     payload = shown[1].payload
     assert payload["heard_text"] == "We open at nine" and payload["interrupted"] is True
     assert payload["text"] == "We open at nine and close at six."  # what was said stays
-    assert render_context(events, "en") == "User: Opening hours?\nAssistant: We open at nine …"
+    context = render_context(events, "en")
+    assert context.text == "User: Opening hours?\nAssistant: We open at nine …"
+    assert context.history[1] == HistoryTurn("assistant", "We open at nine", interrupted=True)
     # The stored event is not changed: amendments are events of their own.
     assert events[1].payload["interrupted"] is False
 

@@ -66,7 +66,7 @@ async def test_past_the_threshold_older_events_are_summarised(backend: Backend) 
     assert checkpoint.verifies(segment) and checkpoint.intact()
     # The newest keep_recent_tokens stay raw, starting at a user input (a turn boundary).
     raw = stored[checkpoint.to_seq :]
-    raw_tokens = count_tokens(render_context(raw, "en"))
+    raw_tokens = count_tokens(render_context(raw, "en").text)
     assert POLICY.keep_recent_tokens - 30 <= raw_tokens <= POLICY.threshold_tokens
     assert raw[0].kind.value == "user_input"
     # The summary is bounded and made of the conversation's own sentences.

@@ -14,7 +14,7 @@ from journal.budget import FRAMING_TOKENS
 from journal.checkpoints import InMemoryCheckpointStore
 from journal.compaction import CompactionPolicy, ThreadCompactor
 from journal.events import EventKind, NewEvent
-from journal.projection import event_line, one_line, speakers_for
+from journal.projection import event_line, one_line, speakers_for, turn_line
 from journal.projector import (
     BudgetedConversationContextProjector,
     ContextBudget,
@@ -24,7 +24,7 @@ from journal.projector import (
 from journal.store import InMemoryJournalStore
 from journal.tokens import count_tokens
 from pipeline.content import TurnContent, labels_for
-from plugins.contracts import ToolSpec
+from plugins.contracts import HistoryTurn, ToolSpec
 from tests.journal.builders import (
     THREAD,
     answered,
@@ -60,6 +60,10 @@ def test_renders_oldest_to_newest_in_the_seed_format() -> None:
     assert result.conversation_context == (
         "用户:我刚签收了星河商店的商品,想退货。\n助手:资料规定签收后 7 天内可以退货……"
     )
+    assert result.history == (
+        HistoryTurn("user", "我刚签收了星河商店的商品,想退货。"),
+        HistoryTurn("assistant", "资料规定签收后 7 天内可以退货……"),
+    )
     content = TurnContent(
         instructions="你是商店助手,请依据资料回答。",
         conversation_context=result.conversation_context,
@@ -85,6 +89,7 @@ def test_english_labels_and_one_line_per_event() -> None:
 def test_empty_history_projects_to_nothing() -> None:
     result = project([], budget=1000)
     assert result.conversation_context == ""
+    assert result.history == ()
     assert (result.tokens, result.events_total, result.events_included) == (0, 0, 0)
 
 
@@ -146,6 +151,7 @@ def test_interrupted_output_projects_only_the_heard_prefix() -> None:
         "User: Stop.",
     ]
     assert "close at six" not in result.conversation_context
+    assert result.history[1] == HistoryTurn("assistant", "We open at nine", interrupted=True)
     assert result.events_included == 4  # the output nobody heard projects to nothing
 
 
@@ -163,6 +169,12 @@ def test_tool_call_and_result_are_kept_together() -> None:
         'Tool result (lookup): {"status":"shipped"}',
         "Assistant: It has shipped.",
     ]
+    assert result.history == (
+        HistoryTurn("user", "Check my order."),
+        HistoryTurn("tool_call", '{"order":"48213"}', tool="lookup"),
+        HistoryTurn("tool_result", '{"status":"shipped"}', tool="lookup"),
+        HistoryTurn("assistant", "It has shipped."),
+    )
 
 
 def test_a_tool_unit_that_does_not_fit_is_dropped_whole_and_the_walk_goes_on() -> None:
@@ -303,6 +315,7 @@ async def test_an_item_deleted_after_its_summary_stays_in_the_summary(backend: B
     # The summary was written before the deletion: it stays, and still verifies.
     assert result.summary_used and not result.summary_rejected
     assert "Zelda" in lines(result)[0]
+    assert result.history[0].role == "summary" and "Zelda" in result.history[0].text
 
 
 # ----------------------------------------------------------------------------- properties
@@ -344,6 +357,8 @@ def test_projection_rules_hold_for_any_history(
     rendered = lines(result)
     # Rule 6: never over budget, and the reported count is the rendered text's.
     assert result.tokens == count_tokens(result.conversation_context) <= budget
+    # The history is the rendered lines as turns, one a line.
+    assert [turn_line(turn, language) for turn in result.history] == rendered
     # Rule 2: every line is one whole event's line, in journal order.
     seq_of = {event_line(e, language): e.seq for e in stored}
     kept_seqs = [seq_of[line] for line in rendered]
@@ -409,6 +424,7 @@ def test_projecting_folds_amendments_like_apply_amendments(
     result = projector.project(stored, budget=budget, language=language)
     folded = projector.project(apply_amendments(stored), budget=budget, language=language)
     assert result.conversation_context == folded.conversation_context
+    assert result.history == folded.history
     assert result.tokens == folded.tokens <= budget
     assert result.events_included == folded.events_included
 
@@ -434,6 +450,7 @@ async def test_reading_in_pages_gives_the_same_projection_as_the_pure_core() -> 
         for reader in (projector, small_pages):
             got = await reader.project_thread(store, THREAD, budget=budget, language="en")
             assert got.conversation_context == expected.conversation_context, trial
+            assert got.history == expected.history
             assert got.tokens == expected.tokens
             assert got.events_included == expected.events_included
             assert got.events_dropped == expected.events_dropped

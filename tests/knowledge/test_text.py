@@ -9,7 +9,6 @@ from knowledge.text import (
     background_weight,
     chunk_text,
     holds_answer,
-    language,
     parse_query,
     sentences,
     stem,
@@ -103,11 +102,13 @@ def test_everyday_words_weigh_less_than_rare_ones() -> None:
     assert background_weight("xinghe") == 1.0  # not a common word at all
 
 
-def test_language_of_mixed_text() -> None:
-    assert language("Nova X2 耳机充满电要多长时间?") == "zh"
-    assert language("How many days do I have to return an item to the 星河 shop?") == "en"
-    assert language("12:30") == ""
+def test_a_query_knows_its_language() -> None:
+    # The rule itself: plugins.language.dominant_language (tests/plugins/test_language.py).
     assert parse_query("退款多久到账?").language == "zh"
+    assert parse_query("How many days do I have to return an item to the 星河 shop?").language == (
+        "en"
+    )
+    assert parse_query("12:30").language == ""
 
 
 def test_answer_types_of_questions() -> None:

@@ -521,7 +521,8 @@ async def test_an_asr_call_is_cut_off_after_asr_timeout_s() -> None:
 
 
 @pytest.mark.parametrize(
-    ("language", "passed"), [("zh", "zh"), ("en", "en"), ("fr", None), (None, None)]
+    ("language", "passed"),
+    [("zh", "zh"), ("en", "en"), ("zh-CN", "zh"), ("en_US", "en"), ("fr", None), (None, None)],
 )
 @in_virtual_time
 async def test_only_chinese_and_english_are_passed_to_the_asr(

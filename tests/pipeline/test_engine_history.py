@@ -5,13 +5,16 @@ compactor."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Sequence
 
 from journal.checkpoints import InMemoryCheckpointStore
-from journal.events import ThreadRef
+from journal.events import JournalEvent, NewEvent, ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, Persona, Plugins
 from pipeline.events import ServerEvent, wire
 from pipeline.history import ConversationHistory
+from plugins.contracts import HistoryTurn
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
 from tests.conversation_harness import conversation
@@ -28,33 +31,56 @@ class Sink:
             self.done += 1
 
 
-async def test_long_threads_are_compacted_and_the_summary_reaches_the_brain() -> None:
-    journal, checkpoints = InMemoryJournalStore(), InMemoryCheckpointStore()
-    thread = ThreadRef("t", "u", "th")
-    brain = FakeBrain(["Noted, that is an interesting detail about your day."])
+THREAD = ThreadRef("t", "u", "th")
+
+
+async def converse(
+    texts: Sequence[str],
+    journal: InMemoryJournalStore,
+    brain: FakeBrain,
+    *,
+    history: ConversationHistory | None = None,
+    settle_s: float = 0.0,
+) -> None:
+    """Type ``texts`` one response after the other into an engine on ``THREAD``."""
     sink = Sink()
     engine = Engine(
         plugins=Plugins(EnergyVAD(), FakeASR(), brain, FakeTTS(ms_per_char=0.1)),
         sink=sink,
         journal=journal,
-        thread=thread,
+        thread=THREAD,
         persona=Persona("Be brief."),
         voice_session_id="vs_hist",
-        history=ConversationHistory(journal, checkpoints, context_window=700, reserved_output=100),
+        history=history,
     )
     try:
-        for turn in range(30):
-            engine.push_text(f"Fact number {turn}: my favourite colour today is colour {turn}.")
+        for turn, text in enumerate(texts):
+            engine.push_text(text)
             for _ in range(300):
                 if sink.done > turn:
                     break
                 await asyncio.sleep(0.005)
-        await asyncio.sleep(0.1)  # the last compaction runs after the response
+        await asyncio.sleep(settle_s)
     finally:
         await engine.close()
-    assert await checkpoints.latest(thread) is not None
+
+
+async def test_long_threads_are_compacted_and_the_summary_reaches_the_brain() -> None:
+    journal, checkpoints = InMemoryJournalStore(), InMemoryCheckpointStore()
+    brain = FakeBrain(["Noted, that is an interesting detail about your day."])
+    await converse(
+        [f"Fact number {turn}: my favourite colour today is colour {turn}." for turn in range(30)],
+        journal,
+        brain,
+        history=ConversationHistory(journal, checkpoints, context_window=700, reserved_output=100),
+        settle_s=0.1,  # the last compaction runs after the response
+    )
+    assert await checkpoints.latest(THREAD) is not None
     last = brain.requests[-1].model_text
     assert "Summary of earlier conversation:" in last
+    history = brain.requests[-1].history
+    assert history[0].role == "summary"
+    assert len(history) == brain.requests[-1].conversation_context.count("\n") + 1
     assert "Fact number 28" in last  # the recent turns stay verbatim
     assert "Fact number 0:" not in last  # the oldest only through the summary
 
@@ -74,4 +100,24 @@ async def test_earlier_turns_reach_the_brain() -> None:
         "User: my name is Ada\n"
         "Assistant: Nice to meet you, Ada.\n"
         "Current user input:what is my name?"
+    )
+
+
+class BufferingJournal(InMemoryJournalStore):
+    """Keeps what is appended but answers like the session's buffer while the database is
+    down: the events come back without a seq (0)."""
+
+    async def append(self, thread: ThreadRef, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        stored = await super().append(thread, events)
+        return [dataclasses.replace(event, seq=0) for event in stored]
+
+
+async def test_with_the_journal_down_the_brain_gets_the_buffered_history_as_turns() -> None:
+    brain = FakeBrain(["Noted."])
+    await converse(["My dog is called Rex.", "What is his name?"], BufferingJournal(), brain)
+    last = brain.requests[-1]
+    assert last.conversation_context == "User: My dog is called Rex.\nAssistant: Noted."
+    assert last.history == (
+        HistoryTurn("user", "My dog is called Rex."),
+        HistoryTurn("assistant", "Noted."),
     )

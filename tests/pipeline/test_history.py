@@ -7,6 +7,7 @@ from journal.amendments import item_deleted, item_truncated
 from journal.checkpoints import InMemoryCheckpointStore
 from journal.store import InMemoryJournalStore
 from pipeline.history import ConversationHistory
+from plugins.contracts import HistoryTurn
 from tests.journal.builders import THREAD, answered, said, tool_call, tool_result
 
 
@@ -37,4 +38,8 @@ async def test_deleted_items_leave_the_history_and_truncations_cut_it() -> None:
         language="en",
         before_seq=current.seq,
     )
-    assert context == "User: Where is my order?\nAssistant: It has shipped …"
+    assert context.text == "User: Where is my order?\nAssistant: It has shipped …"
+    assert context.history == (
+        HistoryTurn("user", "Where is my order?"),
+        HistoryTurn("assistant", "It has shipped", interrupted=True),
+    )

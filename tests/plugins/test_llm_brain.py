@@ -12,10 +12,10 @@ import pytest
 
 from pipeline.content import TurnContent
 from plugins.brain.grounding import NOT_IN_DOCUMENTS, NOT_REMEMBERED, NOTHING_EARLIER
-from plugins.brain.llm import LLMBrain, Support, chat_messages, history_turns, parse_route
+from plugins.brain.llm import LLMBrain, Support, chat_messages, parse_route
 from plugins.brain.local_model import Generation, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
-from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
+from plugins.contracts import BrainDelta, BrainInput, HistoryTurn, ToolCall, ToolResult, ToolSpec
 from plugins.errors import PluginTimeout
 
 KNOWLEDGE = ToolSpec(
@@ -28,7 +28,10 @@ ORDER_STATUS = ToolSpec(
     "Look up an order.",
     {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
 )
-ZH_HISTORY = "用户:我是因为商品质量问题退货。\n助手:好的，明白了。"
+ZH_HISTORY = (
+    HistoryTurn("user", "我是因为商品质量问题退货。"),
+    HistoryTurn("assistant", "好的，明白了。"),
+)
 ZH_EVIDENCE = (
     "[source: 售后政策]\n<untrusted_knowledge>退货期限为签收后 7 天。"
     "质量问题退货的运费由商店承担。会员可以免费换货。</untrusted_knowledge>"
@@ -95,7 +98,7 @@ class FakeModel:
 
 def turn(
     text: str,
-    context: str = "",
+    history: tuple[HistoryTurn, ...] = (),
     *,
     language: str | None = "zh",
     instructions: str = "你是星河商店的客服。",
@@ -104,7 +107,13 @@ def turn(
     results: tuple[str, ...] = (),
 ) -> BrainInput:
     request = TurnContent(
-        instructions, context, text, language=language, memory_data=memory, tools=tools
+        instructions,
+        "",
+        text,
+        language=language,
+        memory_data=memory,
+        tools=tools,
+        history=history,
     ).to_brain_input(session="session-1")
     if not results:
         return request
@@ -322,10 +331,14 @@ async def test_a_request_in_the_imperative_is_routed_to_the_roles_tools() -> Non
 async def test_with_passages_the_prompt_is_laid_out_for_the_prefix_cache() -> None:
     model = FakeModel(["质量问题退货的运费", "由商店承担。"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
-    context = f"{ZH_HISTORY}\n工具调用:knowledge_search {{}}\n工具结果(knowledge_search):x"
+    history = (
+        *ZH_HISTORY,
+        HistoryTurn("tool_call", "{}", tool="knowledge_search"),
+        HistoryTurn("tool_result", "x", tool="knowledge_search"),
+    )
     request = turn(
         "运费由谁承担?",
-        context,
+        history,
         memory="<memory_data>\n- 我买的是耳机\n</memory_data>",
         tools=(KNOWLEDGE,),
         results=(ZH_EVIDENCE,),
@@ -470,7 +483,11 @@ async def test_the_next_turns_prompt_starts_with_this_turns_prompt_up_to_the_inp
     brain = LLMBrain(model)  # type: ignore[arg-type]
     first = turn("运费由谁承担?", ZH_HISTORY, results=(ZH_EVIDENCE,))
     answer = await spoken(brain, first)
-    later_history = f"{ZH_HISTORY}\n用户:运费由谁承担?\n助手:{answer}"
+    later_history = (
+        *ZH_HISTORY,
+        HistoryTurn("user", "运费由谁承担?"),
+        HistoryTurn("assistant", answer),
+    )
     second = turn("退货期限是几天?", later_history, results=(ZH_EVIDENCE,))
 
     await deltas(brain, second)
@@ -584,22 +601,31 @@ async def test_max_tokens_is_the_brief_cap_when_memory_asks_for_brevity(
 # ---------------------------------------------------------------- the chat layout
 
 
-def test_history_turns_leave_out_tool_lines_in_both_languages() -> None:
-    context = (
-        "用户:a\n助手:b\n工具调用:knowledge_search {}\n工具结果(knowledge_search):x\n"
-        "User: c\nTool call: weather {}\nAssistant: d"
+def test_chat_messages_leave_out_tool_turns_and_the_summary() -> None:
+    history = (
+        HistoryTurn("summary", "earlier"),
+        HistoryTurn("user", "a"),
+        HistoryTurn("tool_call", "{}", tool="knowledge_search"),
+        HistoryTurn("tool_result", "x", tool="knowledge_search"),
+        HistoryTurn("assistant", "b"),
+        HistoryTurn("user", "c"),
+        HistoryTurn("assistant", "d", interrupted=True),
     )
 
-    assert history_turns(context) == [
+    messages = chat_messages(turn("问题?", history), "zh", "FINAL")
+
+    assert [(m["role"], m["content"]) for m in messages[1:]] == [
         ("user", "a"),
         ("assistant", "b"),
         ("user", "c"),
-        ("assistant", "d"),
+        ("assistant", "d …"),  # an interrupted output as it was heard
+        ("user", "FINAL"),
     ]
 
 
 def test_chat_messages_alternate_roles_even_when_the_history_does_not() -> None:
-    request = turn("问题?", "用户:a\n助手:b\n助手:c\n用户:d")
+    said = [("user", "a"), ("assistant", "b"), ("assistant", "c"), ("user", "d")]
+    request = turn("问题?", tuple(HistoryTurn(role, text) for role, text in said))  # type: ignore[arg-type]
 
     messages = chat_messages(request, "zh", "FINAL")
 

@@ -14,12 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from journal.projection import turn_line
 from pipeline.content import TurnContent
 from plugins.brain.grounding import NOT_IN_DOCUMENTS
 from plugins.brain.llm import LLMBrain
 from plugins.brain.local_model import Generation, LocalModel, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
-from plugins.contracts import ToolSpec
+from plugins.contracts import HistoryTurn, ToolSpec
 from plugins.errors import PluginTimeout
 
 pytestmark = pytest.mark.skipif(
@@ -87,30 +88,33 @@ async def search(arguments: dict[str, object]) -> str:
     return "No knowledge found." if "退款" in str(arguments.get("query")) else SHOP
 
 
-async def turn(brain: LLMBrain, text: str, context: list[str], memory: str | None = None) -> str:
+async def turn(
+    brain: LLMBrain, text: str, history: list[HistoryTurn], memory: str | None = None
+) -> str:
     content = TurnContent(
         "你是商店助手,请依据资料回答。",
-        "\n".join(context),
+        "\n".join(turn_line(past, "zh") for past in history),
         text,
         language="zh",
         memory_data=memory,
         tools=(KNOWLEDGE,),
+        history=tuple(history),
     )
     request = content.to_brain_input(session="walk-through")
     deltas = run_brain_with_tools(brain, request, {"knowledge_search": search})
     answer = "".join([d.text async for d in deltas])
-    context += [f"用户:{text}", f"助手:{answer}"]
+    history += [HistoryTurn("user", text), HistoryTurn("assistant", answer)]
     return answer
 
 
 async def test_the_product_guides_after_sales_walk_through(model: LocalModel) -> None:
     brain = LLMBrain(model)
-    context: list[str] = []
-    assert "7" in await turn(brain, "请查知识库,星河商店的退货期限是多少?", context)
-    acknowledged = await turn(brain, "我是因为商品质量问题退货。", context)
+    history: list[HistoryTurn] = []
+    assert "7" in await turn(brain, "请查知识库,星河商店的退货期限是多少?", history)
+    acknowledged = await turn(brain, "我是因为商品质量问题退货。", history)
     assert acknowledged.startswith("好的")
-    assert "商店" in await turn(brain, "那运费谁承担?", context)
-    assert await turn(brain, "退款多久到账?", context) == NOT_IN_DOCUMENTS["zh"]
+    assert "商店" in await turn(brain, "那运费谁承担?", history)
+    assert await turn(brain, "退款多久到账?", history) == NOT_IN_DOCUMENTS["zh"]
     # A new session: memory, not history, holds the goal.
     assert "日语" in await turn(brain, "我之前说过的学习目标是什么?", [], MEMORY)
 

@@ -2,10 +2,13 @@ from __future__ import annotations
 
 from pipeline.content import TurnContent
 from plugins.brain.local import LocalBrain
+from plugins.contracts import HistoryTurn
 
 
-async def answer(text: str, context: str = "", language: str | None = None) -> str:
-    content = TurnContent("be brief", context, text, language=language)
+async def answer(
+    text: str, history: tuple[HistoryTurn, ...] = (), language: str | None = None
+) -> str:
+    content = TurnContent("be brief", "", text, language=language, history=history)
     return "".join([d.text async for d in LocalBrain().stream(content.to_brain_input())])
 
 
@@ -20,10 +23,10 @@ async def test_unknown_questions_are_admitted() -> None:
 
 
 async def test_recall_reads_the_history_it_was_given() -> None:
-    context = "User: my dog is called Rex\nAssistant: Nice."
-    assert await answer("what did I say?", context) == 'You said: "my dog is called Rex"'
+    history = (HistoryTurn("user", "my dog is called Rex"), HistoryTurn("assistant", "Nice."))
+    assert await answer("what did I say?", history) == 'You said: "my dog is called Rex"'
     assert "not said anything" in await answer("what did I say?")
-    zh = "用户:我住在上海\n助手:好的。"
+    zh = (HistoryTurn("user", "我住在上海"), HistoryTurn("assistant", "好的。"))
     assert await answer("我刚才说了什么", zh, language="zh") == "你刚才说:“我住在上海”"
 
 
