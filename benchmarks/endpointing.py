@@ -33,8 +33,9 @@ Simulation, in virtual time (``now`` = seconds of audio fed so far), the way
   voiced frame before the VAD's end of speech cancels it) or, failing that, at
   ``UserSpeechStopped``; its transcript's ``transcript_cue`` reaches the coordinator at the
   pause or when the transcription is done, whichever is later; speech resuming or a commit
-  discards it. The coordinator is ``CueAwareCoordinator``, a stand-in for the wiring: its
-  deadline is ``speech end + endpoint_delay(verdict, cue)`` (``pipeline.endpoint_cues``);
+  discards it. The coordinator is the engine's ``TurnCoordinator`` with ``transcript_cues`` on
+  (``on_transcript_cue``): its deadline is ``speech end + endpoint_delay(verdict, cue,
+  eagerness)`` (``pipeline.endpoint_cues``); without cues it is off, so the cue stays NEUTRAL;
 - a commit puts the coordinator in THINKING, and nothing answers: if the speaker goes on after
   a premature commit, the coordinator's barge-in rule turns the rest into a new turn, whose
   commit ends the utterance.
@@ -72,8 +73,9 @@ audio): the silence delay of the silence-only configuration; Smart Turn's thresh
 given the audio cut 0.2 s after the VAD's speech end (what Pipecat feeds it; the engine gives it
 everything up to the VAD's decision, ``min_silence_ms`` later); both configurations with a
 Silero VAD that closes after 200 ms of silence instead of 400; and, over both groups, the cues
-at each eagerness (beside silence and Smart Turn with the session's eagerness scaling), at fixed
-ASR latencies, and without Smart Turn.
+at each eagerness (beside silence and Smart Turn with their delays scaled by the eagerness
+factor alone, as sessions applied eagerness before transcript cues), at fixed ASR latencies,
+and without Smart Turn.
 
 Caveats: the first part of a paused utterance is synthesised on its own, so the TTS speaks it
 as a whole sentence, probably with a finished sentence's intonation, where a person hesitating
@@ -113,23 +115,14 @@ from benchmarks.speech_data import (
     warm_up,
 )
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM
-from pipeline.endpoint_cues import (
-    EAGERNESS_SCALE,
-    PENDING,
-    Cue,
-    CueReading,
-    CueState,
-    Verdict,
-    endpoint_delay,
-    read_cue,
-)
+from pipeline.endpoint_cues import EAGERNESS_SCALE, Cue, CueReading, read_cue
 from pipeline.playout import join_text
 from pipeline.turns import (
     Command,
     CommitUserTurn,
     TurnCoordinator,
+    TurnEagerness,
     TurnSettings,
-    TurnState,
     UserSpeechResumed,
     UserSpeechStarted,
     UserSpeechStopped,
@@ -320,56 +313,6 @@ class Transcriber:
         return [1000.0 * seconds for _, seconds in self.cache.values()]
 
 
-# ---------------------------------------------------------------- the wiring, previewed
-
-
-@dataclass
-class CueAwareCoordinator(TurnCoordinator):
-    """``TurnCoordinator`` whose endpoint deadline follows ``endpoint_delay`` — a stand-in for
-    the engine's wiring, which is not done yet. Each pause starts with both signals
-    ``PENDING`` (the verdict is None at once without an end-of-turn model); each arrival moves
-    the deadline to ``speech end + delay``.
-
-    ``settings.silence_delay`` must be the scaled silence delay (the deadline while both signals
-    are pending); ``delays`` are the unscaled ones ``endpoint_delay`` scales by ``eagerness``."""
-
-    eagerness: str = "medium"
-    delays: TurnSettings = field(default_factory=TurnSettings)
-    expects_verdict: bool = True
-    verdict: Verdict = PENDING
-    cue: CueState = PENDING
-
-    def on_speech_end(self, now: float, *, at: float | None = None) -> None:
-        if self.state is TurnState.USER_SPEAKING and not self.mic_paused:
-            self.verdict = PENDING if self.expects_verdict else None
-            self.cue = PENDING
-        super().on_speech_end(now, at=at)
-
-    def on_endpoint_verdict(self, turn_id: int, complete: bool | None, now: float) -> None:
-        if self._judging(turn_id):
-            self.verdict = complete
-            self._rearm(now)
-
-    def on_transcript_cue(self, turn_id: int, cue: Cue, now: float) -> None:
-        if self._judging(turn_id):
-            self.cue = cue
-            self._rearm(now)
-
-    def _judging(self, turn_id: int) -> bool:
-        return (
-            turn_id == self.turn_id
-            and self.state is TurnState.ENDPOINTING
-            and self._speech_end is not None
-            and self.settings.auto_commit
-        )
-
-    def _rearm(self, now: float) -> None:
-        assert self._speech_end is not None
-        delay = endpoint_delay(self.verdict, self.cue, eagerness=self.eagerness, delays=self.delays)
-        self._endpoint_deadline = self._speech_end + delay
-        self._maybe_endpoint(now)
-
-
 # ---------------------------------------------------------------- one configuration
 
 
@@ -386,7 +329,9 @@ class Config:
     """Where the transcript comes from: None (no cues), "asr" or "known_text"."""
     asr_latency_s: float | None = None
     """With "asr": None for the measured wall time, else this fixed latency."""
-    eagerness: str = "medium"
+    eagerness: TurnEagerness = "medium"
+    """With cues: the coordinator's eagerness (configurations without cues scale their delays
+    instead, see ``scaled``)."""
 
 
 @dataclass
@@ -411,17 +356,17 @@ async def simulate(
     transcribe: TranscribeFn | None = None,
 ) -> Outcome:
     """Run one clip through the coordinator in virtual time (see the module docstring)."""
-    coordinator: TurnCoordinator
-    if config.cues is None:
-        coordinator = TurnCoordinator(settings=config.turn)
-    else:
-        scale = EAGERNESS_SCALE[config.eagerness]
-        coordinator = CueAwareCoordinator(
-            settings=replace(config.turn, silence_delay=config.turn.silence_delay * scale),
+    coordinator = TurnCoordinator(
+        # Nothing answers here, so nothing judges a held answer either: a speaker going on
+        # after a premature commit interrupts at once (the barge-in rule without holds).
+        settings=replace(
+            config.turn,
             eagerness=config.eagerness,
-            delays=config.turn,
-            expects_verdict=config.smart_turn,
-        )
+            transcript_cues=config.cues is not None,
+            false_interruption_timeout=None,
+        ),
+        end_of_turn_model=config.smart_turn,
+    )
     outcome = Outcome()
     # (due, order, turn id, verdict or cue): Smart Turn verdicts and transcript cues in flight.
     pending: list[tuple[float, int, int, bool | None | Cue]] = []
@@ -498,7 +443,6 @@ async def simulate(
             else:
                 _, _, turn_id, signal = heapq.heappop(pending)
                 if isinstance(signal, Cue):
-                    assert isinstance(coordinator, CueAwareCoordinator)
                     coordinator.on_transcript_cue(turn_id, signal, when)
                 else:
                     coordinator.on_endpoint_verdict(turn_id, signal, when)
@@ -627,7 +571,10 @@ def cue_config(strategy: str, **changes: Any) -> Config:
 
 
 def scaled(config: Config, eagerness: str) -> Config:
-    """``config`` with every delay scaled as the session scales ``semantic_vad``'s."""
+    """``config`` with every delay scaled by ``eagerness``'s factor and nothing else: how
+    sessions applied ``semantic_vad``'s eagerness before transcript cues (the coordinator now
+    applies it through ``endpoint_delay``, which at low and high also changes some cells of
+    its table)."""
     scale = EAGERNESS_SCALE[eagerness]
     turn = config.turn
     return replace(

@@ -62,7 +62,8 @@ Eagerness. ``medium`` (and ``auto``) is the table. ``low`` shortens the wait onl
 signals say finished (complete + NEUTRAL and no opinion + COMPLETE become SILENCE). ``high``
 trusts one signal: complete + PENDING and PENDING + COMPLETE become SHORT, incomplete +
 COMPLETE becomes SILENCE. Then every wait is scaled by ``EAGERNESS_SCALE`` (low ×1.6, medium
-×1.0, high ×0.6: the factors the session applies to ``semantic_vad``), so pass unscaled delays.
+×1.0, high ×0.6), so pass unscaled delays: ``TurnSettings`` keeps them unscaled, with the
+eagerness (the server's ``OPENREALTIME_EAGERNESS`` or a session's ``semantic_vad`` one) beside.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ Input audio goes to the VAD inline (it is cheap per frame); VAD decisions and vo
 the ``TurnCoordinator``; the engine executes the commands it returns and keeps one timer armed
 for ``coordinator.next_deadline()``. The microphone buffer, the utterance and all transcription
 (speculative at pauses, partial during long speech) live in ``SpeechCapture``
-(``pipeline/capture.py``); at a confirmed pause the engine also asks the endpointing model.
+(``pipeline/capture.py``); at a confirmed pause the engine also asks the endpointing model,
+and reads the cue (``pipeline/endpoint_cues.py``) of the pause's speculative transcript when it
+is ready: both go to the coordinator, whose endpoint deadline follows them.
 
 Each response is one task: it journals the user's input (an interruption cannot cancel that
 part), projects the thread's history within the budget (``ConversationHistory``) — while
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import uuid
@@ -51,6 +54,7 @@ from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.backchannel import is_real_turn
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
+from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.engine_config import EngineSettings, OutputSink, Persona, Plugins, TurnMemory
 from pipeline.history import ConversationHistory
 from pipeline.items import ConversationItems, ItemNotFound
@@ -83,6 +87,7 @@ from plugins.contracts import (
     ToolCall,
     ToolResult,
     ToolSpec,
+    Transcript,
     VADEventKind,
 )
 from plugins.errors import PluginError
@@ -142,7 +147,9 @@ class Engine:
         self._item_prefix = f"item_{voice_session_id.removeprefix('vs_')}{suffix}"
         self.settings = settings or EngineSettings()
         self.clock = clock or loop_time
-        self.coordinator = TurnCoordinator(self.settings.turns)
+        self.coordinator = TurnCoordinator(
+            self.settings.turns, end_of_turn_model=plugins.endpointer is not None
+        )
         self._vad = plugins.vad.create_stream()
         self._stream_ms = 0.0
         self._vad_ms = 0.0  # audio the VAD heard: its event times count only that (no pauses)
@@ -450,19 +457,46 @@ class Engine:
         audio = self.capture.pause(command.at)
         utterance = self.capture.utterance
         self._maybe_preempt(command.turn_id)
-        if audio is not None and utterance is not None and self.plugins.endpointer is not None:
+        if audio is None or utterance is None:
+            return
+        if self.plugins.endpointer is not None:
             utterance.endpoint_task = self._spawn(
                 self._judge_endpoint(command.turn_id, audio), "endpointer"
             )
+        # The cue is read from the transcript the capture is already making of this pause
+        # (the one the commit uses): no second transcription.
+        speculation = utterance.speculation
+        if speculation is not None:
+            speculation.add_done_callback(functools.partial(self._read_cue, command.turn_id))
 
     async def _judge_endpoint(self, turn_id: int, audio: PCM) -> None:
         assert self.plugins.endpointer is not None
+        complete: bool | None
         try:
-            verdict = await self.plugins.endpointer.predict(audio)
+            complete = (await self.plugins.endpointer.predict(audio)).complete
         except PluginError as e:
             log.warning("endpointer failed: %s", e)
-            return
-        self.coordinator.on_endpoint_verdict(turn_id, verdict.complete, self.clock())
+            complete = None  # a model that failed has no opinion
+        self.coordinator.on_endpoint_verdict(turn_id, complete, self.clock())
+        self._run(self.coordinator.commands())
+
+    def _read_cue(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
+        """The speculative transcript of the pause is ready: its cue goes to the coordinator
+        (a failed transcription says nothing: NEUTRAL)."""
+        utterance = self.capture.utterance
+        if (
+            self._closed
+            or speculation.cancelled()
+            or utterance is None
+            or utterance.speculation is not speculation
+        ):
+            return  # speech resumed or the turn was committed: this pause is over
+        if speculation.exception() is not None:
+            cue = Cue.NEUTRAL
+        else:
+            transcript = speculation.result()
+            cue = transcript_cue(transcript.text, self.capture.language or transcript.language)
+        self.coordinator.on_transcript_cue(turn_id, cue, self.clock())
         self._run(self.coordinator.commands())
 
     def _on_commit(self, command: CommitUserTurn) -> None:

@@ -12,11 +12,20 @@ runs), THINKING (a response was started, no audio out yet), SPEAKING (response a
 on the client). The legal moves are the table ``TRANSITIONS`` below; any other move is a bug and
 raises ``TurnStateError``.
 
-Rule 2 — end of turn. When speech ends the endpoint deadline is ``speech end + silence delay``.
-Voiced frames during the pause hold the commit (the VAD needs a moment to confirm a resumption).
-A verdict from the endpointing model moves it to ``speech end + complete delay`` (finished) or
-``speech end + incomplete delay`` (unfinished). Speech resuming before the deadline cancels it.
-An explicit commit or typed text ends the turn at once.
+Rule 2 — end of turn. A pause is judged by two signals besides the silence itself: the
+end-of-turn model's verdict on the audio and the cue of the speculative transcript (a trailing
+"and", a number being dictated, a "thanks."). Both start PENDING when speech ends — the verdict
+is "no opinion" at once without an end-of-turn model (``end_of_turn_model``), the cue NEUTRAL
+when ``transcript_cues`` is off — and the deadline is ``speech end + endpoint_delay(verdict,
+cue, eagerness)`` (``pipeline.endpoint_cues``: its table and the eagerness scaling). Each signal
+that arrives (``on_endpoint_verdict``, ``on_transcript_cue``) moves the deadline to ``speech end
++ the new delay``; a deadline already passed commits at once. So the wait starts as the silence
+delay, a finished verdict or cue shortens it to the complete delay (never against the other
+signal), an unfinished one lengthens it to the incomplete delay. Without cues at medium
+eagerness this is the rule before cues: the silence delay, moved by the verdict to the complete
+or the incomplete delay. Voiced frames during the pause hold the commit (the VAD needs a moment
+to confirm a resumption). Speech resuming before the deadline cancels it; the next pause starts
+both signals again. An explicit commit or typed text ends the turn at once.
 
 Rule 3 — barge-in. While THINKING or SPEAKING, user speech is a *candidate* interruption. It
 counts only when it has lasted ``min_interrupt`` and is still voiced (the last voiced frame is
@@ -54,6 +63,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Literal
+
+from pipeline.endpoint_cues import PENDING, Cue, CueState, Verdict, endpoint_delay
 
 
 class TurnState(enum.Enum):
@@ -203,6 +215,8 @@ Command = (
 
 _NO_COMMANDS: list[Command] = []
 
+TurnEagerness = Literal["low", "medium", "high"]
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnSettings:
@@ -219,6 +233,12 @@ class TurnSettings:
     false_interruption_timeout: float | None = 1.5
     """Longest hold of an answer for a candidate interruption (Rule 3); None: interrupt at
     ``min_interrupt`` without holding."""
+    eagerness: TurnEagerness = "medium"
+    """How readily a pause ends the turn (Rule 2): which signals must agree before the wait is
+    shortened, and the scale of every delay (``pipeline.endpoint_cues``). The delays above are
+    the unscaled ones."""
+    transcript_cues: bool = True
+    """Let the speculative transcript's cue move the endpoint deadline (off: it is NEUTRAL)."""
 
     def __post_init__(self) -> None:
         for name in ("silence_delay", "complete_delay", "incomplete_delay", "min_interrupt"):
@@ -227,6 +247,10 @@ class TurnSettings:
         hold = self.false_interruption_timeout
         if hold is not None and hold <= 0:
             raise ValueError("TurnSettings.false_interruption_timeout must be > 0 or None")
+        if self.eagerness not in ("low", "medium", "high"):
+            raise ValueError(
+                f"TurnSettings.eagerness must be 'low', 'medium' or 'high', not {self.eagerness!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -265,10 +289,15 @@ class TurnCoordinator:
     turn_id: int = 0
     """The current (or last) user turn."""
     mic_paused: bool = False
+    end_of_turn_model: bool = False
+    """An end-of-turn model judges every pause (its verdict starts PENDING); without one the
+    verdict is "no opinion" from the start."""
 
     _commands: list[Command] = field(default_factory=list)
     _speech_end: float | None = None
     _endpoint_deadline: float | None = None
+    _verdict: Verdict = PENDING
+    _cue: CueState = PENDING
     _candidate: _Candidate | None = None
     _voiced_in_pause: float | None = None
     _burst: tuple[float, float] | None = None
@@ -361,8 +390,10 @@ class TurnCoordinator:
         if self.state is TurnState.USER_SPEAKING:
             self._move(Trigger.SPEECH_END)
             self._speech_end = at
+            self._verdict = PENDING if self.end_of_turn_model else None
+            self._cue = PENDING if self.settings.transcript_cues else Cue.NEUTRAL
             if self.settings.auto_commit:
-                self._endpoint_deadline = at + self.settings.silence_delay
+                self._endpoint_deadline = at + self._endpoint_delay()
             self._emit(UserSpeechStopped(at, self.turn_id))
             self._maybe_endpoint(now)
         elif self._candidate is not None and self._hold is not None:
@@ -374,18 +405,18 @@ class TurnCoordinator:
             self._candidate = None
 
     def on_endpoint_verdict(self, turn_id: int, complete: bool | None, now: float) -> None:
-        """The endpointing model judged the utterance of ``turn_id`` that ended at the pause."""
-        if (
-            turn_id != self.turn_id
-            or self.state is not TurnState.ENDPOINTING
-            or self._speech_end is None
-            or complete is None
-            or not self.settings.auto_commit
-        ):
-            return
-        delay = self.settings.complete_delay if complete else self.settings.incomplete_delay
-        self._endpoint_deadline = self._speech_end + delay
-        self._maybe_endpoint(now)
+        """The endpointing model judged the utterance of ``turn_id`` that ended at the pause:
+        finished (True), unfinished (False) or no opinion (None)."""
+        if self._judging(turn_id):
+            self._verdict = complete
+            self._rearm(now)
+
+    def on_transcript_cue(self, turn_id: int, cue: Cue, now: float) -> None:
+        """The speculative transcript of the pause of ``turn_id`` is ready and says ``cue``
+        (NEUTRAL when the transcription failed). Ignored when ``transcript_cues`` is off."""
+        if self._judging(turn_id) and self.settings.transcript_cues:
+            self._cue = cue
+            self._rearm(now)
 
     def on_interruption_verdict(self, turn_id: int, real: bool, now: float) -> None:
         """The engine judged the held candidate of ``turn_id`` (Rule 3): ``real`` when it
@@ -488,6 +519,26 @@ class TurnCoordinator:
             self._move(Trigger.RESPONSE_DONE)
 
     # ------------------------------------------------------------ internals
+
+    def _judging(self, turn_id: int) -> bool:
+        """A signal for ``turn_id`` still counts: its pause is the one running."""
+        return (
+            turn_id == self.turn_id
+            and self.state is TurnState.ENDPOINTING
+            and self._speech_end is not None
+            and self.settings.auto_commit
+        )
+
+    def _endpoint_delay(self) -> float:
+        settings = self.settings
+        return endpoint_delay(
+            self._verdict, self._cue, eagerness=settings.eagerness, delays=settings
+        )
+
+    def _rearm(self, now: float) -> None:
+        assert self._speech_end is not None
+        self._endpoint_deadline = self._speech_end + self._endpoint_delay()
+        self._maybe_endpoint(now)
 
     def _maybe_endpoint(self, now: float) -> None:
         voiced = self._voiced_in_pause

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.turns import TurnEagerness
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPENREALTIME_", extra="ignore", frozen=True)
@@ -57,9 +59,18 @@ class Settings(BaseSettings):
     silence_ms: int = Field(default=800, ge=0, le=10_000)
     min_interrupt_ms: int = Field(default=400, ge=0, le=5_000)
     false_interruption_ms: int = Field(default=1_500, ge=0, le=10_000)
+    """Longest hold of an answer for sound that may not be a turn (0: interrupt at once)."""
     preemptive: bool = True
     """Start the brain on the speculative transcript during the end-of-turn wait."""
-    """Longest hold of an answer for sound that may not be a turn (0: interrupt at once)."""
+    eagerness: TurnEagerness = "medium"
+    """How readily a pause ends the user's turn (``pipeline.endpoint_cues``): ``low`` waits
+    for the end-of-turn model and the transcript to agree and scales every end-of-turn delay by
+    1.6, ``high`` trusts either one and scales by 0.6. A session's ``semantic_vad`` eagerness
+    replaces it."""
+    transcript_cues: bool = True
+    """Let the speculative transcript at a pause move the end of turn (a trailing "and" or a
+    number being dictated waits longer, "thanks." less); off: silence and the end-of-turn
+    model alone."""
 
     # limits
     max_message_bytes: int = Field(default=256 * 1024, ge=1024)

@@ -97,6 +97,7 @@ from runtime.resume import VoiceSessionRecord
 from runtime.roles import Role
 from runtime.session_config import (
     GA_VOICES,
+    SEMANTIC_VAD_EAGERNESS,
     SessionConfig,
     TurnDetectionConfig,
     apply_update,
@@ -611,23 +612,20 @@ class VoiceSession:
 
     def _turn_settings(self, detection: TurnDetectionConfig) -> TurnSettings:
         settings = self.services.settings
-        base = TurnSettings()
         chosen = detection.silence_duration_ms
         silence = (settings.silence_ms if chosen is None else chosen) / 1000.0
-        complete, incomplete = base.complete_delay, base.incomplete_delay
+        eagerness = settings.eagerness
         if detection.type == "semantic_vad":
-            # Eagerness scales how long the end-of-turn model lets a pause run.
-            scale = {"low": 1.6, "medium": 1.0, "auto": 1.0, "high": 0.6}[detection.eagerness]
-            silence, complete, incomplete = silence * scale, complete * scale, incomplete * scale
+            eagerness = SEMANTIC_VAD_EAGERNESS[detection.eagerness]
         return TurnSettings(
             silence_delay=silence,
-            complete_delay=complete,
-            incomplete_delay=incomplete,
             min_interrupt=(
                 settings.min_interrupt_ms / 1000.0 if detection.interrupt_response else 3600.0
             ),
             auto_commit=detection.type != "none",
             false_interruption_timeout=settings.false_interruption_ms / 1000.0 or None,
+            eagerness=eagerness,
+            transcript_cues=settings.transcript_cues,
         )
 
     def _build_engine(self, thread: ThreadRef, role: Role) -> None:

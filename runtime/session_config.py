@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.audio_formats import PCM24K, AudioFormat
+from pipeline.turns import TurnEagerness
 from plugins.contracts import ToolSpec
 from runtime.protocol import ErrorCode, ProtocolError, validation_error
 
@@ -70,6 +71,11 @@ class SemanticVadIn(_Strict):
 
 
 TurnDetectionIn = Annotated[ServerVadIn | SemanticVadIn, Field(discriminator="type")]
+
+SEMANTIC_VAD_EAGERNESS: dict[str, TurnEagerness] = {
+    "low": "low", "medium": "medium", "high": "high", "auto": "medium",
+}  # fmt: skip
+"""``semantic_vad``'s eagerness as the turn coordinator's (GA: ``auto`` is ``medium``)."""
 
 
 class TranscriptionIn(_Strict):
@@ -337,6 +343,7 @@ def _unsupported(param: str, message: str, event_id: str | None) -> ProtocolErro
 __all__ = [
     "GA_VOICES",
     "NO_EFFECT",
+    "SEMANTIC_VAD_EAGERNESS",
     "SessionConfig",
     "TurnDetectionConfig",
     "apply_update",

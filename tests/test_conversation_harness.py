@@ -163,7 +163,7 @@ async def test_an_engine_error_fails_the_conversation_unless_expected() -> None:
 async def test_plugin_delays_are_virtual_too() -> None:
     brain = FakeBrain(["Fine."], token_delay=0.25, faults=Faults(delay=1.0))
     async with conversation(brain=brain, asr_faults=Faults(delay=0.5)) as convo:
-        await convo.say("how are you", ms=600)
+        await convo.say("tell me about paris", ms=600)  # no cue: the silence delay
         await convo.until("response.done")
         # Speculative ASR at 780 ms done by 1,280 ms, before the commit at 1,400 ms; the brain
         # starts on that transcript at once (preemptive) and its first token comes 1,000 + 250

@@ -48,7 +48,8 @@ def engine_for(
         thread=thread,
         persona=Persona("Be brief."),
         voice_session_id="vs_pre",
-        settings=EngineSettings(turns=TurnSettings(silence_delay=0.8)),
+        # Silence alone ends the turn here (the cues would shorten the wait for some texts).
+        settings=EngineSettings(turns=TurnSettings(silence_delay=0.8, transcript_cues=False)),
         clock=asyncio.get_running_loop().time,
         tools=tools,
         tool_specs=(SEARCH, ORDER),

@@ -64,7 +64,8 @@ def outputs(journal: list[dict[str, object]]) -> list[dict[str, object]]:
 @in_virtual_time
 async def test_a_spoken_turn_is_committed_the_silence_delay_after_the_speech() -> None:
     async with conversation() as convo:
-        await convo.say("what is the weather", ms=600)
+        # No transcript cue either way (no question, no trailing "and"): silence decides.
+        await convo.say("the weather in Paris", ms=600)
         done = await convo.until("response.done")
 
         started = convo.events("input_audio_buffer.speech_started")[0]
@@ -74,7 +75,7 @@ async def test_a_spoken_turn_is_committed_the_silence_delay_after_the_speech() -
         # Speech ended at 600 ms; the 800 ms silence delay commits at 1,400 ms.
         assert convo.at("input_audio_buffer.committed") == 1_400.0
         transcript = convo.events("conversation.item.input_audio_transcription.completed")[0]
-        assert (transcript.at, transcript["transcript"]) == (1_400.0, "what is the weather")
+        assert (transcript.at, transcript["transcript"]) == (1_400.0, "the weather in Paris")
         assert convo.first_audio_at(1) == 1_400.0
         # "Sure. Here is the answer. Anything else?" is 1,520 ms of audio, played to the end.
         assert convo.audio_sent_ms(1) == 1_520.0
@@ -93,7 +94,7 @@ async def test_a_spoken_turn_is_committed_the_silence_delay_after_the_speech() -
             "first_audio_sent": 800.0,
         }
         journal = await convo.journal()
-        assert users(journal) == ["what is the weather"]
+        assert users(journal) == ["the weather in Paris"]
         assert outputs(journal)[0]["interrupted"] is False
         assert outputs(journal)[0]["heard_text"] == outputs(journal)[0]["text"]
 
@@ -113,7 +114,7 @@ async def test_the_endpointer_verdict_moves_the_commit(
 ) -> None:
     endpointer = FakeEndpointer([verdict], faults=Faults(delay=verdict_delay_s))
     async with conversation(endpointer=endpointer) as convo:
-        await convo.say("what is the weather", ms=600)
+        await convo.say("the weather in Paris", ms=600)
         await convo.until("input_audio_buffer.committed")
         assert convo.at("input_audio_buffer.committed") == committed_at
         assert endpointer.calls == 1  # asked once, when the VAD confirmed the pause at 900 ms

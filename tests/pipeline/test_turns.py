@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipeline.turns import (
@@ -107,8 +109,10 @@ def test_voice_in_the_pause_holds_the_commit_until_the_vad_confirms() -> None:
     assert c2.state is TurnState.THINKING
 
 
-def test_endpoint_verdict_moves_the_deadline() -> None:
-    c = TurnCoordinator(SETTINGS)
+def test_without_cues_the_endpoint_verdict_moves_the_deadline() -> None:
+    # The rule before transcript cues (tests/pipeline/test_turns_cues.py has the rest).
+    no_cues = replace(SETTINGS, transcript_cues=False)
+    c = TurnCoordinator(no_cues, end_of_turn_model=True)
     speak(c, 0.0, 1.0)
     c.on_speech_end(1.1, at=1.0)
     c.on_endpoint_verdict(c.turn_id, False, 1.2)  # unfinished: wait up to 2.5 s
@@ -116,7 +120,7 @@ def test_endpoint_verdict_moves_the_deadline() -> None:
     c.on_tick(2.0)
     assert c.state is TurnState.ENDPOINTING
 
-    c2 = TurnCoordinator(SETTINGS)
+    c2 = TurnCoordinator(no_cues, end_of_turn_model=True)
     speak(c2, 0.0, 1.0)
     c2.on_speech_end(1.1, at=1.0)
     c2.on_endpoint_verdict(c2.turn_id, True, 1.35)  # finished: deadline 1.3 already passed

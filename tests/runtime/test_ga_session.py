@@ -156,19 +156,44 @@ async def test_turn_detection_maps_onto_the_turn_taking_settings(server: Running
         turns = live(server).engine.coordinator.settings  # type: ignore[union-attr]
         assert turns.silence_delay == pytest.approx(0.7)
         assert turns.min_interrupt >= 3600  # no barge-in
-        await update(conn, {"audio": {"input": {"turn_detection": {
-            "type": "semantic_vad", "eagerness": "high"}}}})  # fmt: skip
-        eager = live(server).engine.coordinator.settings  # type: ignore[union-attr]
-        await update(conn, {"audio": {"input": {"turn_detection": {
-            "type": "semantic_vad", "eagerness": "low"}}}})  # fmt: skip
-        patient = live(server).engine.coordinator.settings  # type: ignore[union-attr]
-        assert eager.silence_delay < patient.silence_delay
-        assert eager.incomplete_delay < patient.incomplete_delay
+        assert turns.eagerness == "medium"  # the server's
+        for eagerness, expected in (("high", "high"), ("low", "low"), ("auto", "medium")):
+            updated = await update(conn, {"audio": {"input": {"turn_detection": {
+                "type": "semantic_vad", "eagerness": eagerness}}}})  # fmt: skip
+            detection = updated["session"]["audio"]["input"]["turn_detection"]
+            assert detection == {"type": "semantic_vad", "eagerness": eagerness,
+                                 "create_response": True, "interrupt_response": True}  # fmt: skip
+            turns = live(server).engine.coordinator.settings  # type: ignore[union-attr]
+            assert turns.eagerness == expected
+            # Unscaled: the coordinator scales the delays by its eagerness (endpoint_cues).
+            assert turns.silence_delay == pytest.approx(0.3)  # the server's silence_ms
+            assert turns.incomplete_delay == pytest.approx(2.5)
+        await update(conn, {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}})
+        assert live(server).engine.coordinator.settings.eagerness == "medium"  # type: ignore[union-attr]
         await conn.send({"type": "session.update", "session": {"audio": {"input": {
             "turn_detection": {"type": "server_vad", "silence_ms": 3}}}}})  # fmt: skip
         error = await conn.wait("error")
         assert error["error"]["code"] == "unknown_parameter"
         assert error["error"]["param"] == "session.audio.input.turn_detection.silence_ms"
+
+
+async def test_the_server_eagerness_holds_until_a_session_chooses_its_own(tmp_path: Path) -> None:
+    settings = Settings(
+        port=0, storage="memory", data_dir=tmp_path, eagerness="high", transcript_cues=False
+    )
+    async with running_server(settings, plugins=fake_plugins()) as server:
+        ws, conn = await connect(server)
+        async with ws:
+            turns = live(server).engine.coordinator.settings  # type: ignore[union-attr]
+            assert (turns.eagerness, turns.transcript_cues) == ("high", False)
+            await update(conn, {"audio": {"input": {"turn_detection": {
+                "type": "server_vad", "silence_duration_ms": 500}}}})  # fmt: skip
+            turns = live(server).engine.coordinator.settings  # type: ignore[union-attr]
+            assert (turns.eagerness, turns.silence_delay) == ("high", pytest.approx(0.5))
+            await update(conn, {"audio": {"input": {"turn_detection": {
+                "type": "semantic_vad", "eagerness": "low"}}}})  # fmt: skip
+            turns = live(server).engine.coordinator.settings  # type: ignore[union-attr]
+            assert (turns.eagerness, turns.transcript_cues) == ("low", False)
 
 
 async def test_browsers_authenticate_with_the_key_subprotocol(server: RunningServer) -> None:
