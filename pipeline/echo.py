@@ -40,14 +40,18 @@ log-powers (each band minus its running mean) with the output's at every lag fro
 correlation reaches ``lock_correlation`` and stands ``lock_contrast`` above the median lag's;
 another lag takes over only when it is clearly better; the lock is dropped when its correlation
 falls below ``release_correlation`` (the echo went away: headphones, client echo cancellation).
+A second average over ``jump_tau_ms`` watches for a delay that jumped (the client's playback
+stalled and went on later): while a lock holds and another lag passes the same test on it, that
+lag is a *candidate*: the echo bound covers both lags (and the gains learn at whichever
+correlates better) until the slow average moves the lock or the candidate fades.
 
 Rule 4 — judgement. With a lock, the echo bound in each band is the output's reverberant
-envelope (its power, decaying by ``reverb_decay_db_per_s`` after it stops) at the locked lag
-±20 ms, times the band's echo gain, times ``margin_db``; the gains are running medians of
-microphone/output power while the output is loud in the band (a person talking only raises the
-ratio, so a median stays near the echo's own gain). The frame's excess is the mean over the bands
-of how far the microphone rises above that bound plus the noise floor, in dB; the frame is
-*near-end* when the excess reaches ``near_end_db``. Without a lock (the first moments of
+envelope (its power, decaying by ``reverb_decay_db_per_s`` after it stops) at the locked lag (and
+the candidate's) ±20 ms, times the band's echo gain, times ``margin_db``; the gains are running
+medians of microphone/output power while the output is loud in the band (a person talking only
+raises the ratio, so a median stays near the echo's own gain). The frame's excess is the mean
+over the bands of how far the microphone rises above that bound plus the noise floor, in dB; the
+frame is *near-end* when the excess reaches ``near_end_db``. Without a lock (the first moments of
 playback) the bound is the loudest output anywhere in the delay range at full level: a frame is
 near-end only if it is louder than the output itself. If no lock comes within ``acquire_ms`` of
 audible output, there is no echo to guard against and every frame is near-end until a lock comes.
@@ -129,9 +133,11 @@ class EchoSettings:
     """Headroom of the echo bound over the echo gain times the output's envelope."""
     reverb_decay_db_per_s: float = 200.0
     """How fast the output's envelope decays after it stops (a room's tail; 60 dB in 0.3 s)."""
-    near_end_db: float = 1.4
+    near_end_db: float = 1.0
     """Mean excess over the echo bound, across bands, that makes a frame near-end."""
     correlation_tau_ms: float = 1_000.0
+    jump_tau_ms: float = 250.0
+    """Time constant of the fast correlation that notices a delay jump (a playback stall)."""
     lock_correlation: float = 0.4
     lock_contrast: float = 0.2
     release_correlation: float = 0.2
@@ -218,14 +224,19 @@ class EchoGuard:
         self._mic_window = np.hanning(mic_window_len)
         self._mic_bands = _band_matrix(INPUT_SAMPLE_RATE, mic_window_len, edges, self._mic_window)
         self._lags = s.max_delay_ms // HOP_MS + 1
+        self._middle = self._lags // 2  # the median lag's index once partitioned
         self._ring = self._lags + 2 * _NEIGHBOURS + s.ahead_ms // HOP_MS + 1
         self._decay = 10.0 ** (-s.reverb_decay_db_per_s * HOP_MS / 1000 / 10)
         self._margin = 10.0 ** (s.margin_db / 10)
         self._near_end = s.near_end_db / 10.0  # in log10 units
         self._tau = 1.0 - math.exp(-STEP_MS / s.correlation_tau_ms)
+        self._taus = np.array(
+            [[self._tau], [1.0 - math.exp(-STEP_MS / s.jump_tau_ms)]], dtype=np.float64
+        )
         self._hop_tau = 1.0 - math.exp(-HOP_MS / s.correlation_tau_ms)
         self._acquire_steps = math.ceil(s.acquire_ms / STEP_MS)
         self._offsets = np.arange(-self._lags + 1 - _NEIGHBOURS, _NEIGHBOURS + 1)
+        self._lag_range = np.arange(self._lags)
         self.reset()
 
     # ------------------------------------------------------------ state
@@ -245,9 +256,12 @@ class EchoGuard:
         self._mic_pending: Floats = np.zeros(0)
         self._mic_mean: Floats | None = None
         self._noise: Floats | None = None
-        self._products: Floats = np.zeros(self._lags)
-        self._mic_energy = 0.0
-        self._out_energy: Floats = np.zeros(self._lags)
+        # Correlation averages, row 0 slow (the lock), row 1 fast (a delay that jumped).
+        self._products: Floats = np.zeros((2, self._lags))
+        self._mic_energy: Floats = np.zeros((2, 1))
+        self._out_energy: Floats = np.zeros((2, self._lags))
+        self._candidate: int | None = None
+        self._jumped = False
         self._steps_heard = 0  # steps with audible output (warm-up and acquisition)
         self._gains: Floats = np.zeros(bands)  # log10 echo gain per band
         self._gain_updates = np.zeros(bands)
@@ -380,29 +394,37 @@ class EchoGuard:
         hop = self._mic_position // _HOP
         hops = hop + self._offsets  # oldest first: lag max+neighbours … −neighbours
         written = self._written
-        valid = (hops <= written) & (hops > written - self._ring)
-        rows = hops % self._ring
-        envelope = self._envelope[rows]
-        envelope[~valid] = 0.0
-        future = hops > written
-        if future.any() and written >= 0:
-            # Past the end of the output: its room tail (Rule 4).
-            tail = self._decay ** (hops[future] - written).astype(np.float64)
-            envelope[future] = self._envelope[written % self._ring] * tail[:, None]
+        envelope = self._envelope.take(hops, axis=0, mode="wrap")
+        valid: npt.NDArray[np.bool_] | None = None
+        if int(hops[0]) <= written - self._ring or int(hops[-1]) > written:
+            valid = (hops <= written) & (hops > written - self._ring)
+            envelope[~valid] = 0.0
+            future = hops > written
+            if written >= 0:
+                # Past the end of the output: its room tail (Rule 4).
+                tail = self._decay ** (hops[future] - written).astype(np.float64)
+                envelope[future] = self._envelope[written % self._ring] * tail[:, None]
         in_range = envelope[_NEIGHBOURS : _NEIGHBOURS + self._lags]
         if float(in_range.sum(axis=1).max()) < _AUDIBLE:
             return _NO_ECHO
         self._steps_heard += 1
-        self._correlate(log_mic - self._mic_mean, rows, valid)
+        self._correlate(log_mic - self._mic_mean, hop, valid)
 
-        if self.delay_hops is None:
+        locked = self.delay_hops
+        if locked is None:
             if self._steps_heard > self._acquire_steps:
                 return EchoJudgement(0, True, True, None, -100.0, 0.0, 0.0)
             bound = in_range.max(axis=0)  # anything in range, at full level
         else:
-            centre = self._lags - 1 + _NEIGHBOURS - self.delay_hops
-            near = envelope[centre - _NEIGHBOURS : centre + _NEIGHBOURS + 1].max(axis=0)
-            self._learn_gains(mic, near)
+            near = self._output_near(envelope, locked)
+            candidate = self._candidate
+            if candidate is None:
+                self._learn_gains(mic, near)
+            else:
+                # The delay may have jumped: the echo may come from either lag.
+                other = self._output_near(envelope, candidate)
+                self._learn_gains(mic, other if self._jumped else near)
+                near = np.maximum(near, other)
             bound = near * 10.0**self._gains
         threshold = self._margin * bound + 2.0 * noise
         excess = float(np.maximum(np.log10((mic + _POWER_FLOOR) / threshold), 0.0).mean())
@@ -429,31 +451,55 @@ class EchoGuard:
         )
         return self._noise
 
-    def _correlate(
-        self, mic: Floats, rows: npt.NDArray[np.int64], valid: npt.NDArray[np.bool_]
-    ) -> None:
-        """Rule 3: update the per-lag correlations and the lock."""
-        lagged = self._features[rows[_NEIGHBOURS : _NEIGHBOURS + self._lags][::-1]]
-        lagged[~valid[_NEIGHBOURS : _NEIGHBOURS + self._lags][::-1]] = 0.0
-        tau = self._tau
-        self._products += tau * (lagged @ mic - self._products)
-        self._mic_energy += tau * (float(mic @ mic) - self._mic_energy)
-        self._out_energy += tau * ((lagged * lagged).sum(axis=1) - self._out_energy)
+    def _correlate(self, mic: Floats, hop: int, valid: npt.NDArray[np.bool_] | None) -> None:
+        """Rule 3: update the per-lag correlations and the lock (``valid``: which of the hops
+        around ``hop`` hold output, None for all)."""
+        lagged = self._features.take(hop - self._lag_range, axis=0, mode="wrap")
+        if valid is not None:
+            lagged[~valid[_NEIGHBOURS : _NEIGHBOURS + self._lags][::-1]] = 0.0
+        taus = self._taus
+        self._products += taus * (lagged @ mic - self._products)
+        self._mic_energy += taus * (float(mic @ mic) - self._mic_energy)
+        self._out_energy += taus * ((lagged * lagged).sum(axis=1) - self._out_energy)
         if self._steps_heard < _WARM_UP_STEPS:
             return
-        correlation = self._products / np.sqrt(self._mic_energy * self._out_energy + 1e-12)
-        best = int(np.argmax(correlation))
-        peak = float(correlation[best])
-        settings = self.settings
+        correlations = self._products / np.sqrt(self._mic_energy * self._out_energy + 1e-12)
+        slow, fast = correlations
+        self._relock(slow)
         locked = self.delay_hops
-        if locked is not None and float(correlation[locked]) < settings.release_correlation:
+        best = int(np.argmax(fast))
+        self._candidate = None
+        self._jumped = False
+        if locked is not None and best != locked and self._lockable(fast, best):
+            self._candidate = best
+            self._jumped = float(fast[best]) > float(fast[locked])
+
+    def _lockable(self, correlation: Floats, lag: int) -> bool:
+        peak = float(correlation[lag])
+        settings = self.settings
+        return (
+            peak >= settings.lock_correlation
+            and peak - float(np.partition(correlation, self._middle)[self._middle])
+            >= settings.lock_contrast
+        )
+
+    def _relock(self, correlation: Floats) -> None:
+        """Rule 3 on the slow correlations."""
+        locked = self.delay_hops
+        if locked is not None and float(correlation[locked]) < self.settings.release_correlation:
             self.delay_hops = locked = None
-        if best == locked or peak < settings.lock_correlation:
+        best = int(np.argmax(correlation))
+        if best == locked:
             return
-        if locked is not None and peak <= float(correlation[locked]) + 0.05:
+        if locked is not None and float(correlation[best]) <= float(correlation[locked]) + 0.05:
             return  # another lag takes over only when it is clearly better
-        if peak - float(np.median(correlation)) >= settings.lock_contrast:
+        if self._lockable(correlation, best):
             self.delay_hops = best
+
+    def _output_near(self, envelope: Floats, lag: int) -> Floats:
+        """The loudest output envelope within ±``_NEIGHBOURS`` hops of ``lag``."""
+        centre = self._lags - 1 + _NEIGHBOURS - lag
+        return np.asarray(envelope[centre - _NEIGHBOURS : centre + _NEIGHBOURS + 1].max(axis=0))
 
     def _learn_gains(self, mic: Floats, output: Floats) -> None:
         """Running median of log10(mic / output) per band, with a step that starts large."""

@@ -122,7 +122,8 @@ def drive(
 
 
 def near_fraction(judged: list[tuple[float, EchoJudgement]], start: float, end: float) -> float:
-    inside = [j.near_end for now, j in judged if start <= now < end]
+    """Of the frames in [start, end) that may hold echo, the fraction judged near-end."""
+    inside = [j.near_end for now, j in judged if start <= now < end and j.reference]
     return sum(inside) / len(inside)
 
 
