@@ -47,15 +47,17 @@ correlates better) until the slow average moves the lock or the candidate fades.
 
 Rule 4 — judgement. With a lock, the echo bound in each band is the output's reverberant
 envelope (its power, decaying by ``reverb_decay_db_per_s`` after it stops) at the locked lag (and
-the candidate's) ±20 ms, times the band's echo gain, times ``margin_db``; the gains are running
-medians of microphone/output power while the output is loud in the band (a person talking only
-raises the ratio, so a median stays near the echo's own gain). The frame's excess is the mean
-over the bands of how far the microphone rises above that bound plus the noise floor, in dB; the
-frame is *near-end* when the excess reaches ``near_end_db``. Without a lock (the first moments of
-playback) the bound is the loudest output anywhere in the delay range at full level: a frame is
-near-end only if it is louder than the output itself. If no lock comes within ``acquire_ms`` of
-audible output, there is no echo to guard against and every frame is near-end until a lock comes.
-With nothing audible in the delay range, every frame is near-end.
+the candidate's) ±20 ms, times the band's echo gain, but no lower than ``distortion_db`` below
+the bound's loudest band (a speaker driven hard spreads energy into every band), times
+``margin_db``; the gains are running medians of microphone/output power while the output is loud
+in the band (a person talking only raises the ratio, so a median stays near the echo's own gain).
+The frame's excess is the mean over the bands of how far the microphone rises above that bound
+plus the noise floor, in dB; the frame is *near-end* when the excess reaches ``near_end_db``.
+Without a lock (the first moments of playback) the bound is the loudest output anywhere in the
+delay range at full level: a frame is near-end only if it is louder than the output itself. If
+no lock comes within ``acquire_ms`` of audible output, there is no echo to guard against and
+every frame is near-end until a lock comes. With nothing audible in the delay range, every frame
+is near-end.
 
 Rule 5 — the gate. The gate follows the VAD's own speech state and is in one of three states
 (``GATE_TRANSITIONS``): QUIET (the VAD hears no speech), ECHO (the VAD hears speech that was
@@ -131,6 +133,9 @@ class EchoSettings:
     high_hz: float = 7_000.0
     margin_db: float = 6.0
     """Headroom of the echo bound over the echo gain times the output's envelope."""
+    distortion_db: float = -30.0
+    """Floor of the echo bound in every band, relative to its loudest band (a speaker's
+    distortion puts some of the loud bands' energy everywhere)."""
     reverb_decay_db_per_s: float = 200.0
     """How fast the output's envelope decays after it stops (a room's tail; 60 dB in 0.3 s)."""
     near_end_db: float = 1.0
@@ -228,6 +233,7 @@ class EchoGuard:
         self._ring = self._lags + 2 * _NEIGHBOURS + s.ahead_ms // HOP_MS + 1
         self._decay = 10.0 ** (-s.reverb_decay_db_per_s * HOP_MS / 1000 / 10)
         self._margin = 10.0 ** (s.margin_db / 10)
+        self._spread = 10.0 ** (s.distortion_db / 10)
         self._near_end = s.near_end_db / 10.0  # in log10 units
         self._tau = 1.0 - math.exp(-STEP_MS / s.correlation_tau_ms)
         self._taus = np.array(
@@ -426,6 +432,8 @@ class EchoGuard:
                 self._learn_gains(mic, other if self._jumped else near)
                 near = np.maximum(near, other)
             bound = near * 10.0**self._gains
+            # A speaker's distortion spreads the loudest band's energy to the others.
+            bound = np.maximum(bound, self._spread * float(bound.max()))
         threshold = self._margin * bound + 2.0 * noise
         excess = float(np.maximum(np.log10((mic + _POWER_FLOOR) / threshold), 0.0).mean())
         mic_power = float(mic.sum())
