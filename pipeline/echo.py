@@ -219,11 +219,11 @@ class EchoGuard:
         hz = np.linspace(_mel(np.array(s.low_hz)), _mel(np.array(s.high_hz)), s.bands + 1)
         edges = 700.0 * (10.0 ** (hz / 2595.0) - 1.0)
         self._out_window_len = round(WINDOW_MS * s.output_sample_rate / 1000)
-        self._out_size = 1 << (self._out_window_len - 1).bit_length()
         self._out_window = np.hanning(self._out_window_len)
         self._out_bands = _band_matrix(
-            s.output_sample_rate, self._out_size, edges, self._out_window
+            s.output_sample_rate, self._out_window_len, edges, self._out_window
         )
+        self._out_taps = np.arange(self._out_window_len)
         self._out_hop = s.output_sample_rate * HOP_MS // 1000
         mic_window_len = INPUT_SAMPLE_RATE * WINDOW_MS // 1000
         self._mic_window = np.hanning(mic_window_len)
@@ -294,8 +294,8 @@ class EchoGuard:
         hops = (self._raw.size - self._out_window_len) // self._out_hop
         if hops > 0:
             starts = (np.arange(hops) + 1) * self._out_hop
-            windows = np.lib.stride_tricks.sliding_window_view(self._raw, self._out_window_len)
-            spectrum = np.fft.rfft(windows[starts] * self._out_window, self._out_size)
+            windows = self._raw[starts[:, None] + self._out_taps]
+            spectrum = np.fft.rfft(windows * self._out_window)
             self._write_hops((spectrum.real**2 + spectrum.imag**2) @ self._out_bands)
             self._raw = self._raw[hops * self._out_hop :]
         self._out_end = self._written + (self._raw.size - self._out_window_len) / self._out_hop
@@ -339,21 +339,23 @@ class EchoGuard:
 
     def _write_hops(self, powers: Floats) -> None:
         """Append the band powers of consecutive hops (rows of ``powers``) to the ring."""
-        ring = self._ring
+        count = powers.shape[0]
+        rows = (self._written + 1 + np.arange(count)) % self._ring
+        # envelope[h] = max(power[h], decay * envelope[h - 1]), as a running maximum.
+        scale = self._decay ** np.arange(count + 1, dtype=np.float64)[:, None]
+        previous = self._envelope[self._written % self._ring]
+        scaled = np.vstack((previous, powers / scale[1:]))
+        self._envelope[rows] = (np.maximum.accumulate(scaled, axis=0) * scale)[1:]
         log_powers = np.log10(powers + _OUTPUT_FLOOR)
-        loud = powers.sum(axis=1) > 100.0 * _OUTPUT_FLOOR
         if self._out_mean is None:
             self._out_mean = log_powers[0].copy()
         mean = self._out_mean
-        previous = self._envelope[self._written % ring]
-        for power, log_power, audible in zip(powers, log_powers, loud, strict=True):
-            self._written += 1
-            index = self._written % ring
-            previous = np.maximum(power, previous * self._decay)
-            self._envelope[index] = previous
-            if audible:
-                mean += self._hop_tau * (log_power - mean)
-            self._features[index] = log_power - mean
+        self._features[rows] = log_powers - mean
+        audible = powers.sum(axis=1) > 100.0 * _OUTPUT_FLOOR
+        if audible.any():  # the running mean moves once per call (≤ a few hops)
+            weight = 1.0 - (1.0 - self._hop_tau) ** int(audible.sum())
+            mean += weight * (log_powers[audible].mean(axis=0) - mean)
+        self._written += count
 
     # ------------------------------------------------------------ microphone
 
