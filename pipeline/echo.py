@@ -32,7 +32,9 @@ rate (bands are in Hz, so this is what resampling to 16 kHz would give, without 
 ring covering ``max_delay_ms`` behind the microphone and ``ahead_ms`` in front of it; output
 scheduled further ahead overwrites the oldest hops, which makes the guard judge more frames
 near-end, never fewer. ``stop`` (the client was told to clear its playback) drops what was
-scheduled after ``now + stop_margin_ms``.
+scheduled after ``now + stop_margin_ms``. ``pause`` (the client was told to pause it, keeping its
+buffer: a held answer) takes what was scheduled after ``now`` off the timeline, leaving the
+first ``stop_margin_ms`` in place too, and ``resume`` puts it back from ``now`` on.
 
 Rule 3 — delay. For each 20 ms microphone step the guard correlates the microphone's band
 log-powers (each band minus its running mean) with the output's at every lag from 0 to
@@ -78,7 +80,8 @@ Wiring (the engine): ``guard.played(frame, now)`` where the pacer sends a respon
 ``judgement = guard.judge(pcm, now)`` first thing for every microphone frame; the VAD's events
 and voiced flag go through ``gate.feed(events, voiced, judgement)`` and ``gate.voiced`` before
 they reach the coordinator; ``gate.reset()`` wherever the VAD is reset; ``guard.stop(now)`` when a
-response is interrupted (its playback is cleared); ``guard.reset()`` only for a new audio path.
+response is interrupted (its playback is cleared); ``guard.pause(now)``/``guard.resume(now)``
+when an answer is held and resumed; ``guard.reset()`` only for a new audio path.
 """
 
 from __future__ import annotations
@@ -252,6 +255,8 @@ class EchoGuard:
         """Forget everything: the output, the delay, the gains (a new audio path)."""
         bands, ring = self.settings.bands, self._ring
         self._envelope: Floats = np.zeros((ring, bands))
+        self._powers: Floats = np.zeros((ring, bands))
+        self._held: tuple[Floats, Floats] | None = None  # hop powers, raw tail (a paused answer)
         self._features: Floats = np.zeros((ring, bands))
         self._out_mean: Floats | None = None
         self._written = -1  # last hop whose band powers are in the ring
@@ -304,7 +309,34 @@ class EchoGuard:
     def stop(self, now: float) -> None:
         """The client was told to clear its playback: forget output scheduled after
         ``now + stop_margin_ms`` (what already played still echoes)."""
-        cut = math.ceil(self._hop_at(now) + self.settings.stop_margin_ms / HOP_MS)
+        self._held = None
+        self._cut(math.ceil(self._hop_at(now) + self.settings.stop_margin_ms / HOP_MS))
+
+    def pause(self, now: float) -> None:
+        """The client was told to pause its playback and keep its buffer (a held answer):
+        output scheduled after ``now`` waits for ``resume``; what plays until the client has
+        paused (``stop_margin_ms``) is kept where it is as well (Rule 2)."""
+        start = math.floor(self._hop_at(now))
+        first = max(start + 1, self._written - self._ring + 1)
+        rows = np.arange(first, self._written + 1) % self._ring
+        tail = self._raw[self._out_window_len :].copy()
+        self._held = (self._powers[rows].copy(), tail)
+        self._cut(math.ceil(self._hop_at(now) + self.settings.stop_margin_ms / HOP_MS))
+
+    def resume(self, now: float) -> None:
+        """The client plays on from where it paused: the output held by ``pause`` plays now."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        powers, tail = held
+        self._silence_until(max(math.ceil(self._hop_at(now)), self._written))
+        if powers.size:
+            self._write_hops(powers)
+        self._raw = np.concatenate((np.zeros(self._out_window_len), tail))
+        self._out_end = self._written + tail.size / self._out_hop
+
+    def _cut(self, cut: int) -> None:
+        """Forget the output scheduled after hop ``cut``."""
         if self._out_end <= cut:
             return
         if self._written > cut:
@@ -330,18 +362,25 @@ class EchoGuard:
         if count >= ring:
             self._envelope[:] = 0.0
             self._features[:] = 0.0
+            self._powers[:] = 0.0
         else:
             rows = (written + 1 + np.arange(count)) % ring
             decay = self._decay ** (1.0 + np.arange(count))
             self._envelope[rows] = self._envelope[written % ring] * decay[:, None]
+            self._powers[rows] = 0.0
             mean = self._out_mean if self._out_mean is not None else math.log10(_OUTPUT_FLOOR)
             self._features[rows] = math.log10(_OUTPUT_FLOOR) - mean
         self._written = hop
 
     def _write_hops(self, powers: Floats) -> None:
         """Append the band powers of consecutive hops (rows of ``powers``) to the ring."""
+        for first in range(0, powers.shape[0], 64):  # 64 hops: decay**64 stays far from 0
+            self._write_some_hops(powers[first : first + 64])
+
+    def _write_some_hops(self, powers: Floats) -> None:
         count = powers.shape[0]
         rows = (self._written + 1 + np.arange(count)) % self._ring
+        self._powers[rows] = powers
         # envelope[h] = max(power[h], decay * envelope[h - 1]), as a running maximum.
         scale = self._decay ** np.arange(count + 1, dtype=np.float64)[:, None]
         previous = self._envelope[self._written % self._ring]

@@ -417,3 +417,49 @@ def test_the_coordinator_is_not_interrupted_by_echo_but_is_by_a_person() -> None
     assert run_coordinator(EchoGate(), script[:100]) is None
     # The person: near frames confirmed at 2.12 s, starting at 2.0; interrupted 0.4 s later.
     assert run_coordinator(EchoGate(), script) == pytest.approx(2.4)
+
+
+def test_a_paused_answer_plays_on_later_without_looking_like_a_person() -> None:
+    # The server holds the answer at 2.0 s and resumes it at 3.0 s; the client pauses and plays
+    # on 50 ms after each (a network trip), from where it stopped.
+    seconds, delay = SECONDS + 1.0, 0.1
+    t = np.arange(round(seconds * MIC)) / MIC
+    before = render(ANSWER, seconds, MIC, delay)
+    after = render(ANSWER, seconds, MIC, delay + 1.0)
+    played = np.where(t < 2.05 + delay, before, np.where(t >= 3.05 + delay, after, 0.0))
+    mic = room(played, 15) + np.resize(noise(SECONDS), t.size)
+    guard = EchoGuard()
+    out_frame = OUT * 40 // 1000
+    sent = 0
+    judged = []
+    for index in range(t.size // 320):
+        now = (index + 1) * FRAME_S
+        judged.append((now, guard.judge(pcm(mic[index * 320 : (index + 1) * 320]), now)))
+        if abs(now - 2.0) < 1e-9:
+            guard.pause(now)
+        if abs(now - 3.0) < 1e-9:
+            guard.resume(now)
+        playing = now - (1.0 if now >= 3.0 else 0.0)
+        while (now < 2.0 or now >= 3.0) and sent < OUTPUT.size and sent / OUT - playing <= 0.3:
+            guard.played(pcm(OUTPUT[sent : sent + out_frame]), now)
+            sent += out_frame
+
+    assert near_fraction(judged, 3.0, seconds) <= 0.03
+    assert longest_near_run(judged) <= 2  # the gate wants 120 ms of near frames in 200
+    assert guard.delay_ms == pytest.approx(100, abs=20)
+
+
+def longest_near_run(judged: list[tuple[float, EchoJudgement]]) -> int:
+    longest = run = 0
+    for _, j in judged:
+        run = run + 1 if j.near_end and j.reference else 0
+        longest = max(longest, run)
+    return longest
+
+
+def test_resume_without_a_pause_changes_nothing() -> None:
+    guard = EchoGuard()
+    drive(guard, echo_mic(0.1, 15)[: 2 * MIC], OUTPUT)
+    written = guard._written
+    guard.resume(2.0)
+    assert guard._written == written
