@@ -54,6 +54,7 @@ from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.backchannel import is_real_turn
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
+from pipeline.echo import EchoGate, EchoGuard, EchoSettings
 from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.engine_config import EngineSettings, OutputSink, Persona, Plugins, TurnMemory
 from pipeline.history import ConversationHistory
@@ -151,6 +152,12 @@ class Engine:
             self.settings.turns, end_of_turn_model=plugins.endpointer is not None
         )
         self._vad = plugins.vad.create_stream()
+        self.echo = (
+            EchoGuard(EchoSettings(output_sample_rate=self.settings.output_sample_rate))
+            if self.settings.echo_guard
+            else None
+        )
+        self._echo_gate = EchoGate()
         self._stream_ms = 0.0
         self._vad_ms = 0.0  # audio the VAD heard: its event times count only that (no pauses)
         settings = self.settings
@@ -203,11 +210,17 @@ class Engine:
             return
         now = self.clock()
         self._stream_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
+        # The echo guard sees every frame (its timeline), the paused microphone's included.
+        judgement = self.echo.judge(pcm, now) if self.echo is not None else None
         if self.coordinator.mic_paused:
             return
         self._vad_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
         self.capture.remember(pcm)
         events = await self._vad.process(pcm)
+        voiced = self._vad.voiced
+        if judgement is not None:  # the assistant's own voice is no speech (TT-4)
+            events = self._echo_gate.feed(events, voiced, judgement)
+            voiced = self._echo_gate.voiced
         now = self.clock()
         coordinator = self.coordinator
         for event in events:
@@ -219,7 +232,6 @@ class Engine:
                     self._idle = None
             else:
                 coordinator.on_speech_end(now, at=at)
-        voiced = self._vad.voiced
         if voiced:
             coordinator.on_voice(now)
         coordinator.on_tick(now)
@@ -304,7 +316,7 @@ class Engine:
         self.coordinator.pause_microphone(self.clock())
         if not paused:
             self.coordinator.resume_microphone(self.clock())
-        self._vad.reset()
+        self._reset_vad()
         self.capture.clear_preroll()
         self._run(self.coordinator.commands())
 
@@ -369,7 +381,7 @@ class Engine:
 
     def pause_microphone(self) -> None:
         self.coordinator.pause_microphone(self.clock())
-        self._vad.reset()
+        self._reset_vad()
         self.capture.clear_preroll()
         self._run(self.coordinator.commands())
 
@@ -426,6 +438,20 @@ class Engine:
             elif isinstance(command, ResumeResponse):
                 self._on_resume(command)
         self._arm_timer()
+
+    def _reset_vad(self) -> None:
+        self._vad.reset()
+        self._echo_gate.reset()
+
+    def audio_sent(self, pcm: PCM, now: float) -> None:
+        """A response's audio went to the client (the echo guard's reference)."""
+        echo = self.echo
+        if echo is None:
+            return
+        rate = self.settings.output_sample_rate
+        if echo.settings.output_sample_rate != rate:  # a session.update changed the format
+            echo = self.echo = EchoGuard(EchoSettings(output_sample_rate=rate))
+        echo.played(pcm, now)
 
     def _new_item_id(self) -> str:
         return f"{self._item_prefix}_{uuid.uuid4().hex[:12]}"
@@ -503,7 +529,7 @@ class Engine:
         if command.reason != "endpoint":
             # An explicit end of turn: speech heard from now on is new speech, even if the
             # VAD has not seen the pause yet.
-            self._vad.reset()
+            self._reset_vad()
         generation = command.generation
         typed = command.reason == "text"
         options = (self._next_options if typed else None) or ResponseOptions()
@@ -559,6 +585,8 @@ class Engine:
             return
         self._send(ev.ResponseInterrupted(response.response_id, command.generation, command.reason))
         response.cancelled = True
+        if self.echo is not None:
+            self.echo.stop(self.clock())  # the client clears its playback
         if response.preemption is not None:
             response.preemption.cancel()
         if response.task is not None and not response.recording:
@@ -627,6 +655,8 @@ class Engine:
         response = self._responses.get(command.generation)
         if response is not None:
             self.speaker.pause(response, now)
+            if self.echo is not None and self.client_pauses_playback:
+                self.echo.pause(now)
             self._send(ev.OutputAudioPaused(response.response_id, command.generation))
         # The sound is transcribed as soon as it goes quiet: the verdict at its stop (a
         # voice gap later) then usually finds the transcript made or well under way.
@@ -640,6 +670,8 @@ class Engine:
         response = self._responses.get(command.generation)
         if response is not None and response.paused:
             self.speaker.resume(response, self.clock())
+            if self.echo is not None and self.client_pauses_playback:
+                self.echo.resume(self.clock())
             self._send(ev.OutputAudioResumed(response.response_id, command.generation))
 
     async def _judge_interruption(self, command: JudgeInterruption) -> None:

@@ -71,6 +71,9 @@ class EngineSettings:
     max_frames_queued: int = 750
     """Synthesised audio waiting to be paced out (750 × 40 ms = 30 s); TTS waits beyond it."""
     turns: TurnSettings = field(default_factory=TurnSettings)
+    echo_guard: bool = True
+    """Judge every microphone frame against the answer's audio (``pipeline.echo``) so the
+    assistant's own voice coming back through the microphone never interrupts it."""
     preemptive: bool = True
     """Start the brain on the speculative transcript during the endpoint wait
     (``pipeline.preemption``)."""

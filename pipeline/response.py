@@ -133,6 +133,8 @@ class SpeakerHost(Protocol):
 
     def audio_started(self, generation: int, now: float) -> None: ...
 
+    def audio_sent(self, pcm: PCM, now: float) -> None: ...
+
     async def journal_tool(self, response: Response, delta: BrainDelta) -> None: ...
 
 
@@ -270,6 +272,7 @@ class AnswerSpeaker:
         tracker = response.tracker
         first = tracker.first_sent_at is None
         self.host.send_all(response.events.audio_delta(frame.tobytes()))
+        self.host.audio_sent(frame, now)
         tracker.on_sent(duration_ms(frame.size, self.host.settings.output_sample_rate), now)
         if first:
             response.marks["first_audio_sent"] = now

@@ -1,0 +1,740 @@
+"""Echo guard: the assistant's own voice coming back through the microphone is not a barge-in.
+
+Theory of operation
+-------------------
+A laptop without echo cancellation plays the answer on its speaker and hears it again in its
+microphone: delayed (the client's playout buffer, the audio devices, the room), quieter (−6 to
+−30 dB), coloured (a small speaker, reverberation) and mixed with noise. Without a guard the VAD
+hears a voice and the coordinator interrupts the answer with its own echo (TT-4). Two pieces,
+both sans-I/O (inputs are calls carrying ``now``, nothing awaits or reads a clock):
+
+``EchoGuard`` compares the microphone with the output actually sent and judges every microphone
+frame: is there sound the echo of that output does not explain? It works on band powers (24
+mel-spaced bands, 200 Hz–7 kHz, 32 ms Hann windows), not waveforms: band powers survive the
+speaker's filtering, the room and a few milliseconds of misalignment, where a waveform canceller
+needs a long adaptive filter and seconds to converge.
+
+``EchoGate`` sits between the VAD and the ``TurnCoordinator``: it passes the VAD's decisions on
+while nothing is playing, holds back speech that is only echo, and starts speech itself when a
+person talks over the echo, so a barge-in is still detected while the VAD is already "in speech"
+because of the echo.
+
+Rule 1 — one timeline. Positions count microphone samples (16 kHz) as ``judge`` receives them:
+``judge`` must see every microphone frame, in order, even while the microphone is paused for
+the VAD. Output is placed on the same timeline in 10 ms hops: a frame passed to ``played``
+follows the previous one without a gap (the client plays its buffer in order, however far ahead
+the pacer sent it), unless the previous one has finished playing by ``now`` — then it starts at
+``now``, mapped onto the timeline from the last judged frame. What the timeline gets wrong (the
+network, the client's buffer, the devices) is part of the echo delay the guard searches.
+
+Rule 2 — bounded history. The output is kept as band powers of 10 ms hops at the output's own
+rate (bands are in Hz, so this is what resampling to 16 kHz would give, without a resampler) in a
+ring covering ``max_delay_ms`` behind the microphone and ``ahead_ms`` in front of it; output
+scheduled further ahead overwrites the oldest hops, which makes the guard judge more frames
+near-end, never fewer. ``stop`` (the client was told to clear its playback) drops what was
+scheduled after ``now + stop_margin_ms``. ``pause`` (the client was told to pause it, keeping its
+buffer: a held answer) takes what was scheduled after ``now`` off the timeline, leaving the
+first ``stop_margin_ms`` in place too, and ``resume`` puts it back from ``now`` on.
+
+Rule 3 — delay. For each 20 ms microphone step the guard correlates the microphone's band
+log-powers (each band minus its running mean) with the output's at every lag from 0 to
+``max_delay_ms`` (10 ms apart), averaged over about ``correlation_tau_ms``. A lag locks when its
+correlation reaches ``lock_correlation`` and stands ``lock_contrast`` above the median lag's;
+another lag takes over only when it is clearly better; the lock is dropped when its correlation
+falls below ``release_correlation`` (the echo went away: headphones, client echo cancellation).
+A second average over ``jump_tau_ms`` watches for a delay that jumped (the client's playback
+stalled and went on later): while a lock holds and another lag passes the same test on it, that
+lag is a *candidate*: the echo bound covers both lags (and the gains learn at whichever
+correlates better) until the slow average moves the lock or the candidate fades.
+
+Rule 4 — judgement. With a lock, the echo bound in each band is the output's reverberant
+envelope (its power, decaying by ``reverb_decay_db_per_s`` after it stops) at the locked lag (and
+the candidate's) ±20 ms, times the band's echo gain, but no lower than ``distortion_db`` below
+the bound's loudest band (a speaker driven hard spreads energy into every band), times
+``margin_db``; the gains are running medians of microphone/output power while the output is loud
+in the band (a person talking only raises the ratio, so a median stays near the echo's own gain).
+The frame's excess is the mean over the bands of how far the microphone rises above that bound
+plus the noise floor, in dB; the frame is *near-end* when the excess reaches ``near_end_db``.
+Without a lock (the first moments of playback) the bound is the loudest output anywhere in the
+delay range at full level: a frame is near-end only if it is louder than the output itself. If
+no lock comes within ``acquire_ms`` of audible output, there is no echo to guard against and
+every frame is near-end until a lock comes. With nothing audible in the delay range, every frame
+is near-end.
+
+Rule 5 — the gate. The gate follows the VAD's own speech state and is in one of three states
+(``GATE_TRANSITIONS``): QUIET (the VAD hears no speech), ECHO (the VAD hears speech that was
+held back as echo), OPEN (speech was passed on). A frame is *near* when the VAD calls it voiced
+and the guard calls it near-end. The VAD's SPEECH_START passes (OPEN) when no frame since the
+speech began had output audible, or when the near frames since then add up to ``confirm_ms``;
+otherwise it is held (ECHO). In ECHO, near frames adding up to ``confirm_ms`` within
+``confirm_window_ms`` start speech at the first of them (OPEN). The VAD's SPEECH_END closes
+(QUIET; passed on only from OPEN). In OPEN with output audible, ``release_ms`` without a near
+frame ends the speech at the last near frame (back to ECHO). The voiced flag the coordinator sees
+is the near flag: echo frames never hold a barge-in candidate alive.
+
+Cost: one 512-point FFT and a 41-lag correlation per 20 ms step, one 768-point FFT per 10 ms of
+output — about 1.3× the Silero VAD's time per frame (``benchmarks/echo.py``: p50 0.28 ms per
+20 ms frame against Silero's 0.21 ms on the loaded 2-vCPU VM), so it runs inline on the loop.
+
+Wiring (the engine): ``guard.played(frame, now)`` where the pacer sends a response's audio;
+``judgement = guard.judge(pcm, now)`` first thing for every microphone frame; the VAD's events
+and voiced flag go through ``gate.feed(events, voiced, judgement)`` and ``gate.voiced`` before
+they reach the coordinator; ``gate.reset()`` wherever the VAD is reset; ``guard.stop(now)`` when a
+response is interrupted (its playback is cleared); ``guard.pause(now)``/``guard.resume(now)``
+when an answer is held and resumed; ``guard.reset()`` only for a new audio path.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from plugins.audio import INPUT_SAMPLE_RATE, PCM
+from plugins.contracts import VADEvent, VADEventKind
+
+Floats = npt.NDArray[np.float64]
+
+HOP_MS = 10
+"""Spacing of the output's history (and of the delays searched)."""
+STEP_MS = 20
+"""The microphone is judged every 20 ms (the engine's frame)."""
+WINDOW_MS = 32
+
+_HOP = INPUT_SAMPLE_RATE * HOP_MS // 1000
+_STEP = INPUT_SAMPLE_RATE * STEP_MS // 1000
+_FULL_SCALE = 32768.0**2
+_POWER_FLOOR = 1e-11 * _FULL_SCALE
+"""-110 dBFS: keeps logarithms finite."""
+_OUTPUT_FLOOR = 10 ** (-75 / 10) * _FULL_SCALE
+"""Output band powers are compressed above this floor before they are correlated."""
+_AUDIBLE = 1e-8 * _FULL_SCALE
+"""Output quieter than this (-80 dBFS over the bands) cannot leave an echo worth judging."""
+_GAIN_MIN_POWER = 1e-7 * _FULL_SCALE
+"""A band's echo gain learns only while the output in it is above -70 dBFS."""
+_WARM_UP_STEPS = 15
+"""Correlation averages need this many steps before a lag may lock."""
+_NEIGHBOURS = 2
+"""The echo bound takes the loudest output within ±2 hops of the locked lag."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EchoSettings:
+    """Settings of ``EchoGuard`` (see the module's rules)."""
+
+    output_sample_rate: int = 24_000
+    max_delay_ms: int = 400
+    """Longest echo delay searched (devices, the client's buffer, the network, the room)."""
+    ahead_ms: int = 2_000
+    """Output kept in front of the microphone (the pacer sends at most ``playout_lead_ms``)."""
+    bands: int = 24
+    low_hz: float = 200.0
+    high_hz: float = 7_000.0
+    margin_db: float = 6.0
+    """Headroom of the echo bound over the echo gain times the output's envelope."""
+    distortion_db: float = -30.0
+    """Floor of the echo bound in every band, relative to its loudest band (a speaker's
+    distortion puts some of the loud bands' energy everywhere)."""
+    reverb_decay_db_per_s: float = 200.0
+    """How fast the output's envelope decays after it stops (a room's tail; 60 dB in 0.3 s)."""
+    near_end_db: float = 1.0
+    """Mean excess over the echo bound, across bands, that makes a frame near-end."""
+    correlation_tau_ms: float = 1_000.0
+    jump_tau_ms: float = 250.0
+    """Time constant of the fast correlation that notices a delay jump (a playback stall)."""
+    lock_correlation: float = 0.4
+    lock_contrast: float = 0.2
+    release_correlation: float = 0.2
+    acquire_ms: float = 1_000.0
+    """Audible output this long without a lock means there is no echo to guard against."""
+    stop_margin_ms: float = 100.0
+    """Output still played after ``stop`` (the clear takes a network trip to the client)."""
+
+    def __post_init__(self) -> None:
+        if self.output_sample_rate <= 0 or self.output_sample_rate % (1000 // HOP_MS):
+            raise ValueError(
+                f"EchoSettings.output_sample_rate must be a positive multiple of 100, "
+                f"got {self.output_sample_rate}"
+            )
+        if not 0 <= self.max_delay_ms <= 2_000:
+            raise ValueError(f"EchoSettings.max_delay_ms must be 0..2000, got {self.max_delay_ms}")
+        if self.ahead_ms < 0:
+            raise ValueError("EchoSettings.ahead_ms must be >= 0")
+        if not 0 < self.low_hz < self.high_hz <= INPUT_SAMPLE_RATE / 2:
+            raise ValueError("EchoSettings needs 0 < low_hz < high_hz <= 8000")
+        if self.high_hz > self.output_sample_rate / 2:
+            raise ValueError("EchoSettings.high_hz is above the output's Nyquist frequency")
+        if self.bands < 4:
+            raise ValueError("EchoSettings.bands must be >= 4")
+
+
+@dataclass(frozen=True, slots=True)
+class EchoJudgement:
+    """What the guard made of one microphone frame."""
+
+    samples: int
+    """Length of the frame judged."""
+    reference: bool
+    """Output was audible within the delay range: this frame may hold echo."""
+    near_end: bool
+    """There is sound the echo does not explain (always True without ``reference``)."""
+    delay_ms: float | None
+    """The locked echo delay on the guard's timeline (None: no lock)."""
+    echo_dbfs: float
+    """Level of the echo bound over the bands (-100: none)."""
+    residual_db: float
+    """Microphone energy above the echo bound, relative to the microphone's (0: none of it is
+    explained by echo, -100: all of it)."""
+    excess_db: float
+    """Mean excess over the echo bound across bands (compared with ``near_end_db``)."""
+
+
+_NO_ECHO = EchoJudgement(0, False, True, None, -100.0, 0.0, 0.0)
+
+
+def _mel(hz: Floats) -> Floats:
+    return 2595.0 * np.log10(1.0 + hz / 700.0)
+
+
+def _band_matrix(rate: int, size: int, edges: Floats, window: Floats) -> Floats:
+    """(bins, bands) sums of |X|² per band, scaled so that a signal has the same band power
+    whatever the sample rate and window."""
+    freqs = np.fft.rfftfreq(size, 1.0 / rate)
+    matrix = np.zeros((freqs.size, edges.size - 1))
+    for band in range(edges.size - 1):
+        matrix[(freqs >= edges[band]) & (freqs < edges[band + 1]), band] = 1.0
+    return matrix * (2.0 / (size * float(np.sum(window * window))))
+
+
+def _dbfs(power: float) -> float:
+    return 10.0 * math.log10(power / _FULL_SCALE) if power > 0 else -100.0
+
+
+class EchoGuard:
+    """Judges microphone frames against the output sent (one per session; Rules 1–4)."""
+
+    def __init__(self, settings: EchoSettings | None = None) -> None:
+        self.settings = s = settings or EchoSettings()
+        hz = np.linspace(_mel(np.array(s.low_hz)), _mel(np.array(s.high_hz)), s.bands + 1)
+        edges = 700.0 * (10.0 ** (hz / 2595.0) - 1.0)
+        self._out_window_len = round(WINDOW_MS * s.output_sample_rate / 1000)
+        self._out_window = np.hanning(self._out_window_len)
+        self._out_bands = _band_matrix(
+            s.output_sample_rate, self._out_window_len, edges, self._out_window
+        )
+        self._out_taps = np.arange(self._out_window_len)
+        self._out_hop = s.output_sample_rate * HOP_MS // 1000
+        mic_window_len = INPUT_SAMPLE_RATE * WINDOW_MS // 1000
+        self._mic_window = np.hanning(mic_window_len)
+        self._mic_bands = _band_matrix(INPUT_SAMPLE_RATE, mic_window_len, edges, self._mic_window)
+        self._lags = s.max_delay_ms // HOP_MS + 1
+        self._middle = self._lags // 2  # the median lag's index once partitioned
+        self._ring = self._lags + 2 * _NEIGHBOURS + s.ahead_ms // HOP_MS + 1
+        self._decay = 10.0 ** (-s.reverb_decay_db_per_s * HOP_MS / 1000 / 10)
+        self._margin = 10.0 ** (s.margin_db / 10)
+        self._spread = 10.0 ** (s.distortion_db / 10)
+        self._near_end = s.near_end_db / 10.0  # in log10 units
+        self._tau = 1.0 - math.exp(-STEP_MS / s.correlation_tau_ms)
+        self._taus = np.array(
+            [[self._tau], [1.0 - math.exp(-STEP_MS / s.jump_tau_ms)]], dtype=np.float64
+        )
+        self._hop_tau = 1.0 - math.exp(-HOP_MS / s.correlation_tau_ms)
+        self._acquire_steps = math.ceil(s.acquire_ms / STEP_MS)
+        self._offsets = np.arange(-self._lags + 1 - _NEIGHBOURS, _NEIGHBOURS + 1)
+        self._lag_range = np.arange(self._lags)
+        self.reset()
+
+    # ------------------------------------------------------------ state
+
+    def reset(self) -> None:
+        """Forget everything: the output, the delay, the gains (a new audio path)."""
+        bands, ring = self.settings.bands, self._ring
+        self._envelope: Floats = np.zeros((ring, bands))
+        self._powers: Floats = np.zeros((ring, bands))
+        self._held: tuple[Floats, Floats] | None = None  # hop powers, raw tail (a paused answer)
+        self._features: Floats = np.zeros((ring, bands))
+        self._out_mean: Floats | None = None
+        self._written = -1  # last hop whose band powers are in the ring
+        self._out_end = -math.inf  # where the scheduled output ends, in hops
+        self._raw: Floats = np.zeros(0)
+        self._mic_position = 0
+        self._mic_now: float | None = None
+        self._mic_frame: Floats = np.zeros(self._mic_window.size)
+        self._mic_pending: Floats = np.zeros(0)
+        self._mic_mean: Floats | None = None
+        self._noise: Floats | None = None
+        # Correlation averages, row 0 slow (the lock), row 1 fast (a delay that jumped).
+        self._products: Floats = np.zeros((2, self._lags))
+        self._mic_energy: Floats = np.zeros((2, 1))
+        self._out_energy: Floats = np.zeros((2, self._lags))
+        self._candidate: int | None = None
+        self._jumped = False
+        self._steps_heard = 0  # steps with audible output (warm-up and acquisition)
+        self._gains: Floats = np.zeros(bands)  # log10 echo gain per band
+        self._gain_updates = np.zeros(bands)
+        self.delay_hops: int | None = None
+        self._last = _NO_ECHO
+
+    @property
+    def delay_ms(self) -> float | None:
+        return None if self.delay_hops is None else float(self.delay_hops * HOP_MS)
+
+    # ------------------------------------------------------------ output
+
+    def played(self, pcm: PCM, now: float) -> None:
+        """Output audio (at ``output_sample_rate``) sent to the client at ``now``."""
+        if pcm.size == 0:
+            return
+        now_hop = self._hop_at(now)
+        if self._out_end < now_hop:
+            # The client's buffer ran dry (or this is the first output): the frame plays now.
+            start = math.ceil(now_hop)
+            self._silence_until(start)
+            self._raw = np.zeros(self._out_window_len)
+        self._raw = np.concatenate((self._raw, pcm.astype(np.float64)))
+        hops = (self._raw.size - self._out_window_len) // self._out_hop
+        if hops > 0:
+            starts = (np.arange(hops) + 1) * self._out_hop
+            windows = self._raw[starts[:, None] + self._out_taps]
+            spectrum = np.fft.rfft(windows * self._out_window)
+            self._write_hops((spectrum.real**2 + spectrum.imag**2) @ self._out_bands)
+            self._raw = self._raw[hops * self._out_hop :]
+        self._out_end = self._written + (self._raw.size - self._out_window_len) / self._out_hop
+
+    def stop(self, now: float) -> None:
+        """The client was told to clear its playback: forget output scheduled after
+        ``now + stop_margin_ms`` (what already played still echoes)."""
+        self._held = None
+        self._cut(math.ceil(self._hop_at(now) + self.settings.stop_margin_ms / HOP_MS))
+
+    def pause(self, now: float) -> None:
+        """The client was told to pause its playback and keep its buffer (a held answer):
+        output scheduled after ``now`` waits for ``resume``; what plays until the client has
+        paused (``stop_margin_ms``) is kept where it is as well (Rule 2)."""
+        start = math.floor(self._hop_at(now))
+        first = max(start + 1, self._written - self._ring + 1)
+        rows = np.arange(first, self._written + 1) % self._ring
+        tail = self._raw[self._out_window_len :].copy()
+        self._held = (self._powers[rows].copy(), tail)
+        self._cut(math.ceil(self._hop_at(now) + self.settings.stop_margin_ms / HOP_MS))
+
+    def resume(self, now: float) -> None:
+        """The client plays on from where it paused: the output held by ``pause`` plays now."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        powers, tail = held
+        self._silence_until(max(math.ceil(self._hop_at(now)), self._written))
+        if powers.size:
+            self._write_hops(powers)
+        self._raw = np.concatenate((np.zeros(self._out_window_len), tail))
+        self._out_end = self._written + tail.size / self._out_hop
+
+    def _cut(self, cut: int) -> None:
+        """Forget the output scheduled after hop ``cut``."""
+        if self._out_end <= cut:
+            return
+        if self._written > cut:
+            self._written = cut  # the hops after it no longer count (Rule 2)
+            self._raw = np.zeros(self._out_window_len)
+        else:
+            self._raw = self._raw[: self._out_window_len + (cut - self._written) * self._out_hop]
+        self._out_end = self._written + (self._raw.size - self._out_window_len) / self._out_hop
+
+    def _hop_at(self, now: float) -> float:
+        """``now`` on the timeline, in hops (Rule 1)."""
+        position = float(self._mic_position)
+        if self._mic_now is not None:
+            position += max(0.0, now - self._mic_now) * INPUT_SAMPLE_RATE
+        return position / _HOP
+
+    def _silence_until(self, hop: int) -> None:
+        """Hops up to ``hop`` had no output: the envelope decays, the features are silence."""
+        count = hop - self._written
+        if count <= 0:
+            return
+        ring, written = self._ring, self._written
+        if count >= ring:
+            self._envelope[:] = 0.0
+            self._features[:] = 0.0
+            self._powers[:] = 0.0
+        else:
+            rows = (written + 1 + np.arange(count)) % ring
+            decay = self._decay ** (1.0 + np.arange(count))
+            self._envelope[rows] = self._envelope[written % ring] * decay[:, None]
+            self._powers[rows] = 0.0
+            mean = self._out_mean if self._out_mean is not None else math.log10(_OUTPUT_FLOOR)
+            self._features[rows] = math.log10(_OUTPUT_FLOOR) - mean
+        self._written = hop
+
+    def _write_hops(self, powers: Floats) -> None:
+        """Append the band powers of consecutive hops (rows of ``powers``) to the ring."""
+        for first in range(0, powers.shape[0], 64):  # 64 hops: decay**64 stays far from 0
+            self._write_some_hops(powers[first : first + 64])
+
+    def _write_some_hops(self, powers: Floats) -> None:
+        count = powers.shape[0]
+        rows = (self._written + 1 + np.arange(count)) % self._ring
+        self._powers[rows] = powers
+        # envelope[h] = max(power[h], decay * envelope[h - 1]), as a running maximum.
+        scale = self._decay ** np.arange(count + 1, dtype=np.float64)[:, None]
+        previous = self._envelope[self._written % self._ring]
+        scaled = np.vstack((previous, powers / scale[1:]))
+        self._envelope[rows] = (np.maximum.accumulate(scaled, axis=0) * scale)[1:]
+        log_powers = np.log10(powers + _OUTPUT_FLOOR)
+        if self._out_mean is None:
+            self._out_mean = log_powers[0].copy()
+        mean = self._out_mean
+        self._features[rows] = log_powers - mean
+        audible = powers.sum(axis=1) > 100.0 * _OUTPUT_FLOOR
+        if audible.any():  # the running mean moves once per call (≤ a few hops)
+            weight = 1.0 - (1.0 - self._hop_tau) ** int(audible.sum())
+            mean += weight * (log_powers[audible].mean(axis=0) - mean)
+        self._written += count
+
+    # ------------------------------------------------------------ microphone
+
+    def judge(self, pcm: PCM, now: float) -> EchoJudgement:
+        """Judge one microphone frame (16 kHz, any length) heard at ``now``."""
+        self._mic_now = now
+        pending = np.concatenate((self._mic_pending, pcm.astype(np.float64)))
+        steps = pending.size // _STEP
+        if steps == 0:
+            self._mic_pending = pending
+            return _with_samples(self._last, pcm.size)
+        judged = [self._step(pending[i * _STEP : (i + 1) * _STEP]) for i in range(steps)]
+        self._mic_pending = pending[steps * _STEP :]
+        if steps == 1:
+            self._last = judged[0]
+        else:  # a long frame: near-end when most of its steps are
+            near = sum(j.near_end for j in judged) * 2 >= steps
+            loudest = max(judged, key=lambda j: j.excess_db)
+            self._last = EchoJudgement(
+                0,
+                any(j.reference for j in judged),
+                near,
+                judged[-1].delay_ms,
+                loudest.echo_dbfs,
+                loudest.residual_db,
+                loudest.excess_db,
+            )
+        return _with_samples(self._last, pcm.size)
+
+    def _step(self, samples: Floats) -> EchoJudgement:
+        step = _STEP
+        frame = self._mic_frame
+        frame[:-step] = frame[step:]
+        frame[-step:] = samples
+        self._mic_position += step
+        spectrum = np.fft.rfft(frame * self._mic_window)
+        mic = (spectrum.real**2 + spectrum.imag**2) @ self._mic_bands
+        noise = self._track_noise(mic)
+        log_mic = np.log10(mic + noise)
+        if self._mic_mean is None:
+            self._mic_mean = log_mic.copy()
+        self._mic_mean += self._tau * (log_mic - self._mic_mean)
+
+        hop = self._mic_position // _HOP
+        hops = hop + self._offsets  # oldest first: lag max+neighbours … −neighbours
+        written = self._written
+        envelope = self._envelope.take(hops, axis=0, mode="wrap")
+        valid: npt.NDArray[np.bool_] | None = None
+        if int(hops[0]) <= written - self._ring or int(hops[-1]) > written:
+            valid = (hops <= written) & (hops > written - self._ring)
+            envelope[~valid] = 0.0
+            future = hops > written
+            if written >= 0:
+                # Past the end of the output: its room tail (Rule 4).
+                tail = self._decay ** (hops[future] - written).astype(np.float64)
+                envelope[future] = self._envelope[written % self._ring] * tail[:, None]
+        in_range = envelope[_NEIGHBOURS : _NEIGHBOURS + self._lags]
+        if float(in_range.sum(axis=1).max()) < _AUDIBLE:
+            return _NO_ECHO
+        self._steps_heard += 1
+        self._correlate(log_mic - self._mic_mean, hop, valid)
+
+        locked = self.delay_hops
+        if locked is None:
+            if self._steps_heard > self._acquire_steps:
+                return EchoJudgement(0, True, True, None, -100.0, 0.0, 0.0)
+            bound = in_range.max(axis=0)  # anything in range, at full level
+        else:
+            near = self._output_near(envelope, locked)
+            candidate = self._candidate
+            if candidate is None:
+                self._learn_gains(mic, near)
+            else:
+                # The delay may have jumped: the echo may come from either lag.
+                other = self._output_near(envelope, candidate)
+                self._learn_gains(mic, other if self._jumped else near)
+                near = np.maximum(near, other)
+            bound = near * 10.0**self._gains
+            # A speaker's distortion spreads the loudest band's energy to the others.
+            bound = np.maximum(bound, self._spread * float(bound.max()))
+        threshold = self._margin * bound + 2.0 * noise
+        excess = float(np.maximum(np.log10((mic + _POWER_FLOOR) / threshold), 0.0).mean())
+        mic_power = float(mic.sum())
+        above = float(np.maximum(mic - threshold, 0.0).sum())
+        residual = 10.0 * math.log10(above / mic_power) if above > 0 and mic_power > 0 else -100.0
+        return EchoJudgement(
+            0,
+            True,
+            excess >= self._near_end,
+            self.delay_ms,
+            _dbfs(float(bound.sum())),
+            residual,
+            10.0 * excess,
+        )
+
+    def _track_noise(self, mic: Floats) -> Floats:
+        """Per-band noise floor: follows dips at once, rises by ≈ 2 dB/s."""
+        if self._noise is None:
+            self._noise = np.maximum(mic, _POWER_FLOOR)
+        noise = self._noise
+        self._noise = np.maximum(
+            np.where(mic < noise, 0.7 * noise + 0.3 * mic, noise * 1.01), _POWER_FLOOR
+        )
+        return self._noise
+
+    def _correlate(self, mic: Floats, hop: int, valid: npt.NDArray[np.bool_] | None) -> None:
+        """Rule 3: update the per-lag correlations and the lock (``valid``: which of the hops
+        around ``hop`` hold output, None for all)."""
+        lagged = self._features.take(hop - self._lag_range, axis=0, mode="wrap")
+        if valid is not None:
+            lagged[~valid[_NEIGHBOURS : _NEIGHBOURS + self._lags][::-1]] = 0.0
+        taus = self._taus
+        self._products += taus * (lagged @ mic - self._products)
+        self._mic_energy += taus * (float(mic @ mic) - self._mic_energy)
+        self._out_energy += taus * ((lagged * lagged).sum(axis=1) - self._out_energy)
+        if self._steps_heard < _WARM_UP_STEPS:
+            return
+        correlations = self._products / np.sqrt(self._mic_energy * self._out_energy + 1e-12)
+        slow, fast = correlations
+        self._relock(slow)
+        locked = self.delay_hops
+        best = int(np.argmax(fast))
+        self._candidate = None
+        self._jumped = False
+        if locked is not None and best != locked and self._lockable(fast, best):
+            self._candidate = best
+            self._jumped = float(fast[best]) > float(fast[locked])
+
+    def _lockable(self, correlation: Floats, lag: int) -> bool:
+        peak = float(correlation[lag])
+        settings = self.settings
+        return (
+            peak >= settings.lock_correlation
+            and peak - float(np.partition(correlation, self._middle)[self._middle])
+            >= settings.lock_contrast
+        )
+
+    def _relock(self, correlation: Floats) -> None:
+        """Rule 3 on the slow correlations."""
+        locked = self.delay_hops
+        if locked is not None and float(correlation[locked]) < self.settings.release_correlation:
+            self.delay_hops = locked = None
+        best = int(np.argmax(correlation))
+        if best == locked:
+            return
+        if locked is not None and float(correlation[best]) <= float(correlation[locked]) + 0.05:
+            return  # another lag takes over only when it is clearly better
+        if self._lockable(correlation, best):
+            self.delay_hops = best
+
+    def _output_near(self, envelope: Floats, lag: int) -> Floats:
+        """The loudest output envelope within ±``_NEIGHBOURS`` hops of ``lag``."""
+        centre = self._lags - 1 + _NEIGHBOURS - lag
+        return np.asarray(envelope[centre - _NEIGHBOURS : centre + _NEIGHBOURS + 1].max(axis=0))
+
+    def _learn_gains(self, mic: Floats, output: Floats) -> None:
+        """Running median of log10(mic / output) per band, with a step that starts large."""
+        loud = output > _GAIN_MIN_POWER
+        if not loud.any():
+            return
+        ratio = np.log10(mic[loud] + _POWER_FLOOR) - np.log10(output[loud])
+        updates = self._gain_updates[loud] + 1.0
+        self._gain_updates[loud] = updates
+        step = np.maximum(0.05, 0.5 / np.sqrt(updates))
+        gains = self._gains[loud]
+        self._gains[loud] = gains + step * np.sign(ratio - gains)
+
+
+def _with_samples(judgement: EchoJudgement, samples: int) -> EchoJudgement:
+    return EchoJudgement(
+        samples,
+        judgement.reference,
+        judgement.near_end,
+        judgement.delay_ms,
+        judgement.echo_dbfs,
+        judgement.residual_db,
+        judgement.excess_db,
+    )
+
+
+# ---------------------------------------------------------------- the gate
+
+
+class GateState(enum.Enum):
+    QUIET = "quiet"
+    ECHO = "echo"
+    OPEN = "open"
+
+
+class GateTrigger(enum.Enum):
+    VAD_START_NEAR = "vad_start_near"
+    VAD_START_ECHO = "vad_start_echo"
+    CONFIRMED = "confirmed"
+    RELEASED = "released"
+    VAD_END = "vad_end"
+
+
+_S, _T = GateState, GateTrigger
+GATE_TRANSITIONS: dict[tuple[GateState, GateTrigger], GateState] = {
+    (_S.QUIET, _T.VAD_START_NEAR): _S.OPEN,
+    (_S.QUIET, _T.VAD_START_ECHO): _S.ECHO,
+    (_S.ECHO, _T.CONFIRMED): _S.OPEN,
+    (_S.ECHO, _T.VAD_END): _S.QUIET,
+    (_S.OPEN, _T.RELEASED): _S.ECHO,
+    (_S.OPEN, _T.VAD_END): _S.QUIET,
+}
+del _S, _T
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    start: int
+    samples: int
+    near: bool
+    reference: bool
+
+
+class EchoGate:
+    """VAD decisions with the echo taken out, for the coordinator (Rule 5).
+
+    Positions are the VAD's (samples fed to it, counting on through its resets): ``feed`` must be
+    called once for every frame the VAD processes, with that frame's judgement.
+    """
+
+    def __init__(
+        self,
+        *,
+        confirm_ms: float = 120.0,
+        confirm_window_ms: float = 200.0,
+        release_ms: float = 400.0,
+    ) -> None:
+        self.confirm_ms = confirm_ms
+        self.confirm_window_ms = confirm_window_ms
+        self.release_ms = release_ms
+        self._position = 0
+        self._history: deque[_Frame] = deque()
+        self._history_ms = max(confirm_window_ms, 2_000.0)
+        self.state = GateState.QUIET
+        self._speech_at = 0  # where the VAD's current speech began
+        self._last_near_end: int | None = None
+        self.voiced = False
+        """The voiced flag for the coordinator: the VAD's, on near-end frames only."""
+
+    def reset(self) -> None:
+        """The VAD was reset: its speech state is gone (positions keep counting)."""
+        self.state = GateState.QUIET
+        self._history.clear()
+        self._last_near_end = None
+        self.voiced = False
+
+    def feed(
+        self, events: Sequence[VADEvent], voiced: bool, judgement: EchoJudgement
+    ) -> list[VADEvent]:
+        """One frame: the VAD's events and voiced flag for it, and the guard's judgement of it.
+        Returns the events the coordinator should see."""
+        start = self._position
+        samples = judgement.samples
+        self._position += samples
+        near = voiced and judgement.near_end
+        self.voiced = near
+        self._remember(_Frame(start, samples, near, judgement.reference))
+        out: list[VADEvent] = []
+        if near:
+            self._last_near_end = self._position
+        for event in events:
+            at = round(event.at_ms * INPUT_SAMPLE_RATE / 1000.0)
+            if event.kind is VADEventKind.SPEECH_START:
+                if self.state is not GateState.QUIET:
+                    continue  # cannot happen with a VAD that alternates; ignore
+                self._speech_at = at
+                if self._passes(at):
+                    self._move(GateTrigger.VAD_START_NEAR)
+                    out.append(event)
+                else:
+                    self._move(GateTrigger.VAD_START_ECHO)
+            elif self.state is not GateState.QUIET:
+                opened = self.state is GateState.OPEN
+                self._move(GateTrigger.VAD_END)
+                if opened:
+                    out.append(event)
+        if self.state is GateState.ECHO:
+            first = self._confirmed()
+            if first is not None:
+                self._move(GateTrigger.CONFIRMED)
+                out.append(VADEvent(VADEventKind.SPEECH_START, _ms(first)))
+        elif self.state is GateState.OPEN and judgement.reference:
+            last = self._last_near_end
+            if last is None or _ms(self._position - last) >= self.release_ms:
+                self._move(GateTrigger.RELEASED)
+                end = last if last is not None else start
+                out.append(VADEvent(VADEventKind.SPEECH_END, _ms(end)))
+        return out
+
+    def _remember(self, frame: _Frame) -> None:
+        history = self._history
+        history.append(frame)
+        horizon = frame.start + frame.samples - self._history_ms * INPUT_SAMPLE_RATE / 1000.0
+        while history and history[0].start + history[0].samples < horizon:
+            history.popleft()
+
+    def _passes(self, at: int) -> bool:
+        """A VAD speech start at ``at`` is near-end speech: echo-free, or confirmed."""
+        since = [f for f in self._history if f.start + f.samples > at]
+        if not any(f.reference for f in since):
+            return True
+        return _ms(sum(f.samples for f in since if f.near)) >= self.confirm_ms
+
+    def _confirmed(self) -> int | None:
+        """Start of the first near frame, if near frames within the confirmation window (and
+        inside the VAD's speech) add up to ``confirm_ms``."""
+        window_start = self._position - self.confirm_window_ms * INPUT_SAMPLE_RATE / 1000.0
+        near = [
+            f
+            for f in self._history
+            if f.near and f.start >= window_start and f.start + f.samples > self._speech_at
+        ]
+        if _ms(sum(f.samples for f in near)) < self.confirm_ms:
+            return None
+        return max(near[0].start, self._speech_at)
+
+    def _move(self, trigger: GateTrigger) -> None:
+        target = GATE_TRANSITIONS.get((self.state, trigger))
+        if target is None:
+            raise RuntimeError(f"echo gate: {trigger.value} is not allowed in {self.state.value}")
+        self.state = target
+        if trigger in (GateTrigger.CONFIRMED, GateTrigger.VAD_START_NEAR):
+            self._last_near_end = self._position
+
+
+def _ms(samples: float) -> float:
+    return samples * 1000.0 / INPUT_SAMPLE_RATE
+
+
+__all__ = [
+    "GATE_TRANSITIONS",
+    "EchoGate",
+    "EchoGuard",
+    "EchoJudgement",
+    "EchoSettings",
+    "GateState",
+    "GateTrigger",
+]
