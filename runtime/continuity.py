@@ -50,7 +50,14 @@ from journal.amendments import apply_amendments
 from journal.events import EventKind, JournalEvent, ThreadRef
 from pipeline.events import SessionResumed
 from runtime.accounts import Principal
-from runtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart, encode_event
+from runtime.protocol import (
+    CloseCode,
+    ErrorCode,
+    Refused,
+    SessionResume,
+    SessionStart,
+    encode_event,
+)
 from runtime.resume import VoiceSessionRecord
 from runtime.roles import Role
 
@@ -65,15 +72,8 @@ RECONCILE_MAX_ITEMS = 50
 """At most this many (the latest) items go into a reconcile; ``complete`` says if cut."""
 
 
-class ContinuityRefused(Exception):
+class ContinuityRefused(Refused):
     """A continuation or resume is refused: send ``error_code``/``message``, then close."""
-
-    def __init__(self, error_code: str, message: str, close_code: int, close_reason: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
-        self.close_code = close_code
-        self.close_reason = close_reason
 
 
 class LiveSession(Protocol):

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from journal.errors import JournalUnavailable
 from journal.events import ThreadRef
 from knowledge.tool import make_knowledge_tool
 from pipeline import events as ev
@@ -53,7 +54,6 @@ from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
 from runtime.continuity import (
     ContinueHere,
-    ContinuityRefused,
     check_continuation,
     reconcile_from_journal,
     redeem,
@@ -83,6 +83,7 @@ from runtime.protocol import (
     OutputAudioBufferClear,
     PlaybackProgress,
     ProtocolError,
+    Refused,
     ResponseCancel,
     ResponseCreate,
     SessionClose,
@@ -92,6 +93,7 @@ from runtime.protocol import (
     check_audio,
     decode_append,
     parse_client_message,
+    unauthorized,
 )
 from runtime.resume import VoiceSessionRecord
 from runtime.roles import Role
@@ -193,8 +195,12 @@ class VoiceSession:
         self._task = asyncio.current_task()
         try:
             if any(key in ws.query_params for key in _SECRET_QUERY_KEYS):
-                self._error(ErrorCode.TOKEN_IN_URL, "credentials are never sent in the URL")
-                raise _Close(CloseCode.FORBIDDEN, "credentials in the URL")
+                raise Refused(
+                    ErrorCode.TOKEN_IN_URL,
+                    "credentials are never sent in the URL",
+                    CloseCode.FORBIDDEN,
+                    "credentials in the URL",
+                )
             self.principal = await self.services.authenticate_header(
                 ws.headers.get("authorization"), realtime=True
             )
@@ -204,9 +210,7 @@ class VoiceSession:
                     key.removeprefix(_KEY_PROTOCOL), realtime=True
                 )
             if not first_message:
-                if self.principal is None:
-                    self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
-                    raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
+                self._authenticated()
                 await self._start(
                     SessionStart(
                         type="openrealtime.session.start",
@@ -227,8 +231,8 @@ class VoiceSession:
                 # Continued from the journal: this object is the session now.
             else:
                 await self._start(first)
-        except _Close as c:
-            await self._close_connection(ws, c)
+        except (Refused, _Close) as e:
+            await self._close_connection(ws, self._refusal(e) if isinstance(e, Refused) else e)
             await self.shutdown()
             return
         except WebSocketDisconnect:
@@ -391,8 +395,20 @@ class VoiceSession:
             return session
         return None
 
-    def _refused(self, refused: ContinuityRefused) -> _Close:
-        self._error(refused.error_code, refused.message)
+    def _authenticated(self) -> Principal:
+        if self.principal is None:
+            raise unauthorized()
+        return self.principal
+
+    def _refusal(self, refused: Refused) -> _Close:
+        """Send the refusal's error event; the close that follows (4009 instead when this was
+        one error too many)."""
+        try:
+            self._error(
+                refused.error_code, refused.message, param=refused.param, event_id=refused.event_id
+            )
+        except _Close as too_many:
+            return too_many
         return _Close(refused.close_code, refused.close_reason)
 
     async def _redeem(self, resume: SessionResume) -> VoiceSession | None:
@@ -400,15 +416,8 @@ class VoiceSession:
         object has continued the session from the journal instead."""
         if resume.token is not None:
             self.principal = await self.services.authenticate(resume.token, realtime=True)
-        if self.principal is None:
-            self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
-            raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
-        try:
-            outcome = await redeem(
-                self.services, self.principal, resume, live=self._live, this=self
-            )
-        except ContinuityRefused as refused:
-            raise self._refused(refused) from None
+        principal = self._authenticated()
+        outcome = await redeem(self.services, principal, resume, live=self._live, this=self)
         self._fresh_token = outcome.fresh_token
         if isinstance(outcome, ContinueHere):
             await self._continue_from_journal(outcome, resume.last_seq)
@@ -463,26 +472,22 @@ class VoiceSession:
     # ------------------------------------------------------------ start
 
     async def _await_start(self) -> SessionStart | SessionResume:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.services.settings.start_timeout_s
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise _Close(CloseCode.START_TIMEOUT, "no openrealtime.session.start in time")
-            try:
-                data = await asyncio.wait_for(self._receive(), remaining)
-            except TimeoutError:
-                raise _Close(
-                    CloseCode.START_TIMEOUT, "no openrealtime.session.start in time"
-                ) from None
-            try:
-                message = parse_client_message(data, self.limits)
-            except ProtocolError as e:
-                self._protocol_error(e)
-                continue
-            if isinstance(message, SessionStart | SessionResume):
-                return message
-            self._error(ErrorCode.SESSION_NOT_STARTED, "send openrealtime.session.start first")
+        try:
+            async with asyncio.timeout(self.services.settings.start_timeout_s):
+                while True:
+                    data = await self._receive()
+                    try:
+                        message = parse_client_message(data, self.limits)
+                    except ProtocolError as e:
+                        self._protocol_error(e)
+                        continue
+                    if isinstance(message, SessionStart | SessionResume):
+                        return message
+                    self._error(
+                        ErrorCode.SESSION_NOT_STARTED, "send openrealtime.session.start first"
+                    )
+        except TimeoutError:
+            raise _Close(CloseCode.START_TIMEOUT, "no openrealtime.session.start in time") from None
 
     def _initial_config(self, role: Role, extensions: Extensions) -> SessionConfig:
         return SessionConfig(
@@ -495,17 +500,15 @@ class VoiceSession:
         services = self.services
         if start.token is not None:
             self.principal = await services.authenticate(start.token, realtime=True)
-        if self.principal is None:
-            self._error(ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
-            raise _Close(CloseCode.UNAUTHORIZED, "unauthorized")
-        principal = self.principal
+        principal = self._authenticated()
         limit = services.settings.max_live_sessions_per_user
         if services.live_sessions_of(principal) >= limit:
-            self._error(
+            raise Refused(
                 ErrorCode.TOO_MANY_SESSIONS,
                 f"you already have {limit} live voice sessions (max_live_sessions_per_user)",
+                CloseCode.TOO_MANY_SESSIONS,
+                "too many live sessions",
             )
-            raise _Close(CloseCode.TOO_MANY_SESSIONS, "too many live sessions")
         self.outbox.extensions = start.extensions
         bound = principal.bound_role_id
         model = start.model
@@ -513,33 +516,44 @@ class VoiceSession:
             # A client secret's role wins; a first message naming another is refused (GA
             # SDKs always send some model name, so theirs is not held against them).
             if model is not None and not self._ga and not principal.may_use_role(model):
-                self._error(ErrorCode.ROLE_MISMATCH, "this client secret is bound to another role")
-                raise _Close(CloseCode.FORBIDDEN, "role mismatch")
+                raise Refused(
+                    ErrorCode.ROLE_MISMATCH,
+                    "this client secret is bound to another role",
+                    CloseCode.FORBIDDEN,
+                    "role mismatch",
+                )
             model = bound
         if start.requested_thread_id is None:
             role = await self._role_for(
                 model, strict=bound is not None or start.model is not None and not self._ga
             )
             if role is None:
-                self._error(ErrorCode.ROLE_NOT_FOUND, f"no role {model!r}")
-                raise _Close(CloseCode.FORBIDDEN, "role not found")
+                raise Refused(
+                    ErrorCode.ROLE_NOT_FOUND,
+                    f"no role {model!r}",
+                    CloseCode.FORBIDDEN,
+                    "role not found",
+                )
             thread = ThreadRef(principal.tenant, principal.user, f"th_{uuid.uuid4().hex}")
             await services.threads.create(thread.tenant, thread.user, thread.thread_id, role.id)
         else:
-            try:
-                thread, role = await check_continuation(
-                    services, principal, start.model_copy(update={"model": model})
-                )
-            except ContinuityRefused as refused:
-                raise self._refused(refused) from None
+            thread, role = await check_continuation(
+                services, principal, start.model_copy(update={"model": model})
+            )
         self.role = role
         config = self._initial_config(role, start.extensions)
         if start.session is not None:
             try:
                 config = apply_update(config, start.session, event_id=start.event_id)
             except ProtocolError as e:
-                self._protocol_error(e)
-                raise _Close(CloseCode.FORBIDDEN, "invalid session configuration") from None
+                raise Refused(
+                    e.code,
+                    e.message,
+                    CloseCode.FORBIDDEN,
+                    "invalid session configuration",
+                    param=e.param,
+                    event_id=e.event_id,
+                ) from None
         self.config = config
         self._inbound = InboundAudio(config.input_format)
         self._build_engine(thread, role)
@@ -883,7 +897,7 @@ class VoiceSession:
     def _journal_outage(self, reason: str) -> None:
         self.outbox.send(
             ev.error(
-                "journal_unavailable",
+                JournalUnavailable.code,
                 f"conversation history is not being saved right now ({reason}); "
                 "it is kept and retried",
                 server=True,
