@@ -377,8 +377,7 @@ class VoiceSession:
         self._closed = True
         if self._expiry is not None:
             self._expiry.cancel()
-        if self.services.live_sessions.get(self.id) is self:
-            del self.services.live_sessions[self.id]
+        self.services.live_sessions.remove(self)
         if self.engine is not None:
             await self.engine.close()
         await self.journal.close()
@@ -387,13 +386,6 @@ class VoiceSession:
     async def _close_connection(self, ws: WebSocket, close: _Close) -> None:
         with contextlib.suppress(Exception):
             await ws.close(close.code, close.reason)
-
-    def _live(self, session_id: str) -> VoiceSession | None:
-        """The open session live in this process under ``session_id``, if any."""
-        session = self.services.live_sessions.get(session_id)
-        if isinstance(session, VoiceSession) and not session._closed:
-            return session
-        return None
 
     def _authenticated(self) -> Principal:
         if self.principal is None:
@@ -417,7 +409,8 @@ class VoiceSession:
         if resume.token is not None:
             self.principal = await self.services.authenticate(resume.token, realtime=True)
         principal = self._authenticated()
-        outcome = await redeem(self.services, principal, resume, live=self._live, this=self)
+        live = self.services.live_sessions
+        outcome = await redeem(self.services, principal, resume, live=live.lookup, this=self)
         self._fresh_token = outcome.fresh_token
         if isinstance(outcome, ContinueHere):
             await self._continue_from_journal(outcome, resume.last_seq)
@@ -436,7 +429,7 @@ class VoiceSession:
         self.role = claimed.role
         self.config = self._stored_config(claimed.role, options.get("config"))
         self._build_engine(claimed.thread, claimed.role)
-        services.live_sessions[self.id] = self
+        services.live_sessions.take_over(self)
         # The new stream goes on from what the client has; what the old one sent after that
         # is gone with its process and comes back as journal items instead.
         self.outbox.seq = self.outbox.acked = last_seq
@@ -502,13 +495,31 @@ class VoiceSession:
             self.principal = await services.authenticate(start.token, realtime=True)
         principal = self._authenticated()
         limit = services.settings.max_live_sessions_per_user
-        if services.live_sessions_of(principal) >= limit:
-            raise Refused(
-                ErrorCode.TOO_MANY_SESSIONS,
-                f"you already have {limit} live voice sessions (max_live_sessions_per_user)",
-                CloseCode.TOO_MANY_SESSIONS,
-                "too many live sessions",
+        with services.live_sessions.reserve(principal, limit=limit) as place:
+            thread, role, config = await self._opening(principal, start)
+            self.role = role
+            self.config = config
+            self._inbound = InboundAudio(config.input_format)
+            self._build_engine(thread, role)
+            self.resume_token = await services.resume_tokens.issue(
+                VoiceSessionRecord(
+                    self.id,
+                    thread.tenant,
+                    thread.user,
+                    thread.thread_id,
+                    role.id,
+                    options=self._stored_options(),
+                ),
+                ttl_s=services.settings.resume_ttl_s,
             )
+            place.register(self)
+        self.outbox.send(ev.SessionCreated(self._session_json()))
+
+    async def _opening(
+        self, principal: Principal, start: SessionStart
+    ) -> tuple[ThreadRef, Role, SessionConfig]:
+        """The thread (new, or the one continued), role and configuration ``start`` asks for."""
+        services = self.services
         self.outbox.extensions = start.extensions
         bound = principal.bound_role_id
         model = start.model
@@ -540,7 +551,6 @@ class VoiceSession:
             thread, role = await check_continuation(
                 services, principal, start.model_copy(update={"model": model})
             )
-        self.role = role
         config = self._initial_config(role, start.extensions)
         if start.session is not None:
             try:
@@ -554,22 +564,7 @@ class VoiceSession:
                     param=e.param,
                     event_id=e.event_id,
                 ) from None
-        self.config = config
-        self._inbound = InboundAudio(config.input_format)
-        self._build_engine(thread, role)
-        self.resume_token = await services.resume_tokens.issue(
-            VoiceSessionRecord(
-                self.id,
-                thread.tenant,
-                thread.user,
-                thread.thread_id,
-                role.id,
-                options=self._stored_options(),
-            ),
-            ttl_s=services.settings.resume_ttl_s,
-        )
-        services.live_sessions[self.id] = self
-        self.outbox.send(ev.SessionCreated(self._session_json()))
+        return thread, role, config
 
     @property
     def _ga(self) -> bool:
