@@ -428,6 +428,7 @@ class VoiceSession:
         self.outbox.extensions = Extensions.model_validate(options.get("extensions", {}))
         self.role = claimed.role
         self.config = self._stored_config(claimed.role, options.get("config"))
+        self._inbound = InboundAudio(self.config.input_format)
         self._build_engine(claimed.thread, claimed.role)
         services.live_sessions.take_over(self)
         # The new stream goes on from what the client has; what the old one sent after that
