@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Three things let a client go on where it left off; this module decides each, and
-``runtime.session.VoiceSession`` carries the decision out on its connection.
+``runtime.connection.RealtimeConnection`` carries the decision out.
 
 Rule 1 — continuation (``session.start`` with ``requested_thread_id``): allowed only when the
 thread is the caller's, the role it was started with still exists (and is the one asked for, if
@@ -24,7 +24,7 @@ concurrent resume of the same session (e.g. the client's retry) makes the handsh
 at most ``RESUME_RACE_ATTEMPTS`` times; like any later connection, it then takes over.
 
 Rule 4 — fencing order: between a successful ``claim`` and the caller registering the new copy
-in ``services.live_sessions`` there is no await (``redeem`` returns straight after the claim and
+(``LiveSessions.take_over``) there is no await (``redeem`` returns straight after the claim and
 the caller registers before its next await), so a later claim's fence always finds this copy. An
 older live copy is fenced right after the claim; a *newer* one means a later resume won, and
 this one is refused (4012).
@@ -160,8 +160,8 @@ async def redeem(
     """Rules 2–4: redeem the token; the live session to hand over to, or the claimed record to
     continue from the journal. ``this`` is the caller's own session (never fenced here).
 
-    On ``ContinueHere`` the caller must register itself in ``services.live_sessions`` before
-    its next await (rule 4)."""
+    On ``ContinueHere`` the caller must register the continued session
+    (``LiveSessions.take_over``) before its next await (rule 4)."""
     for _attempt in range(RESUME_RACE_ATTEMPTS):
         redeemed = await services.resume_tokens.redeem(
             principal, resume.session_id, resume.resume_token,
