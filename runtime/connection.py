@@ -14,7 +14,9 @@ then its close code.
 A start opens a new ``runtime.session.VoiceSession``, which adopts the outbox the handshake
 wrote its errors to (so ``seq`` numbering is one stream). A resume runs the handshake in
 ``runtime.continuity`` (which also checks continuations, RES-2). If the session is live in this
-process at the token's epoch, this connection takes it over and its outbox replays what the
+process at the token's epoch, this connection claims it (``LiveSessions.claim``, one step: of
+two resumes at once the later holds it, and the earlier is refused with ``resume_refused`` and
+4012 — or just closed with 4012 if it was answered already) and its outbox replays what the
 client missed. Otherwise the session is continued *from the journal* here: same session id,
 next epoch (a copy still held elsewhere is fenced and closes with 4012), a new engine on the
 same thread and a fresh outbox numbered on from the client's ``last_seq``. Nothing can be
@@ -55,7 +57,14 @@ from pipeline.audio_formats import AudioFormatError, InboundAudio
 from pipeline.engine import Engine, ResponseOptions
 from pipeline.items import ItemNotFound
 from runtime.accounts import Principal
-from runtime.continuity import ContinueHere, check_continuation, redeem, resumed_message
+from runtime.continuity import (
+    ContinueHere,
+    check_continuation,
+    redeem,
+    resumed_meanwhile,
+    resumed_message,
+)
+from runtime.live import Claim
 from runtime.outbox import NO_EXTENSIONS, Outbox
 from runtime.protocol import (
     Ack,
@@ -114,6 +123,8 @@ class _Close(Exception):
 class Phase(enum.Enum):
     HANDSHAKE = "handshake"
     """Until the session is opened or resumed: errors go out on the handshake's outbox."""
+    REPLAYING = "replaying"
+    """A resume was answered (``session.resumed``); the replay is going out."""
     SERVING = "serving"
     """The receive loop runs."""
     ENDED = "ended"
@@ -139,7 +150,8 @@ class RealtimeConnection:
         says whether it still holds it)."""
         self.phase = Phase.HANDSHAKE
         self._handshake = self._new_outbox()
-        """Carries the handshake's errors; a session started here adopts it."""
+        """Carries the handshake's errors (and the refusal of a resume that lost its session
+        before it was answered); a session started here adopts it."""
         self._errors = 0
         """Errors sent during the handshake; the session opened here goes on counting."""
         self._task: asyncio.Task[object] | None = None
@@ -359,29 +371,32 @@ class RealtimeConnection:
             return await self._continue_from_journal(
                 outcome, principal, resume.last_seq, outcome.fresh_token
             )
-        assert isinstance(outcome.target, VoiceSession)
-        # The handshake is over: the resumed session's outbox serves this connection from here.
-        await self._handshake.close()
-        return await self._attach(outcome.target, resume.last_seq, outcome.fresh_token)
+        # Taken over in one step, straight after the handshake saw it live (runtime/live.py).
+        claim = live.claim(resume.session_id, epoch=outcome.epoch, connection=self)
+        return await self._attach(claim, resume.last_seq, outcome.fresh_token)
 
-    async def _attach(
-        self, session: VoiceSession, last_seq: int, token: str
-    ) -> VoiceSession | None:
+    async def _attach(self, claim: Claim, last_seq: int, token: str) -> VoiceSession | None:
         """Take a live session over: close the connection it had, replay what the client
         missed behind a barrier (nothing new interleaves), then go live. None when this
         connection dropped during the replay (the session waits for the next resume)."""
-        ws = self.ws
-        superseded = session.hold(self)
+        ws, session = self.ws, claim.session
         self.session = session
-        if superseded is not None:
+        # What the handshake still has to say goes out before the answer.
+        await self._handshake.flush()
+        if claim.superseded is not None:
             with contextlib.suppress(Exception):
-                await superseded.ws.close(CloseCode.SUPERSEDED, "resumed by another connection")
+                await claim.superseded.ws.close(
+                    CloseCode.SUPERSEDED, "resumed by another connection"
+                )
+        self._check_held(session)
         replay, missing = session.resume_stream(self, last_seq)
         try:
             reconcile = None
             if missing is not None:
                 # Same answer as a journal continuation gives, for the range that is gone.
                 reconcile = await session.reconcile(missing[0], missing[1])
+                self._check_held(session)
+            self.phase = Phase.REPLAYING
             await ws.send_text(
                 resumed_message(
                     session.id,
@@ -392,16 +407,28 @@ class RealtimeConnection:
                     last_seq=session.outbox.seq,
                 )
             )
+            self._check_held(session)
             for data in replay:
                 if isinstance(data, bytes):
                     await ws.send_bytes(data)
                 else:
                     await ws.send_text(data)
+                self._check_held(session)
         except (WebSocketDisconnect, RuntimeError, OSError):
             await session.detach(self)
             return None
         session.go_live()
         return session
+
+    def _check_held(self, session: VoiceSession) -> None:
+        """After an await of a resume: go on only while this connection holds ``session``.
+        A later resume took it over: refused (4012) if this one was not answered yet, else just
+        closed (4012). It ended meanwhile (fenced, expired, revoked): closed (4012)."""
+        if session.holds(self):
+            return
+        if session.connection is not self and self.phase is Phase.HANDSHAKE:
+            raise resumed_meanwhile()
+        raise _Close(CloseCode.SUPERSEDED, "resumed by another connection")
 
     async def _continue_from_journal(
         self, claimed: ContinueHere, principal: Principal, last_seq: int, token: str
@@ -422,8 +449,7 @@ class RealtimeConnection:
         self.services.live_sessions.take_over(session)
         self.session = session
         reconcile = await session.reconcile(last_seq + 1, None)
-        if session.closed:  # fenced meanwhile by a still later resume
-            raise _Close(CloseCode.SUPERSEDED, "resumed by another connection")
+        self._check_held(session)  # fenced meanwhile, or taken over by a still later resume
         # If this send fails the receive loop sees the drop and the session waits to be resumed
         # (a retry with the same token gets the same new token: runtime/resume.py rule 4).
         with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
@@ -438,7 +464,6 @@ class RealtimeConnection:
                     session=session.session_json(),
                 )
             )
-        await self._handshake.close()
         return session
 
     # ------------------------------------------------------------ serve
@@ -462,12 +487,14 @@ class RealtimeConnection:
             return  # fenced: a newer connection (or another process) serves this session now
         self.phase = Phase.ENDED
         if close is not None:
+            session.begin_end()
             if close.code == CloseCode.NORMAL:
                 await session.revoke_token()  # the client ended it: nothing to resume any more
             await self._close(close)
             await session.shutdown()
         elif not session.outbox.extensions.seq:
             # A GA-only client cannot resume (no seq, no token): the session ends with it.
+            session.begin_end()
             await session.revoke_token()
             await session.shutdown()
         else:

@@ -14,8 +14,9 @@ to (``role_mismatch``; for a resume, after its token was redeemed).
 
 Rule 2 — resume handshake (``session.resume``, ``redeem``): the token is redeemed (and rotated,
 ``runtime/resume.py`` rule 4). If the session is live in this process at the token's epoch the
-connection is handed to it (``HandOver``) and its outbox replays what the client missed. A live
-copy at an older epoch is stale — another process took the session over — and is fenced.
+caller takes it over (``HandOver``: ``LiveSessions.claim`` hands it to the connection in one step)
+and its outbox replays what the client missed. A live copy at an older epoch is stale — another
+process took the session over — and is fenced.
 
 Rule 3 — continued from the journal: otherwise the session goes on *here* (``ContinueHere``):
 same session id, same thread, next epoch. The thread and role are checked like a continuation,
@@ -99,6 +100,8 @@ class HandOver:
 
     target: LiveSession
     fresh_token: str
+    epoch: int
+    """The token's epoch (the live copy's): the caller claims the session at it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,26 @@ class ContinueHere:
 
 def _refuse_continuation(error_code: str, message: str) -> ContinuityRefused:
     return ContinuityRefused(error_code, message, CloseCode.FORBIDDEN, "continuation refused")
+
+
+def refuse_resume(message: str, error_code: str = ErrorCode.RESUME_REFUSED) -> ContinuityRefused:
+    """A resume refused with close 4003 (docs/protocol.md, *Resuming*)."""
+    return ContinuityRefused(error_code, message, CloseCode.FORBIDDEN, "resume refused")
+
+
+BAD_TOKEN = "this session cannot be resumed with that token"
+"""The refusal of a wrong, rotated, expired or foreign token — and of a session that is ending
+(it is about to be refused so anyway)."""
+
+
+def resumed_meanwhile() -> ContinuityRefused:
+    """This resume lost to a later one of the same session before it was answered (4012)."""
+    return ContinuityRefused(
+        ErrorCode.RESUME_REFUSED,
+        "the session was resumed again meanwhile",
+        CloseCode.SUPERSEDED,
+        "resumed by another connection",
+    )
 
 
 async def check_continuation(
@@ -168,24 +191,16 @@ async def redeem(
             ttl_s=services.settings.resume_ttl_s,
         )  # fmt: skip
         if redeemed is None:
-            raise ContinuityRefused(
-                ErrorCode.RESUME_REFUSED,
-                "this session cannot be resumed with that token",
-                CloseCode.FORBIDDEN,
-                "resume refused",
-            )
+            raise refuse_resume(BAD_TOKEN)
         record, fresh_token = redeemed
         if not principal.may_use_role(record.role_id):
-            raise ContinuityRefused(
-                ErrorCode.ROLE_MISMATCH,
-                "this client secret is bound to another role",
-                CloseCode.FORBIDDEN,
-                "resume refused",
+            raise refuse_resume(
+                "this client secret is bound to another role", ErrorCode.ROLE_MISMATCH
             )
         target = live(record.session_id)
         if target is not None:
             if target.epoch == record.epoch:
-                return HandOver(target, fresh_token)
+                return HandOver(target, fresh_token, record.epoch)
             target.fence(record.epoch + 1)  # a stale copy another process took over
         continued = await _claim(services, principal, record, live=live, this=this)
         if continued is not None:
@@ -193,12 +208,7 @@ async def redeem(
         # Another resume of this session claimed it first (e.g. the client's retry of an
         # attempt whose answer it never got): look again, and like any later connection,
         # take over from it.
-    raise ContinuityRefused(
-        ErrorCode.RESUME_REFUSED,
-        "the session is being resumed elsewhere",
-        CloseCode.FORBIDDEN,
-        "resume refused",
-    )
+    raise refuse_resume("the session is being resumed elsewhere")
 
 
 async def _claim(
@@ -213,20 +223,10 @@ async def _claim(
     resume claimed the session first."""
     owned = await services.threads.get(principal.tenant, principal.user, record.thread_id)
     if owned is None:
-        raise ContinuityRefused(
-            ErrorCode.THREAD_NOT_FOUND,
-            "no such thread for this user",
-            CloseCode.FORBIDDEN,
-            "resume refused",
-        )
+        raise refuse_resume("no such thread for this user", ErrorCode.THREAD_NOT_FOUND)
     role = await services.roles.get(principal.tenant, record.role_id)
     if role is None:
-        raise ContinuityRefused(
-            ErrorCode.ROLE_NOT_FOUND,
-            "the thread's role was deleted",
-            CloseCode.FORBIDDEN,
-            "resume refused",
-        )
+        raise refuse_resume("the thread's role was deleted", ErrorCode.ROLE_NOT_FOUND)
     claimed = await services.resume_tokens.claim(record)
     if claimed is None:
         return None
@@ -234,12 +234,7 @@ async def _claim(
     held = live(claimed.session_id)
     if held is not None and held is not this:
         if held.epoch > claimed.epoch:  # a later resume got here first after all
-            raise ContinuityRefused(
-                ErrorCode.RESUME_REFUSED,
-                "the session was resumed again meanwhile",
-                CloseCode.SUPERSEDED,
-                "resumed by another connection",
-            )
+            raise resumed_meanwhile()
         held.fence(claimed.epoch)
     thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
     return claimed, thread, role, dict(claimed.options)

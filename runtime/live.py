@@ -16,7 +16,14 @@ Rule 2 — a session continued from the journal (``runtime/continuity.py`` rule 
 ``take_over`` before the next await after its epoch was claimed (continuity rule 4). It
 replaces the older copy the claim fenced, which then ends without touching the registry.
 
-Rule 3 — a session leaves with ``remove`` when it shuts down, unless another copy took its id
+Rule 3 — a resume of a session live here at the token's epoch claims it for its connection
+with ``claim``: the session must still be ``LIVE`` at that epoch (a session whose end has begun
+is refused like a gone one: ``resume_refused``, 4003), and the connection holds it from that
+step on. Two resumes of one session at once are two claims one after the other: the later holds
+the session, and the earlier one's connection is closed with 4012 (``runtime.session`` rule 1),
+after ``resume_refused`` if it had not been answered yet.
+
+Rule 4 — a session leaves with ``remove`` when it shuts down, unless another copy took its id
 over (rule 2).
 
 Everything else reads: the registry is a ``Mapping`` of id to session, and ``lookup`` is the
@@ -27,13 +34,26 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from runtime.continuity import BAD_TOKEN, refuse_resume
 from runtime.protocol import CloseCode, ErrorCode, Refused
+from runtime.session import State
 
 if TYPE_CHECKING:
     from runtime.accounts import Principal
+    from runtime.connection import RealtimeConnection
     from runtime.session import VoiceSession
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A resume's connection now holds ``session`` (rule 3)."""
+
+    session: VoiceSession
+    superseded: RealtimeConnection | None
+    """The connection that was serving the session until now: the claimant closes it (4012)."""
 
 
 class Place:
@@ -111,7 +131,15 @@ class LiveSessions(Mapping[str, "VoiceSession"]):
         assert held is None or held.epoch < session.epoch, "continuity rule 4 refuses that"
         self._sessions[session.id] = session
 
+    def claim(self, session_id: str, *, epoch: int, connection: RealtimeConnection) -> Claim:
+        """Rule 3: hand the session live here under ``session_id`` at ``epoch`` to
+        ``connection``, or refuse (``ContinuityRefused``: ``resume_refused``, 4003)."""
+        session = self._sessions.get(session_id)
+        if session is None or session.state is not State.LIVE or session.epoch != epoch:
+            raise refuse_resume(BAD_TOKEN)
+        return Claim(session, session.hold(connection))
+
     def remove(self, session: VoiceSession) -> None:
-        """Rule 3: ``session`` shut down; its id is free unless another copy took it over."""
+        """Rule 4: ``session`` shut down; its id is free unless another copy took it over."""
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]

@@ -8,25 +8,33 @@ everything its client is sent (``runtime.outbox``), the journal writer that ride
 (``runtime.connection``) opens it — or continues it from the journal — and then *holds* it.
 From its registration until ``shutdown`` it is live in this process (``runtime.live``).
 
-Rule 1 — one holder. At most one connection holds the session. A resume hands it to its
-connection with ``hold``; the connection that held it before, if it was serving, is closed
-with 4012 by the one that took over, and from then on leaves the session alone (``holds``).
+States: ``LIVE`` (held by a connection, or waiting for one) → ``ENDING`` (its end has begun;
+awaits are under way) → ``ENDED`` (after ``shutdown``). Only a ``LIVE`` session can be claimed.
+
+Rule 1 — one holder. At most one connection holds the session. A resume claims it for its
+connection (``LiveSessions.claim`` → ``hold``, one synchronous step), the later claim winning;
+the connection that held it before is closed with 4012 — by the one that took over if it was
+serving, else by itself when it next looks (``holds``), after ``resume_refused`` if its own
+resume had not been answered — and leaves the session alone.
 
 Rule 2 — attach behind a barrier. ``resume_stream`` points the outbox at the new connection
 and returns what its client missed; new messages wait behind that replay until ``go_live``.
 
 Rule 3 — detach. When the connection drops, a session with ``seq`` waits ``resume_ttl_s`` for a
-resume (its token extended as long), then ends. Without ``seq`` (a GA-only client has no
-token) it ends with its connection; ``openrealtime.session.close`` ends it and revokes the
-token.
+resume (its token extended as long), then ends; a claim ends the wait, even one that comes
+while the token is being extended. Without ``seq`` (a GA-only client has no token) it ends with
+its connection; ``openrealtime.session.close`` ends it and revokes the
+token. Whoever decides that a session ends moves it to ``ENDING`` before its first await
+(``begin_end``), so no resume is handed a session on its way out: it is refused like one that
+is gone (``resume_refused``, 4003).
 
 Rule 4 — fencing. ``epoch`` counts continuations from the journal (``runtime/continuity.py``
 rule 3). When the session was continued at a later epoch elsewhere, ``fence`` ends this copy
 and closes the connection it still serves with 4012, leaving the token (the new copy's) alone.
 When the credentials that opened it are revoked, ``revoke_credentials`` ends it with 4013.
 
-Rule 5 — one end. Every way a session finishes goes through ``shutdown``: engine, journal
-buffer, outbox, registry.
+Rule 5 — one end. Every way a session finishes goes through ``shutdown`` (→ ``ENDED``):
+engine, journal buffer, outbox, registry.
 """
 
 from __future__ import annotations
@@ -34,9 +42,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from journal.errors import JournalUnavailable
 from journal.events import ThreadRef
@@ -76,6 +86,12 @@ if TYPE_CHECKING:
     from runtime.services import Services
 
 log = logging.getLogger(__name__)
+
+
+class State(enum.Enum):
+    LIVE = "live"
+    ENDING = "ending"
+    ENDED = "ended"
 
 
 def history_window(brain: object) -> tuple[int, int]:
@@ -142,10 +158,9 @@ class VoiceSession:
             on_overflow=self._journal_overflow,
             max_buffered=settings.max_unsaved_events,
         )
-        self._closed = False
+        self.state = State.LIVE
         self._expiry: asyncio.TimerHandle | None = None
-        self._shutdown_task: asyncio.Task[None] | None = None
-        self._fence_task: asyncio.Task[None] | None = None
+        self._ending: asyncio.Task[None] | None = None
         self.engine: Engine | None = None
         self._build_engine()
 
@@ -190,7 +205,7 @@ class VoiceSession:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self.state is State.ENDED
 
     def _is_current(self, generation: int) -> bool:
         return self.engine is not None and self.engine.is_current(generation)
@@ -217,12 +232,14 @@ class VoiceSession:
     # ------------------------------------------------------------ connections (rules 1-3)
 
     def holds(self, connection: RealtimeConnection) -> bool:
-        """Whether ``connection`` still serves this session (rule 1)."""
-        return self.connection is connection and not self._closed
+        """Whether ``connection`` still serves this session (rule 1): it holds it, and the
+        session's end has not begun."""
+        return self.connection is connection and self.state is State.LIVE
 
     def hold(self, connection: RealtimeConnection) -> RealtimeConnection | None:
-        """Rule 1: ``connection`` holds the session from now on. Returns the connection it
-        supersedes when that one was serving (the caller closes it with 4012)."""
+        """Rule 1, for ``LiveSessions.claim`` only (which checks the session is ``LIVE``):
+        ``connection`` holds the session from now on. Returns the connection it supersedes when
+        that one was serving (the caller closes it with 4012)."""
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
@@ -250,22 +267,19 @@ class VoiceSession:
         return await reconcile_from_journal(self.journal, self.thread, self.id, from_seq, to_seq)
 
     async def detach(self, connection: RealtimeConnection) -> None:
-        """Rule 3: ``connection`` dropped; the session waits ``resume_ttl_s`` for its client."""
-        if self.connection is connection:
-            self.connection = None
-        self.outbox.detach()
-        if self._closed:
+        """Rule 3: ``connection`` dropped; the session waits ``resume_ttl_s`` for its client
+        (unless another connection holds it by now, or its end has begun)."""
+        if not self.holds(connection):
             return
+        self.connection = None
+        self.outbox.detach()
         ttl = self.services.settings.resume_ttl_s
         try:
             await self.services.resume_tokens.extend(self.id, ttl_s=ttl)
         except Exception as e:  # the token store is best effort here; expiry still applies
             log.warning("could not extend the resume token: %s", e)
-        loop = asyncio.get_running_loop()
-        self._expiry = loop.call_later(
-            ttl,
-            lambda: self._spawn_shutdown(),  # noqa: PLW0108 - a fresh task each time
-        )
+        if self.connection is None and self.state is State.LIVE:  # no resume came meanwhile
+            self._expiry = asyncio.get_running_loop().call_later(ttl, self._expired)
 
     async def revoke_token(self) -> None:
         """The session will not be resumed: its token stops working now."""
@@ -276,8 +290,20 @@ class VoiceSession:
 
     # ------------------------------------------------------------ ending (rules 4-5)
 
-    def _spawn_shutdown(self) -> None:
-        self._shutdown_task = asyncio.ensure_future(self.shutdown())
+    def begin_end(self) -> bool:
+        """Rule 3: the session is ending; from now on no resume claims it. False when its end
+        had begun already."""
+        if self.state is not State.LIVE:
+            return False
+        self.state = State.ENDING
+        return True
+
+    def _end_with(self, ending: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        if self.begin_end():
+            self._ending = asyncio.ensure_future(ending())
+
+    def _expired(self) -> None:
+        self._end_with(self.shutdown)
 
     def _serving(self) -> RealtimeConnection | None:
         connection = self.connection
@@ -287,16 +313,13 @@ class VoiceSession:
         """Rule 4: the session was continued at ``epoch`` elsewhere: if this copy is older,
         close its connection (4012) and end it without touching the token, which is the new
         copy's."""
-        if epoch <= self.epoch or self._closed or self._fence_task is not None:
-            return
-        self._fence_task = asyncio.ensure_future(self._fenced())
+        if epoch > self.epoch:
+            self._end_with(self._fenced)
 
     def revoke_credentials(self) -> None:
         """Rule 4: the token that opened this session was revoked (or its user disabled): end
         the session for good, now, and close its connection with 4013."""
-        if self._closed or self._fence_task is not None:
-            return
-        self._fence_task = asyncio.ensure_future(self._revoked())
+        self._end_with(self._revoked)
 
     async def _revoked(self) -> None:
         log.info("voice session %s: its credentials were revoked; closing", self.id)
@@ -322,9 +345,9 @@ class VoiceSession:
 
     async def shutdown(self) -> None:
         """Rule 5: end the session for good: engine, journal buffer, outbox, registry."""
-        if self._closed:
+        if self.state is State.ENDED:
             return
-        self._closed = True
+        self.state = State.ENDED
         if self._expiry is not None:
             self._expiry.cancel()
         self.services.live_sessions.remove(self)
