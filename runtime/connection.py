@@ -121,10 +121,12 @@ class _Close(Exception):
 
 
 class Phase(enum.Enum):
+    """Where a connection is: HANDSHAKE → (ANSWERED →) SERVING → ENDED."""
+
     HANDSHAKE = "handshake"
     """Until the session is opened or resumed: errors go out on the handshake's outbox."""
-    REPLAYING = "replaying"
-    """A resume was answered (``session.resumed``); the replay is going out."""
+    ANSWERED = "answered"
+    """A resume was answered (``session.resumed``); its replay, if any, is going out."""
     SERVING = "serving"
     """The receive loop runs."""
     ENDED = "ended"
@@ -135,6 +137,8 @@ def _no_generation(generation: int) -> bool:
 
 
 class RealtimeConnection:
+    """One WebSocket connection: its handshake, then its receive loop (module doc)."""
+
     def __init__(self, websocket: WebSocket, services: Services) -> None:
         self.ws = websocket
         self.services = services
@@ -396,7 +400,7 @@ class RealtimeConnection:
                 # Same answer as a journal continuation gives, for the range that is gone.
                 reconcile = await session.reconcile(missing[0], missing[1])
                 self._check_held(session)
-            self.phase = Phase.REPLAYING
+            self.phase = Phase.ANSWERED
             await ws.send_text(
                 resumed_message(
                     session.id,
@@ -452,6 +456,7 @@ class RealtimeConnection:
         self._check_held(session)  # fenced meanwhile, or taken over by a still later resume
         # If this send fails the receive loop sees the drop and the session waits to be resumed
         # (a retry with the same token gets the same new token: runtime/resume.py rule 4).
+        self.phase = Phase.ANSWERED
         with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
             await self.ws.send_text(
                 resumed_message(
@@ -464,6 +469,7 @@ class RealtimeConnection:
                     session=session.session_json(),
                 )
             )
+        self._check_held(session)
         return session
 
     # ------------------------------------------------------------ serve

@@ -344,6 +344,36 @@ async def test_two_resumes_of_one_session_at_once_the_later_wins(server: Running
             assert session.connection is not None and session.connection.serving
 
 
+async def test_a_resume_continuing_the_session_loses_to_a_later_one_alike(
+    server: RunningServer,
+) -> None:
+    """The same race when the first resume is continuing the session from the journal (its
+    copy registered, its reconcile not read yet) and the client's retry hands itself that copy:
+    the retry serves it, the first is refused with resume_refused and 4012."""
+    async with RealtimeClient(server.ws_url, server.token) as client:
+        info = await client.connect()
+        token, last_seq = client.resume_token, client.messages[-1].seq
+        await client.drop()
+        session = server.services.live_sessions[info["id"]]
+        await detached(session)
+    # Gone from this process, its token still good (as after a restart, or on another one):
+    # a resume continues it from the journal.
+    await session.shutdown()
+    reconciling = Gate(server.services.journal, "read_tail")
+    first = await raw_resume(server, info["id"], token, last_seq)
+    await reconciling.reached()
+    second = await raw_resume(server, info["id"], token, last_seq)
+    async with first, second:
+        resumed = json.loads(await asyncio.wait_for(second.recv(), 5))
+        assert resumed["type"] == "openrealtime.session.resumed"
+        reconciling.release.set()
+        refusal = json.loads(await asyncio.wait_for(first.recv(), 5))
+        assert refusal["error"]["code"] == ErrorCode.RESUME_REFUSED
+        assert await close_code(first) == CloseCode.SUPERSEDED
+        await converse(second)
+        assert server.services.live_sessions[info["id"]].epoch == 1
+
+
 async def test_a_resume_while_the_session_is_being_closed_is_refused(
     server: RunningServer,
 ) -> None:
