@@ -263,11 +263,10 @@ async def write_segment(request: Request, who: Caller, services: ServicesDep) ->
 def _thread_in_use(services: Services, thread: ThreadRef) -> bool:
     """Whether a voice session of this process serves the thread (connected or awaiting
     resume)."""
-    for session in list(services.live_sessions.values()):
-        engine = getattr(session, "engine", None)
-        if engine is not None and getattr(engine, "thread", None) == thread:
-            return True
-    return False
+    return any(
+        session.engine is not None and session.engine.thread == thread
+        for session in list(services.live_sessions.values())
+    )
 
 
 @router.delete("/{record_id}", dependencies=[allow(Policy.MEMBER)])

@@ -22,10 +22,10 @@ from runtime import (
     api_memory,
 )
 from runtime.api import ApiError, Caller
+from runtime.connection import RealtimeConnection
 from runtime.policy import Policy, allow
 from runtime.roles import Role, default_role
 from runtime.services import Services
-from runtime.session import VoiceSession
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
@@ -171,13 +171,12 @@ class RealtimeApp:
         if len(services.active_sessions) >= services.settings.max_sessions:
             await websocket.close(1013, "server is at its session limit")
             return
-        session = VoiceSession(websocket, services)
-        connection = session.id  # a resume may give the session another id while it runs
-        services.active_sessions.add(connection)
+        connection = RealtimeConnection(websocket, services)
+        services.active_sessions.add(connection.id)
         try:
-            await session.run()
+            await connection.run()
         finally:
-            services.active_sessions.discard(connection)
+            services.active_sessions.discard(connection.id)
 
 
 def create_asgi_app(services: Services) -> RealtimeApp:

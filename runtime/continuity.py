@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Three things let a client go on where it left off; this module decides each, and
-``runtime.session.VoiceSession`` carries the decision out on its connection.
+``runtime.connection.RealtimeConnection`` carries the decision out.
 
 Rule 1 — continuation (``session.start`` with ``requested_thread_id``): allowed only when the
 thread is the caller's, the role it was started with still exists (and is the one asked for, if
@@ -14,8 +14,9 @@ to (``role_mismatch``; for a resume, after its token was redeemed).
 
 Rule 2 — resume handshake (``session.resume``, ``redeem``): the token is redeemed (and rotated,
 ``runtime/resume.py`` rule 4). If the session is live in this process at the token's epoch the
-connection is handed to it (``HandOver``) and its outbox replays what the client missed. A live
-copy at an older epoch is stale — another process took the session over — and is fenced.
+caller takes it over (``HandOver``: ``LiveSessions.claim`` hands it to the connection in one step)
+and its outbox replays what the client missed. A live copy at an older epoch is stale — another
+process took the session over — and is fenced.
 
 Rule 3 — continued from the journal: otherwise the session goes on *here* (``ContinueHere``):
 same session id, same thread, next epoch. The thread and role are checked like a continuation,
@@ -24,7 +25,7 @@ concurrent resume of the same session (e.g. the client's retry) makes the handsh
 at most ``RESUME_RACE_ATTEMPTS`` times; like any later connection, it then takes over.
 
 Rule 4 — fencing order: between a successful ``claim`` and the caller registering the new copy
-in ``services.live_sessions`` there is no await (``redeem`` returns straight after the claim and
+(``LiveSessions.take_over``) there is no await (``redeem`` returns straight after the claim and
 the caller registers before its next await), so a later claim's fence always finds this copy. An
 older live copy is fenced right after the claim; a *newer* one means a later resume won, and
 this one is refused (4012).
@@ -50,7 +51,14 @@ from journal.amendments import apply_amendments
 from journal.events import EventKind, JournalEvent, ThreadRef
 from pipeline.events import SessionResumed
 from runtime.accounts import Principal
-from runtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart, encode_event
+from runtime.protocol import (
+    CloseCode,
+    ErrorCode,
+    Refused,
+    SessionResume,
+    SessionStart,
+    encode_event,
+)
 from runtime.resume import VoiceSessionRecord
 from runtime.roles import Role
 
@@ -65,15 +73,8 @@ RECONCILE_MAX_ITEMS = 50
 """At most this many (the latest) items go into a reconcile; ``complete`` says if cut."""
 
 
-class ContinuityRefused(Exception):
+class ContinuityRefused(Refused):
     """A continuation or resume is refused: send ``error_code``/``message``, then close."""
-
-    def __init__(self, error_code: str, message: str, close_code: int, close_reason: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
-        self.close_code = close_code
-        self.close_reason = close_reason
 
 
 class LiveSession(Protocol):
@@ -99,6 +100,8 @@ class HandOver:
 
     target: LiveSession
     fresh_token: str
+    epoch: int
+    """The token's epoch (the live copy's): the caller claims the session at it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,26 @@ class ContinueHere:
 
 def _refuse_continuation(error_code: str, message: str) -> ContinuityRefused:
     return ContinuityRefused(error_code, message, CloseCode.FORBIDDEN, "continuation refused")
+
+
+def refuse_resume(message: str, error_code: str = ErrorCode.RESUME_REFUSED) -> ContinuityRefused:
+    """A resume refused with close 4003 (docs/protocol.md, *Resuming*)."""
+    return ContinuityRefused(error_code, message, CloseCode.FORBIDDEN, "resume refused")
+
+
+BAD_TOKEN = "this session cannot be resumed with that token"
+"""The refusal of a wrong, rotated, expired or foreign token — and of a session that is ending
+(it is about to be refused so anyway)."""
+
+
+def resumed_meanwhile() -> ContinuityRefused:
+    """This resume lost to a later one of the same session before it was answered (4012)."""
+    return ContinuityRefused(
+        ErrorCode.RESUME_REFUSED,
+        "the session was resumed again meanwhile",
+        CloseCode.SUPERSEDED,
+        "resumed by another connection",
+    )
 
 
 async def check_continuation(
@@ -160,32 +183,24 @@ async def redeem(
     """Rules 2–4: redeem the token; the live session to hand over to, or the claimed record to
     continue from the journal. ``this`` is the caller's own session (never fenced here).
 
-    On ``ContinueHere`` the caller must register itself in ``services.live_sessions`` before
-    its next await (rule 4)."""
+    On ``ContinueHere`` the caller must register the continued session
+    (``LiveSessions.take_over``) before its next await (rule 4)."""
     for _attempt in range(RESUME_RACE_ATTEMPTS):
         redeemed = await services.resume_tokens.redeem(
             principal, resume.session_id, resume.resume_token,
             ttl_s=services.settings.resume_ttl_s,
         )  # fmt: skip
         if redeemed is None:
-            raise ContinuityRefused(
-                ErrorCode.RESUME_REFUSED,
-                "this session cannot be resumed with that token",
-                CloseCode.FORBIDDEN,
-                "resume refused",
-            )
+            raise refuse_resume(BAD_TOKEN)
         record, fresh_token = redeemed
         if not principal.may_use_role(record.role_id):
-            raise ContinuityRefused(
-                ErrorCode.ROLE_MISMATCH,
-                "this client secret is bound to another role",
-                CloseCode.FORBIDDEN,
-                "resume refused",
+            raise refuse_resume(
+                "this client secret is bound to another role", ErrorCode.ROLE_MISMATCH
             )
         target = live(record.session_id)
         if target is not None:
             if target.epoch == record.epoch:
-                return HandOver(target, fresh_token)
+                return HandOver(target, fresh_token, record.epoch)
             target.fence(record.epoch + 1)  # a stale copy another process took over
         continued = await _claim(services, principal, record, live=live, this=this)
         if continued is not None:
@@ -193,12 +208,7 @@ async def redeem(
         # Another resume of this session claimed it first (e.g. the client's retry of an
         # attempt whose answer it never got): look again, and like any later connection,
         # take over from it.
-    raise ContinuityRefused(
-        ErrorCode.RESUME_REFUSED,
-        "the session is being resumed elsewhere",
-        CloseCode.FORBIDDEN,
-        "resume refused",
-    )
+    raise refuse_resume("the session is being resumed elsewhere")
 
 
 async def _claim(
@@ -213,20 +223,10 @@ async def _claim(
     resume claimed the session first."""
     owned = await services.threads.get(principal.tenant, principal.user, record.thread_id)
     if owned is None:
-        raise ContinuityRefused(
-            ErrorCode.THREAD_NOT_FOUND,
-            "no such thread for this user",
-            CloseCode.FORBIDDEN,
-            "resume refused",
-        )
+        raise refuse_resume("no such thread for this user", ErrorCode.THREAD_NOT_FOUND)
     role = await services.roles.get(principal.tenant, record.role_id)
     if role is None:
-        raise ContinuityRefused(
-            ErrorCode.ROLE_NOT_FOUND,
-            "the thread's role was deleted",
-            CloseCode.FORBIDDEN,
-            "resume refused",
-        )
+        raise refuse_resume("the thread's role was deleted", ErrorCode.ROLE_NOT_FOUND)
     claimed = await services.resume_tokens.claim(record)
     if claimed is None:
         return None
@@ -234,12 +234,7 @@ async def _claim(
     held = live(claimed.session_id)
     if held is not None and held is not this:
         if held.epoch > claimed.epoch:  # a later resume got here first after all
-            raise ContinuityRefused(
-                ErrorCode.RESUME_REFUSED,
-                "the session was resumed again meanwhile",
-                CloseCode.SUPERSEDED,
-                "resumed by another connection",
-            )
+            raise resumed_meanwhile()
         held.fence(claimed.epoch)
     thread = ThreadRef(principal.tenant, principal.user, record.thread_id)
     return claimed, thread, role, dict(claimed.options)

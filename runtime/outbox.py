@@ -214,8 +214,8 @@ class Outbox:
             if coro is not None:
                 coro.close()
 
-    async def close(self, timeout: float = 2.0) -> None:
-        """Let queued messages go out (bounded by ``timeout``), then stop."""
+    async def flush(self, timeout: float = 2.0) -> None:
+        """Let queued messages go out, waiting at most ``timeout`` (then the write is given up)."""
         drain = self._drain
         if drain is not None:
             try:
@@ -224,6 +224,10 @@ class Outbox:
                 drain.cancel()
                 with contextlib.suppress(BaseException):
                     await drain
+
+    async def close(self, timeout: float = 2.0) -> None:
+        """Let queued messages go out (bounded by ``timeout``), then stop."""
+        await self.flush(timeout)
         self.failed = True
         self._queue.clear()
 

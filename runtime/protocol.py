@@ -102,6 +102,40 @@ class ProtocolError(Exception):
         self.event_id = event_id
 
 
+class Refused(Exception):
+    """The server will not go on with this connection: the ``error`` event
+    ``error_code``/``message`` is sent, then the connection is closed with
+    ``close_code``/``close_reason`` (docs/protocol.md, *Errors and close codes*)."""
+
+    def __init__(
+        self,
+        error_code: str,
+        message: str,
+        close_code: int,
+        close_reason: str,
+        *,
+        param: str | None = None,
+        event_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+        self.close_code = close_code
+        self.close_reason = close_reason
+        self.param = param
+        self.event_id = event_id
+
+
+def unauthorized() -> Refused:
+    """No credential, or one that proves no one (close 4001)."""
+    return Refused(
+        ErrorCode.UNAUTHORIZED,
+        "a valid bearer token is required",
+        CloseCode.UNAUTHORIZED,
+        "unauthorized",
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
     max_message_bytes: int = 256 * 1024

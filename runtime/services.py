@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from accounts.model import Revocation, is_client_secret
 from accounts.postgres_store import PostgresAccountStore
@@ -24,6 +23,7 @@ from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensu
 from runtime.config import Settings
 from runtime.database import Database, open_database
 from runtime.limits import WriteRateLimiter
+from runtime.live import LiveSessions
 from runtime.metrics import LoopLagMonitor
 from runtime.migrations import apply_migrations
 from runtime.plugin_factory import build_plugins, warm_up
@@ -65,7 +65,7 @@ class Services:
     database: Database | None = None
     local_token: str | None = None
     active_sessions: set[str] = field(default_factory=set)
-    live_sessions: dict[str, Any] = field(default_factory=dict)
+    live_sessions: LiveSessions = field(default_factory=LiveSessions)
     """Voice sessions of this process by id, connected or waiting to be resumed."""
     loop_lag: LoopLagMonitor = field(default_factory=LoopLagMonitor)
     write_limiter: WriteRateLimiter = field(init=False)
@@ -76,19 +76,11 @@ class Services:
     def __post_init__(self) -> None:
         self.write_limiter = WriteRateLimiter(per_minute=self.settings.write_requests_per_minute)
 
-    def live_sessions_of(self, principal: Principal) -> int:
-        """Voice sessions of this process serving ``principal`` (connected or awaiting resume)."""
-        return sum(
-            1
-            for s in list(self.live_sessions.values())
-            if getattr(s, "principal", None) == principal and not getattr(s, "closed", False)
-        )
-
     def revoked(self, revocation: Revocation) -> None:
         """Credentials stopped being valid (here or in another process): the live voice
         sessions they opened close at once (4013)."""
         for session in list(self.live_sessions.values()):
-            principal = getattr(session, "principal", None)
+            principal = session.principal
             if principal is not None and revocation.covers(principal):
                 session.revoke_credentials()
 

@@ -1,0 +1,732 @@
+"""RealtimeConnection: one WebSocket connection to ``/v1/realtime``.
+
+Theory of operation
+-------------------
+Opening (docs/protocol.md). A GA client authenticates with ``Authorization: Bearer`` (or the
+browser convention, the subprotocol ``openai-insecure-api-key.<token>``) and gets
+``session.created`` at once; ``?model=`` picks the agent role (id or name, else the tenant's
+default; a client secret's role wins). A client that offers the ``openrealtime`` subprotocol
+sends a first message instead — ``openrealtime.session.start`` (token, role, thread to continue,
+extensions) or ``openrealtime.session.resume`` — within ``start_timeout_s`` (else 4008).
+Credentials never travel in the URL. A refusal is ``protocol.Refused``: its ``error`` event,
+then its close code.
+
+A start opens a new ``runtime.session.VoiceSession``, which adopts the outbox the handshake
+wrote its errors to (so ``seq`` numbering is one stream). A resume runs the handshake in
+``runtime.continuity`` (which also checks continuations, RES-2). If the session is live in this
+process at the token's epoch, this connection claims it (``LiveSessions.claim``, one step: of
+two resumes at once the later holds it, and the earlier is refused with ``resume_refused`` and
+4012 — or just closed with 4012 if it was answered already) and its outbox replays what the
+client missed. Otherwise the session is continued *from the journal* here: same session id,
+next epoch (a copy still held elsewhere is fenced and closes with 4012), a new engine on the
+same thread and a fresh outbox numbered on from the client's ``last_seq``. Nothing can be
+replayed then, so ``session.resumed`` says so and carries ``reconcile``: the range to give up
+and the session's user/assistant items from the journal, which the client shows instead.
+
+The receive loop parses each client message (``runtime.protocol``) and hands it to the engine;
+a bad message becomes an ``error`` event and the loop goes on (after ``max_errors_per_session``
+of them, counted for the session across its connections, it closes with 4009). Everything the
+server sends goes through the session's outbox (``runtime.outbox``), which numbers messages with
+``seq`` in send order and drops audio frames whose generation is no longer current — so after an
+interruption event no frame of that generation leaves the server. A client that stops reading
+fills it and is closed with 4010.
+
+When the loop ends the session learns what it means: ``openrealtime.session.close`` ends it for
+good (its token revoked, close 1000); a close for cause (4009, 4010, 4011) ends it; a GA-only
+session (no ``seq``, no token) ends with its connection; otherwise it waits for a resume
+(``runtime.session``). A connection that no longer holds its session leaves it alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import enum
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+import numpy as np
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from journal.events import ThreadRef
+from pipeline import events as ev
+from pipeline.audio_formats import AudioFormatError, InboundAudio
+from pipeline.engine import Engine, ResponseOptions
+from pipeline.items import ItemNotFound
+from runtime.accounts import Principal
+from runtime.continuity import (
+    ContinueHere,
+    check_continuation,
+    redeem,
+    resumed_meanwhile,
+    resumed_message,
+)
+from runtime.live import Claim
+from runtime.outbox import NO_EXTENSIONS, Outbox
+from runtime.protocol import (
+    Ack,
+    AudioAppend,
+    AudioClear,
+    AudioCommit,
+    AudioFrame,
+    CloseCode,
+    ErrorCode,
+    FunctionCallOutputIn,
+    InputPause,
+    InputResume,
+    ItemCreate,
+    ItemDelete,
+    ItemRetrieve,
+    ItemTruncate,
+    Limits,
+    MessageIn,
+    OutputAudioBufferClear,
+    PlaybackProgress,
+    ProtocolError,
+    Refused,
+    ResponseCancel,
+    ResponseCreate,
+    SessionClose,
+    SessionResume,
+    SessionStart,
+    SessionUpdate,
+    decode_append,
+    parse_client_message,
+    unauthorized,
+)
+from runtime.roles import Role
+from runtime.session import VoiceSession, initial_config
+from runtime.session_config import SessionConfig, apply_update
+
+if TYPE_CHECKING:
+    from runtime.services import Services
+
+log = logging.getLogger(__name__)
+
+
+FIRST_MESSAGE_PROTOCOL = "openrealtime"
+"""Offered as a WebSocket subprotocol: the first message opens the session (module doc)."""
+_KEY_PROTOCOL = "openai-insecure-api-key."
+_SECRET_QUERY_KEYS = ("resume_token", "token", "api_key", "access_token", "key")
+
+
+class _Close(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class Phase(enum.Enum):
+    """Where a connection is: HANDSHAKE → (ANSWERED →) SERVING → ENDED."""
+
+    HANDSHAKE = "handshake"
+    """Until the session is opened or resumed: errors go out on the handshake's outbox."""
+    ANSWERED = "answered"
+    """A resume was answered (``session.resumed``); its replay, if any, is going out."""
+    SERVING = "serving"
+    """The receive loop runs."""
+    ENDED = "ended"
+
+
+def _no_generation(generation: int) -> bool:
+    return False  # no engine yet; the session that adopts the outbox says what is current
+
+
+class RealtimeConnection:
+    """One WebSocket connection: its handshake, then its receive loop (module doc)."""
+
+    def __init__(self, websocket: WebSocket, services: Services) -> None:
+        self.ws = websocket
+        self.services = services
+        settings = services.settings
+        self.limits = Limits(
+            max_message_bytes=settings.max_message_bytes,
+            max_audio_frame_ms=settings.max_audio_frame_ms,
+        )
+        self.id = f"conn_{uuid.uuid4().hex}"
+        self.principal: Principal | None = None
+        self.session: VoiceSession | None = None
+        """The session this connection opened, continued or resumed (``VoiceSession.holds``
+        says whether it still holds it)."""
+        self.phase = Phase.HANDSHAKE
+        self._handshake = self._new_outbox()
+        """Carries the handshake's errors (and the refusal of a resume that lost its session
+        before it was answered); a session started here adopts it."""
+        self._errors = 0
+        """Errors sent during the handshake; the session opened here goes on counting."""
+        self._task: asyncio.Task[object] | None = None
+        self._close_request: _Close | None = None
+
+    @property
+    def serving(self) -> bool:
+        return self.phase is Phase.SERVING
+
+    def _new_outbox(self) -> Outbox:
+        return Outbox(
+            send_text=self.ws.send_text,
+            send_bytes=self.ws.send_bytes,
+            is_current=_no_generation,
+            max_queued=self.services.settings.max_outbound_messages,
+        )
+
+    def request_close(self, code: int, reason: str) -> None:
+        """Close this connection with ``code`` from its own task (the session asks when its
+        journal buffer overflows)."""
+        if self._close_request is None and self._task is not None:
+            self._close_request = _Close(code, reason)
+            self._task.cancel()
+
+    async def run(self) -> None:
+        """Serve this connection: open a session (``session.start``, or at once for a GA
+        client), continue one from the journal, or take over the live one it resumes."""
+        ws = self.ws
+        offered = [str(p) for p in ws.scope.get("subprotocols", [])]
+        first_message = FIRST_MESSAGE_PROTOCOL in offered
+        chosen = FIRST_MESSAGE_PROTOCOL if first_message else None
+        if chosen is None and "realtime" in offered:
+            chosen = "realtime"  # the browser convention's protocol name
+        await ws.accept(subprotocol=chosen)
+        self._task = asyncio.current_task()
+        try:
+            session = await self._open(offered, first_message=first_message)
+        except (Refused, _Close) as e:
+            await self._close(self._refusal(e) if isinstance(e, Refused) else e)
+            await self._handshake.close()
+            return
+        except WebSocketDisconnect:
+            await self._handshake.close()
+            return
+        if session is not None:
+            await self._serve(session)
+
+    async def _open(self, offered: list[str], *, first_message: bool) -> VoiceSession | None:
+        """The handshake: the session to serve (None: a resumed one, whose replay could not be
+        sent, waits for the next resume)."""
+        ws = self.ws
+        if any(key in ws.query_params for key in _SECRET_QUERY_KEYS):
+            raise Refused(
+                ErrorCode.TOKEN_IN_URL,
+                "credentials are never sent in the URL",
+                CloseCode.FORBIDDEN,
+                "credentials in the URL",
+            )
+        self.principal = await self.services.authenticate_header(
+            ws.headers.get("authorization"), realtime=True
+        )
+        key = next((p for p in offered if p.startswith(_KEY_PROTOCOL)), None)
+        if self.principal is None and key is not None:
+            self.principal = await self.services.authenticate(
+                key.removeprefix(_KEY_PROTOCOL), realtime=True
+            )
+        if not first_message:
+            self._authenticated()
+            return await self._start(
+                SessionStart(
+                    type="openrealtime.session.start",
+                    model=ws.query_params.get("model"),
+                    extensions=NO_EXTENSIONS,
+                )
+            )
+        first = await self._await_start()
+        if isinstance(first, SessionResume):
+            return await self._resume(first)
+        return await self._start(first)
+
+    def _authenticated(self) -> Principal:
+        if self.principal is None:
+            raise unauthorized()
+        return self.principal
+
+    # ------------------------------------------------------------ start
+
+    async def _await_start(self) -> SessionStart | SessionResume:
+        try:
+            async with asyncio.timeout(self.services.settings.start_timeout_s):
+                while True:
+                    data = await self._receive()
+                    try:
+                        message = parse_client_message(data, self.limits)
+                    except ProtocolError as e:
+                        self._protocol_error(e)
+                        continue
+                    if isinstance(message, SessionStart | SessionResume):
+                        return message
+                    self._error(
+                        ErrorCode.SESSION_NOT_STARTED, "send openrealtime.session.start first"
+                    )
+        except TimeoutError:
+            raise _Close(CloseCode.START_TIMEOUT, "no openrealtime.session.start in time") from None
+
+    async def _start(self, start: SessionStart) -> VoiceSession:
+        services = self.services
+        if start.token is not None:
+            self.principal = await services.authenticate(start.token, realtime=True)
+        principal = self._authenticated()
+        limit = services.settings.max_live_sessions_per_user
+        with services.live_sessions.reserve(principal, limit=limit) as place:
+            thread, role, config = await self._opening(principal, start)
+            session = VoiceSession(
+                services,
+                connection=self,
+                outbox=self._handshake,
+                principal=principal,
+                thread=thread,
+                role=role,
+                config=config,
+                limits=self.limits,
+                errors=self._errors,
+            )
+            await session.issue_resume_token()
+            place.register(session)
+        self.session = session
+        session.outbox.send(ev.SessionCreated(session.session_json()))
+        return session
+
+    async def _opening(
+        self, principal: Principal, start: SessionStart
+    ) -> tuple[ThreadRef, Role, SessionConfig]:
+        """The thread (new, or the one continued), role and configuration ``start`` asks for."""
+        services = self.services
+        self._handshake.extensions = start.extensions
+        bound = principal.bound_role_id
+        model = start.model
+        if bound is not None:
+            # A client secret's role wins; a first message naming another is refused (GA
+            # SDKs always send some model name, so theirs is not held against them).
+            if model is not None and not self._ga and not principal.may_use_role(model):
+                raise Refused(
+                    ErrorCode.ROLE_MISMATCH,
+                    "this client secret is bound to another role",
+                    CloseCode.FORBIDDEN,
+                    "role mismatch",
+                )
+            model = bound
+        if start.requested_thread_id is None:
+            role = await self._role_for(
+                principal,
+                model,
+                strict=bound is not None or start.model is not None and not self._ga,
+            )
+            if role is None:
+                raise Refused(
+                    ErrorCode.ROLE_NOT_FOUND,
+                    f"no role {model!r}",
+                    CloseCode.FORBIDDEN,
+                    "role not found",
+                )
+            thread = ThreadRef(principal.tenant, principal.user, f"th_{uuid.uuid4().hex}")
+            await services.threads.create(thread.tenant, thread.user, thread.thread_id, role.id)
+        else:
+            thread, role = await check_continuation(
+                services, principal, start.model_copy(update={"model": model})
+            )
+        config = initial_config(role, start.extensions)
+        if start.session is not None:
+            try:
+                config = apply_update(config, start.session, event_id=start.event_id)
+            except ProtocolError as e:
+                raise Refused(
+                    e.code,
+                    e.message,
+                    CloseCode.FORBIDDEN,
+                    "invalid session configuration",
+                    param=e.param,
+                    event_id=e.event_id,
+                ) from None
+        return thread, role, config
+
+    @property
+    def _ga(self) -> bool:
+        """A GA-only client (no extensions negotiated)."""
+        return not self._handshake.extensions.events
+
+    async def _role_for(
+        self, principal: Principal, model: str | None, *, strict: bool
+    ) -> Role | None:
+        """The role ``model`` names (id, then name); unknown names fall back to the tenant's
+        default for GA clients (whose SDKs always send some model name) unless ``strict``."""
+        services = self.services
+        if model:
+            role = await services.roles.get(principal.tenant, model)
+            if role is None:
+                role = next(
+                    (r for r in await services.roles.list(principal.tenant) if r.name == model),
+                    None,
+                )
+            if role is not None or strict:
+                return role
+        return await services.role_for(principal, None)
+
+    # ------------------------------------------------------------ resume
+
+    async def _resume(self, resume: SessionResume) -> VoiceSession | None:
+        """Check the token; then take the live session over, or continue it from the journal."""
+        services = self.services
+        if resume.token is not None:
+            self.principal = await services.authenticate(resume.token, realtime=True)
+        principal = self._authenticated()
+        live = services.live_sessions
+        outcome = await redeem(services, principal, resume, live=live.lookup, this=None)
+        if isinstance(outcome, ContinueHere):
+            return await self._continue_from_journal(
+                outcome, principal, resume.last_seq, outcome.fresh_token
+            )
+        # Taken over in one step, straight after the handshake saw it live (runtime/live.py).
+        claim = live.claim(resume.session_id, epoch=outcome.epoch, connection=self)
+        return await self._attach(claim, resume.last_seq, outcome.fresh_token)
+
+    async def _attach(self, claim: Claim, last_seq: int, token: str) -> VoiceSession | None:
+        """Take a live session over: close the connection it had, replay what the client
+        missed behind a barrier (nothing new interleaves), then go live. None when this
+        connection dropped during the replay (the session waits for the next resume)."""
+        ws, session = self.ws, claim.session
+        self.session = session
+        # What the handshake still has to say goes out before the answer.
+        await self._handshake.flush()
+        if claim.superseded is not None:
+            with contextlib.suppress(Exception):
+                await claim.superseded.ws.close(
+                    CloseCode.SUPERSEDED, "resumed by another connection"
+                )
+        self._check_held(session)
+        replay, missing = session.resume_stream(self, last_seq)
+        try:
+            reconcile = None
+            if missing is not None:
+                # Same answer as a journal continuation gives, for the range that is gone.
+                reconcile = await session.reconcile(missing[0], missing[1])
+                self._check_held(session)
+            self.phase = Phase.ANSWERED
+            await ws.send_text(
+                resumed_message(
+                    session.id,
+                    token,
+                    replayed=len(replay),
+                    missing=list(missing) if missing else None,
+                    reconcile=reconcile,
+                    last_seq=session.outbox.seq,
+                )
+            )
+            self._check_held(session)
+            for data in replay:
+                if isinstance(data, bytes):
+                    await ws.send_bytes(data)
+                else:
+                    await ws.send_text(data)
+                self._check_held(session)
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            await session.detach(self)
+            return None
+        session.go_live()
+        return session
+
+    def _check_held(self, session: VoiceSession) -> None:
+        """After an await of a resume: go on only while this connection holds ``session``.
+        A later resume took it over: refused (4012) if this one was not answered yet, else just
+        closed (4012). It ended meanwhile (fenced, expired, revoked): closed (4012)."""
+        if session.holds(self):
+            return
+        if session.connection is not self and self.phase is Phase.HANDSHAKE:
+            raise resumed_meanwhile()
+        raise _Close(CloseCode.SUPERSEDED, "resumed by another connection")
+
+    async def _continue_from_journal(
+        self, claimed: ContinueHere, principal: Principal, last_seq: int, token: str
+    ) -> VoiceSession:
+        """Serve a session whose outbox is not here (SPEC RES-4) under the epoch the handshake
+        claimed, and tell the client what to reconcile."""
+        session = VoiceSession.continued(
+            self.services,
+            claimed,
+            connection=self,
+            outbox=self._new_outbox(),
+            principal=principal,
+            limits=self.limits,
+            last_seq=last_seq,
+            errors=self._errors,
+        )
+        # No await from the claim to the registration: a later claim's fence finds this copy.
+        self.services.live_sessions.take_over(session)
+        self.session = session
+        reconcile = await session.reconcile(last_seq + 1, None)
+        self._check_held(session)  # fenced meanwhile, or taken over by a still later resume
+        # If this send fails the receive loop sees the drop and the session waits to be resumed
+        # (a retry with the same token gets the same new token: runtime/resume.py rule 4).
+        self.phase = Phase.ANSWERED
+        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+            await self.ws.send_text(
+                resumed_message(
+                    session.id,
+                    token,
+                    replayed=False,
+                    missing=None,
+                    reconcile=reconcile,
+                    last_seq=session.outbox.seq,
+                    session=session.session_json(),
+                )
+            )
+        self._check_held(session)
+        return session
+
+    # ------------------------------------------------------------ serve
+
+    async def _serve(self, session: VoiceSession) -> None:
+        """The receive loop, and what its end means for the session (module doc)."""
+        self.phase = Phase.SERVING
+        close: _Close | None = None
+        try:
+            await self._receive_loop(session)
+        except _Close as c:
+            close = c
+        except WebSocketDisconnect:
+            pass
+        except asyncio.CancelledError:
+            if self._close_request is None or self._task is None:
+                raise
+            self._task.uncancel()
+            close = self._close_request
+        if not session.holds(self):
+            return  # fenced: a newer connection (or another process) serves this session now
+        self.phase = Phase.ENDED
+        if close is not None:
+            session.begin_end()
+            if close.code == CloseCode.NORMAL:
+                await session.revoke_token()  # the client ended it: nothing to resume any more
+            await self._close(close)
+            await session.shutdown()
+        elif not session.outbox.extensions.seq:
+            # A GA-only client cannot resume (no seq, no token): the session ends with it.
+            session.begin_end()
+            await session.revoke_token()
+            await session.shutdown()
+        else:
+            await session.detach(self)
+
+    async def _close(self, close: _Close) -> None:
+        with contextlib.suppress(Exception):
+            await self.ws.close(close.code, close.reason)
+
+    async def _receive(self) -> str | bytes:
+        message = await self.ws.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000))
+        text = message.get("text")
+        if text is not None:
+            return str(text)
+        return bytes(message.get("bytes") or b"")
+
+    async def _receive_loop(self, session: VoiceSession) -> None:
+        engine = session.engine
+        assert engine is not None
+        outbox = session.outbox
+        while True:
+            if outbox.overflowed:
+                raise _Close(CloseCode.SLOW_CONSUMER, "client is not reading its messages")
+            data = await self._receive()
+            try:
+                message = parse_client_message(data, self.limits)
+                if isinstance(message, AudioFrame):
+                    if not outbox.extensions.binary_audio:
+                        raise ProtocolError(
+                            ErrorCode.BINARY_NOT_NEGOTIATED,
+                            "binary audio needs the binary_audio extension; "
+                            "use input_audio_buffer.append",
+                        )
+                    await self._push_audio(session, engine, message.pcm)
+                elif isinstance(message, AudioAppend):
+                    await self._push_audio(
+                        session, engine, decode_append(message), message.event_id
+                    )
+                else:
+                    await self._handle(session, engine, message)
+            except ProtocolError as e:
+                self._protocol_error(e)
+            except (_Close, WebSocketDisconnect, asyncio.CancelledError):
+                raise
+            except Exception:  # a bug must not end the session (and is logged, not its content)
+                log.exception("voice session %s: a client message failed", session.id)
+                self._error(ErrorCode.INTERNAL, "the server failed to handle this message")
+
+    async def _push_audio(
+        self, session: VoiceSession, engine: Engine, data: bytes, event_id: str | None = None
+    ) -> None:
+        try:
+            pcm = session.decode_input(data)
+        except AudioFormatError as e:
+            raise ProtocolError(ErrorCode.INVALID_AUDIO, str(e), event_id=event_id) from None
+        except ProtocolError as e:
+            e.event_id = event_id
+            raise
+        if pcm.size:
+            await engine.push_audio(pcm)
+
+    async def _handle(self, session: VoiceSession, engine: Engine, message: object) -> None:
+        """One client message other than audio (docs/protocol.md, event by event)."""
+        outbox = session.outbox
+        event_id = getattr(message, "event_id", None)
+        try:
+            if isinstance(message, SessionUpdate):
+                session.update(message)
+            elif isinstance(message, AudioCommit):
+                if not engine.commit():
+                    raise ProtocolError(ErrorCode.COMMIT_EMPTY, "no user speech to commit")
+            elif isinstance(message, AudioClear):
+                engine.clear_input()
+                outbox.send(ev.InputAudioBufferCleared())
+            elif isinstance(message, ItemCreate):
+                await self._create_item(session, engine, message)
+            elif isinstance(message, ItemRetrieve):
+                outbox.send(ev.ItemRetrieved(engine.item(message.item_id)))
+            elif isinstance(message, ItemDelete):
+                await engine.delete_item(message.item_id)
+            elif isinstance(message, ItemTruncate):
+                await engine.truncate_item(message.item_id, message.audio_end_ms)
+            elif isinstance(message, ResponseCreate):
+                engine.create_response(response_options(message))
+            elif isinstance(message, ResponseCancel):
+                if not engine.cancel_response():
+                    raise ProtocolError(ErrorCode.NO_RESPONSE, "no response in progress")
+            elif isinstance(message, OutputAudioBufferClear):
+                raise ProtocolError(
+                    ErrorCode.UNSUPPORTED,
+                    "output_audio_buffer.clear is for WebRTC; over WebSocket stop playback "
+                    "and send conversation.item.truncate",
+                )
+            elif isinstance(message, InputPause):
+                engine.pause_microphone()
+                outbox.send(ev.InputPaused())
+            elif isinstance(message, InputResume):
+                engine.resume_microphone()
+                outbox.send(ev.InputResumed())
+            elif isinstance(message, PlaybackProgress):
+                engine.on_playback(message.generation, message.played_ms)
+            elif isinstance(message, Ack):
+                outbox.ack(message.seq)
+            elif isinstance(message, SessionClose):
+                raise _Close(CloseCode.NORMAL, "closed by client")
+            elif isinstance(message, SessionStart | SessionResume):
+                raise ProtocolError(ErrorCode.SESSION_ALREADY_STARTED, "session started")
+        except ItemNotFound as e:
+            raise ProtocolError(
+                ErrorCode.ITEM_NOT_FOUND, str(e), param="item_id", event_id=event_id
+            ) from None
+        except ValueError as e:  # only a truncation past the item's audio raises it
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE, str(e), param="audio_end_ms", event_id=event_id
+            ) from None
+        except ProtocolError as e:
+            e.event_id = e.event_id or event_id
+            raise
+
+    async def _create_item(
+        self, session: VoiceSession, engine: Engine, message: ItemCreate
+    ) -> None:
+        item = message.item
+        if isinstance(item, FunctionCallOutputIn):
+            engine.add_function_output(item.call_id, item.output, item.id)
+            return
+        assert isinstance(item, MessageIn)
+        if item.role != "user":
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED,
+                f"{item.role} items are not supported; add user messages "
+                "(instructions go in session.update)",
+                param="item.role",
+            )
+        parts: list[str] = []
+        for part in item.content:
+            if part.type == "input_text" and part.text is not None:
+                parts.append(part.text)
+            elif part.type == "input_audio" and part.audio is not None:
+                parts.append(await self._transcribe_item(session, engine, part.audio))
+            else:
+                raise ProtocolError(
+                    ErrorCode.UNSUPPORTED,
+                    f"a user message holds input_text or input_audio, not {part.type}",
+                    param="item.content",
+                )
+        text = " ".join(p.strip() for p in parts if p.strip())
+        if not text:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE, "the message is empty", param="item.content"
+            )
+        engine.add_user_text(text, item.id)
+
+    async def _transcribe_item(self, session: VoiceSession, engine: Engine, audio: str) -> str:
+        """An ``input_audio`` part (base64 in the session's input format), transcribed."""
+        try:
+            data = base64.b64decode(audio, validate=True)
+            decoder = InboundAudio(session.config.input_format)
+            pcm = np.concatenate((decoder.decode(data), decoder.flush()))
+        except (binascii.Error, ValueError) as e:
+            raise ProtocolError(
+                ErrorCode.INVALID_AUDIO, f"input_audio: {e}", param="item.content"
+            ) from None
+        transcript = await self.services.plugins.asr.transcribe(
+            pcm, language=engine.persona.language
+        )
+        return transcript.text
+
+    # ------------------------------------------------------------ errors
+
+    def _protocol_error(self, error: ProtocolError) -> None:
+        self._error(error.code, error.message, param=error.param, event_id=error.event_id)
+
+    def _refusal(self, refused: Refused) -> _Close:
+        """Send the refusal's error event; the close that follows (4009 instead when this was
+        one error too many)."""
+        try:
+            self._error(
+                refused.error_code, refused.message, param=refused.param, event_id=refused.event_id
+            )
+        except _Close as too_many:
+            return too_many
+        return _Close(refused.close_code, refused.close_reason)
+
+    def _error(
+        self, code: str, message: str, *, param: str | None = None, event_id: str | None = None
+    ) -> None:
+        """Send an ``error`` event and count it against ``max_errors_per_session``: on the
+        session's stream and count once this connection serves it, on the handshake's before."""
+        session = self.session if self.phase is not Phase.HANDSHAKE else None
+        event = ev.error(code, message, param=param, event_id=event_id)
+        if session is None:
+            self._handshake.send(event)
+            self._errors += 1
+            errors = self._errors
+        else:
+            session.outbox.send(event)
+            session.errors += 1
+            errors = session.errors
+        if errors >= self.services.settings.max_errors_per_session:
+            raise _Close(CloseCode.TOO_MANY_ERRORS, "too many invalid messages")
+
+
+def response_options(message: ResponseCreate) -> ResponseOptions:
+    """What a ``response.create`` asks of this one response."""
+    params = message.response
+    if params is None:
+        return ResponseOptions()
+    audio = None
+    if params.output_modalities is not None:
+        audio = "audio" in params.output_modalities
+    input_text = None
+    if params.input:
+        texts = [
+            part.text or ""
+            for item in params.input
+            if isinstance(item, MessageIn)
+            for part in item.content
+            if part.type == "input_text"
+        ]
+        input_text = " ".join(t for t in texts if t) or None
+    return ResponseOptions(
+        instructions=params.instructions,
+        audio=audio,
+        in_conversation=params.conversation != "none",
+        input_text=input_text,
+    )
