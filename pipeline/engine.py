@@ -54,7 +54,7 @@ from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.backchannel import is_real_turn
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
-from pipeline.echo import EchoGate, EchoGuard, EchoSettings
+from pipeline.echo import EchoGate, EchoGuard, EchoJudgement, EchoSettings
 from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.engine_config import EngineSettings, OutputSink, Persona, Plugins, TurnMemory
 from pipeline.history import ConversationHistory
@@ -100,6 +100,13 @@ def loop_time() -> float:
     """The running event loop's clock: the engine's one clock (module docstring)."""
     return asyncio.get_running_loop().time()
 
+
+ECHO_STREAM_GAP_S = 0.25
+"""A pause in the microphone stream this long misaligns the echo guard's timeline."""
+
+ECHO_TAIL_S = 0.3
+"""After the answer's audio has played out (plus the client's buffer and the room), the
+microphone's sound is the person's: the echo gate is bypassed."""
 
 HOLD_SPECULATE_MS = 40.0
 """Quiet after which a held sound is transcribed (two frames: sooner than a turn's pause)."""
@@ -152,12 +159,13 @@ class Engine:
             self.settings.turns, end_of_turn_model=plugins.endpointer is not None
         )
         self._vad = plugins.vad.create_stream()
-        self.echo = (
-            EchoGuard(EchoSettings(output_sample_rate=self.settings.output_sample_rate))
-            if self.settings.echo_guard
-            else None
-        )
+        rate = self.settings.output_sample_rate
+        self.echo = _echo_guard(rate) if self.settings.echo_guard else None
         self._echo_gate = EchoGate()
+        self._last_frame_at: float | None = None
+        self._echo_misaligned = False
+        self._echo_until = -1e9
+        """When the answer audio sent so far ends playing, at real-time playback."""
         self._stream_ms = 0.0
         self._vad_ms = 0.0  # audio the VAD heard: its event times count only that (no pauses)
         settings = self.settings
@@ -211,7 +219,23 @@ class Engine:
         now = self.clock()
         self._stream_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
         # The echo guard sees every frame (its timeline), the paused microphone's included.
-        judgement = self.echo.judge(pcm, now) if self.echo is not None else None
+        judgement = None
+        if self.echo is not None:
+            last, self._last_frame_at = self._last_frame_at, now
+            seconds = pcm.size / INPUT_SAMPLE_RATE
+            if last is not None and now - last < 0.5 * seconds:
+                # Audio faster than real time (a file, a catching-up client) is no microphone
+                # beside a speaker; and the guard's timeline no longer lines up with playback.
+                self._echo_misaligned = True
+            elif self._echo_misaligned or (last is not None and now - last > ECHO_STREAM_GAP_S):
+                # Real time again, or after a pause in the stream (push-to-talk): afresh.
+                self._echo_misaligned = False
+                self.echo.reset()
+            judgement = (
+                EchoJudgement(pcm.size, False, True, None, -100.0, 0.0, 0.0)  # no reference
+                if self._echo_misaligned
+                else self.echo.judge(pcm, now)
+            )
         if self.coordinator.mic_paused:
             return
         self._vad_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
@@ -219,8 +243,9 @@ class Engine:
         events = await self._vad.process(pcm)
         voiced = self._vad.voiced
         if judgement is not None:  # the assistant's own voice is no speech (TT-4)
-            events = self._echo_gate.feed(events, voiced, judgement)
-            voiced = self._echo_gate.voiced
+            gated = self._echo_gate.feed(events, voiced, judgement)
+            if now <= self._echo_until + ECHO_TAIL_S:  # only while an answer may be heard
+                events, voiced = gated, self._echo_gate.voiced
         now = self.clock()
         coordinator = self.coordinator
         for event in events:
@@ -449,8 +474,9 @@ class Engine:
         if echo is None:
             return
         rate = self.settings.output_sample_rate
+        self._echo_until = max(self._echo_until, now) + pcm.size / rate
         if echo.settings.output_sample_rate != rate:  # a session.update changed the format
-            echo = self.echo = EchoGuard(EchoSettings(output_sample_rate=rate))
+            echo = self.echo = _echo_guard(rate)
         echo.played(pcm, now)
 
     def _new_item_id(self) -> str:
@@ -980,6 +1006,8 @@ class Engine:
             log.warning("compaction failed (will retry after a later turn): %s", e)
 
     def _response_finished(self, response: Response) -> None:
+        # Its audio has played out (the client may have said so before real time had passed).
+        self._echo_until = min(self._echo_until, self.clock())
         self.coordinator.on_response_done(response.generation, self.clock())
         self._run(self.coordinator.commands())
         if self.idle_timeout_s is not None and self.coordinator.state is TurnState.LISTENING:
@@ -1067,6 +1095,12 @@ class Engine:
         error = task.exception()
         if error is not None:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
+
+
+def _echo_guard(output_rate: int) -> EchoGuard:
+    """An echo guard for output at ``output_rate`` (G.711's 8 kHz: bands up to 3.6 kHz)."""
+    high = min(EchoSettings().high_hz, 0.45 * output_rate)
+    return EchoGuard(EchoSettings(output_sample_rate=output_rate, high_hz=high))
 
 
 def _arguments_json(arguments: Mapping[str, Any]) -> str:
