@@ -20,7 +20,7 @@ Whisper's 30 s when the utterance is short:
    whole second, but never less than ``min_window_seconds`` (10 s) nor more than 30 s. The
    log-mel features are zero-padded to it. CTranslate2's encoder takes any number of frames up
    to 3,000 (odd counts too) and its cost grows faster than linearly with them: on this
-   2-vCPU VM a 10 s window takes ≈ 0.27 s, the 30 s window ≈ 1.8 s. The shorter the window,
+   2-vCPU VM a 10 s window takes ≈ 0.25 s, the 30 s window 1.1–1.8 s. The shorter the window,
    the more often Whisper base loops ("Hold on. Hold on. Hold on."): of 75 generated short
    clips, 2 looped at 10 s (both Mandarin it does not recognise at any window), 4 at 8 s, 5 at
    7 s, and many more below 6 s. At 10 s English words rarely changed (mostly punctuation) and
