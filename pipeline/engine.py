@@ -521,17 +521,6 @@ class Engine:
         if speculation is not None:
             speculation.add_done_callback(functools.partial(self._read_cue, command.turn_id))
 
-    async def _judge_endpoint(self, turn_id: int, audio: PCM) -> None:
-        assert self.plugins.endpointer is not None
-        complete: bool | None
-        try:
-            complete = (await self.plugins.endpointer.predict(audio)).complete
-        except PluginError as e:
-            log.warning("endpointer failed: %s", e)
-            complete = None  # a model that failed has no opinion
-        self.coordinator.on_endpoint_verdict(turn_id, complete, self.clock())
-        self._run(self.coordinator.commands())
-
     def _read_cue(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
         """The speculative transcript of the pause is ready: its cue goes to the coordinator
         (a failed transcription says nothing: NEUTRAL)."""
@@ -549,6 +538,17 @@ class Engine:
             transcript = speculation.result()
             cue = transcript_cue(transcript.text, self.capture.language or transcript.language)
         self.coordinator.on_transcript_cue(turn_id, cue, self.clock())
+        self._run(self.coordinator.commands())
+
+    async def _judge_endpoint(self, turn_id: int, audio: PCM) -> None:
+        assert self.plugins.endpointer is not None
+        complete: bool | None
+        try:
+            complete = (await self.plugins.endpointer.predict(audio)).complete
+        except PluginError as e:
+            log.warning("endpointer failed: %s", e)
+            complete = None  # a model that failed has no opinion
+        self.coordinator.on_endpoint_verdict(turn_id, complete, self.clock())
         self._run(self.coordinator.commands())
 
     def _on_commit(self, command: CommitUserTurn) -> None:

@@ -292,12 +292,12 @@ class TurnCoordinator:
     end_of_turn_model: bool = False
     """An end-of-turn model judges every pause (its verdict starts PENDING); without one the
     verdict is "no opinion" from the start."""
+    _verdict: Verdict = PENDING
+    _cue: CueState = PENDING
 
     _commands: list[Command] = field(default_factory=list)
     _speech_end: float | None = None
     _endpoint_deadline: float | None = None
-    _verdict: Verdict = PENDING
-    _cue: CueState = PENDING
     _candidate: _Candidate | None = None
     _voiced_in_pause: float | None = None
     _burst: tuple[float, float] | None = None
