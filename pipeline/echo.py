@@ -564,6 +564,12 @@ class EchoGuard:
         self._gains[loud] = gains + step * np.sign(ratio - gains)
 
 
+def no_reference(samples: int) -> EchoJudgement:
+    """The judgement of a frame with no output to compare it with: near-end, as ``judge``
+    gives it when nothing audible played (for a caller that skips ``judge``)."""
+    return _with_samples(_NO_ECHO, samples)
+
+
 def _with_samples(judgement: EchoJudgement, samples: int) -> EchoJudgement:
     return EchoJudgement(
         samples,

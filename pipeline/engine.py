@@ -54,7 +54,7 @@ from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.backchannel import is_real_turn
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
-from pipeline.echo import EchoGate, EchoGuard, EchoJudgement, EchoSettings
+from pipeline.echo import EchoGate, EchoGuard, EchoSettings, no_reference
 from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.engine_config import EngineSettings, OutputSink, Persona, Plugins, TurnMemory
 from pipeline.history import ConversationHistory
@@ -232,9 +232,7 @@ class Engine:
                 self._echo_misaligned = False
                 self.echo.reset()
             judgement = (
-                EchoJudgement(pcm.size, False, True, None, -100.0, 0.0, 0.0)  # no reference
-                if self._echo_misaligned
-                else self.echo.judge(pcm, now)
+                no_reference(pcm.size) if self._echo_misaligned else self.echo.judge(pcm, now)
             )
         if self.coordinator.mic_paused:
             return
