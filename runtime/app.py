@@ -26,6 +26,7 @@ from runtime.connection import RealtimeConnection
 from runtime.policy import Policy, allow
 from runtime.roles import Role, default_role
 from runtime.services import Services
+from runtime.transport import WebSocketLink
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
@@ -171,7 +172,7 @@ class RealtimeApp:
         if len(services.active_sessions) >= services.settings.max_sessions:
             await websocket.close(1013, "server is at its session limit")
             return
-        connection = RealtimeConnection(websocket, services)
+        connection = RealtimeConnection(WebSocketLink(websocket), services)
         services.active_sessions.add(connection.id)
         try:
             await connection.run()

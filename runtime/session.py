@@ -255,7 +255,7 @@ class VoiceSession:
         """Rule 2: the outbox writes to ``connection`` once ``go_live`` is called; until then
         new messages wait. Returns what its client missed after ``last_seq`` and the range the
         replay window no longer holds (``Outbox.replay_after``)."""
-        self.outbox.attach(connection.ws.send_text, connection.ws.send_bytes)
+        self.outbox.attach(connection.link.send_text, connection.link.send_bytes)
         return self.outbox.replay_after(last_seq)
 
     def go_live(self) -> None:
@@ -334,7 +334,7 @@ class VoiceSession:
         await self.shutdown()
         if serving is not None:
             with contextlib.suppress(Exception):
-                await serving.ws.close(CloseCode.CREDENTIALS_REVOKED, "credentials revoked")
+                await serving.link.close(CloseCode.CREDENTIALS_REVOKED, "credentials revoked")
 
     async def _fenced(self) -> None:
         log.info("voice session %s was resumed elsewhere; closing this copy", self.id)
@@ -342,7 +342,7 @@ class VoiceSession:
         serving = self._serving()
         if serving is not None:
             with contextlib.suppress(Exception):
-                await serving.ws.close(CloseCode.SUPERSEDED, "resumed on another server")
+                await serving.link.close(CloseCode.SUPERSEDED, "resumed on another server")
 
     async def shutdown(self) -> None:
         """Rule 5: end the session for good: engine, journal buffer, outbox, registry."""
