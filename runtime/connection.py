@@ -169,12 +169,14 @@ class RealtimeConnection:
         return self.phase is Phase.SERVING
 
     def _new_outbox(self) -> Outbox:
-        return Outbox(
+        outbox = Outbox(
             send_text=self.link.send_text,
             send_bytes=self.link.send_bytes,
             is_current=_no_generation,
             max_queued=self.services.settings.max_outbound_messages,
         )
+        outbox.media = self.link.media
+        return outbox
 
     def request_close(self, code: int, reason: str) -> None:
         """Close this connection with ``code`` from its own task (the session asks when its
@@ -600,11 +602,15 @@ class RealtimeConnection:
                 if not engine.cancel_response():
                     raise ProtocolError(ErrorCode.NO_RESPONSE, "no response in progress")
             elif isinstance(message, OutputAudioBufferClear):
-                raise ProtocolError(
-                    ErrorCode.UNSUPPORTED,
-                    "output_audio_buffer.clear is for WebRTC; over WebSocket stop playback "
-                    "and send conversation.item.truncate",
-                )
+                media = self.link.media
+                if media is None:
+                    raise ProtocolError(
+                        ErrorCode.UNSUPPORTED,
+                        "output_audio_buffer.clear is for WebRTC; over WebSocket stop playback "
+                        "and send conversation.item.truncate",
+                    )
+                engine.cancel_response()  # what was played stays the heard prefix
+                media.clear()
             elif isinstance(message, InputPause):
                 engine.pause_microphone()
                 outbox.send(ev.InputPaused())

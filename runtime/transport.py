@@ -9,10 +9,12 @@ has ``media``: the outbox hands it audio and playback control instead of sending
 
 from __future__ import annotations
 
+import contextlib
 from typing import Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from accounts.model import Principal
 from pipeline.events import ServerEvent
 
 
@@ -26,6 +28,9 @@ class MediaOut(Protocol):
     what it has played, so it reports playback instead of the client."""
 
     def take(self, event: ServerEvent) -> bool: ...
+
+    def clear(self) -> None:
+        """Drop what is left of the answer playing (``output_audio_buffer.clear``)."""
 
     def detach(self) -> None:
         """No longer the session's output (the link dropped or another took over)."""
@@ -72,3 +77,50 @@ class WebSocketLink:
 
 SEND_FAILURES = (Disconnected, WebSocketDisconnect, RuntimeError, OSError)
 """What a send on a link that went away raises."""
+
+
+class Call(Protocol):
+    """A WebRTC call as the registry sees it (``runtime.webrtc.Call``)."""
+
+    id: str
+    principal: Principal
+
+    def hang_up(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class Calls:
+    """The WebRTC calls this process serves (``Services.calls``); each counts against
+    ``max_sessions`` while it lives (``active``)."""
+
+    def __init__(self, active: set[str]) -> None:
+        self._calls: dict[str, Call] = {}
+        self._active = active
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def add(self, call: Call) -> None:
+        self._calls[call.id] = call
+        self._active.add(call.id)
+
+    def forget(self, call: Call) -> None:
+        if self._calls.get(call.id) is call:
+            del self._calls[call.id]
+            self._active.discard(call.id)
+
+    def find(self, call_id: str, principal: Principal) -> Call | None:
+        """The call, if it is ``principal``'s (another user's answers as unknown)."""
+        call = self._calls.get(call_id)
+        if call is None:
+            return None
+        owner = call.principal
+        if (owner.tenant, owner.user) != (principal.tenant, principal.user):
+            return None
+        return call
+
+    async def close(self) -> None:
+        for call in list(self._calls.values()):
+            with contextlib.suppress(Exception):
+                await call.close()
