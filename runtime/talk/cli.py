@@ -22,20 +22,17 @@ import signal
 import sys
 from pathlib import Path
 
-from runtime.talk.audio import (
-    AudioError,
-    CapturingSpeaker,
-    Microphone,
+from runtime.talk.audio import AudioError, Microphone, Speaker
+from runtime.talk.conversation import TalkMode
+from runtime.talk.portaudio import (
     SoundDeviceMicrophone,
     SoundDeviceSpeaker,
-    Speaker,
-    WavMicrophone,
     list_devices,
     pick_device,
 )
-from runtime.talk.conversation import TalkMode
 from runtime.talk.runner import Talk
 from runtime.talk.terminal import stdin_lines
+from runtime.talk.wav import CapturingSpeaker, WavMicrophone
 
 DEFAULT_URL = "ws://127.0.0.1:8765/v1/realtime"
 URL_ENV = "OPENREALTIME_URL"

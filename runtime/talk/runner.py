@@ -32,7 +32,7 @@ import websockets
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM
 from runtime.client import ClientClosed, RealtimeClient
 from runtime.talk.audio import AudioError, Microphone, Speaker, StreamResampler
-from runtime.talk.conversation import (
+from runtime.talk.commands import (
     Command,
     EndAudio,
     ForgetPlayback,
@@ -43,9 +43,8 @@ from runtime.talk.conversation import (
     Send,
     Show,
     StopPlayback,
-    TalkConversation,
-    TalkMode,
 )
+from runtime.talk.conversation import TalkConversation, TalkMode
 from runtime.talk.terminal import TranscriptPrinter
 
 MAX_MESSAGES = 512

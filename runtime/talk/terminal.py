@@ -14,7 +14,7 @@ import threading
 from collections.abc import AsyncIterator
 from typing import TextIO
 
-from runtime.talk.conversation import Notice, Show
+from runtime.talk.commands import Notice, Show
 
 _CLEAR_LINE = "\r\x1b[K"
 MAX_PARTIALS = 8

@@ -32,18 +32,16 @@ from runtime.client import Received
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server
 from runtime.talk import Talk, TalkConversation, TalkMode
-from runtime.talk.audio import (
-    CapturingSpeaker,
-    DeviceNotFound,
+from runtime.talk.audio import DeviceNotFound
+from runtime.talk.commands import Notice, Play, Send, Show, StopPlayback
+from runtime.talk.portaudio import (
     SoundDeviceMicrophone,
     SoundDeviceSpeaker,
-    WavMicrophone,
     list_devices,
     pick_device,
-    read_wav,
 )
-from runtime.talk.conversation import Notice, Play, Send, Show, StopPlayback
 from runtime.talk.terminal import TranscriptPrinter
+from runtime.talk.wav import CapturingSpeaker, WavMicrophone, read_wav
 from tests.fault_proxy import FaultProxy
 from tests.runtime.conftest import fake_plugins
 
