@@ -192,20 +192,21 @@ class Talk:
                 attempts=self.reconnect_attempts, backoff=self.reconnect_backoff_s
             )
         except ClientClosed as e:
-            self._failure = f"could not reconnect, giving up: {e}"
+            self._failure = f"could not reconnect, giving up: {_why(e)}"
             return False
         self.connected.set()
         await self._execute(self.conversation.resumed(resumed))
         return True
 
     async def _shut_down(self) -> None:
+        was_connected = self.connected.is_set()
         self.connected.clear()
         with contextlib.suppress(Exception):
             await self.microphone.close()
         self.speaker.clear()
         with contextlib.suppress(Exception):
             await self.speaker.close()
-        if self.client.close_code is None and self._failure is None:
+        if was_connected:
             with contextlib.suppress(Exception):  # the connection may be gone already
                 await asyncio.wait_for(self.client.end_session(), CLOSE_TIMEOUT_S)
         with contextlib.suppress(Exception):

@@ -305,36 +305,60 @@ async def test_push_to_talk_sends_between_two_presses_and_commits_on_the_second(
     assert "talking" in run.err.getvalue()
 
 
-async def test_a_dropped_connection_is_resumed_and_a_lost_server_ends_with_a_message(
-    server: RunningServer,
-) -> None:
+@pytest.fixture
+async def proxy(server: RunningServer) -> AsyncIterator[tuple[FaultProxy, str]]:
+    """A proxy to the server that drops connections on demand, and the URL through it."""
     proxy = FaultProxy(server.host, server.port)
     port = await proxy.start()
     try:
-        keys = Keys()
-        async with talking(
-            f"ws://127.0.0.1:{port}/v1/realtime",
-            server.token,
-            microphone=WavMicrophone(),
-            speaker=CapturingSpeaker(24_000),
-            keys=keys.lines(),
-            reconnect_attempts=2,
-            reconnect_backoff_s=0.05,
-        ) as run:
-            await until(run.talk.connected.is_set)
-            proxy.cut_all()
-            await until(lambda: "reconnected" in run.err.getvalue())
-            keys.press("hello there")
-            await until(lambda: "assistant: " in run.out.getvalue())
-            proxy.cut_after_bytes(0)  # from now on nothing gets through
-            proxy.cut_all()
-            status = await asyncio.wait_for(run.task, 10)
+        yield proxy, f"ws://127.0.0.1:{port}/v1/realtime"
     finally:
         await proxy.stop()
-    assert status == 1
+
+
+async def test_a_dropped_connection_is_resumed_and_the_talk_goes_on(
+    server: RunningServer, proxy: tuple[FaultProxy, str]
+) -> None:
+    faults, url = proxy
+    keys = Keys()
+    async with talking(
+        url,
+        server.token,
+        microphone=WavMicrophone(),
+        speaker=CapturingSpeaker(24_000),
+        keys=keys.lines(),
+    ) as run:
+        await until(run.talk.connected.is_set)
+        faults.cut_all()
+        await until(lambda: "reconnected" in run.err.getvalue())
+        keys.press("hello there")
+        await until(lambda: "assistant: " in run.out.getvalue())
+        assert await run.end() == 0
     assert "connection lost" in run.err.getvalue()
-    assert "could not reconnect, giving up" in run.err.getvalue()
-    assert "Traceback" not in run.err.getvalue()
+    assert run.talk.client.close_code == 1000  # the resumed session was ended, not left waiting
+    await until(lambda: not server.services.live_sessions)
+
+
+async def test_a_server_that_stays_unreachable_ends_the_talk_with_a_message(
+    server: RunningServer, proxy: tuple[FaultProxy, str]
+) -> None:
+    faults, url = proxy
+    async with talking(
+        url,
+        server.token,
+        microphone=WavMicrophone(),
+        speaker=CapturingSpeaker(24_000),
+        reconnect_attempts=2,
+        reconnect_backoff_s=0.05,
+    ) as run:
+        await until(run.talk.connected.is_set)
+        faults.cut_after_bytes(0)  # from now on nothing gets through
+        faults.cut_all()
+        status = await asyncio.wait_for(run.task, 10)
+    assert status == 1
+    err = run.err.getvalue()
+    assert "connection lost" in err and "could not reconnect, giving up" in err
+    assert "Traceback" not in err
 
 
 def test_talk_conversation_never_plays_an_interrupted_generation() -> None:
