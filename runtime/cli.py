@@ -11,6 +11,7 @@ from pathlib import Path
 from runtime import cli_accounts
 from runtime.config import Settings
 from runtime.loop import install_uvloop, tune_gc
+from runtime.talk import cli as cli_talk
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int)
     serve.add_argument("--data-dir", type=Path)
     cli_accounts.add_parsers(sub)
+    cli_talk.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "talk":
+        return cli_talk.run(args)
     options = {
         "host": getattr(args, "host", None),
         "port": getattr(args, "port", None),

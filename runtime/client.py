@@ -8,6 +8,11 @@ message is recorded in arrival order as a ``Received`` (JSON event or audio fram
 ``seq`` and arrival time; ``wait_for`` blocks until a message matching a predicate arrives.
 Messages are deduplicated by ``seq`` (a replay after a resume never shows twice).
 
+``messages`` keeps everything by default (tests and benchmarks read it afterwards). A long-lived
+client passes ``max_messages``: then messages already consumed (``wait_for``/``next_message``
+moved past them) are dropped, and when ``max_messages`` are waiting unread the reader waits for
+the consumer (back-pressure on the socket; nothing is lost), so memory stays bounded.
+
 After ``reconnect()`` the server may not have been able to replay everything (its replay window
 was exceeded, or the session was continued from the journal on a process that never held the
 stream): then ``reconcile`` holds the server's account — the ``seq`` range given up and the
@@ -61,12 +66,27 @@ class ClientClosed(Exception):
     pass
 
 
+DEFAULT_EXTENSIONS: dict[str, bool] = {"events": True, "seq": True, "binary_audio": True}
+
+
 class RealtimeClient:
-    def __init__(self, url: str, token: str, *, clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        max_messages: int | None = None,
+    ):
+        if max_messages is not None and max_messages < 1:
+            raise ValueError("max_messages must be at least 1")
         self.url = url
         self.token = token
         self.clock = clock
         self.messages: list[Received] = []
+        self.max_messages = max_messages
+        """None: keep every message; else keep at most this many (see the module docstring)."""
+        self._stopping = False
         self.session: dict[str, Any] = {}
         """Our session facts (``session.openrealtime``: id, thread_id, role, resume_token …)."""
         self.config: dict[str, Any] = {}
@@ -95,14 +115,17 @@ class RealtimeClient:
         previous_voice_session_id: str | None = None,
         output_sample_rate: int = 24_000,
         turn_detection: dict[str, Any] | None = None,
+        extensions: dict[str, bool] | None = None,
         timeout: float = 10.0,
     ) -> dict[str, Any]:
+        """Open a session; ``extensions`` replaces ``DEFAULT_EXTENSIONS`` (every extension but
+        ``pause_playback`` on)."""
         self._ws = await self._open(timeout)
         self._reader = asyncio.create_task(self._read(), name="client-reader")
         start: dict[str, Any] = {
             "type": "openrealtime.session.start",
             "token": self.token,
-            "extensions": {"events": True, "seq": True, "binary_audio": True},
+            "extensions": dict(DEFAULT_EXTENSIONS if extensions is None else extensions),
             "session": {
                 "audio": {
                     "input": {
@@ -135,7 +158,12 @@ class RealtimeClient:
         )
 
     async def reconnect(
-        self, *, attempts: int = 5, backoff: float = 0.1, timeout: float = 10.0
+        self,
+        *,
+        attempts: int = 5,
+        backoff: float = 0.1,
+        timeout: float = 10.0,
+        wait_for_replay: bool | None = None,
     ) -> dict[str, Any]:
         """Reconnect after a dropped connection and resume the session: retries with
         exponential backoff, replays what was missed (messages already seen are dropped by
@@ -188,6 +216,9 @@ class RealtimeClient:
             if missing:  # never coming: the replay starts after them
                 self._last_seq = max(self._last_seq, int(missing[1]))
             self._reader = asyncio.create_task(self._read(), name="client-reader")
+            wait = self.max_messages is None if wait_for_replay is None else wait_for_replay
+            if not wait:
+                return dict(first)
             # Return once the replay is in: everything up to the server's seq at the resume.
             try:
                 await self.wait_for_seq(int(first.get("last_seq", 0)), timeout)
@@ -202,12 +233,15 @@ class RealtimeClient:
         await self._stop_reader()
 
     async def _stop_reader(self) -> None:
-        if self._ws is not None:
-            await self._ws.close()
-        if self._reader is not None:
-            with contextlib.suppress(BaseException):
-                await self._reader
-            self._reader = None
+        await self.close()
+        self._reader = None
+
+    async def _release_reader(self) -> None:
+        """A bounded reader waiting for room stops waiting (its connection is being closed)."""
+        if self.max_messages is not None:
+            self._stopping = True
+            async with self._arrived:
+                self._arrived.notify_all()
 
     # ------------------------------------------------------------ sending
 
@@ -277,10 +311,19 @@ class RealtimeClient:
                     for index in range(self._cursor, len(self.messages)):
                         if predicate(self.messages[index]):
                             self._cursor = index + 1
+                            if self.max_messages is not None:
+                                self._arrived.notify_all()  # a reader may wait for room
                             return self.messages[index]
+                    if self.max_messages is not None and self._cursor < len(self.messages):
+                        self._cursor = len(self.messages)  # skipped: consumed too
+                        self._arrived.notify_all()
                     if self._reader is None or self._reader.done():
                         raise ClientClosed(f"connection closed (code {self.close_code})")
                     await self._arrived.wait()
+
+    async def next_message(self, timeout: float = 10.0) -> Received:
+        """The next message after the cursor, whatever it is (for a client's own event loop)."""
+        return await self.wait_for(lambda m: True, timeout)
 
     async def wait_for_seq(self, seq: int, timeout: float = 10.0) -> None:
         """Until every message up to ``seq`` has arrived (or the connection closed)."""
@@ -343,6 +386,8 @@ class RealtimeClient:
                         json.dumps({"type": "openrealtime.ack", "seq": self._acked})
                     )
                 async with self._arrived:
+                    if self.max_messages is not None:
+                        await self._make_room(self.max_messages)
                     self.messages.append(message)
                     self._arrived.notify_all()
         except websockets.ConnectionClosed:
@@ -352,6 +397,16 @@ class RealtimeClient:
             async with self._arrived:
                 self._arrived.notify_all()
 
+    async def _make_room(self, limit: int) -> None:
+        """Called holding ``_arrived``: drop consumed messages once ``limit`` are held (all of
+        them at once, so this costs little per message), then wait while ``limit`` are unread."""
+        while len(self.messages) >= limit and not self._stopping:
+            if self._cursor:
+                del self.messages[: self._cursor]
+                self._cursor = 0
+                continue
+            await self._arrived.wait()
+
     async def wait_closed(self, timeout: float = 5.0) -> int | None:
         if self._reader is not None:
             with contextlib.suppress(TimeoutError):
@@ -359,11 +414,15 @@ class RealtimeClient:
         return self.close_code
 
     async def close(self) -> None:
-        if self._ws is not None:
-            await self._ws.close()
-        if self._reader is not None:
-            with contextlib.suppress(BaseException):
-                await self._reader
+        await self._release_reader()
+        try:
+            if self._ws is not None:
+                await self._ws.close()
+            if self._reader is not None:
+                with contextlib.suppress(BaseException):
+                    await self._reader
+        finally:
+            self._stopping = False
 
     async def __aenter__(self) -> RealtimeClient:
         return self
