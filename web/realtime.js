@@ -103,6 +103,7 @@ export class WebSocketTransport {
     this.onclose = () => {};
     this.onaudiotrack = () => {};
     this._ws = null;
+    this._closed = false;
   }
 
   isOpen() {
@@ -126,7 +127,7 @@ export class WebSocketTransport {
         if (!opened) {
           const error = new Error(`connection closed (${close.code})`);
           reject(Object.assign(error, { code: "closed", status: 0, fallback: false }));
-        } else {
+        } else if (!this._closed) {
           this.onclose({ code: close.code });
         }
       };
@@ -145,11 +146,10 @@ export class WebSocketTransport {
     return true;
   }
 
+  /** Close for good: no `onclose` follows (a connect in progress still rejects). */
   close() {
-    if (!this._ws) return;
-    this._ws.onclose = null;
-    this._ws.close(1000);
-    this._ws = null;
+    this._closed = true;
+    if (this._ws) this._ws.close(1000);
   }
 
   /** Cut the socket as a network failure would (the session lives on; we resume). */

@@ -15,9 +15,9 @@
 //    answer and resolves once the data channel is open (OPEN_TIMEOUT_MS).
 // 2. A failure rejects with an Error carrying `code`, the HTTP `status` when the server
 //    answered, and `fallback`: true when a WebSocket may still succeed (no RTCPeerConnection,
-//    a network error, 404/405, 5xx, no ICE or data channel in time), false when the server refused
-//    the credential or the session (401, 403, 409, 429, other 4xx): the WebSocket would hear
-//    the same refusal.
+//    a network error, no WebRTC route (404, 405), 5xx, no ICE or data channel in time), false
+//    when the server refused the credential or the session (401, 403, 409, 429, a 404 naming
+//    the role or thread, other 4xx): the WebSocket would hear the same refusal.
 // 3. Once open, text on the channel goes to `onmessage`. The channel closing or the peer
 //    connection failing is one `onclose({code: 1006})`: WebRTC has no close codes, so the
 //    connection tries a resume, and the server's answer to it says whether the session lives.
@@ -43,10 +43,13 @@ function transportError(code, message, { status = 0, fallback = false } = {}) {
   return Object.assign(new Error(message), { code, status, fallback });
 }
 
-/** Whether a refusal with this HTTP status leaves the WebSocket worth trying: the server (or
- * a proxy before it) has no WebRTC route (404, 405) or could not set the call up (5xx). */
-function fallsBack(status) {
-  return status === 404 || status === 405 || status >= 500;
+/** Whether a refusal leaves the WebSocket worth trying: the server (or a proxy before it) has
+ * no WebRTC route (405, or a 404 that is not the server's own refusal: `role_not_found` and
+ * `thread_not_found` are 404s too, and the WebSocket would hear them again) or could not set
+ * the call up (5xx). */
+function fallsBack(status, code) {
+  if (status === 404) return !code || code === "not_found";
+  return status === 405 || status >= 500;
 }
 
 export class WebRTCTransport {
@@ -151,10 +154,9 @@ export class WebRTCTransport {
       } catch {
         data = {};
       }
-      const code = data.code || `http_${response.status}`;
-      throw transportError(code, data.message || response.statusText, {
+      throw transportError(data.code || `http_${response.status}`, data.message || response.statusText, {
         status: response.status,
-        fallback: fallsBack(response.status),
+        fallback: fallsBack(response.status, data.code),
       });
     }
     this.callUrl = response.headers.get("Location") || "";
