@@ -34,12 +34,14 @@ from runtime.server import running_server
 REPLY = "Sure thing, here. This is the answer. Anything else?"
 
 
-def instant_plugins(*, brain: str = "fake", ms_per_char: float = 25.0) -> Plugins:
+def instant_plugins(
+    *, brain: str = "fake", ms_per_char: float = 25.0, tone_hz: float | None = None
+) -> Plugins:
     return Plugins(
         vad=EnergyVAD(),
         asr=FakeASR(["hello bot"]),
         brain=LocalBrain() if brain == "local" else FakeBrain([REPLY]),
-        tts=FakeTTS(ms_per_char=ms_per_char, chunk_ms=40.0),
+        tts=FakeTTS(ms_per_char=ms_per_char, chunk_ms=40.0, tone_hz=tone_hz),
     )
 
 
@@ -52,6 +54,7 @@ async def serve(
     data_dir: Path | None = None,
     brain: str = "fake",
     ms_per_char: float = 25.0,
+    tone_hz: float | None = None,
 ) -> None:
     with contextlib.ExitStack() as stack:
         if data_dir is None:
@@ -72,10 +75,11 @@ async def serve(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        plugins = instant_plugins(brain=brain, ms_per_char=ms_per_char)
+        plugins = instant_plugins(brain=brain, ms_per_char=ms_per_char, tone_hz=tone_hz)
         async with running_server(settings, plugins=plugins) as server:
             tune_gc()  # as `openrealtime serve` does: see runtime/loop.py
-            print(json.dumps({"listening": server.ws_url, "token": server.token}), flush=True)
+            ready = {"listening": server.ws_url, "http": server.http_url, "token": server.token}
+            print(json.dumps(ready), flush=True)
             await stop.wait()
 
 
@@ -88,6 +92,9 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--brain", choices=["fake", "local"], default="fake")
     parser.add_argument("--tts-ms-per-char", type=float, default=25.0)
+    parser.add_argument(
+        "--tone-hz", type=float, default=None, help="a tone for a voice (for Opus: WebRTC)"
+    )
     args = parser.parse_args()
     install_uvloop()
     asyncio.run(
@@ -99,6 +106,7 @@ def main() -> None:
             data_dir=args.data_dir,
             brain=args.brain,
             ms_per_char=args.tts_ms_per_char,
+            tone_hz=args.tone_hz,
         )
     )
 

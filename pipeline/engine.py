@@ -189,6 +189,9 @@ class Engine:
         self.client_pauses_playback = False
         """The client pauses and resumes its playback on ``openrealtime.output_audio.paused`` /
         ``resumed`` (our own clients do); otherwise a held answer's buffered audio plays out."""
+        self.exact_playout = False
+        """Playback reports are exact (a WebRTC call's server-side track sends them): playout
+        ends on the report, not on the estimate (``pipeline.response``)."""
         self.client_tools: tuple[ToolSpec, ...] = ()
         """Functions the client declared (``session.update`` tools); the client runs them."""
         self._pending: list[PendingInput] = []

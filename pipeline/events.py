@@ -413,6 +413,31 @@ class FunctionCallArgumentsDone(ServerEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class OutputAudioBufferStarted(ServerEvent):
+    """WebRTC: the server began playing a response's audio to the peer."""
+
+    TYPE: ClassVar[str] = "output_audio_buffer.started"
+    response_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutputAudioBufferStopped(ServerEvent):
+    """WebRTC: all of a response's audio has been played out (after ``response.done``)."""
+
+    TYPE: ClassVar[str] = "output_audio_buffer.stopped"
+    response_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutputAudioBufferCleared(ServerEvent):
+    """WebRTC: what was left of a response's audio was dropped (an interruption, or the
+    client's ``output_audio_buffer.clear``)."""
+
+    TYPE: ClassVar[str] = "output_audio_buffer.cleared"
+    response_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class RateLimit:
     name: str
     limit: int

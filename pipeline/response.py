@@ -126,6 +126,10 @@ class SpeakerHost(Protocol):
     clock: Callable[[], float]
     client_pauses_playback: bool
     """The client pauses its playback when told to (``openrealtime.output_audio.paused``)."""
+    exact_playout: bool
+    """Playback reports are exact (the server plays the audio out itself: WebRTC): a
+    response's playout ends when they say so, within ``EXACT_PLAYOUT_GRACE_S`` of the
+    estimate."""
 
     def send_all(self, events: list[ev.ServerEvent]) -> None: ...
 
@@ -311,6 +315,8 @@ class AnswerSpeaker:
             end = tracker.playout_end()
             if end is None:
                 return
+            if self.host.exact_playout:
+                end += EXACT_PLAYOUT_GRACE_S
             if tracker.client_played_ms is not None and tracker.client_played_ms >= tracker.sent_ms:
                 return
             remaining = end - self.host.clock()
@@ -319,6 +325,11 @@ class AnswerSpeaker:
             response.played_report.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(response.played_report.wait(), remaining)
+
+
+EXACT_PLAYOUT_GRACE_S = 0.5
+"""How long past the real-time estimate a response waits for exact reports of its playout
+(a media track that started late, or lags behind the estimate)."""
 
 
 def latency_event(response: Response) -> ev.TurnLatency:

@@ -113,7 +113,8 @@ class FakeBrain:
 
 class FakeTTS:
     """Produces ``ms_per_char`` of constant-level audio per character, with word timings, in
-    chunks of ``chunk_ms``. Not speech: for exercising the runtime only."""
+    chunks of ``chunk_ms``. Not speech: for exercising the runtime only. ``tone_hz`` makes it
+    a tone at that level instead (a codec such as Opus keeps no constant level)."""
 
     def __init__(
         self,
@@ -123,7 +124,9 @@ class FakeTTS:
         chunk_ms: float = 100.0,
         chunk_delay: float = 0.0,
         faults: Faults | None = None,
+        tone_hz: float | None = None,
     ) -> None:
+        self.tone_hz = tone_hz
         self.sample_rate = sample_rate
         self.ms_per_char = ms_per_char
         self.chunk_ms = chunk_ms
@@ -155,7 +158,12 @@ class FakeTTS:
             )
             if self.chunk_delay:
                 await asyncio.sleep(self.chunk_delay)
-            yield SpeechChunk(np.full(n, level, dtype=np.int16), self.sample_rate, chunk_words)
+            if self.tone_hz is None:
+                pcm = np.full(n, level, dtype=np.int16)
+            else:
+                t = np.arange(offset, offset + n) / self.sample_rate
+                pcm = (float(level) * np.sin(2 * np.pi * self.tone_hz * t)).astype(np.int16)
+            yield SpeechChunk(pcm, self.sample_rate, chunk_words)
             offset += n
 
 

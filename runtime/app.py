@@ -20,12 +20,14 @@ from runtime import (
     api_conversations,
     api_knowledge,
     api_memory,
+    webrtc,
 )
 from runtime.api import ApiError, Caller
 from runtime.connection import RealtimeConnection
 from runtime.policy import Policy, allow
 from runtime.roles import Role, default_role
 from runtime.services import Services
+from runtime.transport import WebSocketLink
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
@@ -143,6 +145,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_conversations.router)
     app.include_router(api_memory.router)
     app.include_router(api_knowledge.router)
+    app.include_router(webrtc.router)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
         app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
     return app
@@ -171,7 +174,7 @@ class RealtimeApp:
         if len(services.active_sessions) >= services.settings.max_sessions:
             await websocket.close(1013, "server is at its session limit")
             return
-        connection = RealtimeConnection(websocket, services)
+        connection = RealtimeConnection(WebSocketLink(websocket), services)
         services.active_sessions.add(connection.id)
         try:
             await connection.run()

@@ -85,6 +85,25 @@ class Settings(BaseSettings):
     start_timeout_s: float = Field(default=10.0, gt=0)
     max_errors_per_session: int = Field(default=100, ge=1)
 
+    # WebRTC (SPEC RTC-1: POST /v1/realtime/calls)
+    webrtc: bool = True
+    """Serve ``/v1/realtime/calls`` (off: 404)."""
+    webrtc_host_addresses: str = ""
+    """Comma-separated addresses the server offers as ICE host candidates (e.g. ``127.0.0.1``,
+    which the default leaves out); empty: every interface's address but loopback. Applies to
+    the whole process (aioice reads it when a call gathers candidates)."""
+    webrtc_ice_servers: str = ""
+    """Comma-separated STUN/TURN URLs (``stun:host:port``) for server-reflexive candidates;
+    empty: host candidates only (a server on the same network as its clients, or a public IP)."""
+    webrtc_receive_buffer_frames: int = Field(default=1, ge=1, le=8)
+    """Opus frames (20 ms each) the server's jitter buffer holds before it decodes one; aiortc's
+    own default is 4 (80 ms more before the end of the user's speech is heard). Reordered
+    packets wait for their gap to fill either way."""
+    webrtc_connect_timeout_s: float = Field(default=15.0, gt=0, le=300)
+    """A call whose ``oai-events`` channel does not open in this time is dropped (resumable)."""
+    max_sdp_bytes: int = Field(default=64 * 1024, ge=1024, le=1024 * 1024)
+    """Largest offer (or multipart body) ``POST /v1/realtime/calls`` accepts (more: 413)."""
+
     # per-user limits (SPEC ACC-5), per process
     max_live_sessions_per_user: int = Field(default=10, ge=1, le=10_000)
     """Live voice sessions of one (tenant, user) at once (more: error ``too_many_sessions``,

@@ -49,7 +49,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 import numpy as np
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnect
 
 from journal.events import ThreadRef
 from pipeline import events as ev
@@ -100,6 +100,7 @@ from runtime.protocol import (
 from runtime.roles import Role
 from runtime.session import VoiceSession, initial_config
 from runtime.session_config import SessionConfig, apply_update
+from runtime.transport import SEND_FAILURES, Disconnected, Link, WebSocketLink
 
 if TYPE_CHECKING:
     from runtime.services import Services
@@ -137,10 +138,12 @@ def _no_generation(generation: int) -> bool:
 
 
 class RealtimeConnection:
-    """One WebSocket connection: its handshake, then its receive loop (module doc)."""
+    """One connection: its handshake, then its receive loop (module doc). Over a WebSocket
+    ``run`` does both; a WebRTC call (``runtime.webrtc``) opens with ``open`` and serves with
+    ``serve``."""
 
-    def __init__(self, websocket: WebSocket, services: Services) -> None:
-        self.ws = websocket
+    def __init__(self, link: Link, services: Services) -> None:
+        self.link = link
         self.services = services
         settings = services.settings
         self.limits = Limits(
@@ -166,12 +169,14 @@ class RealtimeConnection:
         return self.phase is Phase.SERVING
 
     def _new_outbox(self) -> Outbox:
-        return Outbox(
-            send_text=self.ws.send_text,
-            send_bytes=self.ws.send_bytes,
+        outbox = Outbox(
+            send_text=self.link.send_text,
+            send_bytes=self.link.send_bytes,
             is_current=_no_generation,
             max_queued=self.services.settings.max_outbound_messages,
         )
+        outbox.media = self.link.media
+        return outbox
 
     def request_close(self, code: int, reason: str) -> None:
         """Close this connection with ``code`` from its own task (the session asks when its
@@ -183,7 +188,8 @@ class RealtimeConnection:
     async def run(self) -> None:
         """Serve this connection: open a session (``session.start``, or at once for a GA
         client), continue one from the journal, or take over the live one it resumes."""
-        ws = self.ws
+        assert isinstance(self.link, WebSocketLink)
+        ws = self.link.websocket
         offered = [str(p) for p in ws.scope.get("subprotocols", [])]
         first_message = FIRST_MESSAGE_PROTOCOL in offered
         chosen = FIRST_MESSAGE_PROTOCOL if first_message else None
@@ -197,16 +203,26 @@ class RealtimeConnection:
             await self._close(self._refusal(e) if isinstance(e, Refused) else e)
             await self._handshake.close()
             return
-        except WebSocketDisconnect:
+        except (Disconnected, WebSocketDisconnect):
             await self._handshake.close()
             return
         if session is not None:
-            await self._serve(session)
+            await self.serve(session)
+
+    async def open(self, first: SessionStart | SessionResume) -> VoiceSession | None:
+        """Open what ``first`` asks for, the principal already authenticated (a WebRTC call's
+        offer carries its credentials and first message): as ``run`` does after the first
+        message. Raises ``Refused``."""
+        self._task = asyncio.current_task()
+        if isinstance(first, SessionResume):
+            return await self._resume(first)
+        return await self._start(first)
 
     async def _open(self, offered: list[str], *, first_message: bool) -> VoiceSession | None:
         """The handshake: the session to serve (None: a resumed one, whose replay could not be
         sent, waits for the next resume)."""
-        ws = self.ws
+        assert isinstance(self.link, WebSocketLink)
+        ws = self.link.websocket
         if any(key in ws.query_params for key in _SECRET_QUERY_KEYS):
             raise Refused(
                 ErrorCode.TOKEN_IN_URL,
@@ -383,13 +399,13 @@ class RealtimeConnection:
         """Take a live session over: close the connection it had, replay what the client
         missed behind a barrier (nothing new interleaves), then go live. None when this
         connection dropped during the replay (the session waits for the next resume)."""
-        ws, session = self.ws, claim.session
+        link, session = self.link, claim.session
         self.session = session
         # What the handshake still has to say goes out before the answer.
         await self._handshake.flush()
         if claim.superseded is not None:
             with contextlib.suppress(Exception):
-                await claim.superseded.ws.close(
+                await claim.superseded.link.close(
                     CloseCode.SUPERSEDED, "resumed by another connection"
                 )
         self._check_held(session)
@@ -401,7 +417,7 @@ class RealtimeConnection:
                 reconcile = await session.reconcile(missing[0], missing[1])
                 self._check_held(session)
             self.phase = Phase.ANSWERED
-            await ws.send_text(
+            await link.send_text(
                 resumed_message(
                     session.id,
                     token,
@@ -414,11 +430,11 @@ class RealtimeConnection:
             self._check_held(session)
             for data in replay:
                 if isinstance(data, bytes):
-                    await ws.send_bytes(data)
+                    await link.send_bytes(data)
                 else:
-                    await ws.send_text(data)
+                    await link.send_text(data)
                 self._check_held(session)
-        except (WebSocketDisconnect, RuntimeError, OSError):
+        except SEND_FAILURES:
             await session.detach(self)
             return None
         session.go_live()
@@ -457,8 +473,8 @@ class RealtimeConnection:
         # If this send fails the receive loop sees the drop and the session waits to be resumed
         # (a retry with the same token gets the same new token: runtime/resume.py rule 4).
         self.phase = Phase.ANSWERED
-        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
-            await self.ws.send_text(
+        with contextlib.suppress(*SEND_FAILURES):
+            await self.link.send_text(
                 resumed_message(
                     session.id,
                     token,
@@ -474,15 +490,16 @@ class RealtimeConnection:
 
     # ------------------------------------------------------------ serve
 
-    async def _serve(self, session: VoiceSession) -> None:
+    async def serve(self, session: VoiceSession) -> None:
         """The receive loop, and what its end means for the session (module doc)."""
+        self._task = asyncio.current_task()
         self.phase = Phase.SERVING
         close: _Close | None = None
         try:
             await self._receive_loop(session)
         except _Close as c:
             close = c
-        except WebSocketDisconnect:
+        except (Disconnected, WebSocketDisconnect):
             pass
         except asyncio.CancelledError:
             if self._close_request is None or self._task is None:
@@ -508,16 +525,10 @@ class RealtimeConnection:
 
     async def _close(self, close: _Close) -> None:
         with contextlib.suppress(Exception):
-            await self.ws.close(close.code, close.reason)
+            await self.link.close(close.code, close.reason)
 
     async def _receive(self) -> str | bytes:
-        message = await self.ws.receive()
-        if message["type"] == "websocket.disconnect":
-            raise WebSocketDisconnect(message.get("code", 1000))
-        text = message.get("text")
-        if text is not None:
-            return str(text)
-        return bytes(message.get("bytes") or b"")
+        return await self.link.receive()
 
     async def _receive_loop(self, session: VoiceSession) -> None:
         engine = session.engine
@@ -545,7 +556,7 @@ class RealtimeConnection:
                     await self._handle(session, engine, message)
             except ProtocolError as e:
                 self._protocol_error(e)
-            except (_Close, WebSocketDisconnect, asyncio.CancelledError):
+            except (_Close, Disconnected, WebSocketDisconnect, asyncio.CancelledError):
                 raise
             except Exception:  # a bug must not end the session (and is logged, not its content)
                 log.exception("voice session %s: a client message failed", session.id)
@@ -591,11 +602,15 @@ class RealtimeConnection:
                 if not engine.cancel_response():
                     raise ProtocolError(ErrorCode.NO_RESPONSE, "no response in progress")
             elif isinstance(message, OutputAudioBufferClear):
-                raise ProtocolError(
-                    ErrorCode.UNSUPPORTED,
-                    "output_audio_buffer.clear is for WebRTC; over WebSocket stop playback "
-                    "and send conversation.item.truncate",
-                )
+                media = self.link.media
+                if media is None:
+                    raise ProtocolError(
+                        ErrorCode.UNSUPPORTED,
+                        "output_audio_buffer.clear is for WebRTC; over WebSocket stop playback "
+                        "and send conversation.item.truncate",
+                    )
+                engine.cancel_response()  # what was played stays the heard prefix
+                media.clear()
             elif isinstance(message, InputPause):
                 engine.pause_microphone()
                 outbox.send(ev.InputPaused())

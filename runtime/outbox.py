@@ -13,6 +13,10 @@ it is dequeued, so frames of a generation interrupted meanwhile are dropped, nev
 Bounds: at most ``max_queued`` messages wait; beyond that ``overflowed`` is set and the session
 closes with 4010 (slow consumer).
 
+Media (WebRTC): when the link carries the agent's voice as a media track (``media``), every
+event is offered to it first; it takes the audio (which then is neither numbered nor kept: it
+is played out live, never replayed) and notes playback control, and the rest is sent as usual.
+
 Replay window (for resuming after a dropped connection): every message written is also kept,
 encoded, until the client acknowledges it (``ack``) — at most ``max_replay_bytes`` and
 ``max_replay_age_s`` of it. ``replay_after(seq)`` returns what a reconnecting client missed, and
@@ -35,6 +39,7 @@ from typing import Any
 from pipeline.audio_formats import PCM24K, AudioFormat, compand
 from pipeline.events import ExtensionEvent, OutputAudioDelta, ServerEvent
 from runtime.protocol import Extensions, encode_audio, encode_event
+from runtime.transport import MediaOut
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +86,15 @@ class Outbox:
         self.extensions = NO_EXTENSIONS
         """What the client negotiated (``runtime.protocol.Extensions``); set by the session."""
         self._event_prefix = f"event_{uuid.uuid4().hex[:10]}_"
+        self.media: MediaOut | None = None
+        """The link's media track, when it plays the agent's voice itself (module doc)."""
 
     # ------------------------------------------------------------ engine side (OutputSink)
 
     def send(self, event: ServerEvent) -> None:
+        media = self.media
+        if media is not None and media.take(event):
+            return
         if isinstance(event, ExtensionEvent) and not self.extensions.events:
             return  # a GA-only client never sees an extension event
         self._submit(event)
@@ -121,17 +131,26 @@ class Outbox:
         """The connection dropped: keep numbering and keeping messages, stop writing."""
         self.detached = True
         self.failed = False
+        self._set_media(None)
         while self._queue:
             coro = self._encode(self._queue.popleft())
             if coro is not None:
                 coro.close()
 
-    def attach(self, send_text: SendText, send_bytes: SendBytes) -> None:
+    def attach(
+        self, send_text: SendText, send_bytes: SendBytes, media: MediaOut | None = None
+    ) -> None:
         """A new connection: new messages wait behind the replay (``replay_done``)."""
         self._send_text, self._send_bytes = send_text, send_bytes
+        self._set_media(media)
         self.detached = False
         self.failed = False
         self._replaying = True
+
+    def _set_media(self, media: MediaOut | None) -> None:
+        if self.media is not None and self.media is not media:
+            self.media.detach()
+        self.media = media
 
     def replay_done(self) -> None:
         """The replay was written: what queued meanwhile goes out, in order, then live."""
@@ -230,6 +249,7 @@ class Outbox:
         await self.flush(timeout)
         self.failed = True
         self._queue.clear()
+        self._set_media(None)
 
 
 async def _as_coroutine_impl(awaitable: Awaitable[None]) -> None:

@@ -15,7 +15,9 @@ Rules
 4. Write requests (any method but GET/HEAD/OPTIONS) of an authenticated caller count against
    ``write_requests_per_minute`` (``runtime/limits.py``): over it, 429 ``rate_limited`` with
    ``Retry-After``.
-5. The realtime WebSocket (served outside the HTTP app) and every client message on it are
+5. ``realtime``: a WebRTC call (``POST /v1/realtime/calls``, ``runtime.webrtc``) authenticates
+   as the realtime WebSocket does — a bearer token or a client secret — and counts as a write.
+   The realtime WebSocket (served outside the HTTP app) and every client message on it are
    ``member``: ``session.start`` / ``session.resume`` authenticate, every later message acts
    as that caller in that session (``MESSAGE_POLICIES``). There a client secret proves its
    user too, for sessions of the one agent role it is bound to (``Principal.bound_role_id``).
@@ -42,6 +44,7 @@ class Policy(StrEnum):
     ADMIN = "admin"
     OWNER = "owner"
     METRICS = "metrics"
+    REALTIME = "realtime"
 
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -75,11 +78,18 @@ class PolicyCheck:
         if self.policy is Policy.ANONYMOUS:
             return None
         services = services_of(request)
-        found = await authenticated_caller(request)
+        if self.policy is Policy.REALTIME:
+            header = request.headers.get("authorization")
+            realtime = await services.authenticate_header(header, realtime=True)
+            if realtime is None:
+                raise ApiError(401, "unauthorized", "a valid bearer token is required")
+            found = realtime
+        else:
+            found = await authenticated_caller(request)
         if self.policy is Policy.METRICS:
             if "metrics" not in found.scopes:
                 raise forbidden("this route needs a token with the metrics scope")
-        else:
+        elif self.policy is not Policy.REALTIME:
             if "api" not in found.scopes:
                 raise forbidden("this token may not use the API (its scopes: metrics)")
             if self.policy is Policy.ADMIN and not found.can("admin"):

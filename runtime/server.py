@@ -84,6 +84,7 @@ async def running_server(
         yield RunningServer(services, settings.host, port)
     finally:
         await services.loop_lag.stop()
+        await services.calls.close()
         for session in list(services.live_sessions.values()):
             await session.shutdown()
         server.should_exit = True

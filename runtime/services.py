@@ -33,6 +33,7 @@ from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
 from runtime.threads import InMemoryThreadStore, ThreadStore
+from runtime.transport import Calls
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +69,15 @@ class Services:
     live_sessions: LiveSessions = field(default_factory=LiveSessions)
     """Voice sessions of this process by id, connected or waiting to be resumed."""
     loop_lag: LoopLagMonitor = field(default_factory=LoopLagMonitor)
+    calls: Calls = field(init=False)
+    """WebRTC calls of this process (``runtime.webrtc``)."""
     write_limiter: WriteRateLimiter = field(init=False)
     """Write requests per user and minute (SPEC ACC-5, ``runtime/policy.py`` rule 4)."""
     owns_plugins: bool = False
     """Whether the plugins were built here (and are closed with the services)."""
 
     def __post_init__(self) -> None:
+        self.calls = Calls(self.active_sessions)
         self.write_limiter = WriteRateLimiter(per_minute=self.settings.write_requests_per_minute)
 
     def revoked(self, revocation: Revocation) -> None:
@@ -118,6 +122,7 @@ class Services:
             session.fence(epoch)
 
     async def close(self) -> None:
+        await self.calls.close()
         await self.accounts.close()
         await self.resume_tokens.close()
         for session in list(self.live_sessions.values()):

@@ -255,7 +255,9 @@ class VoiceSession:
         """Rule 2: the outbox writes to ``connection`` once ``go_live`` is called; until then
         new messages wait. Returns what its client missed after ``last_seq`` and the range the
         replay window no longer holds (``Outbox.replay_after``)."""
-        self.outbox.attach(connection.ws.send_text, connection.ws.send_bytes)
+        link = connection.link
+        self.outbox.attach(link.send_text, link.send_bytes, link.media)
+        self._configure_playback()
         return self.outbox.replay_after(last_seq)
 
     def go_live(self) -> None:
@@ -334,7 +336,7 @@ class VoiceSession:
         await self.shutdown()
         if serving is not None:
             with contextlib.suppress(Exception):
-                await serving.ws.close(CloseCode.CREDENTIALS_REVOKED, "credentials revoked")
+                await serving.link.close(CloseCode.CREDENTIALS_REVOKED, "credentials revoked")
 
     async def _fenced(self) -> None:
         log.info("voice session %s was resumed elsewhere; closing this copy", self.id)
@@ -342,7 +344,7 @@ class VoiceSession:
         serving = self._serving()
         if serving is not None:
             with contextlib.suppress(Exception):
-                await serving.ws.close(CloseCode.SUPERSEDED, "resumed on another server")
+                await serving.link.close(CloseCode.SUPERSEDED, "resumed on another server")
 
     async def shutdown(self) -> None:
         """Rule 5: end the session for good: engine, journal buffer, outbox, registry."""
@@ -457,8 +459,7 @@ class VoiceSession:
         engine.audio_out = "audio" in config.output_modalities
         engine.client_tools = config.tools if config.tool_choice != "none" else ()
         engine.auto_respond = config.turn_detection.create_response
-        extensions = self.outbox.extensions
-        engine.client_pauses_playback = extensions.events and extensions.pause_playback
+        self._configure_playback()
         engine.coordinator.settings = self._turn_settings(config.turn_detection)
         detection = config.turn_detection
         engine.idle_timeout_s = (
@@ -472,6 +473,18 @@ class VoiceSession:
                 engine.settings, output_sample_rate=config.output_format.rate
             )
         self.outbox.output_format = config.output_format
+
+    def _configure_playback(self) -> None:
+        """Who plays the agent's voice decides whether a held answer's playback pauses: a
+        media track the server plays out itself (WebRTC) pauses; a client pauses when it
+        negotiated ``pause_playback``."""
+        assert self.engine is not None
+        extensions = self.outbox.extensions
+        media = self.outbox.media is not None
+        self.engine.client_pauses_playback = media or (
+            extensions.events and extensions.pause_playback
+        )
+        self.engine.exact_playout = media
 
     # ------------------------------------------------------------ the journal buffer's news
 

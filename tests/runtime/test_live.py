@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import pytest
 import websockets
-from starlette.websockets import WebSocket
 from websockets.typing import Subprotocol
 
 from journal.events import ThreadRef
@@ -30,6 +29,7 @@ from runtime.server import RunningServer, running_server
 from runtime.services import Services, open_services
 from runtime.session import VoiceSession
 from runtime.session_config import SessionConfig
+from runtime.transport import Disconnected
 from tests.runtime.conftest import fake_plugins
 
 ALICE = Principal("acme", "alice")
@@ -114,7 +114,10 @@ class Socket:
     def __init__(self) -> None:
         self.sent: list[str | bytes] = []
         self.closed: tuple[int, str] | None = None
-        self.scope: dict[str, object] = {"subprotocols": []}
+        self.media = None
+
+    async def receive(self) -> str | bytes:
+        raise Disconnected()
 
     async def send_text(self, data: str) -> None:
         self.sent.append(data)
@@ -137,7 +140,7 @@ async def services(tmp_path: Path) -> AsyncIterator[Services]:
 
 
 def connection(services: Services) -> RealtimeConnection:
-    return RealtimeConnection(cast("WebSocket", Socket()), services)
+    return RealtimeConnection(Socket(), services)
 
 
 async def live_session(services: Services, held_by: RealtimeConnection) -> VoiceSession:
@@ -149,8 +152,8 @@ async def live_session(services: Services, held_by: RealtimeConnection) -> Voice
         services,
         connection=held_by,
         outbox=Outbox(
-            send_text=held_by.ws.send_text,
-            send_bytes=held_by.ws.send_bytes,
+            send_text=held_by.link.send_text,
+            send_bytes=held_by.link.send_bytes,
             is_current=lambda _generation: False,
             max_queued=100,
         ),

@@ -1,0 +1,716 @@
+"""WebRTC calls: ``POST /v1/realtime/calls``, as OpenAI's GA API has it (SPEC RTC-1).
+
+Theory of operation
+-------------------
+A call is one RTCPeerConnection (aiortc) serving one voice session. The client offers an audio
+track (its microphone, Opus) and the data channel ``oai-events``; it POSTs the offer — a bare
+``application/sdp`` body, or multipart with ``sdp``, an optional GA ``session`` object and an
+optional ``openrealtime`` part holding an ``openrealtime.session.start`` or
+``openrealtime.session.resume`` message (extensions, a thread to continue, the resume token:
+credentials travel in the body or the ``Authorization`` header, never the URL). The answer is
+201 with the SDP answer and ``Location: /v1/realtime/calls/{call_id}``; a refusal is the error
+JSON with the HTTP status its close code means (``_STATUS``).
+
+Rule 1. One connection per call. The call's ``RealtimeConnection`` opens the session during the
+        request (so a refusal is an HTTP error) on a ``CallLink``; messages written before the
+        data channel opens wait in the link, in order, and go out when it opens. Then the
+        connection's receive loop runs on the channel, as over a WebSocket: same parser, same
+        policies, same errors.
+Rule 2. Voice is media. The agent's audio never travels as ``response.output_audio.delta``:
+        the outbox hands it to the call's ``VoiceTrack`` (``runtime.transport.MediaOut``), which
+        plays it out in 20 ms frames at real time (aiortc encodes Opus). What left the track is
+        what the peer heard: the track reports it as playback (``Engine.on_playback``), so the
+        heard prefix of an interrupted answer is what was played, without client reports. Audio
+        of a generation that is no longer current is dropped at once (``cleared``); a held
+        answer's playback pauses in the track. The GA events ``output_audio_buffer.started`` /
+        ``stopped`` / ``cleared`` come from here. The microphone's Opus is decoded by aiortc and
+        resampled at the edge to the engine's 16 kHz mono.
+Rule 3. Resume is a new offer. A dropped call's session waits for a resume as a WebSocket's
+        does; the client POSTs a new offer carrying ``openrealtime.session.resume`` (aiortc has
+        no ICE restart). The new call takes the session over and the old peer connection is
+        closed.
+Rule 4. Clean teardown. When the peer goes (data channel closed, ICE failed), when the call is
+        hung up (``POST /v1/realtime/calls/{id}/hangup`` ends the session for good) or when the
+        server stops, the call's tasks are cancelled and its peer connection closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fractions
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aioice.ice
+import av
+import numpy as np
+from aiortc import (
+    MediaStreamTrack,
+    RTCConfiguration,
+    RTCDataChannel,
+    RTCIceServer,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
+from aiortc.mediastreams import MediaStreamError
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from pipeline import events as ev
+from pipeline.audio import INPUT_SAMPLE_RATE
+from runtime.accounts import Principal
+from runtime.api import ApiError, services_of
+from runtime.connection import RealtimeConnection
+from runtime.outbox import NO_EXTENSIONS
+from runtime.policy import Policy, allow
+from runtime.protocol import (
+    CloseCode,
+    ErrorCode,
+    Limits,
+    ProtocolError,
+    Refused,
+    SessionResume,
+    SessionStart,
+    parse_client_message,
+)
+from runtime.transport import Disconnected, MediaOut
+
+if TYPE_CHECKING:
+    from runtime.services import Services
+    from runtime.session import VoiceSession
+
+log = logging.getLogger(__name__)
+
+CALLS_PATH = "/v1/realtime/calls"
+EVENTS_CHANNEL = "oai-events"
+FRAME_S = 0.020
+_MAX_PENDING = 4_000
+"""Messages a call keeps for its data channel before it opens (the outbox's own bound)."""
+_MAX_INBOX = 1_000
+_HIGH_WATER = 1024 * 1024
+"""Bytes buffered on the data channel before a send waits for the peer to read."""
+
+
+# ---------------------------------------------------------------- ICE candidates
+
+
+_gather_all = aioice.ice.get_host_addresses
+
+
+def restrict_host_addresses(addresses: list[str]) -> None:
+    """Offer only ``addresses`` as host candidates (``Settings.webrtc_host_addresses``), e.g.
+    ``127.0.0.1`` for calls on one machine; an empty list restores every interface. aioice
+    gathers through a module function, so this applies to the process."""
+    if not addresses:
+        aioice.ice.get_host_addresses = _gather_all
+        return
+    chosen = list(addresses)
+
+    def gather(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        return [a for a in chosen if (":" in a and use_ipv6) or (":" not in a and use_ipv4)]
+
+    aioice.ice.get_host_addresses = gather
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+# ---------------------------------------------------------------- the agent's voice
+
+
+@dataclass(slots=True)
+class _Chunk:
+    generation: int
+    response_id: str
+    pcm: np.ndarray[Any, np.dtype[np.int16]]
+    offset: int = 0
+
+
+@dataclass(slots=True)
+class _Playing:
+    generation: int
+    response_id: str
+    played_ms: float = 0.0
+
+
+class VoiceTrack(MediaStreamTrack):
+    """The agent's voice, played out by the server (rule 2)."""
+
+    kind = "audio"
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.clock = clock
+        self.rate = 24_000
+        self._queue: deque[_Chunk] = deque()
+        self._session: VoiceSession | None = None
+        self._playing: _Playing | None = None
+        self._paused: int | None = None
+        """The generation whose playback is held (``openrealtime.output_audio.paused``)."""
+        self._done: set[str] = set()
+        self._completed: set[str] = set()
+        """Responses that ended normally: what is left of their audio still plays."""
+        self._start: float | None = None
+        self._frames = 0
+        self.sent_frames = 0
+        """Frames of speech (not silence) played out, over the call."""
+
+    # ------------------------------------------------------------ the outbox's side
+
+    def bind(self, session: VoiceSession) -> None:
+        self._session = session
+        self.rate = session.config.output_format.rate
+
+    def detach(self) -> None:
+        self._session = None
+        self._queue.clear()
+        self._playing = None
+
+    def take(self, event: ev.ServerEvent) -> bool:
+        if isinstance(event, ev.OutputAudioDelta):
+            pcm = np.frombuffer(event.delta, dtype=np.int16)
+            self._queue.append(_Chunk(event.generation, event.response_id, pcm))
+            return True
+        if isinstance(event, ev.OutputAudioPaused):
+            self._paused = event.generation
+        elif isinstance(event, ev.OutputAudioResumed):
+            if self._paused == event.generation:
+                self._paused = None
+        elif isinstance(event, ev.ResponseDone):
+            self._done.add(event.response.id)
+            if event.response.status == "completed":
+                self._completed.add(event.response.id)
+        return False
+
+    def clear(self) -> None:
+        """The client's ``output_audio_buffer.clear``: drop what is left of the answer."""
+        playing = self._playing
+        dropped = bool(self._queue)
+        self._queue.clear()
+        if playing is not None or dropped:
+            response_id = playing.response_id if playing else ""
+            self._playing = None
+            if response_id:
+                self._emit(ev.OutputAudioBufferCleared(response_id))
+
+    # ------------------------------------------------------------ aiortc's side
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        now = self.clock()
+        if self._start is None:
+            self._start = now
+        else:
+            due = self._start + self._frames * FRAME_S
+            if due - now > 0:
+                await asyncio.sleep(due - now)
+            elif now - due > 0.2:  # the loop stalled: play on from now, never in a burst
+                self._start, self._frames = now, 0
+        self._frames += 1
+        return self._frame(self._next_samples())
+
+    def _frame(self, samples: np.ndarray[Any, np.dtype[np.int16]]) -> av.AudioFrame:
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = self.rate
+        frame.time_base = fractions.Fraction(1, self.rate)
+        frame.pts = self._frames * samples.size
+        return frame
+
+    def _next_samples(self) -> np.ndarray[Any, np.dtype[np.int16]]:
+        """The next 20 ms: speech of the current generation, else silence (rule 2)."""
+        size = int(self.rate * FRAME_S)
+        out = np.zeros(size, dtype=np.int16)
+        session = self._session
+        if session is None:
+            return out
+        self._drop_stale(session)
+        queue = self._queue
+        if not queue or self._paused == queue[0].generation:
+            self._maybe_stopped()
+            return out
+        head = queue[0]
+        filled = 0
+        while queue and filled < size and queue[0].generation == head.generation:
+            chunk = queue[0]
+            take = min(size - filled, chunk.pcm.size - chunk.offset)
+            out[filled : filled + take] = chunk.pcm[chunk.offset : chunk.offset + take]
+            filled += take
+            chunk.offset += take
+            if chunk.offset >= chunk.pcm.size:
+                queue.popleft()
+        playing = self._playing
+        if playing is None or playing.generation != head.generation:
+            if playing is not None:
+                self._emit(ev.OutputAudioBufferStopped(playing.response_id))
+            playing = self._playing = _Playing(head.generation, head.response_id)
+            self._emit(ev.OutputAudioBufferStarted(head.response_id))
+        playing.played_ms += 1000.0 * filled / self.rate
+        self.sent_frames += 1
+        engine = session.engine
+        if engine is not None:
+            engine.on_playback(playing.generation, playing.played_ms)
+        return out
+
+    def _stale(self, session: VoiceSession, generation: int, response_id: str) -> bool:
+        """Audio of an answer that was interrupted or cancelled."""
+        current = session.outbox.is_current(generation)
+        return not current and response_id not in self._completed
+
+    def _drop_stale(self, session: VoiceSession) -> None:
+        queue, cleared = self._queue, None
+        while queue and self._stale(session, queue[0].generation, queue[0].response_id):
+            cleared = queue.popleft().response_id
+        playing = self._playing
+        if playing is not None and self._stale(session, playing.generation, playing.response_id):
+            cleared = playing.response_id
+            self._playing = None
+        if cleared is not None:
+            self._done.discard(cleared)
+            self._emit(ev.OutputAudioBufferCleared(cleared))
+
+    def _maybe_stopped(self) -> None:
+        playing = self._playing
+        if playing is not None and not self._queue and playing.response_id in self._done:
+            self._done.discard(playing.response_id)
+            self._completed.discard(playing.response_id)
+            self._playing = None
+            self._emit(ev.OutputAudioBufferStopped(playing.response_id))
+        if self._playing is None and not self._queue:
+            self._done.clear()  # nothing of any answer is left to play
+            self._completed.clear()
+
+    def _emit(self, event: ev.ServerEvent) -> None:
+        session = self._session
+        if session is not None:
+            session.outbox.send(event)
+
+
+# ---------------------------------------------------------------- the event channel
+
+
+class CallLink:
+    """The call's ``Link``: JSON events on ``oai-events``, voice on the track (rule 1)."""
+
+    def __init__(self, track: VoiceTrack, *, connect_timeout_s: float) -> None:
+        self.media: MediaOut | None = track
+        self.connect_timeout_s = connect_timeout_s
+        self.pc: RTCPeerConnection | None = None
+        self._channel: RTCDataChannel | None = None
+        self._pending: deque[str | bytes] = deque()
+        self._inbox: asyncio.Queue[str | bytes | None] = asyncio.Queue(_MAX_INBOX)
+        self._opened = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self.gone = False
+        self.flooded = False
+
+    def bind_channel(self, channel: RTCDataChannel) -> None:
+        if channel.label != EVENTS_CHANNEL or self._channel is not None:
+            channel.close()
+            return
+        self._channel = channel
+        channel.bufferedAmountLowThreshold = _HIGH_WATER // 4
+
+        @channel.on("message")
+        def on_message(message: str | bytes) -> None:
+            try:
+                self._inbox.put_nowait(message)
+            except asyncio.QueueFull:
+                self.flooded = True  # the peer sends faster than the session reads
+                self.lost()
+
+        @channel.on("bufferedamountlow")
+        def on_low() -> None:
+            self._writable.set()
+
+        channel.on("close", self.lost)
+        if channel.readyState == "open":
+            self._open()
+        else:
+            channel.on("open", self._open)
+
+    def _open(self) -> None:
+        channel = self._channel
+        assert channel is not None
+        while self._pending and not self.gone:
+            channel.send(self._pending.popleft())
+        self._opened.set()
+
+    def lost(self) -> None:
+        """The peer went away (or the call is being torn down)."""
+        if self.gone:
+            return
+        self.gone = True
+        self._writable.set()
+        self._opened.set()
+        with contextlib.suppress(asyncio.QueueFull):
+            self._inbox.put_nowait(None)
+        if self._inbox.full():  # make room for the end marker: the loop must see the end
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self._inbox.get_nowait()
+            self._inbox.put_nowait(None)
+
+    async def send_text(self, data: str) -> None:
+        await self._send(data)
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self._send(data)
+
+    async def _send(self, data: str | bytes) -> None:
+        if self.gone:
+            raise Disconnected()
+        channel = self._channel
+        if channel is None or channel.readyState != "open":
+            if len(self._pending) >= _MAX_PENDING:
+                raise Disconnected()
+            self._pending.append(data)
+            return
+        channel.send(data)
+        if channel.bufferedAmount > _HIGH_WATER:
+            self._writable.clear()
+            await self._writable.wait()
+            if self.gone:
+                raise Disconnected()
+
+    async def receive(self) -> str | bytes:
+        if not self._opened.is_set():
+            try:
+                async with asyncio.timeout(self.connect_timeout_s):
+                    await self._opened.wait()
+            except TimeoutError:
+                self.lost()
+        message = await self._inbox.get()
+        if message is None:
+            self._inbox.put_nowait(None)  # every later receive sees the end too
+            raise Disconnected()
+        return message
+
+    async def close(self, code: int, reason: str) -> None:
+        self.lost()
+        if self.pc is not None:
+            await self.pc.close()
+
+
+# ---------------------------------------------------------------- calls
+
+
+_STATUS = {
+    CloseCode.UNAUTHORIZED: 401,
+    CloseCode.CREDENTIALS_REVOKED: 401,
+    CloseCode.FORBIDDEN: 403,
+    CloseCode.TOO_MANY_SESSIONS: 429,
+    CloseCode.SUPERSEDED: 409,
+    CloseCode.TOO_MANY_ERRORS: 400,
+}
+_ERROR_STATUS = {
+    ErrorCode.ROLE_NOT_FOUND: 404,
+    ErrorCode.THREAD_NOT_FOUND: 404,
+    ErrorCode.RESUME_REFUSED: 409,
+}
+
+
+def refusal_response(refused: Refused) -> JSONResponse:
+    status = _ERROR_STATUS.get(refused.error_code) or _STATUS.get(refused.close_code, 403)
+    body: dict[str, Any] = {"code": refused.error_code, "message": refused.message}
+    if refused.param is not None:
+        body["param"] = refused.param
+    return JSONResponse(body, status_code=status)
+
+
+class Call:
+    """One peer connection and the connection that serves its session (rules 1, 4)."""
+
+    def __init__(self, services: Services, principal: Principal) -> None:
+        settings = services.settings
+        self.id = f"rtc_{uuid.uuid4().hex}"
+        self.services = services
+        self.principal = principal
+        servers = [RTCIceServer(urls=url) for url in _split(settings.webrtc_ice_servers)]
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
+        self.track = VoiceTrack()
+        self.link = CallLink(self.track, connect_timeout_s=settings.webrtc_connect_timeout_s)
+        self.link.pc = self.pc
+        self.connection = RealtimeConnection(self.link, services)
+        self.connection.principal = principal
+        self.session: VoiceSession | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+        self.pc.on("datachannel", self.link.bind_channel)
+        self.pc.on("track", self._on_track)
+        self.pc.on("connectionstatechange", self._on_state)
+
+    async def answer(self, offer_sdp: str) -> str:
+        """Apply the offer; the SDP answer (with our candidates). ``ValueError`` when the offer
+        is not one we can answer."""
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
+        except Exception as e:  # aiortc raises several kinds for a malformed offer
+            raise ValueError(f"the SDP offer could not be applied: {e}") from None
+        audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
+        if not audio:
+            raise ValueError("the offer has no audio section")
+        audio[0].sender.replaceTrack(self.track)
+        audio[0].direction = "sendrecv"
+        answer = await self.pc.createAnswer()
+        await self.pc.setLocalDescription(answer)
+        local = self.pc.localDescription
+        return str(local.sdp)
+
+    async def open(self, first: SessionStart | SessionResume) -> None:
+        """Rule 1: open (or resume) the session on this call; raises ``Refused``."""
+        session = await self.connection.open(first)
+        if session is None:  # cannot happen: nothing is written before the channel opens
+            raise Refused(
+                ErrorCode.RESUME_REFUSED,
+                "the session could not be resumed; try again",
+                CloseCode.SUPERSEDED,
+                "resume failed",
+            )
+        self.session = session
+        self.track.bind(session)
+        self._spawn(self._serve(session), "serve")
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"{self.id}-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, session: VoiceSession) -> None:
+        try:
+            await self.connection.serve(session)
+        except Exception:
+            log.exception("call %s: the session failed", self.id)
+        finally:
+            await self.close(from_serve=True)
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "audio":
+            self._shorten_jitter_buffer(track)
+            self._spawn(self._listen(track), "microphone")
+
+    def _shorten_jitter_buffer(self, track: MediaStreamTrack) -> None:
+        """``webrtc_receive_buffer_frames``: aiortc fixes its audio jitter buffer's prefetch
+        at 4 frames and offers no setting, so it is set on the receiver's buffer here."""
+        frames = self.services.settings.webrtc_receive_buffer_frames
+        for transceiver in self.pc.getTransceivers():
+            if transceiver.receiver.track is track:
+                buffer = getattr(transceiver.receiver, "_RTCRtpReceiver__jitter_buffer", None)
+                if buffer is not None and hasattr(buffer, "_prefetch"):
+                    buffer._prefetch = frames
+                else:
+                    log.warning("aiortc's jitter buffer is not where it was; left as it is")
+
+    def _on_state(self) -> None:
+        if self.pc.connectionState in ("failed", "closed"):
+            self.link.lost()
+
+    async def _listen(self, track: MediaStreamTrack) -> None:
+        """The microphone: Opus decoded by aiortc, resampled at the edge to 16 kHz mono."""
+        resampler = av.AudioResampler(format="s16", layout="mono", rate=INPUT_SAMPLE_RATE)
+        connection = self.connection
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            session = connection.session
+            if session is None or not session.holds(connection) or session.engine is None:
+                continue
+            assert isinstance(frame, av.AudioFrame)
+            for out in resampler.resample(frame):
+                pcm = out.to_ndarray().reshape(-1).astype(np.int16, copy=False)
+                if pcm.size:
+                    await session.engine.push_audio(pcm)
+
+    def hang_up(self) -> None:
+        """End the session for good, as ``openrealtime.session.close`` does (rule 4)."""
+        self.connection.request_close(CloseCode.NORMAL, "hung up")
+
+    async def close(self, *, from_serve: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.link.lost()
+        self.services.calls.forget(self)
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current and not t.done()]
+        if not from_serve:
+            for task in tasks:
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await self.pc.close()
+        self.track.stop()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+# ---------------------------------------------------------------- the route
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    sdp: str
+    first: SessionStart | SessionResume
+
+
+async def read_offer(request: Request, services: Services) -> Offer:
+    """The offer and what opens the session, from either body the GA API allows."""
+    settings = services.settings
+    limit = settings.max_sdp_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "offer_too_large", f"the body is larger than {limit} bytes")
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    session: dict[str, Any] | None = None
+    opening: str | None = None
+    if kind == "multipart/form-data":
+        try:
+            form = await request.form(max_files=0, max_fields=8, max_part_size=limit)
+        except Exception as e:
+            raise ApiError(
+                400, "invalid_request", f"the multipart body is not valid: {e}"
+            ) from None
+        sdp = form.get("sdp")
+        raw_session = form.get("session")
+        raw_opening = form.get("openrealtime")
+        if not isinstance(sdp, str) or not sdp.strip():
+            raise ApiError(400, "invalid_request", "the multipart body needs an sdp part")
+        if raw_session is not None:
+            session = _json_object(raw_session, "session")
+        if raw_opening is not None:
+            opening = str(raw_opening)
+    elif kind in ("application/sdp", "text/plain", ""):
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > limit:
+                raise ApiError(413, "offer_too_large", f"the body is larger than {limit} bytes")
+        sdp = body.decode("utf-8", errors="replace")
+    else:
+        raise ApiError(415, "unsupported_media_type", "send application/sdp or multipart/form-data")
+    if "v=0" not in sdp[:64]:
+        raise ApiError(400, "invalid_sdp", "the body is not an SDP offer")
+    return Offer(sdp, _first_message(opening, session))
+
+
+def _json_object(raw: object, part: str) -> dict[str, Any]:
+    try:
+        value = json.loads(str(raw))
+    except ValueError:
+        raise ApiError(400, "invalid_json", f"the {part} part is not JSON") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "invalid_request", f"the {part} part must be a JSON object")
+    return value
+
+
+def _first_message(
+    opening: str | None, session: dict[str, Any] | None
+) -> SessionStart | SessionResume:
+    """What opens the call's session: the ``openrealtime`` part's message, else a GA start
+    (the ``session`` part's model names the role, as ``?model=`` does on the WebSocket)."""
+    if opening is None:
+        config = dict(session or {})
+        model = config.pop("model", None)
+        return SessionStart(
+            type="openrealtime.session.start",
+            model=model if isinstance(model, str) else None,
+            extensions=NO_EXTENSIONS,
+            session=config or None,
+        )
+    try:
+        message = parse_client_message(opening, _OPENING_LIMITS)
+    except ProtocolError as e:
+        raise ApiError(400, e.code, f"openrealtime part: {e.message}") from None
+    if isinstance(message, SessionResume):
+        return message
+    if not isinstance(message, SessionStart):
+        raise ApiError(
+            400,
+            "invalid_request",
+            "the openrealtime part holds openrealtime.session.start or .resume",
+        )
+    if message.extensions.binary_audio:
+        raise ApiError(
+            400,
+            ErrorCode.INVALID_VALUE,
+            "binary_audio is for WebSockets; over WebRTC audio is the media track",
+        )
+    if session is not None:
+        if message.session is not None:
+            raise ApiError(
+                400, "invalid_request", "give the session in one place (session part or start)"
+            )
+        config = dict(session)
+        config.pop("model", None)
+        message = message.model_copy(update={"session": config})
+    return message
+
+
+_OPENING_LIMITS = Limits()
+
+
+def _principal(request: Request) -> Principal:
+    principal = getattr(request.state, "principal", None)
+    assert isinstance(principal, Principal), "Policy.REALTIME sets it"
+    return principal
+
+
+router = APIRouter()
+
+
+@router.post(CALLS_PATH, status_code=201, dependencies=[allow(Policy.REALTIME)])
+async def create_call(request: Request) -> Response:
+    services = services_of(request)
+    settings = services.settings
+    restrict_host_addresses(_split(settings.webrtc_host_addresses))
+    if not settings.webrtc:
+        raise ApiError(404, "webrtc_disabled", "WebRTC calls are not served here")
+    if len(services.active_sessions) >= settings.max_sessions:
+        raise ApiError(503, "server_busy", "server is at its session limit")
+    offer = await read_offer(request, services)
+    call = Call(services, _principal(request))
+    try:
+        answer = await call.answer(offer.sdp)
+    except ValueError as e:
+        await call.close()
+        raise ApiError(400, "invalid_sdp", str(e)) from None
+    services.calls.add(call)
+    try:
+        await call.open(offer.first)
+    except Refused as refused:
+        await call.close()
+        return refusal_response(refused)
+    except (ValidationError, ProtocolError) as e:
+        await call.close()
+        raise ApiError(400, "invalid_request", str(e)) from None
+    return Response(
+        answer,
+        status_code=201,
+        media_type="application/sdp",
+        headers={"Location": f"{CALLS_PATH}/{call.id}"},
+    )
+
+
+@router.post(f"{CALLS_PATH}/{{call_id}}/hangup", dependencies=[allow(Policy.REALTIME)])
+async def hang_up(call_id: str, request: Request) -> dict[str, Any]:
+    services = services_of(request)
+    call = services.calls.find(call_id, _principal(request))
+    if call is None:
+        raise ApiError(404, "call_not_found", f"no call {call_id}")
+    call.hang_up()
+    return {}
