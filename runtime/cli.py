@@ -55,6 +55,8 @@ async def _serve(settings: Settings) -> None:
         base = settings.public_url or server.http_url
         print(f"OpenRealtime listening on {base}/#token={server.token}", flush=True)
         print(f"WebSocket endpoint: {server.ws_url}", flush=True)
+        if settings.webrtc:
+            print(f"WebRTC calls: POST {base}/v1/realtime/calls", flush=True)
         tune_gc()  # after start-up: see runtime/loop.py
         await stop.wait()
         print("shutting down", file=sys.stderr, flush=True)

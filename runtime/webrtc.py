@@ -313,6 +313,7 @@ class CallLink:
         self._writable.set()
         self.gone = False
         self.flooded = False
+        self._voice_only = False
 
     def bind_channel(self, channel: RTCDataChannel) -> None:
         if channel.label != EVENTS_CHANNEL or self._channel is not None:
@@ -338,6 +339,13 @@ class CallLink:
             self._open()
         else:
             channel.on("open", self._open)
+
+    def voice_only(self) -> None:
+        """An offer without a data channel: voice both ways, no events (they are dropped); the
+        call ends with its peer connection."""
+        self._voice_only = True
+        self._pending.clear()
+        self._opened.set()
 
     def _open(self) -> None:
         channel = self._channel
@@ -369,6 +377,8 @@ class CallLink:
     async def _send(self, data: str | bytes) -> None:
         if self.gone:
             raise Disconnected()
+        if self._voice_only:
+            return
         channel = self._channel
         if channel is None or channel.readyState != "open":
             if len(self._pending) >= _MAX_PENDING:
@@ -416,6 +426,10 @@ _ERROR_STATUS = {
     ErrorCode.ROLE_NOT_FOUND: 404,
     ErrorCode.THREAD_NOT_FOUND: 404,
     ErrorCode.RESUME_REFUSED: 409,
+    ErrorCode.INVALID_MESSAGE: 400,
+    ErrorCode.INVALID_VALUE: 400,
+    ErrorCode.UNKNOWN_PARAMETER: 400,
+    ErrorCode.UNSUPPORTED: 400,
 }
 
 
@@ -460,6 +474,8 @@ class Call:
         audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
         if not audio:
             raise ValueError("the offer has no audio section")
+        if self.pc.sctp is None:
+            self.link.voice_only()
         audio[0].sender.replaceTrack(self.track)
         audio[0].direction = "sendrecv"
         answer = await self.pc.createAnswer()

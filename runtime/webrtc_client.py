@@ -172,15 +172,26 @@ class WebRTCClient:
         timeout: float = 15.0,
     ) -> dict[str, Any]:
         """Open a session over a new peer connection; ``session.created``'s session."""
-        opening: dict[str, Any] | None = None
-        if not ga:
-            opening = {
-                "type": "openrealtime.session.start",
-                "extensions": extensions or {"events": True, "seq": True},
-            }
-            if model is not None:
-                opening["model"] = model
-        await self._connect(opening, session, timeout)
+        if ga:
+            await self._connect(None, session, timeout)
+            created = await self.wait_type("session.created", timeout)
+            return dict(created["session"])
+        fields: dict[str, Any] = {"extensions": extensions or {"events": True, "seq": True}}
+        if model is not None:
+            fields["model"] = model
+        if session is not None:
+            fields["session"] = session
+        return await self.call_with(fields, timeout)
+
+    async def call_with(self, fields: dict[str, Any], timeout: float = 15.0) -> dict[str, Any]:
+        """``call`` with more fields in ``openrealtime.session.start`` (a thread to continue,
+        a role, a session configuration)."""
+        opening = {
+            "type": "openrealtime.session.start",
+            "extensions": {"events": True, "seq": True},
+            **fields,
+        }
+        await self._connect(opening, None, timeout)
         created = await self.wait_type("session.created", timeout)
         config: dict[str, Any] = created["session"]
         self.session = dict(config.get("openrealtime") or {})

@@ -5,6 +5,7 @@ keeps no DC level); the one full-stack test speaks a question synthesised with o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -299,3 +300,94 @@ async def test_a_spoken_question_gets_a_spoken_answer_over_webrtc(tmp_path: Path
     assert "OpenRealtime" in done["response"]["output_text"]
     assert heard_ms > 1000  # a second and more of the answer's voice out of the decoder
     assert [e.kind for e in events] == [EventKind.USER_INPUT, EventKind.ASSISTANT_OUTPUT]
+
+
+async def test_a_client_secret_opens_a_call_of_its_role_and_a_thread_continues(
+    server: RunningServer,
+) -> None:
+    async with httpx.AsyncClient(timeout=10) as http:
+        minted = await http.post(
+            f"{server.http_url}/v1/realtime/client_secrets",
+            json={},
+            headers={"Authorization": f"Bearer {server.token}"},
+        )
+    secret = minted.json()["value"]
+    assert secret.startswith("ek_")
+    async with WebRTCClient(server.http_url, secret) as client:
+        await client.call()
+        thread_id, session_id = client.session["thread_id"], client.session["id"]
+        role_id = client.session["role"]["id"]
+        assert role_id == minted.json()["session"]["model"]
+        # One session per call: the data channel does not start a second one.
+        await client.send({"type": "openrealtime.session.start", "event_id": "again"})
+        again = await client.wait_type("error", 10)
+        assert again["error"]["code"] == "session_already_started"
+        client.say(tone(0.8), MIC_RATE)  # a turn, so the thread has this session in it
+        await client.wait_type("response.done", 20)
+        assert await client.hang_up() == 200
+    # A new call continues the thread (the continuation rules of the WebSocket apply).
+    async with WebRTCClient(server.http_url, server.token) as client:
+        with pytest.raises(CallRefused) as refused:
+            await client.call_with({"requested_thread_id": thread_id})
+        assert (refused.value.status, refused.value.body["code"]) == (400, "invalid_message")
+        await client.call_with(
+            {"requested_thread_id": thread_id, "previous_voice_session_id": session_id}
+        )
+        assert client.session["thread_id"] == thread_id
+
+
+async def test_the_per_user_session_limit_refuses_a_call_with_429(tmp_path: Path) -> None:
+    plugins = fake_plugins(tts=ToneTTS(ms_per_char=10.0))
+    settings = rtc_settings(tmp_path, max_live_sessions_per_user=1)
+    async with (
+        running_server(settings, plugins=plugins) as server,
+        WebRTCClient(server.http_url, server.token) as first,
+    ):
+        await first.call()
+        second = WebRTCClient(server.http_url, server.token)
+        try:
+            with pytest.raises(CallRefused) as refused:
+                await second.call()
+        finally:
+            await second.close()
+        assert refused.value.status == 429
+        assert refused.value.body["code"] == "too_many_sessions"
+        assert len(server.services.calls) == 1  # the refused call left nothing behind
+
+
+async def test_an_offer_without_a_data_channel_is_a_voice_only_call(
+    server: RunningServer,
+) -> None:
+    from aiortc import RTCPeerConnection, RTCSessionDescription
+
+    from runtime.webrtc_client import Microphone, Speaker
+
+    client = WebRTCClient(server.http_url, server.token)
+    pc = RTCPeerConnection()
+    microphone, speaker = Microphone(), Speaker()
+    pc.addTrack(microphone)
+    pc.on(
+        "track",
+        lambda track: setattr(speaker, "task", asyncio.ensure_future(speaker.listen(track))),
+    )
+    try:
+        await pc.setLocalDescription(await pc.createOffer())
+        answer = await client.post_offer(pc.localDescription.sdp, None, None, 10)
+        await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+        microphone.feed(tone(0.8))
+        for _ in range(400):  # the answer's voice, with no event to say so
+            if speaker.speech_ms() >= 300:
+                break
+            await asyncio.sleep(0.05)
+        assert speaker.speech_ms() >= 300
+    finally:
+        await pc.close()
+        if speaker.task is not None:
+            speaker.task.cancel()
+            with contextlib.suppress(BaseException):
+                await speaker.task
+    for _ in range(100):
+        if not server.services.calls:
+            break
+        await asyncio.sleep(0.05)
+    assert len(server.services.calls) == 0
