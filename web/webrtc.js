@@ -15,7 +15,7 @@
 //    answer and resolves once the data channel is open (OPEN_TIMEOUT_MS).
 // 2. A failure rejects with an Error carrying `code`, the HTTP `status` when the server
 //    answered, and `fallback`: true when a WebSocket may still succeed (no RTCPeerConnection,
-//    a network error, no WebRTC route (404, 405), 5xx, no ICE or data channel in time), false
+//    a network error, no WebRTC served (404, 405), 5xx, no ICE or data channel in time), false
 //    when the server refused the credential or the session (401, 403, 409, 429, a 404 naming
 //    the role or thread, other 4xx): the WebSocket would hear the same refusal.
 // 3. Once open, text on the channel goes to `onmessage`. The channel closing or the peer
@@ -43,12 +43,14 @@ function transportError(code, message, { status = 0, fallback = false } = {}) {
   return Object.assign(new Error(message), { code, status, fallback });
 }
 
-/** Whether a refusal leaves the WebSocket worth trying: the server (or a proxy before it) has
- * no WebRTC route (405, or a 404 that is not the server's own refusal: `role_not_found` and
- * `thread_not_found` are 404s too, and the WebSocket would hear them again) or could not set
- * the call up (5xx). */
+// 404s that refuse the session itself: the WebSocket would hear them again.
+const SESSION_NOT_FOUND = new Set(["role_not_found", "thread_not_found", "previous_session_not_in_thread"]);
+
+/** Whether a refusal leaves the WebSocket worth trying: the server does not serve WebRTC (404
+ * `webrtc_disabled`, or no such route: 404, 405 from a proxy or an older server) or could not
+ * set the call up (5xx). */
 function fallsBack(status, code) {
-  if (status === 404) return !code || code === "not_found";
+  if (status === 404) return !SESSION_NOT_FOUND.has(code);
   return status === 405 || status >= 500;
 }
 
