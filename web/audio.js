@@ -1,5 +1,7 @@
 // Microphone capture (16 kHz PCM16 frames) and assistant playback (jitter buffer) for the talk
 // page. Both run in AudioWorklets (capture-worklet.js, playback-worklet.js) off the main thread.
+// Over WebRTC the microphone's track itself is sent (the frames only drive the level meter) and
+// the answer plays from the remote track, so the Player is not used.
 
 export class Microphone {
   /** `onFrame(ArrayBuffer, level)` gets 20 ms of 16 kHz PCM16 little-endian. */
@@ -31,6 +33,11 @@ export class Microphone {
     mute.gain.value = 0;
     source.connect(node).connect(mute).connect(this.context.destination);
     if (this.context.state === "suspended") await this.context.resume();
+  }
+
+  /** The microphone's track (a WebRTC offer sends it), or null before start(). */
+  track() {
+    return this.stream ? this.stream.getAudioTracks()[0] || null : null;
   }
 
   setPaused(paused) {

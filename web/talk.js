@@ -1,5 +1,10 @@
-// The talk page (SPEC WEB-1, RES-2, RES-5, CONV-1 … CONV-3): one voice session at a time over
-// realtime.js, microphone and playback from audio.js, the transcript saved by records.js.
+// The talk page (SPEC WEB-1, RES-2, RES-5, CONV-1 … CONV-3, RTC-2): one voice session at a time
+// over realtime.js, microphone and playback from audio.js, the transcript saved by records.js.
+//
+// Transport: realtime.js talks WebRTC when it can and a WebSocket otherwise; the connection
+// pill says which. Everything here is the same over both but the audio: over the WebSocket the
+// page plays the answer (Player) and reports what it played; over WebRTC the answer is a remote
+// track played by an <audio> element, and the server knows what it played out.
 //
 // Identity: "New conversation" makes a new page record and a new thread; "continue" (from
 // history: index.html?continue=<record id>) keeps the record id and asks the server to continue
@@ -14,6 +19,7 @@ import { newRecord, RecordSaver } from "./records.js";
 
 const $ = (id) => document.getElementById(id);
 const PLAYBACK_REPORT_MS = 250;
+const TRANSPORT_LABELS = { webrtc: "WebRTC", websocket: "WebSocket" };
 
 const STATE_LABELS = {
   idle: "not connected",
@@ -41,6 +47,7 @@ const talk = {
   lastInterruption: null,
   interruptions: {},
   playbackReports: [],
+  outputAudio: [], // WebRTC: the server's output_audio_buffer.* events ({type, response_id})
   items: new Map(),
   generations: new Map(), // response id → generation, while the response runs
   reported: {},
@@ -62,9 +69,14 @@ function setConnection(state, detail = {}) {
   const pill = $("connection");
   pill.dataset.state = state;
   let label = STATE_LABELS[state] || state;
-  if (state === "connected" && talk.conn && talk.conn.resumes > 0) label = `connected (resumed ×${talk.conn.resumes})`;
+  const kind = talk.conn && talk.conn.kind;
+  if (state === "connected" && kind) label = `connected · ${TRANSPORT_LABELS[kind]}`;
+  if (state === "connected" && talk.conn.resumes > 0) label += ` (resumed ×${talk.conn.resumes})`;
   if (state === "failed" && detail.code) label = `disconnected (${detail.code})`;
   pill.textContent = label;
+  pill.dataset.transport = state === "idle" ? "" : kind || "";
+  const fallback = talk.conn && talk.conn.fallback;
+  pill.title = fallback && kind === "websocket" ? `WebRTC did not connect (${fallback.code}): using a WebSocket` : "";
   const live = state === "connected";
   $("type-text").disabled = !live;
   $("type-send").disabled = !live;
@@ -231,6 +243,17 @@ function onEvent(event) {
       recordMessage("assistant", text);
       break;
     }
+    case "output_audio_buffer.started": // WebRTC: the server began playing an answer out
+    case "output_audio_buffer.stopped": // … played it to the end
+    case "output_audio_buffer.cleared": // … cut it (an interruption, or our clear)
+      talk.outputAudio.push({ type: event.type, response_id: event.response_id });
+      if (talk.outputAudio.length > 200) talk.outputAudio.shift();
+      $("playback").textContent = {
+        "output_audio_buffer.started": "Playing",
+        "output_audio_buffer.stopped": "Played",
+        "output_audio_buffer.cleared": "Playback cleared",
+      }[event.type];
+      break;
     case "openrealtime.turn.latency":
       $("playback").dataset.latency = String(event.latency_ms.first_audio_sent ?? "");
       break;
@@ -302,12 +325,20 @@ function onAudio({ generation, pcm }) {
   talk.player.push(generation, pcm);
 }
 
-/** Barge-in: clear playback at once, then tell the server how much of the answer was heard. */
+/** Barge-in: clear playback at once, then tell the server how much of the answer was heard.
+ * Over WebRTC the server stopped the audio itself and knows what was played: nothing to do. */
 async function interrupt(generation, reason) {
   talk.interrupted.add(generation);
+  if (!talk.player) {
+    talk.lastInterruption = { generation, reason, played_ms: null, clear_ms: 0 };
+    talk.interruptions[generation] = talk.lastInterruption;
+    $("playback").textContent = `Interrupted (${reason})`;
+    noteItem(`${talk.keyPrefix}:g${generation}`, interruptionNote(generation));
+    return;
+  }
   const at = performance.now();
-  const played = talk.player ? await talk.player.clear() : {};
-  const playedMs = ((played[generation] || 0) * 1000) / (talk.player ? talk.player.sampleRate : 24000);
+  const played = await talk.player.clear();
+  const playedMs = ((played[generation] || 0) * 1000) / talk.player.sampleRate;
   if (talk.conn) talk.conn.reportPlayback(generation, playedMs);
   talk.playbackReports.push({ generation, played_ms: playedMs, final: true });
   talk.lastInterruption = { generation, reason, played_ms: Math.round(playedMs), clear_ms: performance.now() - at };
@@ -318,7 +349,7 @@ async function interrupt(generation, reason) {
 
 function interruptionNote(generation) {
   const cut = talk.interruptions[generation];
-  const played = cut ? ` after ${cut.played_ms} ms of playback` : "";
+  const played = cut && cut.played_ms !== null ? ` after ${cut.played_ms} ms of playback` : "";
   return `interrupted${played} — only the part you heard is kept`;
 }
 
@@ -368,6 +399,7 @@ async function stopSession() {
   if (conn) conn.close();
   if (mic) await mic.stop().catch(() => {});
   if (player) await player.stop().catch(() => {});
+  $("remote-audio").srcObject = null;
   talk.mic = null;
   talk.player = null;
   talk.interrupted = new Set();
@@ -388,7 +420,13 @@ async function startSession({ continueThread }) {
       role: record.role_id,
     }
     : { role: $("role").value };
-  const conn = new RealtimeConnection({ url: realtimeUrl(), token: token() });
+  // The microphone first: a WebRTC offer carries its track.
+  await startMicrophone();
+  const conn = new RealtimeConnection({
+    url: realtimeUrl(),
+    token: token(),
+    microphone: () => (talk.mic ? talk.mic.track() : null),
+  });
   talk.conn = conn;
   conn.addEventListener("state", (e) => {
     if (conn !== talk.conn) return;
@@ -398,11 +436,19 @@ async function startSession({ continueThread }) {
   });
   conn.addEventListener("event", (e) => conn === talk.conn && onEvent(e.detail));
   conn.addEventListener("audio", (e) => conn === talk.conn && onAudio(e.detail));
+  conn.addEventListener("remote-audio", (e) => {
+    if (conn !== talk.conn) return;
+    const audio = $("remote-audio");
+    audio.srcObject = e.detail;
+    audio.play().catch(() => {}); // autoplay: the Start click is the user's gesture
+  });
   let session;
   try {
     session = await conn.start(options);
   } catch (error) {
     talk.conn = null;
+    if (talk.mic) await talk.mic.stop().catch(() => {});
+    talk.mic = null;
     const why = error.code === "previous_session_not_in_thread" || error.code === "thread_not_found"
       ? "This conversation can no longer be continued (its runtime history is gone)."
       : "Could not start a session.";
@@ -418,17 +464,18 @@ async function startSession({ continueThread }) {
   const ids = { thread_id: session.thread_id, role_id: session.role.id };
   if (talk.saver.records.has(record.id)) await talk.saver.update(record.id, ids);
   else await talk.saver.track(Object.assign(record, ids));
-  const player = new Player(session.output_sample_rate, {
-    onProgress: onPlaybackProgress,
-    onDrained: onPlaybackDrained,
-  });
-  try {
-    await player.start();
-    talk.player = player;
-  } catch (error) {
-    notice(`Audio playback unavailable: ${errorText(error)}`, "warn");
+  if (conn.carriesAudio) {
+    const player = new Player(session.output_sample_rate, {
+      onProgress: onPlaybackProgress,
+      onDrained: onPlaybackDrained,
+    });
+    try {
+      await player.start();
+      talk.player = player;
+    } catch (error) {
+      notice(`Audio playback unavailable: ${errorText(error)}`, "warn");
+    }
   }
-  await startMicrophone();
   // A microphone paused in an earlier session stays paused; the new session hears of it too.
   if (talk.micPaused) conn.sendJson({ type: "openrealtime.input.pause" });
   setConnection(conn.state);

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.audio import INPUT_SAMPLE_RATE
+from pipeline.audio import INPUT_SAMPLE_RATE, resample
 from pipeline.engine import Plugins
 from plugins.brain.local import LocalBrain
 from plugins.fakes import FakeASR, FakeTTS
@@ -69,6 +69,22 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int = INPUT_SAMPLE_RATE) -> Pat
     return path
 
 
+def spoken(text: str, *, lead_s: float, tail_s: float) -> np.ndarray:
+    """``text`` in our Piper voice at 16 kHz, between ``lead_s`` and ``tail_s`` of silence."""
+    from plugins.tts import create_tts
+
+    async def synthesise() -> list[np.ndarray]:
+        tts = create_tts("piper")
+        return [
+            resample(c.pcm, c.sample_rate, INPUT_SAMPLE_RATE)
+            async for c in tts.stream(text, voice=None, language="en")
+        ]
+
+    lead = np.zeros(int(INPUT_SAMPLE_RATE * lead_s), dtype=np.int16)
+    tail = np.zeros(int(INPUT_SAMPLE_RATE * tail_s), dtype=np.int16)
+    return np.concatenate([lead, *asyncio.run(synthesise()), tail])
+
+
 def silence_file(folder: Path) -> Path:
     """A quiet microphone (Chromium loops the file)."""
     return write_wav(folder / "silence.wav", np.zeros(INPUT_SAMPLE_RATE * 2, dtype=np.int16))
@@ -109,10 +125,21 @@ async def launch() -> AsyncIterator[Launch]:
         await asyncio.sleep(0)
 
 
-async def open_page(browser: Any, server: RunningServer, path: str = "/") -> Any:
+# An init script that takes WebRTC away from a page, as a browser without it (or with it
+# disabled by policy) would be: the talk page then speaks over its WebSocket.
+BLOCK_WEBRTC = "delete window.RTCPeerConnection; delete window.webkitRTCPeerConnection;"
+
+
+async def open_page(
+    browser: Any, server: RunningServer, path: str = "/", *, webrtc: bool = True
+) -> Any:
     """A new page of ``path`` signed in through the URL fragment (as the server prints it),
-    once the page says it is ready."""
+    once the page says it is ready. ``webrtc=False``: the page has no RTCPeerConnection, so
+    the talk page uses its WebSocket (for tests of what only the WebSocket does: the page's
+    own player, playback reports, binary microphone frames)."""
     context = await browser.new_context(viewport={"width": 1100, "height": 800})
+    if not webrtc:
+        await context.add_init_script(BLOCK_WEBRTC)
     page = await context.new_page()
     page.on("pageerror", lambda error: print("pageerror:", error))
     await page.goto(f"{server.http_url}{path}#token={server.token}")
@@ -143,11 +170,11 @@ ServerFactory = Callable[..., AbstractAsyncContextManager[RunningServer]]
 @pytest.fixture
 def fake_server(tmp_path: Path) -> ServerFactory:
     def start(
-        ms_per_char: float = 10.0, heard: str = "(no speech expected)"
+        ms_per_char: float = 10.0, heard: str = "(no speech expected)", *, webrtc: bool = True
     ) -> AbstractAsyncContextManager[RunningServer]:
         settings = Settings(
             port=0, data_dir=tmp_path / "data", storage="memory", silence_ms=300,
-            min_interrupt_ms=300,
+            min_interrupt_ms=300, webrtc=webrtc, webrtc_host_addresses="127.0.0.1",
         )  # fmt: skip
         return running_server(settings, plugins=text_plugins(ms_per_char, heard))
 

@@ -1,4 +1,5 @@
-"""The talk page in a real browser: speech in, transcript and answer audio out, barge-in, resume."""
+"""The talk page in a real browser over its WebSocket: speech in, transcript and answer audio out,
+barge-in, resume (the page's own player and playback reports; WebRTC: test_talk_webrtc.py)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,23 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from journal.events import EventKind, ThreadRef
-from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample
+from pipeline.audio import PCM
 from pipeline.engine import Engine
 from runtime.config import Settings
 from runtime.server import running_server
 from tests.fault_proxy import FaultProxy
 from tests.postgres import pg_pool, postgres_url
 from tests.web.conftest import (
+    BLOCK_WEBRTC,
     Launch,
     ServerFactory,
     last_answer,
     open_page,
     say,
+    spoken,
     start_talking,
     text_plugins,
     wait_js,
@@ -38,22 +40,6 @@ QUESTION = "Tell me, who are you?"
 def wave_seconds(path: Path) -> float:
     with wave.open(str(path), "rb") as file:
         return file.getnframes() / file.getframerate()
-
-
-def spoken(text: str, *, lead_s: float, tail_s: float) -> np.ndarray:
-    """``text`` in our Piper voice at 16 kHz, between ``lead_s`` and ``tail_s`` of silence."""
-    from plugins.tts import create_tts
-
-    async def synthesise() -> list[np.ndarray]:
-        tts = create_tts("piper")
-        return [
-            resample(c.pcm, c.sample_rate, INPUT_SAMPLE_RATE)
-            async for c in tts.stream(text, voice=None, language="en")
-        ]
-
-    lead = np.zeros(int(INPUT_SAMPLE_RATE * lead_s), dtype=np.int16)
-    tail = np.zeros(int(INPUT_SAMPLE_RATE * tail_s), dtype=np.int16)
-    return np.concatenate([lead, *asyncio.run(synthesise()), tail])
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +79,7 @@ async def test_a_paused_microphone_sends_nothing_and_is_heard_again_after_resume
     loop_s = wave_seconds(chatter_wav)
     async with fake_server(heard="hello there") as server:
         browser = await launch(chatter_wav)
-        page = await open_page(browser, server)
+        page = await open_page(browser, server, webrtc=False)
         await start_talking(page)
         await page.evaluate(
             "window.events = []; window.openrealtime.conn.addEventListener('event',"
@@ -144,7 +130,7 @@ async def test_spoken_question_shows_transcript_and_plays_the_answer(
     settings = Settings(port=0, data_dir=tmp_path / "data", storage="memory")
     async with running_server(settings) as server:  # the embedded speech stack: real ASR, TTS
         browser = await launch(question_wav)
-        page = await open_page(browser, server)
+        page = await open_page(browser, server, webrtc=False)
         await start_talking(page)
         transcript = await wait_js(
             page,
@@ -171,7 +157,7 @@ async def test_a_dropped_websocket_resumes_and_the_conversation_continues(
 ) -> None:
     async with fake_server() as server:
         browser = await launch(silence_wav)
-        page = await open_page(browser, server)
+        page = await open_page(browser, server, webrtc=False)
         session_id = await start_talking(page)
         await say(page, "my favourite colour is green")
         await last_answer(page, "I understand")
@@ -193,7 +179,7 @@ async def test_speaking_over_the_answer_clears_playback_and_reports_what_was_pla
 ) -> None:
     async with fake_server(ms_per_char=100.0, heard="wait") as server:  # a ~4.5 s answer
         browser = await launch(interruption_wav)
-        page = await open_page(browser, server)
+        page = await open_page(browser, server, webrtc=False)
         session_id = await start_talking(page)
         await say(page, "Tell me something about the weather")
         # 2.5 s into the microphone's file the person starts talking over the answer.
@@ -240,6 +226,7 @@ async def test_a_resume_on_another_server_process_reconciles_the_transcript(
         stack.push_async_callback(proxy.stop)
         browser = await launch(silence_wav)
         context = await browser.new_context()
+        await context.add_init_script(BLOCK_WEBRTC)  # the proxy carries TCP only
         page = await context.new_page()
         await page.goto(f"http://127.0.0.1:{port}/#token={a.token}")
         await page.wait_for_selector("body[data-ready=true]")
