@@ -304,7 +304,8 @@ class CallLink:
     def __init__(self, track: VoiceTrack, *, connect_timeout_s: float) -> None:
         self.media: MediaOut | None = track
         self.connect_timeout_s = connect_timeout_s
-        self.pc: RTCPeerConnection | None = None
+        self.close_peer: Callable[[], asyncio.Future[None]] | None = None
+        """Closes the peer connection, once (``Call.close_peer``)."""
         self._channel: RTCDataChannel | None = None
         self._pending: deque[str | bytes] = deque()
         self._inbox: asyncio.Queue[str | bytes | None] = asyncio.Queue(_MAX_INBOX)
@@ -406,9 +407,11 @@ class CallLink:
         return message
 
     async def close(self, code: int, reason: str) -> None:
+        """Close the call's peer connection (no close code travels over WebRTC: the error
+        event before it says why)."""
         self.lost()
-        if self.pc is not None:
-            await self.pc.close()
+        if self.close_peer is not None:
+            await asyncio.shield(self.close_peer())
 
 
 # ---------------------------------------------------------------- calls
@@ -453,12 +456,12 @@ class Call:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
         self.track = VoiceTrack()
         self.link = CallLink(self.track, connect_timeout_s=settings.webrtc_connect_timeout_s)
-        self.link.pc = self.pc
+        self.link.close_peer = self.close_peer
+        self._peer_closed: asyncio.Task[None] | None = None
         self.connection = RealtimeConnection(self.link, services)
         self.connection.principal = principal
         self.session: VoiceSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closed = False
 
         self.pc.on("datachannel", self.link.bind_channel)
         self.pc.on("track", self._on_track)
@@ -554,25 +557,40 @@ class Call:
         """End the session for good, as ``openrealtime.session.close`` does (rule 4)."""
         self.connection.request_close(CloseCode.NORMAL, "hung up")
 
-    async def close(self, *, from_serve: bool = False) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def close_peer(self) -> asyncio.Task[None]:
+        """Close the peer connection in a task of its own, once: aiortc's ``close`` must not
+        be cancelled half way (a second ``close`` would then wait forever), so whoever asks
+        awaits it shielded."""
+        if self._peer_closed is None:
+            self._peer_closed = asyncio.ensure_future(self._close_peer())
+            self._peer_closed.set_name(f"{self.id}-close")
+        return self._peer_closed
+
+    async def _close_peer(self) -> None:
         self.link.lost()
-        self.services.calls.forget(self)
+        with contextlib.suppress(Exception):
+            await self.pc.close()
+        self.track.stop()
+
+    async def close(self, *, from_serve: bool = False) -> None:
+        """Rule 4: end the call — its session's connection, its tasks, its peer connection.
+        Idempotent; it leaves the registry last, so a server stop still finds a call whose
+        close is under way."""
+        self.link.lost()
         current = asyncio.current_task()
         tasks = [t for t in self._tasks if t is not current and not t.done()]
         if not from_serve:
             for task in tasks:
                 task.cancel()
-        with contextlib.suppress(Exception):
-            await self.pc.close()
-        self.track.stop()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        try:
+            await asyncio.shield(self.close_peer())
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+            self.services.calls.forget(self)
 
 
 # ---------------------------------------------------------------- the route
