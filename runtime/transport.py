@@ -85,7 +85,10 @@ class Call(Protocol):
     id: str
     principal: Principal
 
-    def hang_up(self) -> None: ...
+    @property
+    def session_id(self) -> str | None: ...
+
+    async def hang_up(self) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -94,9 +97,14 @@ class Calls:
     """The WebRTC calls this process serves (``Services.calls``); each counts against
     ``max_sessions`` while it lives (``active``)."""
 
+    ENDED_KEPT = 1024
+
     def __init__(self, active: set[str]) -> None:
         self._calls: dict[str, Call] = {}
         self._active = active
+        self._ended: dict[str, tuple[str, str, str]] = {}
+        """Calls that ended, newest last: (tenant, user, session id) — a hangup that comes
+        after its peer connection dropped still finds the session (bounded)."""
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -109,6 +117,19 @@ class Calls:
         if self._calls.get(call.id) is call:
             del self._calls[call.id]
             self._active.discard(call.id)
+            if call.session_id is not None:
+                owner = call.principal
+                self._ended[call.id] = (owner.tenant, owner.user, call.session_id)
+                while len(self._ended) > self.ENDED_KEPT:
+                    del self._ended[next(iter(self._ended))]
+
+    def ended_session(self, call_id: str, principal: Principal) -> str | None:
+        """The session an ended call of ``principal``'s served (None: unknown, or another
+        user's)."""
+        found = self._ended.get(call_id)
+        if found is None or found[:2] != (principal.tenant, principal.user):
+            return None
+        return found[2]
 
     def find(self, call_id: str, principal: Principal) -> Call | None:
         """The call, if it is ``principal``'s (another user's answers as unknown)."""

@@ -553,9 +553,24 @@ class Call:
                 if pcm.size:
                     await session.engine.push_audio(pcm)
 
-    def hang_up(self) -> None:
-        """End the session for good, as ``openrealtime.session.close`` does (rule 4)."""
-        self.connection.request_close(CloseCode.NORMAL, "hung up")
+    async def hang_up(self) -> None:
+        """End the session for good, as ``openrealtime.session.close`` does (rule 4) — also
+        when the peer connection dropped first (a page that hangs up closes it at once) and
+        the session already waits for a resume. Returns once it has ended."""
+        session, connection = self.session, self.connection
+        if session is None:
+            return
+        if connection.serving and session.holds(connection):
+            connection.request_close(CloseCode.NORMAL, "hung up")
+            serving = [t for t in self._tasks if t.get_name().endswith("-serve")]
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*serving)), 5.0)
+        else:
+            await end_dropped(session)
+
+    @property
+    def session_id(self) -> str | None:
+        return None if self.session is None else self.session.id
 
     def close_peer(self) -> asyncio.Task[None]:
         """Close the peer connection in a task of its own, once: aiortc's ``close`` must not
@@ -591,6 +606,14 @@ class Call:
                 with contextlib.suppress(BaseException):
                     await task
             self.services.calls.forget(self)
+
+
+async def end_dropped(session: VoiceSession) -> None:
+    """A hangup of a call whose peer connection dropped first: its session, waiting for a
+    resume, ends for good (one held by a newer connection is left alone)."""
+    if session.connection is None and session.begin_end():
+        await session.revoke_token()
+        await session.shutdown()
 
 
 # ---------------------------------------------------------------- the route
@@ -743,8 +766,14 @@ async def create_call(request: Request) -> Response:
 @router.post(f"{CALLS_PATH}/{{call_id}}/hangup", dependencies=[allow(Policy.REALTIME)])
 async def hang_up(call_id: str, request: Request) -> dict[str, Any]:
     services = services_of(request)
-    call = services.calls.find(call_id, _principal(request))
-    if call is None:
+    principal = _principal(request)
+    call = services.calls.find(call_id, principal)
+    if call is not None:
+        await call.hang_up()
+        return {}
+    session_id = services.calls.ended_session(call_id, principal)
+    session = None if session_id is None else services.live_sessions.get(session_id)
+    if session is None:
         raise ApiError(404, "call_not_found", f"no call {call_id}")
-    call.hang_up()
+    await end_dropped(session)
     return {}

@@ -391,3 +391,30 @@ async def test_an_offer_without_a_data_channel_is_a_voice_only_call(
             break
         await asyncio.sleep(0.05)
     assert len(server.services.calls) == 0
+
+
+async def test_a_hangup_after_the_peer_connection_dropped_still_ends_the_session(
+    server: RunningServer,
+) -> None:
+    """A page hangs up and closes its peer connection at once: whichever the server sees
+    first, the session ends for good instead of waiting for a resume."""
+    async with WebRTCClient(server.http_url, server.token) as client:
+        await client.call()
+        session_id = client.session["id"]
+        await client.drop()
+        for _ in range(100):  # the call is torn down; the session waits for a resume
+            if not server.services.calls:
+                break
+            await asyncio.sleep(0.05)
+        assert session_id in server.services.live_sessions
+        assert await client.hang_up() == 200
+        assert session_id not in server.services.live_sessions
+        with pytest.raises(CallRefused) as refused:
+            await client.resume()
+        assert refused.value.body["code"] == "resume_refused"
+    async with httpx.AsyncClient(timeout=10) as http:  # another user's call id is unknown
+        other = await http.post(
+            f"{server.http_url}{client.location}/hangup",
+            headers={"Authorization": "Bearer not-a-token"},
+        )
+    assert other.status_code == 401
