@@ -17,10 +17,13 @@ saves it with ``save_consolidation``. The rules:
    many. Left-out items are marked processed without being read (``skipped``): memory is a
    short list, not an archive, and a backlog must not grow every turn.
 3. The model is asked for constrained JSON (``change_schema``: at most ``max_changes``
-   changes whose ``sources`` are drawn from the shown ids), with ``max_tokens`` and within
-   ``timeout_s``. The answer is parsed defensively: a change that is not an object with the
-   expected fields is dropped and counted (``malformed``); the rest go through
-   ``thread_memory.check_changes`` (accepted, or refused with a reason code).
+   changes whose ``sources`` are drawn from the shown ids and come last, after the content),
+   with ``max_tokens`` and within ``timeout_s``. Each item is shown as ``speaker: text (id
+   …)``: with the id after the text, the local 0.5B model cites the item that says the fact
+   (with the id first it cited the first item). The answer is parsed defensively: an answer
+   cut by ``max_tokens`` keeps its complete changes (``_salvage``); a change that is not an
+   object with the expected fields is dropped and counted (``malformed``); the rest go
+   through ``thread_memory.check_changes`` (accepted, or refused with a reason code).
 4. A model failure never raises to the caller's turn: an exception, a timeout or an answer
    that is not a JSON object with a ``changes`` list gives a result with ``failure`` set
    (``model_error``, ``model_timeout``, ``unparsable``) and nothing processed, so the same
@@ -88,8 +91,8 @@ class ConsolidationLimits:
     max_item_chars: int = 500
     fact_chars: int = 1_500
     """Characters of current facts shown."""
-    max_changes: int = 8
-    max_tokens: int = 400
+    max_changes: int = 4
+    max_tokens: int = 320
     timeout_s: float = 20.0
 
 
@@ -116,17 +119,22 @@ class ConsolidationResult:
 
 
 SYSTEM_PROMPT = """\
-You keep the memory of one conversation: a short list of facts worth keeping for later turns \
-(budgets, dates, names, places, decisions, what the person clearly prefers).
-Read the new items and answer only with JSON: {"changes": [...]}. Each change has:
+You keep the memory of one conversation: facts worth keeping for later turns, such as \
+budgets, dates, names, places, numbers, decisions and what the person clearly prefers.
+Read the new items and list every such fact as a change in JSON. Each change has:
 - "op": "upsert" to add or update a fact, "retract" when the person takes a fact back.
 - "key": a short snake_case name. Reuse the key of a known fact for the same fact.
-- "content": the fact as one short sentence.
+- "content": the fact as one short sentence, taken from those items.
 - "kind": fact, decision, preference, procedure or hypothesis. Use preference only for what \
 the person clearly said they like or prefer.
-- "sources": the ids of the new items that state it.
-Never keep passwords, keys, tokens or links. Greetings and questions are not facts. \
-When nothing is worth keeping, answer {"changes": []}."""
+- "sources": the ids of the new items that state the fact.
+Never keep passwords, keys, tokens or links. Greetings and questions are not facts.
+Example. New items:
+assistant: What is your name? (id x-1)
+user: My name is Ana and I moved to Porto last year. (id x-2)
+Answer: {"changes": [{"op": "upsert", "key": "name", "content": "The person is called Ana.", \
+"kind": "fact", "sources": ["x-2"]}, {"op": "upsert", "key": "home_city", "content": \
+"Ana lives in Porto.", "kind": "fact", "sources": ["x-2"]}]}"""
 
 
 def change_schema(ids: Sequence[str], *, max_changes: int) -> dict[str, Any]:
@@ -139,6 +147,8 @@ def change_schema(ids: Sequence[str], *, max_changes: int) -> dict[str, Any]:
                 "maxItems": max_changes,
                 "items": {
                     "type": "object",
+                    # Sources last: a model that has written the fact picks the item that
+                    # says it (constrained decoding keeps this order).
                     "properties": {
                         "op": {"type": "string", "enum": ["upsert", "retract"]},
                         "key": {"type": "string", "maxLength": MAX_KEY_CHARS},
@@ -147,7 +157,7 @@ def change_schema(ids: Sequence[str], *, max_changes: int) -> dict[str, Any]:
                         "sources": {
                             "type": "array",
                             "minItems": 1,
-                            "maxItems": 4,
+                            "maxItems": 2,
                             "items": {"type": "string", "enum": list(ids)},
                         },
                     },
@@ -216,7 +226,7 @@ def build_prompt(
     shown: list[tuple[ThreadItem, str]] = []
     used = 0
     for item in reversed(items):
-        line = f"[{item.id}] {_SPEAKER[item.kind]}: {_cut(item.text, limits.max_item_chars)}"
+        line = f"{_SPEAKER[item.kind]}: {_cut(item.text, limits.max_item_chars)} (id {item.id})"
         if shown and used + len(line) + 1 > limits.item_chars:
             break
         shown.append((item, line))
@@ -237,10 +247,9 @@ def build_prompt(
 def parse_changes(text: str, *, max_changes: int) -> tuple[list[FactChange], int] | None:
     """The changes of an answer and how many were malformed; None when the answer is not a
     JSON object with a ``changes`` list (rule 3)."""
-    try:
-        answer = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
+    answer = _loads(text)
+    if answer is None:
+        answer = _salvage(text)
     if not isinstance(answer, dict) or not isinstance(answer.get("changes"), list):
         return None
     changes: list[FactChange] = []
@@ -253,6 +262,30 @@ def parse_changes(text: str, *, max_changes: int) -> tuple[list[FactChange], int
             changes.append(change)
     malformed += max(0, len(answer["changes"]) - max_changes)
     return changes, malformed
+
+
+def _loads(text: str) -> object:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+_SALVAGE_ATTEMPTS = 16
+
+
+def _salvage(text: str) -> object:
+    """The complete changes of an answer cut by ``max_tokens``: the longest prefix ending
+    after a change object that parses once the list and the object are closed."""
+    end = len(text)
+    for _ in range(_SALVAGE_ATTEMPTS):
+        end = text.rfind("}", 0, end)
+        if end < 0:
+            return None
+        answer = _loads(text[: end + 1] + "]}")
+        if answer is not None:
+            return answer
+    return None
 
 
 def _change_of(raw: object) -> FactChange | None:

@@ -42,6 +42,9 @@ Who changes it, and how:
    g. A new key when the thread holds ``MAX_THREAD_FACTS`` facts (retracted ones count: they
       are how a retraction is remembered) is ``full``; nothing is evicted.
    h. ``kind`` is one of ``FACT_KINDS`` (``invalid_kind``).
+   i. An upsert says something its sources say (``ungrounded``): at least one of its content
+      words (as in 1f) occurs in a cited item. A small model that cites the wrong item, or
+      writes what no item says, is caught here.
 
 2. ``apply_changes`` applies to the *latest* memory: the caller reads, consolidates, and when
    the save finds the revision moved (a person's Remember meanwhile) it re-reads and re-checks
@@ -106,6 +109,7 @@ RefusalReason = Literal[
     "unchanged",
     "sensitive",
     "unclear_preference",
+    "ungrounded",
     "full",
 ]
 REASONS: tuple[RefusalReason, ...] = get_args(RefusalReason)
@@ -267,6 +271,8 @@ def _refusal(
         return "sensitive"
     if fact is not None and (fact.content, fact.kind) == (change.content, change.kind):
         return "unchanged"
+    if not _grounding_words(change.content) & _cited_words(change, items):
+        return "ungrounded"
     if change.kind == "preference" and not _stated_preference(change, items):
         return "unclear_preference"
     if fact is None and len(current.facts) + added >= MAX_THREAD_FACTS:
@@ -294,6 +300,13 @@ def _grounding_words(text: str) -> set[str]:
     for run in _CJK.findall(_CJK_FILLER.sub(" ", text)):
         for part in run.split():
             words.update(part[i : i + 2] for i in range(max(1, len(part) - 1)))
+    return words
+
+
+def _cited_words(change: FactChange, items: Mapping[str, ThreadItem]) -> set[str]:
+    words: set[str] = set()
+    for source in change.sources:
+        words |= _grounding_words(items[source].text)
     return words
 
 

@@ -144,6 +144,8 @@ RETRACTED = forget(
         (upsert("long", "x" * 501, "i-03"), PROCESSED, "too_long"),
         (upsert("blank", "   ", "i-03"), PROCESSED, "empty"),
         (upsert("city", "Lisbon", "i-03"), PROCESSED, "unchanged"),
+        (upsert("budget", "The budget is 1500 EUR.", "i-01"), PROCESSED, "ungrounded"),
+        (upsert("mood", "Happy.", "i-03"), PROCESSED, "ungrounded"),
     ],
 )
 async def test_each_bad_change_is_refused_with_its_reason(
@@ -181,6 +183,12 @@ async def test_malformed_changes_are_dropped_and_counted() -> None:
         )  # fmt: skip
     )
     assert [c.key for c in result.accepted] == ["budget"] and result.malformed == 3
+
+
+async def test_an_answer_cut_by_max_tokens_keeps_its_complete_changes() -> None:
+    whole = answer(upsert("budget", "1500 EUR", "i-03"), upsert("date", "14 March", "i-04"))
+    result, _ = await consolidate(whole[: whole.rindex('"date"') + 9])
+    assert result.failure is None and [c.key for c in result.accepted] == ["budget"]
 
 
 @pytest.mark.parametrize(
@@ -238,7 +246,8 @@ async def test_the_prompt_shows_ids_facts_and_cuts_old_items_with_a_note() -> No
     assert "- city (fact): Lisbon" in prompt
     assert len(prompt) < 4_000
     assert result.skipped > 0 and f"({result.skipped} older items left out)" in prompt
-    assert prompt.rstrip().splitlines()[-1].startswith("[i-039] user: message 39")
+    last = prompt.rstrip().splitlines()[-1]
+    assert last.startswith("user: message 39") and last.endswith("(id i-039)")
     shown = [item.id for item in result.items]
     assert shown == [f"i-{n:03}" for n in range(40 - len(shown), 40)]
     enum = model.calls[0]["schema"]["properties"]["changes"]["items"]["properties"]["sources"]
@@ -261,12 +270,14 @@ async def test_a_persons_concurrent_forget_survives_the_save() -> None:
     store = InMemoryThreadMemoryStore()
     start = remember(ThreadMemory(), "hotel", "Hotel Avenida", "fact", "c-1", now=T0)
     await store.save("t", "u1", "th", start, 0)
+    booking = event("i-05", "user_input", 5, text="Book the Hotel Avenida for 3 nights.")
     result, _ = await consolidate(
         answer(
-            upsert("hotel", "Hotel Avenida, 3 nights", "i-03"),
+            upsert("hotel", "Hotel Avenida, 3 nights", "i-05"),
             upsert("budget", "1500 EUR", "i-03"),
         ),
         memory=start,
+        events=[*TALK, booking],
     )
     assert len(result.accepted) == 2
     # Meanwhile a person forgets the hotel.
