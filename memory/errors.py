@@ -9,12 +9,20 @@
     ├── StaleRevision          (the entry changed since it was read; 409)
     ├── DuplicateMemory        (an edit would duplicate another active entry; 409)
     ├── MemoryFull             (the user×role holds MAX_ENTRIES_PER_ROLE entries; 409)
+    ├── UnknownFact            (thread memory: Forget of a key with no active fact; 409)
+    ├── ThreadMemoryFull       (thread memory: a new key past MAX_THREAD_FACTS; 409)
+    ├── RevisionConflict       (thread memory moved since it was read; carries it; 409)
     └── MemoryUnavailable      (local/infrastructure: the store cannot be reached; retryable)
 
 Every error carries a stable ``code`` (used by the HTTP API and the ``memory.status`` event).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memory.thread_memory import ThreadMemory
 
 
 class MemoryStoreError(Exception):
@@ -48,6 +56,25 @@ class DuplicateMemory(MemoryStoreError):
 
 class MemoryFull(MemoryStoreError):
     code = "memory_full"
+
+
+class UnknownFact(MemoryStoreError):
+    code = "unknown_fact"
+
+
+class ThreadMemoryFull(MemoryStoreError):
+    code = "thread_memory_full"
+
+
+class RevisionConflict(MemoryStoreError):
+    """A compare-and-set save found the thread's memory at another revision: ``current`` is
+    what the store holds now (re-check against it and try again, or answer 409)."""
+
+    code = "thread_conflict"
+
+    def __init__(self, current: ThreadMemory) -> None:
+        super().__init__(f"thread memory is at revision {current.revision}")
+        self.current = current
 
 
 class MemoryUnavailable(MemoryStoreError):

@@ -31,8 +31,14 @@ NOTE = {
 }
 
 
+def escape_block_text(text: str) -> str:
+    """``text`` with ``<`` and ``>`` replaced by their full-width forms, so it cannot open or
+    close a delimited block (``<memory_data>``, ``<thread_memory>``)."""
+    return text.replace("<", "＜").replace(">", "＞")
+
+
 def entry_line(entry: MemoryEntry) -> str:
-    return "- " + entry.content.replace("<", "＜").replace(">", "＞")
+    return "- " + escape_block_text(entry.content)
 
 
 def render_memory_block(

@@ -27,7 +27,7 @@ import asyncio
 import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from openai import omit
 from openai.types.chat import (
@@ -37,6 +37,7 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+from openai.types.shared_params import ResponseFormatJSONSchema
 
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolSpec
 from plugins.errors import ProviderError
@@ -119,6 +120,47 @@ class OpenAIBrain:
                             yield BrainDelta(tool_call=call)
             for call in calls.complete():
                 yield BrainDelta(tool_call=call)
+        finally:
+            await response.close()
+
+    async def complete_json(
+        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+    ) -> str:
+        """One constrained JSON answer (``memory.thread_consolidation.JsonModel``; see
+        ``plugins/brain/json_model.py``): the text of a streamed completion with
+        ``response_format`` json_schema, under the same timeouts and error mapping as
+        ``stream``. ``lane`` is not used (no queue here)."""
+        del lane
+        wire = cast("list[ChatCompletionMessageParam]", messages)  # role/content dicts
+        response_format: ResponseFormatJSONSchema = {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema},
+        }
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self._client.chat.completions.create(
+                    model=self.model,
+                    messages=wire,
+                    stream=True,
+                    response_format=response_format,
+                    temperature=0,
+                    max_tokens=max_tokens,
+                )
+        except PROVIDER_EXCEPTIONS as e:
+            raise map_openai_error(e, what=_WHAT, api_key=self._api_key) from e
+        pieces: list[str] = []
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        chunk: ChatCompletionChunk | None = await anext(response, None)
+                except PROVIDER_EXCEPTIONS as e:
+                    raise map_openai_error(e, what=_WHAT, api_key=self._api_key) from e
+                if chunk is None:
+                    return "".join(pieces)
+                pieces += [
+                    c.delta.content for c in chunk.choices if c.index == 0 and c.delta.content
+                ]
         finally:
             await response.close()
 

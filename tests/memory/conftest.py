@@ -1,15 +1,18 @@
-"""Memory test fixtures: PostgreSQL from ``tests/postgres.py`` and ``store`` — the memory store
-of one backend (in-memory or PostgreSQL), so the contract suite runs against both."""
+"""Memory test fixtures: PostgreSQL from ``tests/postgres.py``, ``store`` — the memory store
+of one backend (in-memory or PostgreSQL), so the contract suite runs against both — and
+``thread_store``, the same for thread memory."""
 
 from __future__ import annotations
 
 import pytest
 
 from memory.postgres_store import PostgresMemoryStore
+from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.store import InMemoryMemoryStore, MemoryStore
+from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from tests.postgres import pg_pool, postgres_url
 
-__all__ = ["pg_pool", "postgres_url", "store"]
+__all__ = ["pg_pool", "postgres_url", "store", "thread_store"]
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -17,3 +20,10 @@ def store(request: pytest.FixtureRequest) -> MemoryStore:
     if request.param == "memory":
         return InMemoryMemoryStore()
     return PostgresMemoryStore(request.getfixturevalue("pg_pool"))
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def thread_store(request: pytest.FixtureRequest) -> ThreadMemoryStore:
+    if request.param == "memory":
+        return InMemoryThreadMemoryStore()
+    return PostgresThreadMemoryStore(request.getfixturevalue("pg_pool"))
