@@ -11,11 +11,16 @@
 // its thread (requested_thread_id + previous_voice_session_id). Transcript entries are keyed by
 // voice session + generation / item id, and earlier messages by their record index, so a new
 // session's generation 1 can never overwrite an old session's message.
+//
+// Thread memory: the panel beside the transcript (thread_memory.js) shows the memory of the
+// record's thread — from the session's start, or of a continued record at once — and follows
+// `openrealtime.thread_memory.updated` while a session runs.
 
 import { api, downloadJson, el, errorText, listRoles, signedIn, token } from "./api.js";
 import { Microphone, Player } from "./audio.js";
 import { RealtimeConnection, realtimeUrl } from "./realtime.js";
 import { newRecord, RecordSaver } from "./records.js";
+import { ThreadMemoryPanel } from "./thread_memory.js";
 
 const $ = (id) => document.getElementById(id);
 const PLAYBACK_REPORT_MS = 250;
@@ -279,6 +284,9 @@ function onEvent(event) {
     case "openrealtime.journal.recovered":
       notice("");
       break;
+    case "openrealtime.thread_memory.updated":
+      if (talk.threadMemory) talk.threadMemory.live(event);
+      break;
     default:
       break;
   }
@@ -318,6 +326,7 @@ async function reconcile(account) {
     await saver.replaceFrom(record.id, from, messages);
   });
   $("playback").textContent = "Resumed; the transcript was brought up to date";
+  talk.threadMemory.reload(); // memory updates in the range the server gave up are missed too
 }
 
 function onAudio({ generation, pcm }) {
@@ -479,6 +488,7 @@ async function startSession({ continueThread }) {
   // A microphone paused in an earlier session stays paused; the new session hears of it too.
   if (talk.micPaused) conn.sendJson({ type: "openrealtime.input.pause" });
   setConnection(conn.state);
+  talk.threadMemory.open(session.thread_id);
   $("new-conversation").disabled = false;
   $("role").disabled = true; // a conversation keeps its role; "New conversation" picks again
   $("start").textContent = "End";
@@ -517,6 +527,7 @@ async function onNewConversation() {
   await stopSession();
   talk.record = newRecord();
   clearTranscript();
+  talk.threadMemory.open(null);
   talk.recording = Promise.resolve();
   history.replaceState(null, "", location.pathname);
   $("role").disabled = false;
@@ -585,6 +596,7 @@ async function loadContinuation(recordId) {
   if (saved.role_id) $("role").value = saved.role_id;
   $("role").disabled = true;
   if (saved.continuable) $("start").textContent = "Continue";
+  if (saved.thread_id) talk.threadMemory.open(saved.thread_id);
   await talk.saver.track(talk.record);
 }
 
@@ -599,6 +611,7 @@ async function main() {
   if (!who) return;
   talk.account = `${who.tenant}/${who.user}`;
   talk.saver = new RecordSaver(talk.account);
+  talk.threadMemory = new ThreadMemoryPanel($("thread-memory"));
   talk.saver.addEventListener("status", (e) => showSaveStatus(e.detail));
   talk.saver.addEventListener("storage-error", (e) =>
     notice(`This browser cannot keep unsaved messages (${e.detail}); saving to the server still works.`, "warn"),
