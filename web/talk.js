@@ -175,6 +175,10 @@ function showSaveStatus(status) {
 
 function onEvent(event) {
   const sid = talk.keyPrefix;
+  // Turns are journaled: the thread's head moves on (its memory maybe not).
+  if (talk.threadMemory && /^(response\.(created|done)|input_audio_buffer\.committed)$/.test(event.type)) {
+    talk.threadMemory.conversationMoved();
+  }
   switch (event.type) {
     case "input_audio_buffer.speech_started":
       showItem(`${sid}:u:${event.item_id}`, "user", "…", { partial: true });
@@ -558,6 +562,7 @@ function onType(event) {
   const key = `${talk.keyPrefix}:t:${crypto.randomUUID()}`;
   showItem(key, "user", text);
   talk.conn.sendText(text);
+  talk.threadMemory.conversationMoved();
   recordMessage("user", text);
 }
 

@@ -13,7 +13,12 @@
 //    the fact to forget is gone) reloads the view and says so — never a silent retry.
 // 3. Drafts survive redraws: the Add form is static HTML, and an open editor is drawn again
 //    from what was typed in it; when its fact changed meanwhile the editor says so.
-// 4. No thread, no memory: before a session (or a continued record) names a thread the panel
+// 4. The page's own conversation moves the head too (every turn is journaled) without changing
+//    the memory, and no live event says so when nothing is learned from the turn. So after
+//    the page saw its conversation go on (`conversationMoved`), a command first reads the view
+//    again: the same revision means the same memory, and the command goes out with the new
+//    head; another revision is a change from elsewhere, shown as in rule 2 (nothing is sent).
+// 5. No thread, no memory: before a session (or a continued record) names a thread the panel
 //    shows a hint, and a thread the server does not know (yet) is a hint too, not an error.
 
 import { ApiError, api, el, errorText, formatTime } from "./api.js";
@@ -30,6 +35,7 @@ export class ThreadMemoryView extends EventTarget {
   threadId = null;
   view = null; // the last view taken (rule 1)
   missing = false; // the server has no memory of this thread (404)
+  moved = false; // the conversation went on since the view was read (rule 4)
 
   constructor({ call = api } = {}) {
     super();
@@ -59,6 +65,7 @@ export class ThreadMemoryView extends EventTarget {
   async load() {
     const threadId = this.threadId;
     if (!threadId) return;
+    this.moved = false;
     try {
       const view = await this._call(this._path());
       if (threadId === this.threadId) this.missing = false;
@@ -82,6 +89,11 @@ export class ThreadMemoryView extends EventTarget {
     return true;
   }
 
+  /** This page's conversation went on: the thread's head moved (rule 4). */
+  conversationMoved() {
+    this.moved = true;
+  }
+
   /**
    * Send `command` with the shown head and revision (rule 2). Returns {ok: true, view} or
    * {ok: false, conflict, error}; on a conflict the view has been reloaded.
@@ -89,6 +101,17 @@ export class ThreadMemoryView extends EventTarget {
   async send(command) {
     const threadId = this.threadId;
     if (!threadId || !this.view) return { ok: false, conflict: false, error: new Error("no thread memory shown") };
+    if (this.moved) {
+      const shown = this.view.revision;
+      try {
+        await this.load();
+      } catch (error) {
+        return { ok: false, conflict: false, error };
+      }
+      if (!this.view || this.view.revision !== shown) {
+        return { ok: false, conflict: true, error: new ApiError(409, "thread_conflict", "the memory changed elsewhere") };
+      }
+    }
     const body = { expected: this.view.head, revision: this.view.revision, command };
     try {
       const view = await this._call(this._path(), { method: "POST", body });
@@ -158,6 +181,11 @@ export class ThreadMemoryPanel {
     } catch (error) {
       this.status(`Could not load the thread's memory: ${errorText(error)}`, "warn");
     }
+  }
+
+  /** The page's conversation went on (rule 4). */
+  conversationMoved() {
+    this.memory.conversationMoved();
   }
 
   /** The live event `openrealtime.thread_memory.updated`. */
