@@ -29,6 +29,8 @@ export const SWITCHES = {
   generate: "Learn from this conversation",
 };
 const CONFLICT_TEXT = "Memory changed elsewhere — reloaded. Check it and try again.";
+// The 409s that mean "not what you saw" (rule 2); another 409 (a full memory) is a refusal.
+const CONFLICT_CODES = new Set(["thread_conflict", "unknown_fact"]);
 
 /** The memory of one thread as the server last showed it, and the commands on it (no DOM). */
 export class ThreadMemoryView extends EventTarget {
@@ -118,7 +120,7 @@ export class ThreadMemoryView extends EventTarget {
       this.offer(threadId, view);
       return { ok: true, view };
     } catch (error) {
-      if (error instanceof ApiError && error.status === 409) {
+      if (error instanceof ApiError && error.status === 409 && CONFLICT_CODES.has(error.code)) {
         await this.load().catch(() => {});
         return { ok: false, conflict: true, error };
       }
