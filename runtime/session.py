@@ -445,7 +445,7 @@ class VoiceSession:
             incarnation=self.epoch,
             memory=session_memory(services, thread, role, self.outbox.send),
             thread_memory=ThreadMemoryHook(
-                services.thread_memory_service, thread, services.plugins.brain
+                services.thread_memory_service, thread, services.plugins.brain, lane=self.id
             ),
             tools={knowledge_spec.name: knowledge_tool},
             tool_specs=(knowledge_spec,),

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -260,10 +260,17 @@ class ThreadMemoryService:
 class ThreadMemoryHook:
     """One session's thread memory (rules 3, 4): what a turn reads, what runs after it."""
 
-    def __init__(self, service: ThreadMemoryService, thread: ThreadRef, brain: object) -> None:
+    def __init__(
+        self, service: ThreadMemoryService, thread: ThreadRef, brain: object, *, lane: str = ""
+    ) -> None:
         self.service = service
         self.thread = thread
         self.model = json_model_of(brain)
+        self.lane = lane
+        """The session's lane on the brain's model (its voice session id)."""
+        counter = getattr(getattr(brain, "model", None), "calls", None)
+        self._calls: Callable[[str], int] | None = counter if callable(counter) else None
+        self._seen = 0
         self._task: asyncio.Task[None] | None = None
 
     async def read(self, language: str | None) -> str | None:
@@ -274,9 +281,15 @@ class ThreadMemoryHook:
             return None
 
     def after_turn(self) -> asyncio.Task[None] | None:
-        """A turn finished: consolidate in the background (no model: nothing runs)."""
+        """A turn finished: consolidate in the background. No model — or, with the local
+        model, a turn that code answered without it — runs nothing (TM-4)."""
         if self.model is None:
             return None
+        if self._calls is not None:
+            calls = self._calls(self.lane)
+            if calls == self._seen:
+                return None
+            self._seen = calls
         if self._task is not None and not self._task.done():
             return self._task  # the next turn's items are read by the one still running
         self._task = asyncio.ensure_future(self._consolidate(self.model))

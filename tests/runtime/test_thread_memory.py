@@ -318,3 +318,38 @@ async def test_tenant_defaults_apply_until_a_thread_overrides_them(
         await client.wait_type("response.done", 10)
         learned = await wait_for_revision(api, thread_id, on.json()["revision"] + 1)
     assert learned["entries"][0]["content"] == "my budget is 400 euros"
+
+
+class Lanes:
+    """What the hook reads of a local model: how many requests each lane made."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def calls(self, lane: str) -> int:
+        return self.counts.get(lane, 0)
+
+    async def chat(self, payload: dict[str, Any], *, lane: str) -> AsyncIterator[str]:
+        yield "{}"  # never used: the brain's own complete_json answers
+
+
+async def test_a_turn_answered_without_the_model_changes_nothing(tmp_path: Path) -> None:
+    brain = LearningBrain()
+    lanes = Lanes()
+    brain.model = lanes  # type: ignore[attr-defined]
+    async with running_server(settings_for(tmp_path), plugins=fake_plugins(brain=brain)) as server:
+        api = Api(server)
+        async with RealtimeClient(server.ws_url, server.token) as client:
+            await client.connect()
+            thread_id, lane = client.session["thread_id"], client.session["id"]
+            await client.send_text("My budget is 300.")  # code answered: no model request
+            await client.wait_type("response.done", 10)
+            await asyncio.sleep(0.2)
+            assert brain.consolidations == 0
+            assert (await api.get(thread_id)).json()["revision"] == 0
+            lanes.counts[lane] = 1  # the next turn's answer came from the model
+            await client.send_text("Thanks.")
+            await client.wait_type("response.done", 10)
+            learned = await wait_for_revision(api, thread_id, 1)
+    assert brain.consolidations == 1
+    assert learned["entries"][0]["content"] == "my budget is 300 euros"
