@@ -20,6 +20,7 @@ from runtime import (
     api_conversations,
     api_knowledge,
     api_memory,
+    api_threads,
     webrtc,
 )
 from runtime.api import ApiError, Caller
@@ -146,6 +147,8 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_memory.router)
     app.include_router(api_knowledge.router)
     app.include_router(webrtc.router)
+    app.include_router(api_threads.router)
+    app.include_router(api_threads.defaults_router)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
         app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
     return app

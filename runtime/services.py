@@ -17,7 +17,9 @@ from knowledge.embedding import E5Embedder
 from knowledge.postgres_store import PostgresKnowledgeStore
 from knowledge.store import InMemoryKnowledgeStore
 from memory.postgres_store import PostgresMemoryStore
+from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.store import InMemoryMemoryStore, MemoryStore
+from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
@@ -32,6 +34,7 @@ from runtime.postgres_stores import PostgresRoleStore, PostgresThreadStore
 from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
+from runtime.thread_memory import ThreadMemoryService
 from runtime.threads import InMemoryThreadStore, ThreadStore
 from runtime.transport import Calls
 
@@ -59,6 +62,8 @@ class Services:
     """Conversation records: the history page's transcripts (issue 8)."""
     memory: MemoryStore = field(default_factory=InMemoryMemoryStore)
     """Long-term memory per user and role (issue 7)."""
+    thread_memory: ThreadMemoryStore = field(default_factory=InMemoryThreadMemoryStore)
+    """Each thread's learned facts (SPEC TM, issue 17)."""
     knowledge: KnowledgeBase = field(
         default_factory=lambda: KnowledgeBase(InMemoryKnowledgeStore())
     )
@@ -69,6 +74,8 @@ class Services:
     live_sessions: LiveSessions = field(default_factory=LiveSessions)
     """Voice sessions of this process by id, connected or waiting to be resumed."""
     loop_lag: LoopLagMonitor = field(default_factory=LoopLagMonitor)
+    thread_memory_service: ThreadMemoryService = field(init=False)
+    """Thread memory's view, commands and consolidation (``runtime/thread_memory.py``)."""
     calls: Calls = field(init=False)
     """WebRTC calls of this process (``runtime.webrtc``)."""
     write_limiter: WriteRateLimiter = field(init=False)
@@ -78,6 +85,7 @@ class Services:
 
     def __post_init__(self) -> None:
         self.calls = Calls(self.active_sessions)
+        self.thread_memory_service = ThreadMemoryService(self)
         self.write_limiter = WriteRateLimiter(per_minute=self.settings.write_requests_per_minute)
 
     def revoked(self, revocation: Revocation) -> None:
@@ -200,6 +208,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             resume_tokens=PostgresResumeTokenStore(database.pool, url=database.url),
             records=PostgresRecordStore(database.pool, limits=record_limits(settings)),
             memory=PostgresMemoryStore(database.pool),
+            thread_memory=PostgresThreadMemoryStore(database.pool),
             database=database,
         )
     services.owns_plugins = warm

@@ -84,7 +84,7 @@ class Case:
     def url(self, w: World) -> str:
         return self.path.format(
             role_id=w.role, user=w.user_target, document_id=w.document, entry_id=w.memory,
-            record_id=w.record, token_id=w.token, call_id="rtc_none",
+            record_id=w.record, token_id=w.token, call_id="rtc_none", thread_id="th_policy",
         )  # fmt: skip
 
 
@@ -142,6 +142,17 @@ CASES: list[Case] = [
     Case("GET", "/api/conversations/{record_id}", "user_object"),
     Case("DELETE", "/api/conversations/{record_id}", "user_object"),
     Case("POST", "/v1/realtime/client_secrets", "collection", _json({})),
+    Case("GET", "/api/threads/{thread_id}/memory", "user_object"),
+    Case("GET", "/api/thread-memory/defaults", "collection"),
+    Case(
+        "PUT", "/api/thread-memory/defaults", "collection", _json({"use": True, "generate": False})
+    ),
+    Case(
+        "POST",
+        "/api/threads/{thread_id}/memory",
+        "user_object",
+        _json({"expected": None, "revision": 0, "command": {"type": "configure", "use": False}}),
+    ),  # fmt: skip
     # A JSON body is no offer: past the policy, 415 (tests/runtime/test_webrtc.py makes calls).
     Case("POST", "/v1/realtime/calls", "collection", _json({}), allowed=415),
     Case("POST", "/v1/realtime/calls/{call_id}/hangup", "collection", allowed=404),
@@ -160,6 +171,7 @@ DECLARED: dict[tuple[str, str], Policy] = {
     ("PATCH", "/api/roles/{role_id}"): Policy.ADMIN,
     ("DELETE", "/api/roles/{role_id}"): Policy.ADMIN,
     ("PUT", "/api/roles/{role_id}/documents"): Policy.ADMIN,
+    ("PUT", "/api/thread-memory/defaults"): Policy.ADMIN,
     ("POST", "/v1/realtime/calls"): Policy.REALTIME,
     ("POST", "/v1/realtime/calls/{call_id}/hangup"): Policy.REALTIME,
 }
@@ -247,6 +259,7 @@ def make_world(tmp_path: Path) -> Callable[[Caller], Any]:
                     "/api/conversations", json=segment_body("r1", 0, 0, "hi"), headers=mine
                 )
                 who = PRINCIPALS.get(own, LOCAL_PRINCIPAL)
+                await services.threads.create(who.tenant, who.user, "th_policy", role.json()["id"])
                 victim = await services.accounts.issue_token(who.tenant, who.user, name="victim")
                 me = PRINCIPALS.get(caller, LOCAL_PRINCIPAL)
                 export = to_document(await services.memory.backup(me.tenant, me.user))
