@@ -8,7 +8,10 @@ The facts, rules and stores are ``memory.thread_memory`` / ``thread_store`` /
 Rule 1. The view (``view_json``) is what the command route and the live event show: the
         thread's ``head`` (its latest journal event id, None for an empty thread), the memory's
         ``revision``, the facts (newest first, retracted ones too, marked), ``processed``, the
-        effective ``settings`` and the thread's own ``overrides``, and ``last_failure``.
+        effective ``settings``, the thread's own ``overrides`` and the tenant's ``defaults``,
+        ``last_failure``, and ``can_refresh`` (the server has a model to learn with). Every turn
+        moves the head, and no event says so unless the memory changed: a client re-reads the
+        view before a command after a turn (or gets an honest 409).
 Rule 2. A command (``run_command``) names the head and revision it was made against; if either
         moved it is refused (``ThreadConflict``, 409 ``thread_conflict``, with the current
         values). Remember and Forget also append a small ``memory_note`` journal event that
@@ -106,9 +109,15 @@ def fact_json(fact: ThreadFact) -> dict[str, Any]:
 
 
 def view_json(
-    thread_id: str, head: str | None, memory: ThreadMemory, defaults: Settings
+    thread_id: str,
+    head: str | None,
+    memory: ThreadMemory,
+    defaults: Settings,
+    *,
+    can_refresh: bool = False,
 ) -> dict[str, Any]:
-    """Rule 1."""
+    """Rule 1 (``defaults``: what clearing an override goes back to; ``can_refresh``: the
+    server has a model to consolidate with)."""
     settings = effective(defaults, memory.overrides)
     facts = sorted(memory.facts.values(), key=lambda f: (f.updated_at, f.key), reverse=True)
     return {
@@ -119,7 +128,9 @@ def view_json(
         "processed": sorted(memory.processed),
         "settings": {"use": settings.use, "generate": settings.generate},
         "overrides": {"use": memory.overrides.use, "generate": memory.overrides.generate},
+        "defaults": {"use": defaults.use, "generate": defaults.generate},
         "last_failure": memory.last_failure,
+        "can_refresh": can_refresh,
     }
 
 
@@ -155,7 +166,10 @@ class ThreadMemoryService:
 
     async def _view(self, thread: ThreadRef, memory: ThreadMemory) -> dict[str, Any]:
         defaults = await self.services.thread_memory.get_defaults(thread.tenant)
-        return view_json(thread.thread_id, await self.head(thread), memory, defaults)
+        can_refresh = json_model_of(self.services.plugins.brain) is not None
+        return view_json(
+            thread.thread_id, await self.head(thread), memory, defaults, can_refresh=can_refresh
+        )
 
     async def settings(self, thread: ThreadRef, memory: ThreadMemory) -> Settings:
         defaults = await self.services.thread_memory.get_defaults(thread.tenant)

@@ -309,7 +309,8 @@ export class ThreadMemoryPanel {
         : "Loading…";
     this.$("tm-hint").classList.toggle("hidden", shown);
     this.$("tm-body").classList.toggle("hidden", !shown);
-    this.$("tm-refresh").classList.toggle("hidden", !shown);
+    // A server whose brain has no model cannot learn on request (view.can_refresh).
+    this.$("tm-refresh").classList.toggle("hidden", !shown || view.can_refresh === false);
     this.root.dataset.thread = threadId || "";
     this.root.dataset.revision = view ? String(view.revision) : "";
     if (!shown) {
