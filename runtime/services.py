@@ -17,7 +17,9 @@ from knowledge.embedding import E5Embedder
 from knowledge.postgres_store import PostgresKnowledgeStore
 from knowledge.store import InMemoryKnowledgeStore
 from memory.postgres_store import PostgresMemoryStore
+from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.store import InMemoryMemoryStore, MemoryStore
+from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
@@ -59,6 +61,8 @@ class Services:
     """Conversation records: the history page's transcripts (issue 8)."""
     memory: MemoryStore = field(default_factory=InMemoryMemoryStore)
     """Long-term memory per user and role (issue 7)."""
+    thread_memory: ThreadMemoryStore = field(default_factory=InMemoryThreadMemoryStore)
+    """The learned facts of each thread (SPEC TM)."""
     knowledge: KnowledgeBase = field(
         default_factory=lambda: KnowledgeBase(InMemoryKnowledgeStore())
     )
@@ -200,6 +204,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             resume_tokens=PostgresResumeTokenStore(database.pool, url=database.url),
             records=PostgresRecordStore(database.pool, limits=record_limits(settings)),
             memory=PostgresMemoryStore(database.pool),
+            thread_memory=PostgresThreadMemoryStore(database.pool),
             database=database,
         )
     services.owns_plugins = warm
