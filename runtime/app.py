@@ -20,6 +20,7 @@ from runtime import (
     api_conversations,
     api_knowledge,
     api_memory,
+    api_thread_fork,
     webrtc,
 )
 from runtime.api import ApiError, Caller
@@ -145,6 +146,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_conversations.router)
     app.include_router(api_memory.router)
     app.include_router(api_knowledge.router)
+    app.include_router(api_thread_fork.router)
     app.include_router(webrtc.router)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
         app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")

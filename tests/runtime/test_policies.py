@@ -16,7 +16,7 @@ checks the status class:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +25,7 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
+from journal.events import EventKind, NewEvent, ThreadRef
 from memory.backup import to_document
 from runtime.accounts import LOCAL_PRINCIPAL, Principal
 from runtime.app import create_app
@@ -66,6 +67,7 @@ class World:
     record: str
     token: str
     export: dict[str, Any]
+    thread: str
 
 
 Body = Callable[[World], Any]
@@ -84,7 +86,7 @@ class Case:
     def url(self, w: World) -> str:
         return self.path.format(
             role_id=w.role, user=w.user_target, document_id=w.document, entry_id=w.memory,
-            record_id=w.record, token_id=w.token, call_id="rtc_none",
+            record_id=w.record, token_id=w.token, call_id="rtc_none", thread_id=w.thread,
         )  # fmt: skip
 
 
@@ -141,6 +143,7 @@ CASES: list[Case] = [
     Case("POST", "/api/conversations", "collection", _json(segment_body("new", 0, 0, "hi"))),
     Case("GET", "/api/conversations/{record_id}", "user_object"),
     Case("DELETE", "/api/conversations/{record_id}", "user_object"),
+    Case("POST", "/api/threads/{thread_id}/fork", "user_object", _json({})),
     Case("POST", "/v1/realtime/client_secrets", "collection", _json({})),
     # A JSON body is no offer: past the policy, 415 (tests/runtime/test_webrtc.py makes calls).
     Case("POST", "/v1/realtime/calls", "collection", _json({}), allowed=415),
@@ -250,6 +253,11 @@ def make_world(tmp_path: Path) -> Callable[[Caller], Any]:
                 victim = await services.accounts.issue_token(who.tenant, who.user, name="victim")
                 me = PRINCIPALS.get(caller, LOCAL_PRINCIPAL)
                 export = to_document(await services.memory.backup(me.tenant, me.user))
+                thread = ThreadRef(who.tenant, who.user, "th_world")
+                await services.threads.create(*astuple(thread), role.json()["id"])
+                await services.journal.append(
+                    thread, [NewEvent("e1", EventKind.USER_INPUT, {"text": "hi"}, "vs_world")]
+                )
                 for response in (role, document, memory, record):
                     assert response.status_code in (200, 201), response.text
                 headers = (
@@ -257,7 +265,7 @@ def make_world(tmp_path: Path) -> Callable[[Caller], Any]:
                 )
                 yield World(
                     services, http, headers, role.json()["id"], "zed", document.json()["id"],
-                    memory.json()["id"], "r1", victim.info.id, export,
+                    memory.json()["id"], "r1", victim.info.id, export, thread.thread_id,
                 )  # fmt: skip
         finally:
             await services.close()
