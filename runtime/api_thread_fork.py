@@ -21,7 +21,9 @@ its events — and goes its own way from there. The rules:
       as stored — their checksums cover (seq, id, kind, payload, session) of their events, all
       the same in the fork, so they verify there. One that ends after the cut is left out with
       every later one (its sources up to the cut are copied raw; the fork compacts them itself).
-      A ``summary`` event in the prefix covers only events before it, so it stays valid too.
+      A ``summary`` journal event in the prefix covers only events before it, so it stays
+      valid too; one after the cut is not copied, whatever its range (its range may end after
+      the cut, and nothing reads summary events today: summaries live in checkpoints).
    b. Amendments (``journal/amendments.py``) always come after the item they name, so those in
       the prefix name copied items. An amendment journaled *after* the cut that names a copied
       item — a deletion, or the cut of an answer to what was heard, typically written a moment
@@ -62,7 +64,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +110,7 @@ class Fork:
 
 
 class _ForkFailed(Exception):
-    """A store failed while the fork was written (rule 5)."""
+    """The fork's new thread was not empty (rule 3 would not hold): give it up (rule 5)."""
 
 
 def _item_id(event: JournalEvent) -> str | None:
@@ -231,12 +233,16 @@ async def fork_thread(services: Services, source: Thread, at: str | None) -> For
 
 async def _discard(services: Services, target: ThreadRef) -> None:
     """Rule 5: remove what a failed fork wrote (the thread record is never among it)."""
-    try:
-        await services.journal.delete_thread(target)
-        await services.checkpoints.delete_thread(target)
-        await services.thread_memory.delete(target.tenant, target.user, target.thread_id)
-    except Exception as e:  # best effort: the fork stays unknown to every route anyway
-        log.warning("could not remove a failed fork's data: %s", type(e).__name__)
+    removals: tuple[Callable[[], Awaitable[object]], ...] = (
+        lambda: services.journal.delete_thread(target),
+        lambda: services.checkpoints.delete_thread(target),
+        lambda: services.thread_memory.delete(target.tenant, target.user, target.thread_id),
+    )
+    for remove in removals:
+        try:
+            await remove()
+        except Exception as e:  # best effort: the fork stays unknown to every route anyway
+            log.warning("could not remove a failed fork's data: %s", type(e).__name__)
 
 
 def _unavailable(error: JournalUnavailable | MemoryUnavailable) -> ApiError:

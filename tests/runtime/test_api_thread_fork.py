@@ -281,6 +281,27 @@ async def test_a_fork_that_fails_halfway_leaves_nothing(
     assert await services.threads.get(who.tenant, who.user, new_id) is None
     assert await services.journal.read(ThreadRef(who.tenant, who.user, new_id)) == []
 
+    # The last step fails: the journal, checkpoints and memory written before it go too.
+    source = ThreadRef(who.tenant, who.user, "th_src")
+    events = await services.journal.read(source, limit=2)
+    await services.checkpoints.put(
+        source, NewCheckpoint(1, 2, "Oslo", source_checksum(events, None), None, "extractive")
+    )
+    monkeypatch.undo()
+    created: list[str] = []
+
+    async def failing_create(tenant: str, user: str, thread_id: str, role_id: str) -> Any:
+        created.append(thread_id)
+        raise RuntimeError("threads table gone")
+
+    monkeypatch.setattr(services.threads, "create", failing_create)
+    with pytest.raises(RuntimeError):
+        await fork(api)
+    copy = ThreadRef(who.tenant, who.user, created[0])
+    assert await services.journal.read(copy) == []
+    assert await services.checkpoints.list(copy) == []
+    assert (await services.thread_memory.load(who.tenant, who.user, created[0])).revision == 0
+
 
 # ---------------------------------------------------------------------------- continuing
 
