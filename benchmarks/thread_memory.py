@@ -124,9 +124,99 @@ async def measure_llm(turns: int) -> tuple[list[float] | None, dict[str, Any]]:
     }
 
 
-async def measure_recall_after_compaction() -> dict[str, Any] | None:
-    """The runtime's part (not measured here yet): None."""
-    return None
+EARLY_FACTS = [
+    # (what the person says in an early turn, the words the model input must still hold)
+    ("My budget is 1500 euros for the whole trip.", "1500"),
+    ("We leave on the 14th of March.", "14th of March"),
+    ("We are two adults and one child.", "two adults and one child"),
+    ("The hotel must cost under 150 euros a night.", "150 euros a night"),
+    ("My daughter is allergic to peanuts.", "allergic to peanuts"),
+]
+LATER_TURN = (
+    "Turn {n}: tell me about another neighbourhood, museum or restaurant worth a visit, "
+    "what it costs and how long it takes to get there from the centre."
+)
+
+
+class RecallModel:
+    """A scripted consolidation model for the recall check: it keeps each early statement
+    (cited), as a good model would; what is measured is whether the runtime carries it."""
+
+    async def complete_json(
+        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+    ) -> str:
+        import re
+
+        changes = []
+        for match in re.finditer(r"^user: (.*) \(id ([^)]+)\)$", messages[-1]["content"], re.M):
+            for index, (said, _) in enumerate(EARLY_FACTS):
+                if match[1] == said:
+                    changes.append(
+                        {"op": "upsert", "key": f"early_{index}", "content": said,
+                         "kind": "fact", "sources": [match[2]]}
+                    )  # fmt: skip
+        return json.dumps({"changes": changes[:4]})
+
+
+async def measure_recall_after_compaction(turns: int = 60) -> dict[str, Any] | None:
+    """Through the real server (in process, memory storage, fake speech, a 1k-token history
+    window so compaction starts after a few turns): the person states ``EARLY_FACTS`` in the
+    first turns, then talks on to ``turns``; the fraction of those facts whose words are in the
+    model's input at the last turn, with thread memory on and (the baseline) off."""
+    import tempfile
+    from pathlib import Path
+
+    from pipeline.engine import Plugins
+    from plugins.fakes import FakeASR, FakeBrain, FakeTTS
+    from plugins.vad.energy import EnergyVAD
+    from runtime.client import RealtimeClient
+    from runtime.config import Settings
+    from runtime.server import running_server
+
+    class Brain(FakeBrain):
+        context_tokens = 1024
+        reserved_output_tokens = 128
+        complete_json = RecallModel.complete_json
+
+    out: dict[str, Any] = {"turns": turns, "facts": len(EARLY_FACTS)}
+    for use in (True, False):
+        brain = Brain(["Noted, I will keep that in mind."])
+        plugins = Plugins(vad=EnergyVAD(), asr=FakeASR(["hi"]), brain=brain, tts=FakeTTS())
+        with tempfile.TemporaryDirectory() as data:
+            settings = Settings(port=0, data_dir=Path(data), storage="memory",
+                                knowledge_semantic=False)  # fmt: skip
+            async with (
+                running_server(settings, plugins=plugins) as server,
+                RealtimeClient(server.ws_url, server.token) as client,
+            ):
+                await client.connect()
+                thread = client.session["thread_id"]
+                if not use:
+                    principal = await server.services.accounts.authenticate(server.token)
+                    assert principal is not None
+                    ref = ThreadRef(principal.tenant, principal.user, thread)
+                    await server.services.thread_memory_service.run_command(
+                        ref, expected=None, revision=0, command=_configure_off()
+                    )
+                said = [f for f, _ in EARLY_FACTS]
+                for n in range(1, turns + 1):
+                    text = said[n - 1] if n <= len(said) else LATER_TURN.format(n=n)
+                    await client.send_text(text)
+                    await client.wait_type("response.done", 30)
+                last = brain.requests[-1]
+                seen = f"{last.system}\n{last.model_text}"
+                recalled = sum(1 for _, words in EARLY_FACTS if words in seen)
+                summarised = "Summary" in last.conversation_context
+        key = "recall_after_compaction" if use else "recall_without_thread_memory"
+        out[key] = recalled / len(EARLY_FACTS)
+        out["compacted" if use else "compacted_baseline"] = summarised
+    return out
+
+
+def _configure_off() -> Any:
+    from runtime.thread_memory import Command
+
+    return Command("configure", use=False, generate=False)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -152,9 +242,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "inject_ms": p50_p99(inject),
         "details": details,
     }
-    recall = await measure_recall_after_compaction()
+    recall = await measure_recall_after_compaction(args.recall_turns)
     if recall is not None:
-        result["recall_after_compaction"] = recall
+        result["recall_after_compaction"] = recall.pop("recall_after_compaction")
+        details["recall"] = recall
     return result
 
 
@@ -164,6 +255,7 @@ def main() -> None:
     parser.add_argument("--llm-turns", type=int, default=6, help="turns with the local model")
     parser.add_argument("--samples", type=int, default=1_000, help="render_block calls")
     parser.add_argument("--no-llm", action="store_true", help="skip the local model")
+    parser.add_argument("--recall-turns", type=int, default=60, help="turns of the recall check")
     emit(asyncio.run(run(parser.parse_args())))
 
 

@@ -22,6 +22,7 @@ class EventKind(enum.StrEnum):
     SUMMARY = "summary"
     ITEM_DELETED = "item_deleted"
     ITEM_TRUNCATED = "item_truncated"
+    MEMORY_NOTE = "memory_note"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,9 @@ class NewEvent:
     - item_deleted: ``{"item_id"}`` — the item leaves the thread's history
     - item_truncated: ``{"item_id", "heard_text"}`` — an assistant item was heard only up to
       ``heard_text`` (it becomes interrupted)
+    - memory_note: ``{"op": "remember"|"forget", "key", "content"?, "kind"?}`` — a person changed
+      the thread's memory (``runtime/thread_memory.py`` rule 2); the fact cites this event. It
+      is not conversation: the model's history and transcripts leave it out.
 
     The four conversational kinds (user_input, assistant_output, tool_call, tool_result) may
     also carry ``"item_id"``: the realtime (OpenAI GA) item the event is, which

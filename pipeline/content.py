@@ -30,6 +30,8 @@ class TurnContent:
     current_input: str
     language: str | None = None
     memory_data: str | None = None
+    thread_memory: str | None = None
+    """The thread's learned facts (``<thread_memory>``), after ``memory_data``."""
     tools: tuple[ToolSpec, ...] = ()
     history: tuple[HistoryTurn, ...] = ()
     """``conversation_context`` as turns (``journal.projection``), for the brain."""
@@ -43,9 +45,8 @@ class TurnContent:
 
     @property
     def system_prompt(self) -> str:
-        if not self.memory_data:
-            return self.instructions
-        return f"{self.instructions}\n{self.memory_data}"
+        parts = [self.instructions, self.memory_data, self.thread_memory]
+        return "\n".join(p for p in parts if p)
 
     def to_brain_input(self, *, session: str = "") -> BrainInput:
         return BrainInput(

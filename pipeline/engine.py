@@ -56,7 +56,14 @@ from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
 from pipeline.echo import EchoGate, EchoGuard, EchoSettings, no_reference
 from pipeline.endpoint_cues import Cue, transcript_cue
-from pipeline.engine_config import EngineSettings, OutputSink, Persona, Plugins, TurnMemory
+from pipeline.engine_config import (
+    EngineSettings,
+    OutputSink,
+    Persona,
+    Plugins,
+    ThreadMemoryHook,
+    TurnMemory,
+)
 from pipeline.history import ConversationHistory
 from pipeline.items import ConversationItems, ItemNotFound
 from pipeline.preemption import Preemption
@@ -136,9 +143,11 @@ class Engine:
         history: ConversationHistory | None = None,
         incarnation: int = 0,
         memory: TurnMemory | None = None,
+        thread_memory: ThreadMemoryHook | None = None,
     ) -> None:
         self.plugins = plugins
         self.memory = memory
+        self.thread_memory = thread_memory
         self.history = history or ConversationHistory(journal)
         self.tools: Mapping[str, ToolHandler] = tools or {}
         self.tool_specs = tool_specs
@@ -427,6 +436,8 @@ class Engine:
 
     async def close(self) -> None:
         self._closed = True
+        if self.thread_memory is not None:
+            await self.thread_memory.close()
         if self._timer is not None:
             self._timer.cancel()
         if self._idle is not None:
@@ -855,6 +866,17 @@ class Engine:
             self._spawn_memory(text, stored)
         return text, seq
 
+    async def _thread_memory_block(self, language: str | None) -> str | None:
+        """The thread's learned facts for this turn (bounded like the memory read)."""
+        if self.thread_memory is None:
+            return None
+        try:
+            async with asyncio.timeout(self.settings.memory_read_timeout_s):
+                return await self.thread_memory.read(language)
+        except TimeoutError:
+            log.warning("thread memory read timed out; the turn goes on without it")
+            return None
+
     async def _memory_data(self, read: asyncio.Task[str | None] | None) -> str | None:
         if read is None:
             return None
@@ -878,10 +900,12 @@ class Engine:
         persona = self.persona
         instructions = persona.instructions if instructions is None else instructions
         tools = (*self.tool_specs, *self.client_tools)
+        thread_memory = await self._thread_memory_block(persona.language)
         if before_seq is not None:
             context = await self.history.context(
                 self.thread,
-                instructions=instructions,
+                # The history's budget leaves room for the thread's facts too.
+                instructions=f"{instructions}\n{thread_memory}" if thread_memory else instructions,
                 tools=tools,
                 current_input=current_input,
                 language=persona.language,
@@ -899,6 +923,7 @@ class Engine:
             current_input=current_input,
             language=persona.language,
             memory_data=await self._memory_data(memory),
+            thread_memory=thread_memory,
             tools=tools,
             history=context.history,
         )
@@ -999,6 +1024,8 @@ class Engine:
             usage=usage(response.prompt, events.text),
         )
         self.send_all(done)
+        if self.thread_memory is not None and text and response.options.in_conversation:
+            self.thread_memory.after_turn()  # learns in the background (TM-4)
 
     async def _compact(self) -> None:
         try:

@@ -30,6 +30,18 @@ class TurnMemory(Protocol):
     ) -> None: ...
 
 
+class ThreadMemoryHook(Protocol):
+    """The thread's learned facts for one session (``runtime.thread_memory.ThreadMemoryHook``):
+    ``read`` gives the block a turn is shown (or None); ``after_turn`` starts learning from the
+    finished turn in the background. Neither may fail the turn."""
+
+    async def read(self, language: str | None) -> str | None: ...
+
+    def after_turn(self) -> object: ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Plugins:
     vad: VAD

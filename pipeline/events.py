@@ -515,6 +515,16 @@ class TurnLatency(ExtensionEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadMemoryUpdated(ExtensionEvent):
+    """The thread's memory changed (a turn's consolidation, or a person's command): the view
+    of ``runtime/thread_memory.py`` rule 1. The next turn reads it."""
+
+    TYPE: ClassVar[str] = "openrealtime.thread_memory.updated"
+    thread_id: str
+    memory: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class InputPaused(ExtensionEvent):
     TYPE: ClassVar[str] = "openrealtime.input.paused"
 

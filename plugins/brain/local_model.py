@@ -134,6 +134,9 @@ class _Job:
         self.push(_END)
 
 
+_CALL_LANES = 4096
+
+
 class LocalModel:
     """The process's local language model (see the module's rules)."""
 
@@ -147,6 +150,8 @@ class LocalModel:
         self.settings = settings or LocalModelSettings()
         self.model = model
         self.stats = ModelStats()
+        self._calls: dict[str, int] = {}
+        """Requests per lane (the most recent ``_CALL_LANES`` lanes): ``calls``."""
         self._backend_factory = backend_factory or _xllamacpp_backend
         self._backend: ChatBackend | None = None
         self._queue: FairModelQueue[_Job] = FairModelQueue(
@@ -210,6 +215,9 @@ class LocalModel:
         ``payload``; ``stream`` is set here). ``generation`` receives its timings. Close the
         generator to stop generating (Rule 3)."""
         await self.load()
+        self._calls[lane] = self._calls.pop(lane, 0) + 1
+        while len(self._calls) > _CALL_LANES:
+            del self._calls[next(iter(self._calls))]
         job = _Job(asyncio.get_running_loop(), {**payload, "stream": True}, lane)
         if generation is not None:
             job.generation = generation
@@ -244,6 +252,10 @@ class LocalModel:
         finally:
             job.gone.set()
             self._queue.cancel(ticket)
+
+    def calls(self, lane: str) -> int:
+        """How many requests ``lane`` made so far (a turn that made none ran no model)."""
+        return self._calls.get(lane, 0)
 
     async def aclose(self) -> None:
         self._closed = True

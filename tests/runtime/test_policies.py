@@ -16,7 +16,7 @@ checks the status class:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +25,6 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from journal.events import EventKind, NewEvent, ThreadRef
 from memory.backup import to_document
 from runtime.accounts import LOCAL_PRINCIPAL, Principal
 from runtime.app import create_app
@@ -67,7 +66,6 @@ class World:
     record: str
     token: str
     export: dict[str, Any]
-    thread: str
 
 
 Body = Callable[[World], Any]
@@ -86,7 +84,7 @@ class Case:
     def url(self, w: World) -> str:
         return self.path.format(
             role_id=w.role, user=w.user_target, document_id=w.document, entry_id=w.memory,
-            record_id=w.record, token_id=w.token, call_id="rtc_none", thread_id=w.thread,
+            record_id=w.record, token_id=w.token, call_id="rtc_none", thread_id="th_policy",
         )  # fmt: skip
 
 
@@ -145,6 +143,17 @@ CASES: list[Case] = [
     Case("DELETE", "/api/conversations/{record_id}", "user_object"),
     Case("POST", "/api/threads/{thread_id}/fork", "user_object", _json({})),
     Case("POST", "/v1/realtime/client_secrets", "collection", _json({})),
+    Case("GET", "/api/threads/{thread_id}/memory", "user_object"),
+    Case("GET", "/api/thread-memory/defaults", "collection"),
+    Case(
+        "PUT", "/api/thread-memory/defaults", "collection", _json({"use": True, "generate": False})
+    ),
+    Case(
+        "POST",
+        "/api/threads/{thread_id}/memory",
+        "user_object",
+        _json({"expected": None, "revision": 0, "command": {"type": "configure", "use": False}}),
+    ),  # fmt: skip
     # A JSON body is no offer: past the policy, 415 (tests/runtime/test_webrtc.py makes calls).
     Case("POST", "/v1/realtime/calls", "collection", _json({}), allowed=415),
     Case("POST", "/v1/realtime/calls/{call_id}/hangup", "collection", allowed=404),
@@ -163,6 +172,7 @@ DECLARED: dict[tuple[str, str], Policy] = {
     ("PATCH", "/api/roles/{role_id}"): Policy.ADMIN,
     ("DELETE", "/api/roles/{role_id}"): Policy.ADMIN,
     ("PUT", "/api/roles/{role_id}/documents"): Policy.ADMIN,
+    ("PUT", "/api/thread-memory/defaults"): Policy.ADMIN,
     ("POST", "/v1/realtime/calls"): Policy.REALTIME,
     ("POST", "/v1/realtime/calls/{call_id}/hangup"): Policy.REALTIME,
 }
@@ -250,14 +260,10 @@ def make_world(tmp_path: Path) -> Callable[[Caller], Any]:
                     "/api/conversations", json=segment_body("r1", 0, 0, "hi"), headers=mine
                 )
                 who = PRINCIPALS.get(own, LOCAL_PRINCIPAL)
+                await services.threads.create(who.tenant, who.user, "th_policy", role.json()["id"])
                 victim = await services.accounts.issue_token(who.tenant, who.user, name="victim")
                 me = PRINCIPALS.get(caller, LOCAL_PRINCIPAL)
                 export = to_document(await services.memory.backup(me.tenant, me.user))
-                thread = ThreadRef(who.tenant, who.user, "th_world")
-                await services.threads.create(*astuple(thread), role.json()["id"])
-                await services.journal.append(
-                    thread, [NewEvent("e1", EventKind.USER_INPUT, {"text": "hi"}, "vs_world")]
-                )
                 for response in (role, document, memory, record):
                     assert response.status_code in (200, 201), response.text
                 headers = (
@@ -265,7 +271,7 @@ def make_world(tmp_path: Path) -> Callable[[Caller], Any]:
                 )
                 yield World(
                     services, http, headers, role.json()["id"], "zed", document.json()["id"],
-                    memory.json()["id"], "r1", victim.info.id, export, thread.thread_id,
+                    memory.json()["id"], "r1", victim.info.id, export,
                 )  # fmt: skip
         finally:
             await services.close()
