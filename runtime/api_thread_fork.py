@@ -34,9 +34,9 @@ its events — and goes its own way from there. The rules:
    copied with ``keep_sources`` = the copied event ids: a fact keeps only its sources among
    them and is dropped when none is left (a fact learned from later items, a retraction made
    later, a person's Remember whose ``memory_note`` comes after the cut); ``processed`` is
-   cut the same way; the thread's overrides (``use``/``generate``)
-   are carried; the last consolidation failure is not. From then on the two memories are
-   separate rows: a change to one never shows in the other, and no other thread sees either.
+   cut the same way; the thread's overrides (``use``/``generate``) are carried; the last
+   consolidation failure is not. From then on the two memories are separate rows: a change to
+   one never shows in the other, and no other thread sees either.
 5. Order and failure: journal, checkpoints and memory are written under the new id first and
    the thread record (``runtime/threads.py``) last. Until that record exists no route knows the
    fork and no session can continue it, so a fork that fails halfway is never seen half made:

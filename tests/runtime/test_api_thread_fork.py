@@ -222,26 +222,39 @@ def stored_event(ref: ThreadRef, seq: int, event: NewEvent) -> JournalEvent:
     return JournalEvent(ref, seq, event.event_id, event.kind, event.payload, None, NOW)
 
 
+async def remember(api: Api, thread_id: str, key: str, content: str) -> dict[str, Any]:
+    """A person's Remember through the thread memory route; the new view."""
+    url = f"/api/threads/{thread_id}/memory"
+    view = (await api.http.get(url, headers=api.alice)).json()
+    command = {"type": "remember", "key": key, "content": content, "kind": "fact"}
+    body = {"expected": view["head"], "revision": view["revision"], "command": command}
+    response = await api.http.post(url, json=body, headers=api.alice)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def entries(api: Api, thread_id: str) -> dict[str, str]:
+    view = await api.http.get(f"/api/threads/{thread_id}/memory", headers=api.alice)
+    return {e["key"]: e["content"] for e in view.json()["entries"]}
+
+
 async def test_a_forks_memory_is_its_own(api: Api) -> None:
-    services, who = api.services, api.principal
     await thread_of(api)
     new_id = (await fork(api)).json()["thread_id"]
+    assert await entries(api, new_id) == await entries(api, "th_src")
 
-    forked = await services.thread_memory.load(who.tenant, who.user, new_id)
-    changed = replace(
-        forked,
-        facts={**forked.facts, "home": fact("home", "The user lives in Tromsø", "e1")},
-        revision=forked.revision + 1,
-    )
-    await services.thread_memory.save(who.tenant, who.user, new_id, changed, forked.revision)
-    source = await services.thread_memory.load(who.tenant, who.user, "th_src")
-    assert source.facts["home"].content == "The user lives in Oslo"
+    await remember(api, new_id, "home", "The user lives in Tromso")
+    await remember(api, new_id, "pet", "The user has a cat")
+    source = await entries(api, "th_src")
+    assert (source["home"], "pet" in source) == ("The user lives in Oslo", False)
 
-    later = replace(source, facts={}, revision=source.revision + 1)
-    await services.thread_memory.save(who.tenant, who.user, "th_src", later, source.revision)
-    mine = await services.thread_memory.load(who.tenant, who.user, new_id)
-    assert mine.facts["home"].content == "The user lives in Tromsø"
-    assert set(mine.facts) == set(MEMORY.facts)
+    await remember(api, "th_src", "car", "The user drives a Volvo")
+    mine = await entries(api, new_id)
+    assert (mine["home"], "car" in mine) == ("The user lives in Tromso", False)
+    # The fork's Remember notes are its own journal's: the source's history did not move.
+    source_ref = ThreadRef(api.principal.tenant, api.principal.user, "th_src")
+    kinds = [e.kind for e in await api.services.journal.read(source_ref)]
+    assert kinds.count(EventKind.MEMORY_NOTE) == 1
 
 
 async def test_only_the_owner_forks_and_at_must_be_an_event_of_the_thread(api: Api) -> None:
@@ -332,12 +345,20 @@ async def test_a_voice_session_continues_a_fork(server_settings: Settings) -> No
             started = await first.connect()
             await first.send_text("my name is Ada")
             await first.wait_type("response.done")
+            memory_url = f"/api/threads/{started['thread_id']}/memory"
+            view = (await http.get(memory_url)).json()
+            command = {"type": "remember", "key": "drink", "content": "Ada drinks green tea"}
+            remembered = await http.post(
+                memory_url,
+                json={"expected": view["head"], "revision": view["revision"], "command": command},
+            )
+            assert remembered.status_code == 200, remembered.text
             # The source's session is still connected: forking it is fine.
             response = await http.post(f"/api/threads/{started['thread_id']}/fork", json={})
             assert response.status_code == 201, response.text
         answer = response.json()
-        assert answer["voice_session_id"] == started["id"]
-        assert answer["events"] >= 2
+        assert answer["voice_session_id"] == started["id"]  # the note has no session
+        assert answer["events"] >= 3  # the turn and the Remember's memory_note
 
         async with RealtimeClient(server.ws_url, server.token) as second:
             continued = await second.connect(
@@ -353,6 +374,9 @@ async def test_a_voice_session_continues_a_fork(server_settings: Settings) -> No
             "Assistant: Nice to meet you, Ada.\n"
             "Current user input:what is my name?"
         )
+        # The fork's memory reaches its model.
+        assert "<thread_memory>" in brain.requests[-1].system
+        assert "Ada drinks green tea" in brain.requests[-1].system
         # The source did not see the fork's new turn.
         principal = await server.services.authenticate(server.token)
         assert principal is not None
