@@ -656,6 +656,8 @@ class Engine:
         text = speculation.result().text.strip()
         if not text or not self._endpointing(turn_id):
             return
+        if self.thread_memory is not None:
+            self.thread_memory.yield_model()  # the answer needs the model more than learning
         memory = self._spawn(self.memory.read(), "memory-read") if self.memory else None
         try:
             content = await self._turn_content(text, before_seq=ALL_HISTORY, memory=memory)
@@ -740,6 +742,8 @@ class Engine:
     async def _respond(
         self, response: Response, text: str | None, utterance: Utterance | None
     ) -> None:
+        if self.thread_memory is not None:
+            self.thread_memory.yield_model()  # the answer needs the model more than learning
         # Long-term memory is read while the input is transcribed and journaled.
         memory_read = self._spawn(self.memory.read(), "memory-read") if self.memory else None
         options = response.options

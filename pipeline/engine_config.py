@@ -39,6 +39,9 @@ class ThreadMemoryHook(Protocol):
 
     def after_turn(self) -> object: ...
 
+    def yield_model(self) -> None:
+        """A turn needs the model now: stop learning (what was not read is read later)."""
+
     async def close(self) -> None: ...
 
 

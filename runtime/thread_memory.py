@@ -23,9 +23,11 @@ Rule 3. Injection (``ThreadMemoryHook.read``): when ``use`` is in force, the act
 Rule 4. Consolidation (``consolidate``): after a finished turn when ``generate`` is in force,
         the turn's model (the brain's JSON model: the local model, or the OpenAI-compatible
         brain) reads the thread's unprocessed items and its changes are applied to the latest
-        memory. A brain with no model (the rules brain, a fake) runs nothing and changes
-        nothing. A failure is recorded in ``last_failure`` and retried after the next turn; it
-        never fails the turn.
+        memory. A brain with no model (the rules brain, a fake), or a turn the local model took
+        no part in (code answered it), runs nothing and changes nothing. A failure is recorded
+        in ``last_failure`` and retried after the next turn; it never fails the turn. The voice
+        path comes first: when the next turn needs the model, a consolidation still running is
+        cancelled (``yield_model``) and its items wait for a later pause.
 Rule 5. Every change is announced to the live sessions of the thread in this process as
         ``openrealtime.thread_memory.updated`` (an extension event); their next turn reads it.
 """
@@ -294,6 +296,15 @@ class ThreadMemoryHook:
             return self._task  # the next turn's items are read by the one still running
         self._task = asyncio.ensure_future(self._consolidate(self.model))
         return self._task
+
+    def yield_model(self) -> None:
+        """A new turn needs the model: a consolidation still running is cancelled (the
+        model's queue cannot preempt a generation, and the voice path comes first). Its
+        items stay unprocessed and are read after a later turn, in a pause long enough."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            self._seen = -1  # what it was reading is read after the next turn
 
     async def _consolidate(self, model: JsonModel) -> None:
         try:

@@ -353,3 +353,43 @@ async def test_a_turn_answered_without_the_model_changes_nothing(tmp_path: Path)
             learned = await wait_for_revision(api, thread_id, 1)
     assert brain.consolidations == 1
     assert learned["entries"][0]["content"] == "my budget is 300 euros"
+
+
+class SlowLearningBrain(LearningBrain):
+    """Learns like ``LearningBrain``, but each consolidation takes ``delay`` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.cancelled = 0
+
+    async def complete_json(
+        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+    ) -> str:
+        try:
+            await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return await super().complete_json(messages, schema, max_tokens=max_tokens, lane=lane)
+
+
+async def test_the_next_turn_takes_the_model_from_a_consolidation_still_running(
+    tmp_path: Path,
+) -> None:
+    brain = SlowLearningBrain(delay=1.0)
+    async with running_server(settings_for(tmp_path), plugins=fake_plugins(brain=brain)) as server:
+        api = Api(server)
+        async with RealtimeClient(server.ws_url, server.token) as client:
+            await client.connect()
+            thread_id = client.session["thread_id"]
+            await client.send_text("My budget is 800.")
+            await client.wait_type("response.done", 10)
+            await asyncio.sleep(0.2)  # learning has begun
+            await client.send_text("And we travel in June.")
+            await client.wait_type("response.done", 10)
+            assert brain.cancelled == 1  # the answer came first
+            learned = await wait_for_revision(api, thread_id, 1)
+    # Read after the second turn: both turns' items, the budget among them.
+    assert learned["entries"][0]["content"] == "my budget is 800 euros"
+    assert learned["last_failure"] is None
