@@ -141,6 +141,7 @@ CASES: list[Case] = [
     Case("POST", "/api/conversations", "collection", _json(segment_body("new", 0, 0, "hi"))),
     Case("GET", "/api/conversations/{record_id}", "user_object"),
     Case("DELETE", "/api/conversations/{record_id}", "user_object"),
+    Case("POST", "/api/threads/{thread_id}/fork", "user_object", _json({})),
     Case("POST", "/v1/realtime/client_secrets", "collection", _json({})),
     Case("GET", "/api/threads/{thread_id}/memory", "user_object"),
     Case("GET", "/api/thread-memory/defaults", "collection"),
