@@ -339,6 +339,9 @@ class _Visibility:
             memo[root] = False
             return False
         assert meta is not None
+        if not meta._entry_deps:
+            memo[root] = True
+            return True
         return self._walk(meta)
 
     def sources_readable(self, meta: EntryMeta) -> bool:

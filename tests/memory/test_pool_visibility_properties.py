@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from memory.pool import (
     EntryMeta,
     EntrySource,
+    Layer,
     Reader,
     Source,
     ThreadAccess,
@@ -68,8 +69,8 @@ def ref_visible(pool: dict[str, EntryMeta], eid: str, r: Reader, path: frozenset
         return False
     if e.layer == "pinned" and entries:
         return False
-    for s in threads:
-        records = [a for a in e.access if (a.thread_id, a.item_id) == (s.thread_id, s.item_id)]
+    for t in threads:
+        records = [a for a in e.access if (a.thread_id, a.item_id) == (t.thread_id, t.item_id)]
         if not records or any(r.user_id not in a.users for a in records):
             return False
     inner = path | {eid}
@@ -100,7 +101,7 @@ def pools(draw: st.DrawFn) -> dict[str, EntryMeta]:
         audience = frozenset({"for:role"})
         if odd():
             audience = draw(st.frozensets(st.sampled_from(AUDIENCE_TAGS), max_size=3))
-        tenants = ("t1",)
+        tenants: tuple[str, ...] = ("t1",)
         if odd():
             tenants = draw(st.sampled_from([("t2",), (), ("t1", "t2")]))
         return {
@@ -114,7 +115,7 @@ def pools(draw: st.DrawFn) -> dict[str, EntryMeta]:
 
     for n in range(draw(st.integers(1, 8))):
         eid = f"f{n}"
-        layer = "pinned" if odd() else "fact"
+        layer: Layer = "pinned" if odd() else "fact"
         sources: list[Source] = []
         access: list[ThreadAccess] = []
         count = 0 if odd() else draw(st.integers(1, 3))
