@@ -7,11 +7,11 @@
 
 - Data: ``--users`` users (default 1,000) × one role × ``--per-user`` entries (default 100, the
   per-role limit), realistic Chinese and English contents, bulk-loaded with ``COPY`` into
-  ``memory_entries`` (the same columns and hashes the store writes).
+  ``memory_entries`` (the same columns, ciphertexts and keyed hashes the store writes).
 - ``inject_ms``: one turn's memory read as the voice path does it (``SessionMemory.read``:
   the role switch, the user×role's 20 most recent entries through ``PostgresMemoryStore``, and
   the rendered ``<memory_data>`` block within the default budget), for random users, one at a
-  time. Target p50 ≤ 2 ms.
+  time (it includes opening the entries' ciphertexts). Target p50 ≤ 2 ms.
 - ``extract_ms``: the pattern part of extraction (``memory.extraction.extract``) on a mix of
   user messages (statements to remember, questions, small talk, negations, secrets). Target
   p50 ≤ 1 ms. ``details.extract_and_save_ms`` adds saving what was found through the store
@@ -37,9 +37,10 @@ import asyncpg
 
 from benchmarks.common import emit, p50_p99
 from benchmarks.journal import bench_database
-from memory.entries import KINDS, content_hash, owner_key
+from memory.crypto import Keyring
+from memory.entries import KINDS, normalize, owner_key
 from memory.extraction import extract
-from memory.postgres_store import PostgresMemoryStore
+from memory.postgres_store import PostgresMemoryStore, entry_context
 from memory.session import MemorySettings, SessionMemory
 from runtime.loop import install_uvloop
 from runtime.migrations import apply_migrations
@@ -62,36 +63,44 @@ _MESSAGES = [
 ]  # fmt: skip
 
 _COLUMNS = (
-    "tenant", "owner", "id", "role_id", "kind", "key", "content", "content_hash", "origin",
+    "tenant", "owner", "id", "role_id", "kind", "key", "key_id", "content_sealed",
+    "content_hash", "origin",
     "source_thread_id", "source_seq", "stated_at", "status", "revision", "created_at",
     "updated_at",
 )  # fmt: skip
 
 
-def rows_for(user: int, per_user: int, rng: random.Random) -> list[tuple[Any, ...]]:
+def rows_for(
+    user: int, per_user: int, rng: random.Random, keyring: Keyring
+) -> list[tuple[Any, ...]]:
     owner = owner_key(f"user-{user}")
     start = datetime(2026, 1, 1, tzinfo=UTC)
     rows = []
     for n in range(per_user):
         content = f"{rng.choice(_CONTENTS)} #{n}"
         at = start + timedelta(minutes=n * 7 + user)
+        entry_id = f"mem_{user}_{n}"
+        sealed = keyring.seal(content, context=entry_context("bench", owner, entry_id))
+        digest = keyring.content_hash(
+            normalize(content), scope=("bench", owner), key_id=sealed.key_id
+        )
         rows.append(
             (
-                "bench", owner, f"mem_{user}_{n}", "role", KINDS[n % len(KINDS)], None, content,
-                content_hash(content), "extraction", f"th_{user}_{n // 10}", n, at, "active", 1,
+                "bench", owner, entry_id, "role", KINDS[n % len(KINDS)], None, sealed.key_id,
+                sealed.blob, digest, "extraction", f"th_{user}_{n // 10}", n, at, "active", 1,
                 at, at,
             )
         )  # fmt: skip
     return rows
 
 
-async def bulk_load(pool: Any, users: int, per_user: int) -> float:
+async def bulk_load(pool: Any, users: int, per_user: int, keyring: Keyring) -> float:
     rng = random.Random(7)
     started = time.perf_counter()
     async with pool.acquire() as conn:
         batch: list[tuple[Any, ...]] = []
         for user in range(users):
-            batch.extend(rows_for(user, per_user, rng))
+            batch.extend(rows_for(user, per_user, rng, keyring))
             if len(batch) >= 20_000:
                 await conn.copy_records_to_table("memory_entries", records=batch, columns=_COLUMNS)
                 batch = []
@@ -112,8 +121,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         pool = await asyncpg.create_pool(url, min_size=2, max_size=4, command_timeout=300)
         try:
             await apply_migrations(pool, ["memory"])
-            load_s = await bulk_load(pool, args.users, args.per_user)
-            store = PostgresMemoryStore(pool)
+            keyring = Keyring.generate("bench")
+            load_s = await bulk_load(pool, args.users, args.per_user, keyring)
+            store = PostgresMemoryStore(pool, keyring=keyring)
             settings = MemorySettings()
 
             async def enabled() -> bool:

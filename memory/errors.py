@@ -12,7 +12,11 @@
     ├── UnknownFact            (thread memory: Forget of a key with no active fact; 409)
     ├── ThreadMemoryFull       (thread memory: a new key past MAX_THREAD_FACTS; 409)
     ├── RevisionConflict       (thread memory moved since it was read; carries it; 409)
-    └── MemoryUnavailable      (local/infrastructure: the store cannot be reached; retryable)
+    ├── MemoryUnavailable      (local/infrastructure: the store cannot be reached; retryable)
+    └── MemoryKeyError         (local: encryption at rest, ``memory/crypto.py``)
+        ├── KeyConfigError     (the keys' configuration or key file is unusable)
+        ├── UnknownKey         (a row is sealed under a key id the keyring does not hold)
+        └── SealBroken         (a ciphertext's tag does not verify: tampered or not this row's)
 
 Every error carries a stable ``code`` (used by the HTTP API and the ``memory.status`` event).
 """
@@ -80,3 +84,21 @@ class RevisionConflict(MemoryStoreError):
 class MemoryUnavailable(MemoryStoreError):
     code = "memory_unavailable"
     retryable = True
+
+
+class MemoryKeyError(MemoryStoreError):
+    """Encryption at rest failed; messages never hold plaintext or key material."""
+
+    code = "memory_key_error"
+
+
+class KeyConfigError(MemoryKeyError):
+    code = "memory_key_config"
+
+
+class UnknownKey(MemoryKeyError):
+    code = "memory_key_unknown"
+
+
+class SealBroken(MemoryKeyError):
+    code = "memory_seal_broken"

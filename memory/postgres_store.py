@@ -11,16 +11,27 @@ transaction: either all of it happened or none of it. Times come from the databa
 (``clock_timestamp()``), the same clock as journal event times, so "older statement" compares
 like with like across processes. Reads (``list``, ``get``, ``changes``) are single statements
 on the partial indexes. Connection failures and timeouts become ``MemoryUnavailable``.
+
+Encryption at rest (``memory/migrations/0003_memory_sealed.sql``, SPEC RM-8): an entry's
+content is stored only as ``content_sealed`` under ``key_id`` (``memory/crypto.py``), with the
+row's tenant, owner and id as associated data; the plaintext column holds ``''``. Duplicates are
+found by ``content_hash``, an HMAC of the normalised content under the row's key, so a lookup
+asks for the hash under every key of the keyring (a row keeps the hash of the key it is sealed
+under). Kind, key, ids, source and times stay plaintext: listing, visibility and deletion need
+no decryption. ``seal_plaintext`` seals rows written before encryption (run at start),
+``rotate`` moves rows to the active key; both work in batches and may be run again.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import asyncpg
 
+from memory.crypto import Keyring, Sealed, row_context
 from memory.entries import (
     MAX_ENTRIES_PER_ROLE,
     Actor,
@@ -39,22 +50,25 @@ from memory.entries import (
     edited_entry,
     erased_entry,
     expect_revision,
+    normalize,
     owner_key,
     plan_save,
     prepare_draft,
     saved_entry,
     source_deletion,
 )
-from memory.errors import DuplicateMemory, MemoryUnavailable
+from memory.errors import DuplicateMemory, MemoryUnavailable, UnknownKey
 from memory.store import MAX_CHANGES_LISTED, MemoryBackup, plan_restore
 
 T = TypeVar("T")
 
 _LOCK_CLASS = 0x4D454D  # "MEM": the advisory lock namespace of this store
 _COLUMNS = (
-    "id, tenant, owner, role_id, kind, key, content, origin, source_thread_id, source_seq,"
-    " stated_at, status, revision, created_at, updated_at"
+    "id, tenant, owner, role_id, kind, key, content, key_id, content_sealed, origin,"
+    " source_thread_id, source_seq, stated_at, status, revision, created_at, updated_at"
 )
+SEAL_BATCH = 500
+"""Rows sealed or re-encrypted per transaction (``seal_plaintext``, ``rotate``)."""
 _OWNER = "tenant = $1 AND owner = $2"
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     OSError,
@@ -66,7 +80,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
-def _entry(row: Any) -> MemoryEntry:
+def _entry(row: Any, content: str) -> MemoryEntry:
     return MemoryEntry(
         id=row["id"],
         tenant=row["tenant"],
@@ -74,7 +88,7 @@ def _entry(row: Any) -> MemoryEntry:
         role_id=row["role_id"],
         kind=row["kind"],
         key=row["key"],
-        content=row["content"],
+        content=content,
         origin=row["origin"],
         source_thread_id=row["source_thread_id"],
         source_seq=row["source_seq"],
@@ -86,19 +100,27 @@ def _entry(row: Any) -> MemoryEntry:
     )
 
 
-def _entry_args(e: MemoryEntry) -> tuple[Any, ...]:
-    return (
-        e.id, e.tenant, e.owner, e.role_id, e.kind, e.key, e.content, content_hash(e.content),
-        e.origin, e.source_thread_id, e.source_seq, e.stated_at, e.status, e.revision,
-        e.created_at, e.updated_at,
-    )  # fmt: skip
+def entry_context(tenant: str, owner: str, entry_id: str) -> bytes:
+    """The associated data of an entry's sealed content: its row and column."""
+    return row_context("memory_entries", "content", tenant, owner, entry_id)
 
 
-_UPSERT = f"""
-INSERT INTO memory_entries ({_COLUMNS}, content_hash)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $10, $11, $12, $13, $14, $15, $16, $8)
+@functools.cache
+def process_keyring() -> Keyring:
+    """The keyring of a store built without one (tests, benchmarks): a random key that lives
+    as long as the process, so nothing it sealed opens after a restart. The server always
+    passes the configured keyring (``runtime/services.py``)."""
+    return Keyring.generate("process")
+
+
+_UPSERT = """
+INSERT INTO memory_entries (id, tenant, owner, role_id, kind, key, content, key_id,
+    content_sealed, content_hash, origin, source_thread_id, source_seq, stated_at, status,
+    revision, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, '', $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
 ON CONFLICT (tenant, owner, id) DO UPDATE SET
-    kind = EXCLUDED.kind, key = EXCLUDED.key, content = EXCLUDED.content,
+    kind = EXCLUDED.kind, key = EXCLUDED.key, content = '', key_id = EXCLUDED.key_id,
+    content_sealed = EXCLUDED.content_sealed,
     content_hash = EXCLUDED.content_hash, origin = EXCLUDED.origin,
     source_thread_id = EXCLUDED.source_thread_id, source_seq = EXCLUDED.source_seq,
     stated_at = EXCLUDED.stated_at, status = EXCLUDED.status, revision = EXCLUDED.revision,
@@ -159,14 +181,71 @@ class PostgresMemoryStore:
     """``MemoryStore`` on an asyncpg pool whose database has the memory migration applied.
 
     ``query_timeout`` bounds each statement, ``acquire_timeout`` the wait for a connection.
+    ``keyring`` seals content (default: ``process_keyring``); ``reload_keyring`` is called once
+    when a row is sealed under a key the keyring does not hold (a rotation made by another
+    process, ``openrealtime memory rotate-key``).
     """
 
     def __init__(
-        self, pool: Any, *, query_timeout: float = 5.0, acquire_timeout: float = 5.0
+        self,
+        pool: Any,
+        *,
+        keyring: Keyring | None = None,
+        reload_keyring: Callable[[], Keyring] | None = None,
+        query_timeout: float = 5.0,
+        acquire_timeout: float = 5.0,
     ) -> None:
         self.pool = pool
+        self.keyring = keyring if keyring is not None else process_keyring()
+        self.reload_keyring = reload_keyring
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
+
+    # ------------------------------------------------------------------ sealing
+
+    def _open(self, row: Any) -> str:
+        if row["status"] != "active":
+            return ""
+        if row["content_sealed"] is None:
+            return str(row["content"])  # written before encryption; sealed at start
+        sealed = Sealed(row["key_id"], bytes(row["content_sealed"]))
+        context = entry_context(row["tenant"], row["owner"], row["id"])
+        try:
+            return self.keyring.open(sealed, context=context)
+        except UnknownKey:
+            if self.reload_keyring is None:
+                raise
+            self.keyring = self.reload_keyring()
+            return self.keyring.open(sealed, context=context)
+
+    def _entry(self, row: Any) -> MemoryEntry:
+        return _entry(row, self._open(row))
+
+    def _hash(self, e: MemoryEntry, key_id: str) -> str:
+        return self.keyring.content_hash(
+            normalize(e.content), scope=(e.tenant, e.owner), key_id=key_id
+        )
+
+    def _hashes(self, tenant: str, owner: str, content: str) -> list[str]:
+        """What ``content_hash`` a row with ``content`` may hold: the HMAC under every key,
+        and the plain SHA-256 of rows not sealed yet."""
+        normal = normalize(content)
+        return [*self.keyring.content_hashes(normal, scope=(tenant, owner)), content_hash(content)]
+
+    def _entry_args(self, e: MemoryEntry) -> tuple[Any, ...]:
+        if e.status == "active":
+            context = entry_context(e.tenant, e.owner, e.id)
+            sealed = self.keyring.seal(e.content, context=context)
+            key_id: str | None = sealed.key_id
+            blob: bytes | None = sealed.blob
+            digest = self._hash(e, sealed.key_id)
+        else:  # a deleted entry keeps nothing of its content
+            key_id, blob, digest = None, None, ""
+        return (
+            e.id, e.tenant, e.owner, e.role_id, e.kind, e.key, key_id, blob, digest, e.origin,
+            e.source_thread_id, e.source_seq, e.stated_at, e.status, e.revision, e.created_at,
+            e.updated_at,
+        )  # fmt: skip
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
         """Run ``work(conn)`` on a pooled connection (in a transaction when asked: every
@@ -217,9 +296,9 @@ class PostgresMemoryStore:
                 "  AND (b.through IS NULL OR $8 <= b.through))) AS blocked"
                 " FROM (SELECT 1) one LEFT JOIN memory_entries e ON e.tenant = $1"
                 " AND e.owner = $2 AND e.role_id = $3 AND e.status = 'active'"
-                " AND (e.key = $4 OR e.content_hash = $5"
+                " AND (e.key = $4 OR e.content_hash = ANY($5::text[])"
                 "      OR (e.source_thread_id = $6 AND e.source_seq = $7))",
-                tenant, owner, role_id, draft.key, content_hash(draft.content),
+                tenant, owner, role_id, draft.key, self._hashes(tenant, owner, draft.content),
                 source.thread_id if source else None,
                 source.seq if source else None,
                 source.at if source else None,
@@ -228,7 +307,7 @@ class PostgresMemoryStore:
             head = rows[0]
             plan = plan_save(
                 draft,
-                [_entry(r) for r in rows if r["id"] is not None],
+                [self._entry(r) for r in rows if r["id"] is not None],
                 blocked=bool(head["blocked"]) if source is not None else False,
                 active=int(head["active"]),
                 max_entries=max_entries,
@@ -236,7 +315,7 @@ class PostgresMemoryStore:
             entry = saved_entry(plan, draft, tenant=tenant, owner=owner, role_id=role_id, now=now)
             if entry is None:
                 return SaveOutcome(plan.action, plan.target)
-            await conn.execute(_UPSERT, *_entry_args(entry), timeout=timeout)
+            await conn.execute(_UPSERT, *self._entry_args(entry), timeout=timeout)
             await conn.execute(
                 _LOG, *_log_args(entry, plan.action, draft.actor, now), timeout=timeout
             )
@@ -257,7 +336,7 @@ class PostgresMemoryStore:
                 limit,
                 timeout=self.query_timeout,
             )
-            return [_entry(r) for r in rows]
+            return [self._entry(r) for r in rows]
 
         return await self._call(work, transaction=False)
 
@@ -271,7 +350,7 @@ class PostgresMemoryStore:
                 entry_id,
                 timeout=self.query_timeout,
             )
-            return None if row is None else _entry(row)
+            return None if row is None else self._entry(row)
 
         return await self._call(work, transaction=False)
 
@@ -292,7 +371,7 @@ class PostgresMemoryStore:
             value,
             timeout=self.query_timeout,
         )
-        return [_entry(r) for r in rows]
+        return [self._entry(r) for r in rows]
 
     async def _current(
         self, conn: Any, tenant: str, owner: str, entry_id: str, revision: int
@@ -325,15 +404,15 @@ class PostgresMemoryStore:
             entry = await self._current(conn, tenant, owner, entry_id, revision)
             clash = await conn.fetchval(
                 f"SELECT id FROM memory_entries WHERE {_OWNER} AND role_id = $3"
-                " AND status = 'active' AND content_hash = $4 AND id <> $5",
-                tenant, owner, entry.role_id, content_hash(content), entry.id,
+                " AND status = 'active' AND content_hash = ANY($4::text[]) AND id <> $5",
+                tenant, owner, entry.role_id, self._hashes(tenant, owner, content), entry.id,
                 timeout=self.query_timeout,
             )  # fmt: skip
             if clash is not None:
                 raise DuplicateMemory("another memory of this role already says that")
             await self._block_source(conn, entry, now)
             edited = edited_entry(entry, content=content, kind=new_kind, now=now)
-            await conn.execute(_UPSERT, *_entry_args(edited), timeout=self.query_timeout)
+            await conn.execute(_UPSERT, *self._entry_args(edited), timeout=self.query_timeout)
             await conn.execute(
                 _LOG, *_log_args(edited, "updated", "person", now), timeout=self.query_timeout
             )
@@ -347,7 +426,9 @@ class PostgresMemoryStore:
         gone = [erased_entry(e, now) for e in entries]
         if not gone:
             return
-        await conn.executemany(_UPSERT, [_entry_args(e) for e in gone], timeout=self.query_timeout)
+        await conn.executemany(
+            _UPSERT, [self._entry_args(e) for e in gone], timeout=self.query_timeout
+        )
         await conn.executemany(
             _LOG, [_log_args(e, action, "person", now) for e in gone], timeout=self.query_timeout
         )
@@ -431,7 +512,7 @@ class PostgresMemoryStore:
             timeout=timeout,
         )  # fmt: skip
         return (
-            [_entry(r) for r in rows],
+            [self._entry(r) for r in rows],
             [_receipt(r) for r in receipts],
             [_block(r) for r in blocks],
         )
@@ -463,7 +544,7 @@ class PostgresMemoryStore:
             )
             if plan.entries:
                 await conn.executemany(
-                    _UPSERT, [_entry_args(e) for e in plan.entries], timeout=timeout
+                    _UPSERT, [self._entry_args(e) for e in plan.entries], timeout=timeout
                 )
                 await conn.executemany(
                     _LOG,
@@ -483,3 +564,70 @@ class PostgresMemoryStore:
             return ImportResult(imported=len(plan.entries), skipped=plan.skipped)
 
         return await self._call(work, transaction=True)
+
+    # ------------------------------------------------------------------ at-rest maintenance
+
+    async def seal_plaintext(self, *, batch: int = SEAL_BATCH) -> int:
+        """Seal, in batches of ``batch`` rows (one transaction each), every row written before
+        encryption; returns how many. Idempotent: a sealed row holds ``''`` in ``content``."""
+        return await self._reseal("content <> ''", (), batch=batch)
+
+    async def rotate(self, *, batch: int = SEAL_BATCH) -> int:
+        """Re-encrypt, in batches, every sealed row not under the active key (its hash too);
+        returns how many. Rows stay readable throughout: the old keys stay in the keyring."""
+        return await self._reseal(
+            "content_sealed IS NOT NULL AND key_id <> $1", (self.keyring.active_id,), batch=batch
+        )
+
+    async def key_ids_in_use(self) -> dict[str, int]:
+        """Sealed rows per key id (``None`` for rows still in plaintext, if any)."""
+
+        async def work(conn: Any) -> dict[str, int]:
+            rows = await conn.fetch(
+                "SELECT key_id, count(*) AS n FROM memory_entries"
+                " WHERE content_sealed IS NOT NULL OR content <> '' GROUP BY key_id",
+                timeout=self.query_timeout,
+            )
+            return {r["key_id"]: int(r["n"]) for r in rows}
+
+        return await self._call(work, transaction=False)
+
+    async def _reseal(self, where: str, args: tuple[Any, ...], *, batch: int) -> int:
+        total = 0
+        while True:
+            done = await self._call(
+                lambda conn: self._reseal_batch(conn, where, args, batch), transaction=True
+            )
+            total += done
+            if done < batch:
+                return total
+
+    async def _reseal_batch(self, conn: Any, where: str, args: tuple[Any, ...], batch: int) -> int:
+        # SKIP LOCKED: a row a save holds right now is left for the next batch (or run).
+        rows = await conn.fetch(
+            f"SELECT {_COLUMNS} FROM memory_entries WHERE {where}"
+            f" LIMIT {int(batch)} FOR UPDATE SKIP LOCKED",
+            *args,
+            timeout=self.query_timeout,
+        )
+        updates: list[tuple[Any, ...]] = []
+        for row in rows:
+            entry = self._entry(row)
+            if entry.status != "active":
+                updates.append((entry.tenant, entry.owner, entry.id, None, None, ""))
+                continue
+            sealed = self.keyring.seal(
+                entry.content, context=entry_context(entry.tenant, entry.owner, entry.id)
+            )
+            digest = self._hash(entry, sealed.key_id)
+            updates.append(
+                (entry.tenant, entry.owner, entry.id, sealed.key_id, sealed.blob, digest)
+            )
+        if updates:
+            await conn.executemany(
+                "UPDATE memory_entries SET content = '', key_id = $4, content_sealed = $5,"
+                " content_hash = $6 WHERE tenant = $1 AND owner = $2 AND id = $3",
+                updates,
+                timeout=self.query_timeout,
+            )
+        return len(rows)

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from runtime import cli_accounts
+from runtime import cli_accounts, cli_memory
 from runtime.config import Settings
 from runtime.loop import install_uvloop, tune_gc
 from runtime.talk import cli as cli_talk
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int)
     serve.add_argument("--data-dir", type=Path)
     cli_accounts.add_parsers(sub)
+    cli_memory.add_parsers(sub)
     cli_talk.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "talk":
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("users", "tokens"):
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return asyncio.run(cli_accounts.run(args.command, args, settings))
+    if args.command == "memory":
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        return asyncio.run(cli_memory.run(args, settings))
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

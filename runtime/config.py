@@ -126,6 +126,14 @@ class Settings(BaseSettings):
     memory_read_timeout_s: float = Field(default=0.5, gt=0, le=30)
     """A turn goes on without memory when the read takes longer."""
 
+    # encryption at rest (SPEC RM-8, memory/crypto.py)
+    memory_keys: SecretStr = SecretStr("")
+    """The memory keys as ``id:base64key[,id:base64key…]`` (32-byte keys; the first is active,
+    the others only open rows sealed under them); empty: the key file. Never logged."""
+    memory_key_file: Path | None = None
+    """The key file used when ``memory_keys`` is empty (default ``data_dir/memory-keys.json``,
+    made on first start with mode 0600; a file group or others may read is refused)."""
+
     # thread memory (SPEC TM)
     thread_memory_budget_chars: int = Field(default=8_000, ge=0, le=50_000)
     """Characters of a thread's active facts shown to a turn (whole facts, newest first)."""

@@ -16,6 +16,7 @@ from knowledge.base import KnowledgeBase
 from knowledge.embedding import E5Embedder
 from knowledge.postgres_store import PostgresKnowledgeStore
 from knowledge.store import InMemoryKnowledgeStore
+from memory.crypto import KEY_FILE_NAME, Keyring, KeySource
 from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.store import InMemoryMemoryStore, MemoryStore
@@ -162,6 +163,27 @@ def record_limits(settings: Settings) -> RecordLimits:
     )
 
 
+def memory_key_source(settings: Settings) -> KeySource:
+    """Where the memory keyring comes from: ``memory_keys`` when set, else the key file."""
+    return KeySource(
+        configured=settings.memory_keys.get_secret_value() or None,
+        path=settings.memory_key_file or settings.data_dir / KEY_FILE_NAME,
+    )
+
+
+async def open_memory_store(
+    pool: object, keyring: Keyring, source: KeySource
+) -> PostgresMemoryStore:
+    """The PostgreSQL memory store under ``keyring`` (re-read from ``source`` when a row is
+    under a key it lacks), with every row written before encryption sealed
+    (``seal_plaintext``: work only on the first start after the upgrade)."""
+    store = PostgresMemoryStore(pool, keyring=keyring, reload_keyring=source.load)
+    sealed = await store.seal_plaintext()
+    if sealed:
+        log.info("memory: sealed %d entries written before encryption at rest", sealed)
+    return store
+
+
 def knowledge_base(settings: Settings, database: Database | None) -> KnowledgeBase:
     """The knowledge base on the process's database (or memory), semantic recall per
     ``settings.knowledge_semantic`` (the model loads on first use, off the event loop)."""
@@ -177,6 +199,10 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
     if plugins is None:
         plugins = build_plugins(settings)
         await warm_up(plugins)
+    # The keys are read (or the key file made) whichever the storage, so a bad configuration
+    # fails at start; the in-memory store holds entries in process memory, unsealed.
+    key_source = memory_key_source(settings)
+    keyring = key_source.load()
     if settings.storage == "memory":
         services = Services(
             settings=settings,
@@ -194,6 +220,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
         )
         try:
             await apply_migrations(database.pool, MIGRATED_PACKAGES)
+            memory = await open_memory_store(database.pool, keyring, key_source)
         except BaseException:
             await database.close()
             raise
@@ -207,7 +234,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             checkpoints=PostgresCheckpointStore(database.pool),
             resume_tokens=PostgresResumeTokenStore(database.pool, url=database.url),
             records=PostgresRecordStore(database.pool, limits=record_limits(settings)),
-            memory=PostgresMemoryStore(database.pool),
+            memory=memory,
             thread_memory=PostgresThreadMemoryStore(database.pool),
             database=database,
         )

@@ -1,0 +1,133 @@
+"""``openrealtime memory rotate-key``: move the memory at rest to a new key (SPEC RM-8).
+
+Rules:
+
+1. ``rotate-key`` with the key file: a new key is added to the file and made active (the old
+   keys stay, to read rows not moved yet), then every row is re-encrypted under it in batches.
+   With ``OPENREALTIME_MEMORY_KEYS`` the command cannot edit the configuration: it re-encrypts
+   every row under the variable's first key and says how to put a new key first.
+2. Rows stay readable throughout; a server that meets a row under a key it does not know
+   re-reads the key file. A running server seals new rows under the key it started with until
+   it restarts, so restart servers after ``rotate-key``.
+3. ``rotate-key --retire`` first moves any row still under an old key (rows a running server
+   wrote meanwhile), then removes from the key file every key no row uses; it keeps a key that
+   rows still use (a concurrent save held them) and says so, with exit status 1.
+4. Output is tab-separated with a header line (``action``, ``key_id``, ``rows``); key material
+   is never printed. Errors go to stderr as ``openrealtime: <code>: <message>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from memory.crypto import load_key_file, write_key_file
+from memory.errors import MemoryStoreError
+from memory.postgres_store import SEAL_BATCH, PostgresMemoryStore
+from runtime.config import Settings
+from runtime.database import DatabaseError, open_database
+from runtime.migrations import MigrationError, apply_migrations
+
+HEADER = "action\tkey_id\trows"
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    memory = sub.add_parser("memory", help="long-term memory at rest")
+    memory_sub = memory.add_subparsers(dest="action", required=True)
+    rotate = memory_sub.add_parser(
+        "rotate-key", help="add a new active memory key and re-encrypt every entry under it"
+    )
+    rotate.add_argument(
+        "--retire",
+        action="store_true",
+        help="finish moving rows to the active key, then drop the keys no row uses",
+    )
+    rotate.add_argument("--batch", type=int, default=SEAL_BATCH, help="rows per transaction")
+    rotate.add_argument("--data-dir", type=Path)
+
+
+async def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Run ``memory rotate-key``; the exit status."""
+    if settings.storage != "postgres":
+        return _fail("storage_memory", "memory commands need PostgreSQL (OPENREALTIME_STORAGE)")
+    if not 1 <= args.batch <= 100_000:
+        print("openrealtime: --batch: 1 to 100000", file=sys.stderr)
+        return 2
+    from runtime.services import MIGRATED_PACKAGES, memory_key_source
+
+    source = memory_key_source(settings)
+    try:
+        keyring = source.load()
+        database = await open_database(
+            database_url=settings.database_url,
+            data_dir=settings.data_dir,
+            max_size=2,
+            application_name="openrealtime-cli",
+        )
+    except (MemoryStoreError, DatabaseError) as e:
+        return _fail(e.code, str(e))
+    try:
+        await apply_migrations(database.pool, MIGRATED_PACKAGES)
+        if not args.retire and not source.from_config:
+            keyring = keyring.with_new_active_key()
+            write_key_file(source.path, keyring)
+        store = PostgresMemoryStore(database.pool, keyring=keyring)
+        sealed = await store.seal_plaintext(batch=args.batch)
+        moved = await store.rotate(batch=args.batch)
+        print(HEADER)
+        print(f"active\t{keyring.active_id}\t-")
+        if sealed:
+            print(f"sealed_plaintext\t{keyring.active_id}\t{sealed}")
+        print(f"re-encrypted\t{keyring.active_id}\t{moved}")
+        usage = await store.key_ids_in_use()
+        for key_id in keyring.key_ids:
+            print(f"in_use\t{key_id}\t{usage.get(key_id, 0)}")
+        if not args.retire:
+            if source.from_config:
+                print(
+                    "# keys come from OPENREALTIME_MEMORY_KEYS: to rotate, put a new key first"
+                    " (id:base64 of 32 random bytes, e.g. `openssl rand -base64 32`), restart,"
+                    " and run this again",
+                    file=sys.stderr,
+                )
+            else:
+                print("# restart running servers, then run: openrealtime memory rotate-key"
+                      " --retire", file=sys.stderr)  # fmt: skip
+            return 0
+        return _retire(store, source.from_config, source.path, usage)
+    except MemoryStoreError as e:
+        return _fail(e.code, str(e))
+    except (DatabaseError, MigrationError) as e:
+        return _fail(e.code, str(e))
+    finally:
+        await database.close()
+
+
+def _retire(
+    store: PostgresMemoryStore, from_config: bool, path: Path, usage: dict[str, int]
+) -> int:
+    keyring = store.keyring
+    old = {k for k in keyring.key_ids if k != keyring.active_id}
+    idle = {k for k in old if not usage.get(k)}
+    busy = old - idle
+    if from_config:
+        for key_id in sorted(idle):
+            print(f"unused\t{key_id}\t0")
+        if idle:
+            print("# remove the unused keys from OPENREALTIME_MEMORY_KEYS", file=sys.stderr)
+    elif idle:
+        # Re-read the file: another rotation may have changed it since this command began.
+        current = load_key_file(path, create=False)
+        write_key_file(path, current.without(idle & set(current.key_ids) - {current.active_id}))
+        for key_id in sorted(idle):
+            print(f"retired\t{key_id}\t0")
+    if busy:
+        names = ", ".join(sorted(busy))
+        return _fail("memory_key_in_use", f"rows are still sealed under {names}; run again")
+    return 0
+
+
+def _fail(code: str, message: str) -> int:
+    print(f"openrealtime: {code}: {message}", file=sys.stderr)
+    return 1

@@ -1,0 +1,103 @@
+"""``openrealtime memory rotate-key``: a new key in the key file, every row re-encrypted under
+it (the old rows open meanwhile), then ``--retire`` drops the old key once no row uses it."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory.crypto import KEY_FILE_NAME, load_key_file
+from memory.entries import MemoryDraft
+from memory.postgres_store import PostgresMemoryStore
+from runtime import cli_memory
+from runtime.config import Settings
+from tests.postgres import pg_pool, postgres_url
+
+__all__ = ["pg_pool", "postgres_url"]
+
+
+def _rotate(*, retire: bool = False) -> argparse.Namespace:
+    return argparse.Namespace(action="rotate-key", retire=retire, batch=2, data_dir=None)
+
+
+def _rows(out: str) -> list[tuple[str, ...]]:
+    lines = [line for line in out.splitlines() if line and not line.startswith("#")]
+    assert lines[0] == cli_memory.HEADER
+    return [tuple(line.split("\t")) for line in lines[1:]]
+
+
+async def test_rotate_key_then_retire(
+    pg_pool: Any, postgres_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = Settings(database_url=postgres_url, data_dir=tmp_path)
+    path = tmp_path / KEY_FILE_NAME
+    first = load_key_file(path, create=True)
+    store = PostgresMemoryStore(pg_pool, keyring=first)
+    for n in range(5):
+        await store.save("t", "u1", "r1", MemoryDraft("fact", f"private fact {n}"))
+
+    assert await cli_memory.run(_rotate(), settings) == 0
+    rotated = load_key_file(path, create=False)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert rotated.active_id != first.active_id and first.active_id in rotated.key_ids
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert ("re-encrypted", rotated.active_id, "5") in rows
+    assert ("in_use", first.active_id, "0") in rows
+    assert "private fact" not in out
+    # The server's store, still on the first keyring, picks the new key up.
+    store.reload_keyring = lambda: load_key_file(path, create=False)
+    assert len(await store.list_entries("t", "u1", "r1")) == 5
+
+    # A row written under the old key meanwhile (a server not restarted yet) …
+    await PostgresMemoryStore(pg_pool, keyring=first).save(
+        "t", "u1", "r1", MemoryDraft("fact", "written by an old server")
+    )
+    # … is moved by --retire before the old key goes.
+    assert await cli_memory.run(_rotate(retire=True), settings) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert ("re-encrypted", rotated.active_id, "1") in rows
+    assert ("retired", first.active_id, "0") in rows
+    final = load_key_file(path, create=False)
+    assert final.key_ids == (rotated.active_id,)
+    after = PostgresMemoryStore(pg_pool, keyring=final)
+    assert len(await after.list_entries("t", "u1", "r1")) == 6
+
+
+async def test_with_configured_keys_it_re_encrypts_and_says_how_to_rotate(
+    pg_pool: Any, postgres_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, new = (base64.b64encode(os.urandom(32)).decode() for _ in range(2))
+    before = Settings(database_url=postgres_url, data_dir=tmp_path, memory_keys=f"old:{old}")
+    after = Settings(
+        database_url=postgres_url, data_dir=tmp_path, memory_keys=f"new:{new},old:{old}"
+    )
+    from runtime.services import memory_key_source
+
+    store = PostgresMemoryStore(pg_pool, keyring=memory_key_source(before).load())
+    await store.save("t", "u1", "r1", MemoryDraft("fact", "I collect old maps"))
+    assert await cli_memory.run(_rotate(), before) == 0
+    captured = capsys.readouterr()
+    assert "OPENREALTIME_MEMORY_KEYS" in captured.err and old not in captured.out + captured.err
+    assert await cli_memory.run(_rotate(), after) == 0
+    assert ("re-encrypted", "new", "1") in _rows(capsys.readouterr().out)
+    assert await cli_memory.run(_rotate(retire=True), after) == 0
+    assert ("unused", "old", "0") in _rows(capsys.readouterr().out)
+    assert not (tmp_path / KEY_FILE_NAME).exists()
+
+
+async def test_a_key_file_others_may_read_stops_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / KEY_FILE_NAME
+    load_key_file(path, create=True)
+    path.chmod(0o644)
+    settings = Settings(database_url="postgresql://nobody@127.0.0.1:1/none", data_dir=tmp_path)
+    assert await cli_memory.run(_rotate(), settings) == 1
+    assert "memory_key_config" in capsys.readouterr().err
