@@ -249,7 +249,11 @@ class Learner(Generic[E, R]):
             while await self._claim_and_spawn():
                 pass
             if not self._workers:
-                return
+                # Workers that ended during the last claim left its excluded roles stale: a
+                # claim with none running is exact.
+                if not await self._claim_and_spawn():
+                    return
+                continue
             await asyncio.wait(list(self._workers), return_when=asyncio.FIRST_COMPLETED)
 
     async def start(self) -> None:
