@@ -2,4 +2,5 @@
 (``entries``), the store contract with in-memory and PostgreSQL implementations (``store``,
 ``postgres_store``), extraction from final user messages (``extraction``), the
 ``<memory_data>`` block (``injection``), the voice session's hook (``session``) and the export
-document (``backup``). This package never imports ``runtime``."""
+document (``backup``), and durable learning runs of role memory (``learning_runs``,
+``postgres_learning_runs``, the runner ``learner``). This package never imports ``runtime``."""
