@@ -25,7 +25,13 @@ times, retraction, version — and the content only as ``content_sealed`` under 
 4. ``purge`` is one statement: a recursive walk from the entries tagged with the purge tag
    along ``source_entries`` (a GIN index), deleting those entries and their change-log records
    and returning the count. No content is read.
-5. Connection failures and timeouts become ``MemoryUnavailable``; each statement is bounded by
+5. Metadata cache: ``role_pool_heads`` holds one version per pool, bumped in every write's
+   transaction. A read asks for it first, in its snapshot; when the process decoded the
+   metadata at that very version it reuses it (immutable values), else it loads and caches
+   it. So a cached read is exact across processes, and a pool untouched since the last read
+   costs one small query instead of decoding every row. At most ``MAX_CACHED_POOLS`` pools
+   are cached (oldest dropped).
+6. Connection failures and timeouts become ``MemoryUnavailable``; each statement is bounded by
    ``query_timeout``, the wait for a connection by ``acquire_timeout``.
 """
 
@@ -114,6 +120,12 @@ WITH RECURSIVE doomed(id) AS (
 )
 SELECT count(*) FROM gone
 """
+_BUMP = """
+INSERT INTO role_pool_heads (tenant, role_id, version) VALUES ($1, $2, 1)
+ON CONFLICT (tenant, role_id) DO UPDATE SET version = role_pool_heads.version + 1
+"""
+MAX_CACHED_POOLS = 64
+"""Pools whose decoded metadata one store keeps (module docstring, rule 5)."""
 
 
 def _sources_json(sources: Sequence[Source]) -> str:
@@ -184,6 +196,7 @@ class PostgresPoolStore(PoolStoreBase):
         self.locks = locks if locks is not None else PROCESS_POOL_LOCKS
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
+        self._cache: dict[tuple[str, str], tuple[int, dict[str, EntryMeta]]] = {}
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, readonly: bool = False) -> T:
         try:
@@ -205,8 +218,28 @@ class PostgresPoolStore(PoolStoreBase):
         )
         return {row["id"]: _meta(row) for row in rows}
 
+    async def _snapshot(self, conn: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
+        """The pool's metadata in ``conn``'s snapshot, from the cache when it is current."""
+        head = await conn.fetchval(
+            f"SELECT version FROM role_pool_heads WHERE {_SCOPE}",
+            tenant,
+            role_id,
+            timeout=self.query_timeout,
+        )
+        head = head or 0
+        cached = self._cache.get((tenant, role_id))
+        if cached is not None and cached[0] == head:
+            return cached[1]
+        pool = await self._load(conn, tenant, role_id)
+        self._cache.pop((tenant, role_id), None)
+        if len(self._cache) >= MAX_CACHED_POOLS:
+            del self._cache[next(iter(self._cache))]
+        self._cache[(tenant, role_id)] = (head, pool)
+        return pool
+
     async def load_meta(self, tenant: str, role_id: str) -> dict[str, EntryMeta]:
-        return await self._call(lambda conn: self._load(conn, tenant, role_id), readonly=True)
+        pool = await self._call(lambda conn: self._snapshot(conn, tenant, role_id), readonly=True)
+        return dict(pool)
 
     async def read_visible(
         self,
@@ -218,7 +251,7 @@ class PostgresPoolStore(PoolStoreBase):
         current_only: bool = False,
     ) -> list[PoolEntry]:
         async def work(conn: Any) -> list[tuple[EntryMeta, Sealed]]:
-            pool = await self._load(conn, tenant, role_id)
+            pool = await self._snapshot(conn, tenant, role_id)
             shown = visible_ids(reader, pool, current_only=current_only)
             picked = [i for i in shown if matches(pool[i], tags)]
             if not picked:
@@ -314,6 +347,8 @@ class PostgresPoolStore(PoolStoreBase):
         async with self.locks(tenant, role_id).write():
             planned = plan(await self._load(conn, tenant, role_id))
             await self._write(conn, tenant, role_id, planned)
+            if planned:
+                await conn.execute(_BUMP, tenant, role_id, timeout=self.query_timeout)
         return planned
 
     async def apply(
@@ -354,7 +389,7 @@ class PostgresPoolStore(PoolStoreBase):
         self, tenant: str, role_id: str, reader: Reader, *, limit: int = CHANGE_LOG_LIMIT
     ) -> list[PoolChange]:
         async def work(conn: Any) -> list[Any]:
-            shown = visible_ids(reader, await self._load(conn, tenant, role_id))
+            shown = visible_ids(reader, await self._snapshot(conn, tenant, role_id))
             if not shown or limit <= 0:
                 return []
             rows = await conn.fetch(
@@ -394,6 +429,8 @@ class PostgresPoolStore(PoolStoreBase):
                 count = await conn.fetchval(
                     _PURGE, tenant, role_id, tag, timeout=self.query_timeout
                 )
+                if count:
+                    await conn.execute(_BUMP, tenant, role_id, timeout=self.query_timeout)
             return int(count)
 
         return await self._call(work)

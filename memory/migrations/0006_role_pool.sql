@@ -46,3 +46,12 @@ CREATE TABLE role_pool_changes (
 );
 
 CREATE INDEX role_pool_changes_entry ON role_pool_changes (tenant, role_id, entry_id);
+
+-- One row per pool: bumped by every write in the writer's transaction, so a reader that finds
+-- the version it cached in its snapshot may reuse the metadata it decoded then.
+CREATE TABLE role_pool_heads (
+    tenant          text        NOT NULL,
+    role_id         text        NOT NULL,
+    version         bigint      NOT NULL,
+    PRIMARY KEY (tenant, role_id)
+);

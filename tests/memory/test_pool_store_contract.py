@@ -323,3 +323,17 @@ async def test_no_plaintext_in_any_column_of_the_pool_tables(pg_pool: Any) -> No
 
     with pytest.raises(SealBroken):
         await store.read_visible(T, ROLE, ALICE)
+
+
+async def test_a_store_sees_what_another_process_wrote(pg_pool: Any) -> None:
+    reader_side = PostgresPoolStore(pg_pool, locks=PoolLocks())
+    writer_side = PostgresPoolStore(pg_pool, locks=PoolLocks())
+    await writer_side.add(fact("f1"), "memory_model")
+    assert ids(await reader_side.read_visible(T, ROLE, ALICE)) == {"f1"}  # now cached
+    await writer_side.add(fact("f2"), "memory_model")
+    assert ids(await reader_side.read_visible(T, ROLE, ALICE)) == {"f1", "f2"}
+    await writer_side.forget(T, ROLE, ALICE, "f1")
+    assert ids(await reader_side.read_visible(T, ROLE, ALICE)) == {"f2"}
+    assert await writer_side.purge(T, ROLE, thread_tag("th1")) == 2
+    assert await reader_side.read_visible(T, ROLE, ALICE) == []
+    assert await reader_side.load_meta(T, ROLE) == {}
