@@ -3,7 +3,7 @@
 ``python -m benchmarks.memory`` prints one JSON object::
 
     {"entries": 100000, "inject_ms": {"p50", "p99"}, "extract_ms": {"p50", "p99"},
-     "details": {…}}
+     "visible_read_ms": {"p50", "p99"}, "purge_ms": {"p50", "p99"}, "details": {…}}
 
 - Data: ``--users`` users (default 1,000) × one role × ``--per-user`` entries (default 100, the
   per-role limit), realistic Chinese and English contents, bulk-loaded with ``COPY`` into
@@ -16,6 +16,19 @@
   user messages (statements to remember, questions, small talk, negations, secrets). Target
   p50 ≤ 1 ms. ``details.extract_and_save_ms`` adds saving what was found through the store
   (advisory lock, one lookup, insert, change log) for users with room left.
+
+- ``visible_read_ms``: the role-memory pool (``memory/pool_store.py``) at ``--pool-entries``
+  entries in one role (default 10,000): groups of ten — four facts of one thread (some shared
+  by two people), three observations on two facts each, two on those, one on those (three
+  levels deep) — for ``--pool-users`` people. One sample is ``read_visible`` for a random
+  person: the read lock, the metadata of the whole pool, ``visible_ids`` and opening only the
+  visible entries' content (on PostgreSQL the decoded metadata is reused while the pool's head
+  version is unchanged; ``details.pool.visible_read_uncached_ms`` is a store that never read
+  the pool). On PostgreSQL (``PostgresPoolStore``) when a database URL is given,
+  else in memory (``InMemoryPoolStore``; content sealed there too). ``details.pool`` has the
+  load time, entries shown per read and the store.
+- ``purge_ms``: ``purge`` of one ``thread:`` tag (the thread's facts and every observation
+  derived from them), one sample per thread purged (``--pool-purges``, default 20).
 
 Database: ``--database-url`` (or ``OPENREALTIME_DATABASE_URL`` / ``DATABASE_URL``) names a
 server where this benchmark may create a database; without one it starts the embedded
@@ -40,6 +53,20 @@ from benchmarks.journal import bench_database
 from memory.crypto import Keyring
 from memory.entries import KINDS, normalize, owner_key
 from memory.extraction import extract
+from memory.pool import (
+    EntryMeta,
+    EntrySource,
+    PoolEntry,
+    Reader,
+    ThreadAccess,
+    ThreadSource,
+    for_person_tag,
+    from_tag,
+    tenant_tag,
+    thread_tag,
+)
+from memory.pool_store import AddEntry, InMemoryPoolStore, PoolLocks, PoolStore, PoolWrite
+from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_store import PostgresMemoryStore, entry_context
 from memory.session import MemorySettings, SessionMemory
 from runtime.loop import install_uvloop
@@ -110,6 +137,119 @@ async def bulk_load(pool: Any, users: int, per_user: int, keyring: Keyring) -> f
     return time.perf_counter() - started
 
 
+POOL_GROUP = 10
+"""Entries per group of the pool benchmark: 4 facts, 3 + 2 + 1 observations."""
+GROUPS_PER_THREAD = 5
+
+
+def pool_group(group: int, users: int, start: datetime) -> list[PoolEntry]:
+    """One group of the pool benchmark (module docstring, ``visible_read_ms``)."""
+    owner = f"user-{group % users}"
+    other = f"user-{(group * 7 + 1) % users}"
+    thread = f"th_{group // GROUPS_PER_THREAD}"
+    base_tags = {tenant_tag("bench"), thread_tag(thread), from_tag(owner), "pool-bench"}
+    entries: list[PoolEntry] = []
+    at = start + timedelta(minutes=group)
+    facts = []
+    for n in range(4):
+        present = frozenset({owner, other}) if n == 3 else frozenset({owner})
+        item = f"item_{group}_{n}"
+        meta = EntryMeta(
+            id=f"f_{group}_{n}", role_id="role", layer="fact",
+            tags=frozenset(base_tags | {for_person_tag(u) for u in present}),
+            sources=(ThreadSource(thread, item),), created_at=at,
+            access=(ThreadAccess(thread, item, present),),
+        )  # fmt: skip
+        facts.append(meta.id)
+        entries.append(PoolEntry(meta, f"{_CONTENTS[(group + n) % len(_CONTENTS)]} #{group}"))
+    levels = [facts]
+    for level, count in ((1, 3), (2, 2), (3, 1)):
+        below = levels[-1]
+        made = []
+        for n in range(count):
+            deps = (below[n % len(below)], below[(n + 1) % len(below)])
+            meta = EntryMeta(
+                id=f"o{level}_{group}_{n}", role_id="role", layer="observation",
+                tags=frozenset({tenant_tag("bench"), for_person_tag(owner), "pool-bench"}),
+                sources=tuple(EntrySource(d) for d in deps), created_at=at, confidence=0.6,
+            )  # fmt: skip
+            made.append(meta.id)
+            entries.append(PoolEntry(meta, f"concluded at level {level} in group {group}"))
+        levels.append(made)
+    return entries
+
+
+async def pool_bench(pg: Any | None, args: argparse.Namespace) -> dict[str, Any]:
+    """``visible_read_ms`` and ``purge_ms`` (module docstring)."""
+    keyring = Keyring.generate("poolbench")
+    store: PoolStore = (
+        PostgresPoolStore(pg, keyring=keyring, locks=PoolLocks(), query_timeout=120)
+        if pg is not None
+        else InMemoryPoolStore(keyring=keyring, locks=PoolLocks())
+    )
+    groups = max(1, args.pool_entries // POOL_GROUP)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    started = time.perf_counter()
+    batch: list[PoolWrite] = []
+    for group in range(groups):
+        batch.extend(AddEntry(e, "memory_model") for e in pool_group(group, args.pool_users, start))
+        if len(batch) >= 1_000:
+            await store.apply("bench", "role", batch)
+            batch = []
+    if batch:
+        await store.apply("bench", "role", batch)
+    if pg is not None:
+        await pg.execute("ANALYZE role_pool_entries")
+    load_s = time.perf_counter() - started
+
+    rng = random.Random(13)
+    roles = frozenset({"role"})
+    reads: list[float] = []
+    shown: list[int] = []
+    for sample in range(args.pool_samples + 20):
+        reader = Reader(f"user-{rng.randrange(args.pool_users)}", "bench", roles)
+        began = time.perf_counter()
+        entries = await store.read_visible("bench", "role", reader, current_only=True)
+        elapsed = (time.perf_counter() - began) * 1000
+        if sample >= 20:  # the first reads warm caches and prepared statements
+            reads.append(elapsed)
+            shown.append(len(entries))
+
+    cold: list[float] = []
+    if pg is not None:  # a store that never read the pool: the metadata is decoded again
+        for _ in range(20):
+            fresh = PostgresPoolStore(pg, keyring=keyring, locks=PoolLocks(), query_timeout=120)
+            reader = Reader(f"user-{rng.randrange(args.pool_users)}", "bench", roles)
+            began = time.perf_counter()
+            await fresh.read_visible("bench", "role", reader, current_only=True)
+            cold.append((time.perf_counter() - began) * 1000)
+
+    purges: list[float] = []
+    purged: list[int] = []
+    threads = list(range(groups // GROUPS_PER_THREAD))
+    rng.shuffle(threads)
+    for thread in threads[: args.pool_purges]:
+        began = time.perf_counter()
+        purged.append(await store.purge("bench", "role", thread_tag(f"th_{thread}")))
+        purges.append((time.perf_counter() - began) * 1000)
+    return {
+        "visible_read_ms": p50_p99(reads),
+        "purge_ms": p50_p99(purges),
+        "details": {
+            "store": "postgres" if pg is not None else "memory",
+            "entries": groups * POOL_GROUP,
+            "observation_levels": 3,
+            "users": args.pool_users,
+            "load_s": round(load_s, 2),
+            "read_samples": len(reads),
+            "visible_read_uncached_ms": p50_p99(cold),
+            "shown_per_read_p50": sorted(shown)[len(shown) // 2] if shown else 0,
+            "purge_samples": len(purges),
+            "purged_per_thread": sorted(purged)[len(purged) // 2] if purged else 0,
+        },
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     database_url = (
         args.database_url
@@ -168,6 +308,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 saves.append((time.perf_counter() - started) * 1000)
                 saved += memory.counters.saved
+            pool_result = await pool_bench(pool if database_url else None, args)
         finally:
             await pool.close()
     entries = args.users * args.per_user
@@ -175,6 +316,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "entries": entries,
         "inject_ms": p50_p99(inject),
         "extract_ms": p50_p99(extract_times),
+        "visible_read_ms": pool_result["visible_read_ms"],
+        "purge_ms": pool_result["purge_ms"],
         "details": {
             "server": "external" if database_url else "embedded",
             "users": args.users,
@@ -188,6 +331,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "extracted_per_message": round(found / max(1, len(extract_times)), 2),
             "extract_and_save_ms": p50_p99(saves),
             "entries_saved": saved,
+            "pool": pool_result["details"],
         },
     }
 
@@ -198,6 +342,10 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--per-user", type=int, default=100, help="entries per user×role")
     parser.add_argument("--samples", type=int, default=1_000, help="reads / rounds of messages")
+    parser.add_argument("--pool-entries", type=int, default=10_000, help="entries in the pool")
+    parser.add_argument("--pool-users", type=int, default=100, help="people using the pool")
+    parser.add_argument("--pool-samples", type=int, default=200, help="read_visible samples")
+    parser.add_argument("--pool-purges", type=int, default=20, help="threads purged")
     args = parser.parse_args()
     install_uvloop()
     emit(asyncio.run(run(args)))

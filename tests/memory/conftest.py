@@ -1,18 +1,20 @@
 """Memory test fixtures: PostgreSQL from ``tests/postgres.py``, ``store`` — the memory store
-of one backend (in-memory or PostgreSQL), so the contract suite runs against both — and
-``thread_store``, the same for thread memory."""
+of one backend (in-memory or PostgreSQL), so the contract suite runs against both —
+``thread_store``, the same for thread memory, and ``pool_store`` for the role-memory pools."""
 
 from __future__ import annotations
 
 import pytest
 
+from memory.pool_store import InMemoryPoolStore, PoolLocks, PoolStore
+from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.store import InMemoryMemoryStore, MemoryStore
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from tests.postgres import pg_pool, postgres_url
 
-__all__ = ["pg_pool", "postgres_url", "store", "thread_store"]
+__all__ = ["pg_pool", "pool_store", "postgres_url", "store", "thread_store"]
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -27,3 +29,10 @@ def thread_store(request: pytest.FixtureRequest) -> ThreadMemoryStore:
     if request.param == "memory":
         return InMemoryThreadMemoryStore()
     return PostgresThreadMemoryStore(request.getfixturevalue("pg_pool"))
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def pool_store(request: pytest.FixtureRequest) -> PoolStore:
+    if request.param == "memory":
+        return InMemoryPoolStore(locks=PoolLocks())
+    return PostgresPoolStore(request.getfixturevalue("pg_pool"), locks=PoolLocks())
