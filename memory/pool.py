@@ -44,8 +44,13 @@ layer — is an input, so nothing else can open an entry:
 7. A retracted entry is hidden. An invalidated entry stays visible as history to those allowed,
    but it is not current: ``current_only=True`` (what memory use reads) leaves it out.
 
-``visible_ids`` answers rules 1–7 for a whole pool in one pass: each entry is decided once per
-call (memoised; an iterative depth-first walk, so a long chain cannot exhaust the stack).
+``visible`` decides one entry (memoised; an iterative depth-first walk, so a long chain cannot
+exhaust the stack). ``visible_ids`` answers rules 1–7 for a whole pool through a ``PoolIndex``:
+what no reader changes (ids, retraction, tenants, source shapes, access records that admit
+nobody, entry sources that are missing, foreign, not current or cyclic) is decided once per
+pool version, so a reader costs a few set operations and, when something is hidden from them,
+one pass over the observations in source order. A store passes its ``PoolIndex``; any other
+mapping gets the index last built for it while it holds the very same entries.
 
 8. Widening (``can_widen``) — adding ``for:`` tags — is allowed only when every user of the new
    audience could see every source of the entry (rules 5–6 for that user). A pinned entry
@@ -67,6 +72,7 @@ call (memoised; an iterative depth-first walk, so a long chain cannot exhaust th
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -419,12 +425,237 @@ def visible(
 def visible_ids(
     reader: Reader, pool: Mapping[str, EntryMeta], *, current_only: bool = False
 ) -> set[str]:
-    """The ids ``reader`` may see in ``pool`` (rules 1–7), each decided once."""
-    check = _Visibility(reader, pool)
-    readable = check.readable
-    if current_only:
-        return {i for i, meta in pool.items() if readable(i) and meta.current}
-    return {i for i in pool if readable(i)}
+    """The ids ``reader`` may see in ``pool`` (rules 1–7). A ``PoolIndex`` is read as it is;
+    any other mapping through the index built for it (``pool_index``)."""
+    return pool_index(pool).visible_ids(reader, current_only=current_only)
+
+
+# ------------------------------------------------------------------ the pool index
+
+_NO_IDS: frozenset[str] = frozenset()
+INDEX_CACHE_SIZE = 8
+"""Pools whose index ``pool_index`` keeps (the least recently used goes first)."""
+
+_Kind = tuple[str, str]
+"""An entry's role and (single) tenant: an entry source must have its citer's."""
+
+
+class PoolIndex(Mapping[str, EntryMeta]):
+    """A pool (a snapshot of the mapping given) with everything rules 1–6 ask that no reader
+    changes decided once, so one reader's ``visible_ids`` is a few set operations.
+
+    Built once per pool version. An entry that fails for every reader is left out: rules 1–2
+    and 4–5 alone (wrong id, retracted, not exactly one tenant, a bad source shape, access
+    records that admit nobody), no ``for:`` tag that can name anyone, or an entry source that
+    is missing, in another role or tenant, not current, reached again along its own chain, or
+    itself left out. The rest is indexed by tenant and audience (``for:person`` users,
+    ``for:role`` roles) and by the users its access records admit; observations are kept in
+    an order that puts every source before what cites it.
+
+    A reader's visible set is then their audience in their tenant, minus the entries whose
+    records do not admit them, minus — one pass in that order, only when something in the
+    tenant is not shown — every observation that cites an entry not shown. The index is a
+    ``Mapping``, so it can be passed wherever a pool is; it never changes once built.
+    """
+
+    __slots__ = (
+        "_entries",
+        "_gates",
+        "_ids",
+        "_invalidated",
+        "_keys",
+        "_observations",
+        "_order",
+        "_persons",
+        "_roles",
+        "_sound",
+        "_values",
+    )
+
+    def __init__(self, pool: Mapping[str, EntryMeta]) -> None:
+        entries = dict(pool)
+        self._entries = entries
+        self._keys = tuple(entries)
+        self._values = tuple(entries.values())
+        self._ids = tuple(map(id, self._values))
+        sound, order = _sound(entries)
+        persons: dict[tuple[str, str], list[str]] = {}
+        roles: dict[tuple[str, str], list[str]] = {}
+        gates: dict[frozenset[str], list[str]] = {}
+        counts: dict[str, int] = {}
+        invalidated: list[str] = []
+        for key, meta in sound.items():
+            (tenant,) = meta._tenants
+            counts[tenant] = counts.get(tenant, 0) + 1
+            for user in meta._persons:
+                persons.setdefault((tenant, user), []).append(key)
+            if meta._for_role:
+                roles.setdefault((tenant, meta.role_id), []).append(key)
+            if meta._gate is not None:
+                gates.setdefault(meta._gate, []).append(key)
+            if meta.invalidated_at is not None:
+                invalidated.append(key)
+        self._persons = {key: frozenset(ids) for key, ids in persons.items()}
+        self._roles = {key: frozenset(ids) for key, ids in roles.items()}
+        self._gates = tuple((gate, frozenset(ids)) for gate, ids in gates.items())
+        self._sound = counts
+        self._invalidated = frozenset(invalidated)
+        self._order = order
+        self._observations = frozenset(key for key, _ in order)
+
+    def __getitem__(self, entry_id: str) -> EntryMeta:
+        return self._entries[entry_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._entries
+
+    def indexes(self, pool: Mapping[str, EntryMeta]) -> bool:
+        """Whether this index is of exactly ``pool``: the same ids in the same order, naming
+        the very same ``EntryMeta`` objects (held here, so no other object can take their
+        ``id``)."""
+        return (
+            len(pool) == len(self._keys)
+            and tuple(pool) == self._keys
+            and tuple(map(id, pool.values())) == self._ids
+        )
+
+    def visible_ids(self, reader: Reader, *, current_only: bool = False) -> set[str]:
+        """The ids ``reader`` may see (rules 1–7); ``current_only``: invalidated ones left out."""
+        tenant, user = reader.tenant, reader.user_id
+        shown = set(self._persons.get((tenant, user), _NO_IDS))
+        roles = self._roles
+        for role in reader.roles:
+            shown |= roles.get((tenant, role), _NO_IDS)
+        if not shown:
+            return shown
+        shut = [ids for gate, ids in self._gates if user not in gate]
+        if shut:
+            shown.difference_update(*shut)
+        if len(shown) < self._sound[tenant] and not shown.isdisjoint(self._observations):
+            # Something is not shown: what cites it must go too, sources first.
+            has_all, hide = shown.issuperset, shown.discard
+            for key, deps in self._order:
+                if key in shown and not has_all(deps):
+                    hide(key)
+        if current_only:
+            shown -= self._invalidated
+        return shown
+
+
+def _sound(
+    entries: dict[str, EntryMeta],
+) -> tuple[dict[str, EntryMeta], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """The entries some reader could see (those ``PoolIndex`` keeps) and the observations
+    among them with their sources, every source before what cites it.
+
+    One pass in pool order settles an entry whose sources were all settled before it (the
+    usual order: an observation is learned after what it rests on); the rest go through an
+    iterative depth-first walk, as in ``_Visibility._walk``, where a source met again on the
+    path is a cycle."""
+    local: dict[str, EntryMeta] = {}
+    for key, meta in entries.items():
+        gate = meta._gate
+        if (
+            meta.id == key
+            and not meta.retracted
+            and len(meta._tenants) == 1
+            and (gate is None or gate)
+            and (meta._persons or meta._for_role)
+        ):
+            local[key] = meta
+    verdict: dict[str, bool] = {}
+    citable: dict[_Kind, set[str]] = {}
+    """Settled, sound and current entries by kind: what an entry of that kind may cite."""
+    order: list[tuple[str, tuple[str, ...]]] = []
+
+    def settle(key: str, meta: EntryMeta) -> None:
+        verdict[key] = True
+        if meta._entry_deps:
+            order.append((key, meta._entry_deps))
+        if meta.invalidated_at is None:
+            (tenant,) = meta._tenants
+            citable.setdefault((meta.role_id, tenant), set()).add(key)
+
+    later: list[EntryMeta] = []
+    for key, meta in local.items():
+        deps = meta._entry_deps
+        if deps:
+            (tenant,) = meta._tenants
+            kind = citable.get((meta.role_id, tenant))
+            if kind is None or not kind.issuperset(deps):
+                later.append(meta)
+                continue
+        settle(key, meta)
+
+    for root in later:
+        if root.id in verdict:
+            continue
+        path: list[tuple[EntryMeta, Iterator[str]]] = [(root, iter(root._entry_deps))]
+        on_path = {root.id}
+        while path:
+            meta, pending = path[-1]
+            holds: bool | None = True
+            for dep_id in pending:
+                dep = local.get(dep_id)
+                if (
+                    dep is None
+                    or dep_id in on_path
+                    or dep.role_id != meta.role_id
+                    or dep.invalidated_at is not None
+                    or dep._tenants != meta._tenants
+                ):
+                    holds = False
+                    break
+                known = verdict.get(dep_id)
+                if known:
+                    continue
+                if known is False:
+                    holds = False
+                    break
+                path.append((dep, iter(dep._entry_deps)))
+                on_path.add(dep_id)
+                holds = None
+                break
+            if holds is None:
+                continue
+            if holds:
+                path.pop()
+                on_path.discard(meta.id)
+                settle(meta.id, meta)
+            else:
+                for failed, _ in path:
+                    verdict[failed.id] = False
+                path.clear()
+    return {key: local[key] for key, holds in verdict.items() if holds}, tuple(order)
+
+
+_index_cache: dict[int, PoolIndex] = {}
+_index_cache_lock = threading.Lock()
+
+
+def pool_index(pool: Mapping[str, EntryMeta]) -> PoolIndex:
+    """``pool`` itself when it is a ``PoolIndex``; else the index last built for this mapping
+    if nothing in it changed since (``PoolIndex.indexes``), or a new one (kept for the next
+    call, at most ``INDEX_CACHE_SIZE`` pools)."""
+    if isinstance(pool, PoolIndex):
+        return pool
+    key = id(pool)
+    with _index_cache_lock:
+        index = _index_cache.pop(key, None)
+    if index is None or not index.indexes(pool):
+        index = PoolIndex(pool)
+    with _index_cache_lock:
+        _index_cache.pop(key, None)
+        _index_cache[key] = index
+        while len(_index_cache) > INDEX_CACHE_SIZE:
+            del _index_cache[next(iter(_index_cache))]
+    return index
 
 
 def audience_users(audience: Iterable[str], *, role_users: frozenset[str]) -> frozenset[str] | None:
