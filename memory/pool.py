@@ -74,6 +74,7 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -479,28 +480,40 @@ class PoolIndex(Mapping[str, EntryMeta]):
         self._values = tuple(entries.values())
         self._ids = tuple(map(id, self._values))
         sound, order = _sound(entries)
-        persons: dict[tuple[str, str], list[str]] = {}
-        roles: dict[tuple[str, str], list[str]] = {}
-        gates: dict[frozenset[str], list[str]] = {}
+        persons: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
+        roles: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
+        gates: defaultdict[frozenset[str], list[str]] = defaultdict(list)
         counts: dict[str, int] = {}
         invalidated: list[str] = []
-        for key, meta in sound.items():
+        last_tenant, last_role, count = "", "", 0
+        role_ids: list[str] = []
+        for meta in sound:
+            key = meta.id
             (tenant,) = meta._tenants
-            counts[tenant] = counts.get(tenant, 0) + 1
-            for user in meta._persons:
-                persons.setdefault((tenant, user), []).append(key)
+            if tenant != last_tenant:
+                counts[last_tenant] = count
+                last_tenant, count = tenant, counts.get(tenant, 0)
+                last_role = ""
+            count += 1
+            if meta._persons:
+                for user in meta._persons:
+                    persons[tenant, user].append(key)
             if meta._for_role:
-                roles.setdefault((tenant, meta.role_id), []).append(key)
+                if meta.role_id != last_role:
+                    last_role = meta.role_id
+                    role_ids = roles[tenant, last_role]
+                role_ids.append(key)
             if meta._gate is not None:
-                gates.setdefault(meta._gate, []).append(key)
+                gates[meta._gate].append(key)
             if meta.invalidated_at is not None:
                 invalidated.append(key)
+        counts[last_tenant] = count
         self._persons = {key: frozenset(ids) for key, ids in persons.items()}
         self._roles = {key: frozenset(ids) for key, ids in roles.items()}
         self._gates = tuple((gate, frozenset(ids)) for gate, ids in gates.items())
         self._sound = counts
         self._invalidated = frozenset(invalidated)
-        self._order = order
+        self._order = tuple(order)
         self._observations = frozenset(key for key, _ in order)
 
     def __getitem__(self, entry_id: str) -> EntryMeta:
@@ -550,52 +563,54 @@ class PoolIndex(Mapping[str, EntryMeta]):
 
 def _sound(
     entries: dict[str, EntryMeta],
-) -> tuple[dict[str, EntryMeta], tuple[tuple[str, tuple[str, ...]], ...]]:
+) -> tuple[list[EntryMeta], list[tuple[str, tuple[str, ...]]]]:
     """The entries some reader could see (those ``PoolIndex`` keeps) and the observations
     among them with their sources, every source before what cites it.
 
-    One pass in pool order settles an entry whose sources were all settled before it (the
-    usual order: an observation is learned after what it rests on); the rest go through an
-    iterative depth-first walk, as in ``_Visibility._walk``, where a source met again on the
-    path is a cycle."""
+    One pass in pool order settles an entry whose sources were all settled (and current, in
+    its role and tenant) before it — the usual order: an observation is learned after what it
+    rests on. The rest go through an iterative depth-first walk, as in ``_Visibility._walk``,
+    where a source met again on the path is a cycle."""
     local: dict[str, EntryMeta] = {}
-    for key, meta in entries.items():
-        gate = meta._gate
-        if (
-            meta.id == key
-            and not meta.retracted
-            and len(meta._tenants) == 1
-            and (gate is None or gate)
-            and (meta._persons or meta._for_role)
-        ):
-            local[key] = meta
-    verdict: dict[str, bool] = {}
-    citable: dict[_Kind, set[str]] = {}
-    """Settled, sound and current entries by kind: what an entry of that kind may cite."""
+    sound: list[EntryMeta] = []
     order: list[tuple[str, tuple[str, ...]]] = []
-
-    def settle(key: str, meta: EntryMeta) -> None:
-        verdict[key] = True
-        if meta._entry_deps:
-            order.append((key, meta._entry_deps))
-        if meta.invalidated_at is None:
-            (tenant,) = meta._tenants
-            citable.setdefault((meta.role_id, tenant), set()).add(key)
-
+    citable: dict[tuple[str, str], set[str]] = {}
+    """Settled, sound and current entries by role and tenant: what such an entry may cite."""
     later: list[EntryMeta] = []
-    for key, meta in local.items():
+    last_role, last_tenant = "", ""
+    can_cite: set[str] = set()
+    for key, meta in entries.items():
+        tenants, gate = meta._tenants, meta._gate
+        if (
+            meta.id != key
+            or meta.retracted
+            or len(tenants) != 1
+            or (gate is not None and not gate)
+            or not (meta._for_role or meta._persons)
+        ):
+            continue
+        local[key] = meta
+        (tenant,) = tenants
+        if meta.role_id != last_role or tenant != last_tenant:
+            last_role, last_tenant = meta.role_id, tenant
+            can_cite = citable.setdefault((last_role, tenant), set())
         deps = meta._entry_deps
         if deps:
-            (tenant,) = meta._tenants
-            kind = citable.get((meta.role_id, tenant))
-            if kind is None or not kind.issuperset(deps):
+            if not can_cite.issuperset(deps):
                 later.append(meta)
                 continue
-        settle(key, meta)
+            order.append((key, deps))
+        sound.append(meta)
+        if meta.invalidated_at is None:
+            can_cite.add(key)
 
+    done: set[str] = set()
+    unsound: set[str] = set()
     for root in later:
-        if root.id in verdict:
+        if root.id in done or root.id in unsound:
             continue
+        (tenant,) = root._tenants
+        can_cite = citable.setdefault((root.role_id, tenant), set())
         path: list[tuple[EntryMeta, Iterator[str]]] = [(root, iter(root._entry_deps))]
         on_path = {root.id}
         while path:
@@ -606,18 +621,15 @@ def _sound(
                 if (
                     dep is None
                     or dep_id in on_path
+                    or dep_id in unsound
                     or dep.role_id != meta.role_id
                     or dep.invalidated_at is not None
                     or dep._tenants != meta._tenants
                 ):
                     holds = False
                     break
-                known = verdict.get(dep_id)
-                if known:
+                if dep_id in can_cite:
                     continue
-                if known is False:
-                    holds = False
-                    break
                 path.append((dep, iter(dep._entry_deps)))
                 on_path.add(dep_id)
                 holds = None
@@ -627,12 +639,15 @@ def _sound(
             if holds:
                 path.pop()
                 on_path.discard(meta.id)
-                settle(meta.id, meta)
+                sound.append(meta)
+                order.append((meta.id, meta._entry_deps))
+                done.add(meta.id)
+                if meta.invalidated_at is None:
+                    can_cite.add(meta.id)
             else:
-                for failed, _ in path:
-                    verdict[failed.id] = False
+                unsound.update(failed.id for failed, _ in path)
                 path.clear()
-    return {key: local[key] for key, holds in verdict.items() if holds}, tuple(order)
+    return sound, order
 
 
 _index_cache: dict[int, PoolIndex] = {}
