@@ -44,8 +44,13 @@ layer — is an input, so nothing else can open an entry:
 7. A retracted entry is hidden. An invalidated entry stays visible as history to those allowed,
    but it is not current: ``current_only=True`` (what memory use reads) leaves it out.
 
-``visible_ids`` answers rules 1–7 for a whole pool in one pass: each entry is decided once per
-call (memoised; an iterative depth-first walk, so a long chain cannot exhaust the stack).
+``visible`` decides one entry (memoised; an iterative depth-first walk, so a long chain cannot
+exhaust the stack). ``visible_ids`` answers rules 1–7 for a whole pool through a ``PoolIndex``:
+what no reader changes (ids, retraction, tenants, source shapes, access records that admit
+nobody, entry sources that are missing, foreign, not current or cyclic) is decided once per
+pool version, so a reader costs a few set operations and, when something is hidden from them,
+one pass over the observations in source order. A store passes its ``PoolIndex``; any other
+mapping gets the index last built for it while it holds the very same entries.
 
 8. Widening (``can_widen``) — adding ``for:`` tags — is allowed only when every user of the new
    audience could see every source of the entry (rules 5–6 for that user). A pinned entry
@@ -67,7 +72,9 @@ call (memoised; an iterative depth-first walk, so a long chain cannot exhaust th
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -419,12 +426,251 @@ def visible(
 def visible_ids(
     reader: Reader, pool: Mapping[str, EntryMeta], *, current_only: bool = False
 ) -> set[str]:
-    """The ids ``reader`` may see in ``pool`` (rules 1–7), each decided once."""
-    check = _Visibility(reader, pool)
-    readable = check.readable
-    if current_only:
-        return {i for i, meta in pool.items() if readable(i) and meta.current}
-    return {i for i in pool if readable(i)}
+    """The ids ``reader`` may see in ``pool`` (rules 1–7). A ``PoolIndex`` is read as it is;
+    any other mapping through the index built for it (``pool_index``)."""
+    return pool_index(pool).visible_ids(reader, current_only=current_only)
+
+
+# ------------------------------------------------------------------ the pool index
+
+_NO_IDS: frozenset[str] = frozenset()
+INDEX_CACHE_SIZE = 8
+"""Pools whose index ``pool_index`` keeps (the least recently used goes first)."""
+
+_Kind = tuple[str, str]
+"""An entry's role and (single) tenant: an entry source must have its citer's."""
+
+
+class PoolIndex(Mapping[str, EntryMeta]):
+    """A pool (a snapshot of the mapping given) with everything rules 1–6 ask that no reader
+    changes decided once, so one reader's ``visible_ids`` is a few set operations.
+
+    Built once per pool version. An entry that fails for every reader is left out: rules 1–2
+    and 4–5 alone (wrong id, retracted, not exactly one tenant, a bad source shape, access
+    records that admit nobody), no ``for:`` tag that can name anyone, or an entry source that
+    is missing, in another role or tenant, not current, reached again along its own chain, or
+    itself left out. The rest is indexed by tenant and audience (``for:person`` users,
+    ``for:role`` roles) and by the users its access records admit; observations are kept in
+    an order that puts every source before what cites it.
+
+    A reader's visible set is then their audience in their tenant, minus the entries whose
+    records do not admit them, minus — one pass in that order, only when something in the
+    tenant is not shown — every observation that cites an entry not shown. The index is a
+    ``Mapping``, so it can be passed wherever a pool is; it never changes once built.
+    """
+
+    __slots__ = (
+        "_entries",
+        "_gates",
+        "_ids",
+        "_invalidated",
+        "_keys",
+        "_observations",
+        "_order",
+        "_persons",
+        "_roles",
+        "_sound",
+        "_values",
+    )
+
+    def __init__(self, pool: Mapping[str, EntryMeta]) -> None:
+        entries = dict(pool)
+        self._entries = entries
+        self._keys = tuple(entries)
+        self._values = tuple(entries.values())
+        self._ids = tuple(map(id, self._values))
+        sound, order = _sound(entries)
+        persons: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
+        roles: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
+        gates: defaultdict[frozenset[str], list[str]] = defaultdict(list)
+        counts: dict[str, int] = {}
+        invalidated: list[str] = []
+        last_tenant, last_role, count = "", "", 0
+        role_ids: list[str] = []
+        for meta in sound:
+            key = meta.id
+            (tenant,) = meta._tenants
+            if tenant != last_tenant:
+                counts[last_tenant] = count
+                last_tenant, count = tenant, counts.get(tenant, 0)
+                last_role = ""
+            count += 1
+            if meta._persons:
+                for user in meta._persons:
+                    persons[tenant, user].append(key)
+            if meta._for_role:
+                if meta.role_id != last_role:
+                    last_role = meta.role_id
+                    role_ids = roles[tenant, last_role]
+                role_ids.append(key)
+            if meta._gate is not None:
+                gates[meta._gate].append(key)
+            if meta.invalidated_at is not None:
+                invalidated.append(key)
+        counts[last_tenant] = count
+        self._persons = {key: frozenset(ids) for key, ids in persons.items()}
+        self._roles = {key: frozenset(ids) for key, ids in roles.items()}
+        self._gates = tuple((gate, frozenset(ids)) for gate, ids in gates.items())
+        self._sound = counts
+        self._invalidated = frozenset(invalidated)
+        self._order = tuple(order)
+        self._observations = frozenset(key for key, _ in order)
+
+    def __getitem__(self, entry_id: str) -> EntryMeta:
+        return self._entries[entry_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._entries
+
+    def indexes(self, pool: Mapping[str, EntryMeta]) -> bool:
+        """Whether this index is of exactly ``pool``: the same ids in the same order, naming
+        the very same ``EntryMeta`` objects (held here, so no other object can take their
+        ``id``)."""
+        return (
+            len(pool) == len(self._keys)
+            and tuple(pool) == self._keys
+            and tuple(map(id, pool.values())) == self._ids
+        )
+
+    def visible_ids(self, reader: Reader, *, current_only: bool = False) -> set[str]:
+        """The ids ``reader`` may see (rules 1–7); ``current_only``: invalidated ones left out."""
+        tenant, user = reader.tenant, reader.user_id
+        shown = set(self._persons.get((tenant, user), _NO_IDS))
+        roles = self._roles
+        for role in reader.roles:
+            shown |= roles.get((tenant, role), _NO_IDS)
+        if not shown:
+            return shown
+        shut = [ids for gate, ids in self._gates if user not in gate]
+        if shut:
+            shown.difference_update(*shut)
+        if len(shown) < self._sound[tenant] and not shown.isdisjoint(self._observations):
+            # Something is not shown: what cites it must go too, sources first.
+            has_all, hide = shown.issuperset, shown.discard
+            for key, deps in self._order:
+                if key in shown and not has_all(deps):
+                    hide(key)
+        if current_only:
+            shown -= self._invalidated
+        return shown
+
+
+def _sound(
+    entries: dict[str, EntryMeta],
+) -> tuple[list[EntryMeta], list[tuple[str, tuple[str, ...]]]]:
+    """The entries some reader could see (those ``PoolIndex`` keeps) and the observations
+    among them with their sources, every source before what cites it.
+
+    One pass in pool order settles an entry whose sources were all settled (and current, in
+    its role and tenant) before it — the usual order: an observation is learned after what it
+    rests on. The rest go through an iterative depth-first walk, as in ``_Visibility._walk``,
+    where a source met again on the path is a cycle."""
+    local: dict[str, EntryMeta] = {}
+    sound: list[EntryMeta] = []
+    order: list[tuple[str, tuple[str, ...]]] = []
+    citable: dict[tuple[str, str], set[str]] = {}
+    """Settled, sound and current entries by role and tenant: what such an entry may cite."""
+    later: list[EntryMeta] = []
+    last_role, last_tenant = "", ""
+    can_cite: set[str] = set()
+    for key, meta in entries.items():
+        tenants, gate = meta._tenants, meta._gate
+        if (
+            meta.id != key
+            or meta.retracted
+            or len(tenants) != 1
+            or (gate is not None and not gate)
+            or not (meta._for_role or meta._persons)
+        ):
+            continue
+        local[key] = meta
+        (tenant,) = tenants
+        if meta.role_id != last_role or tenant != last_tenant:
+            last_role, last_tenant = meta.role_id, tenant
+            can_cite = citable.setdefault((last_role, tenant), set())
+        deps = meta._entry_deps
+        if deps:
+            if not can_cite.issuperset(deps):
+                later.append(meta)
+                continue
+            order.append((key, deps))
+        sound.append(meta)
+        if meta.invalidated_at is None:
+            can_cite.add(key)
+
+    done: set[str] = set()
+    unsound: set[str] = set()
+    for root in later:
+        if root.id in done or root.id in unsound:
+            continue
+        (tenant,) = root._tenants
+        can_cite = citable.setdefault((root.role_id, tenant), set())
+        path: list[tuple[EntryMeta, Iterator[str]]] = [(root, iter(root._entry_deps))]
+        on_path = {root.id}
+        while path:
+            meta, pending = path[-1]
+            holds: bool | None = True
+            for dep_id in pending:
+                dep = local.get(dep_id)
+                if (
+                    dep is None
+                    or dep_id in on_path
+                    or dep_id in unsound
+                    or dep.role_id != meta.role_id
+                    or dep.invalidated_at is not None
+                    or dep._tenants != meta._tenants
+                ):
+                    holds = False
+                    break
+                if dep_id in can_cite:
+                    continue
+                path.append((dep, iter(dep._entry_deps)))
+                on_path.add(dep_id)
+                holds = None
+                break
+            if holds is None:
+                continue
+            if holds:
+                path.pop()
+                on_path.discard(meta.id)
+                sound.append(meta)
+                order.append((meta.id, meta._entry_deps))
+                done.add(meta.id)
+                if meta.invalidated_at is None:
+                    can_cite.add(meta.id)
+            else:
+                unsound.update(failed.id for failed, _ in path)
+                path.clear()
+    return sound, order
+
+
+_index_cache: dict[int, PoolIndex] = {}
+_index_cache_lock = threading.Lock()
+
+
+def pool_index(pool: Mapping[str, EntryMeta]) -> PoolIndex:
+    """``pool`` itself when it is a ``PoolIndex``; else the index last built for this mapping
+    if nothing in it changed since (``PoolIndex.indexes``), or a new one (kept for the next
+    call, at most ``INDEX_CACHE_SIZE`` pools)."""
+    if isinstance(pool, PoolIndex):
+        return pool
+    key = id(pool)
+    with _index_cache_lock:
+        index = _index_cache.pop(key, None)
+    if index is None or not index.indexes(pool):
+        index = PoolIndex(pool)
+    with _index_cache_lock:
+        _index_cache.pop(key, None)
+        _index_cache[key] = index
+        while len(_index_cache) > INDEX_CACHE_SIZE:
+            del _index_cache[next(iter(_index_cache))]
+    return index
 
 
 def audience_users(audience: Iterable[str], *, role_users: frozenset[str]) -> frozenset[str] | None:
