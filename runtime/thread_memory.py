@@ -47,7 +47,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from journal.events import EventKind, NewEvent, ThreadRef
 from memory.errors import RevisionConflict
-from memory.thread_consolidation import Consolidator, JsonModel, save_consolidation
+from memory.thread_consolidation import (
+    ConsolidationLimits,
+    Consolidator,
+    JsonModel,
+    save_consolidation,
+)
 from memory.thread_memory import (
     UNSET,
     Settings,
@@ -149,7 +154,8 @@ class ThreadMemoryService:
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self._consolidating: dict[ThreadRef, asyncio.Lock] = {}
+        self._consolidating: dict[ThreadRef, tuple[asyncio.Lock, int]] = {}
+        """One consolidation per thread at a time: its lock and how many hold or await it."""
 
     # ------------------------------------------------------------ reading
 
@@ -239,26 +245,36 @@ class ThreadMemoryService:
         """Read the thread's unprocessed items with ``model`` and save what it learned; None
         when ``generate`` is off (unless ``force``: a person's Refresh) or nothing changed.
         One consolidation per thread at a time; never raises for a model failure."""
-        lock = self._consolidating.setdefault(thread, asyncio.Lock())
-        async with lock:
-            current = await self.memory(thread)
-            if not force and not (await self.settings(thread, current)).generate:
-                return None
-            events = await self.services.journal.read_tail(thread, HISTORY_READ)
-            limits = self.services.settings
-            consolidator = Consolidator(model)
-            consolidator.limits = replace(
-                consolidator.limits, timeout_s=limits.thread_memory_model_timeout_s
-            )
-            result = await consolidator.consolidate(events, current, lane=thread.thread_id)
-            saved = await save_consolidation(
-                self.services.thread_memory,
-                thread.tenant,
-                thread.user,
-                thread.thread_id,
-                result,
-                now=datetime.now(UTC),
-            )
+        lock, users = self._consolidating.get(thread, (asyncio.Lock(), 0))
+        self._consolidating[thread] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._consolidate_locked(thread, model, force=force)
+        finally:
+            lock, users = self._consolidating[thread]
+            if users == 1:
+                del self._consolidating[thread]  # no one else waits: the lock goes
+            else:
+                self._consolidating[thread] = (lock, users - 1)
+
+    async def _consolidate_locked(
+        self, thread: ThreadRef, model: JsonModel, *, force: bool
+    ) -> ThreadMemory | None:
+        current = await self.memory(thread)
+        if not force and not (await self.settings(thread, current)).generate:
+            return None
+        events = await self.services.journal.read_tail(thread, HISTORY_READ)
+        timeout_s = self.services.settings.thread_memory_model_timeout_s
+        consolidator = Consolidator(model, limits=ConsolidationLimits(timeout_s=timeout_s))
+        result = await consolidator.consolidate(events, current, lane=thread.thread_id)
+        saved = await save_consolidation(
+            self.services.thread_memory,
+            thread.tenant,
+            thread.user,
+            thread.thread_id,
+            result,
+            now=datetime.now(UTC),
+        )
         if saved.revision != current.revision:
             self.announce(thread, await self._view(thread, saved))
             return saved

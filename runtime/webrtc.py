@@ -161,8 +161,6 @@ class VoiceTrack(MediaStreamTrack):
         """Responses that ended normally: what is left of their audio still plays."""
         self._start: float | None = None
         self._frames = 0
-        self.sent_frames = 0
-        """Frames of speech (not silence) played out, over the call."""
 
     # ------------------------------------------------------------ the outbox's side
 
@@ -255,7 +253,6 @@ class VoiceTrack(MediaStreamTrack):
             playing = self._playing = _Playing(head.generation, head.response_id)
             self._emit(ev.OutputAudioBufferStarted(head.response_id))
         playing.played_ms += 1000.0 * filled / self.rate
-        self.sent_frames += 1
         engine = session.engine
         if engine is not None:
             engine.on_playback(playing.generation, playing.played_ms)
@@ -313,7 +310,6 @@ class CallLink:
         self._writable = asyncio.Event()
         self._writable.set()
         self.gone = False
-        self.flooded = False
         self._voice_only = False
 
     def bind_channel(self, channel: RTCDataChannel) -> None:
@@ -328,8 +324,7 @@ class CallLink:
             try:
                 self._inbox.put_nowait(message)
             except asyncio.QueueFull:
-                self.flooded = True  # the peer sends faster than the session reads
-                self.lost()
+                self.lost()  # the peer sends faster than the session reads: dropped
 
         @channel.on("bufferedamountlow")
         def on_low() -> None:
@@ -462,6 +457,7 @@ class Call:
         self.connection.principal = principal
         self.session: VoiceSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._serving: asyncio.Task[None] | None = None
 
         self.pc.on("datachannel", self.link.bind_channel)
         self.pc.on("track", self._on_track)
@@ -498,13 +494,14 @@ class Call:
             )
         self.session = session
         self.track.bind(session)
-        self._spawn(self._serve(session), "serve")
+        self._serving = self._spawn(self._serve(session), "serve")
 
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
         task.set_name(f"{self.id}-{name}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _serve(self, session: VoiceSession) -> None:
         try:
@@ -562,9 +559,10 @@ class Call:
             return
         if connection.serving and session.holds(connection):
             connection.request_close(CloseCode.NORMAL, "hung up")
-            serving = [t for t in self._tasks if t.get_name().endswith("-serve")]
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(asyncio.gather(*serving)), 5.0)
+            serving = self._serving
+            if serving is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.shield(serving), 5.0)
         else:
             await end_dropped(session)
 
