@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline import events as ev
 from runtime.session import VoiceSession
-from runtime.webrtc import VoiceTrack
+from runtime.webrtc_track import VoiceTrack
 
 RATE = 24_000
 FRAME = RATE // 50
