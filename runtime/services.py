@@ -17,8 +17,13 @@ from knowledge.embedding import E5Embedder
 from knowledge.postgres_store import PostgresKnowledgeStore
 from knowledge.store import InMemoryKnowledgeStore
 from memory.crypto import KEY_FILE_NAME, Keyring, KeySource
+from memory.learning_runs import InMemoryLearningRunStore, LearningRunStore
+from memory.pool_store import InMemoryPoolStore, PoolStore
+from memory.postgres_learning_runs import PostgresLearningRunStore
+from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
+from memory.role_records import InMemoryRoleRecords, RoleRecords
 from memory.store import InMemoryMemoryStore, MemoryStore
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
@@ -65,6 +70,14 @@ class Services:
     """Long-term memory per user and role (issue 7)."""
     thread_memory: ThreadMemoryStore = field(default_factory=InMemoryThreadMemoryStore)
     """Each thread's learned facts (SPEC TM, issue 17)."""
+    pool: PoolStore = field(default_factory=InMemoryPoolStore)
+    """The role memory pools (SPEC RM, issue 18)."""
+    role_records: RoleRecords = field(default_factory=InMemoryRoleRecords)
+    """Role memory's settings, confessions, enrichments and model call log (SPEC RM-4…8)."""
+    learning_runs: LearningRunStore = field(default_factory=InMemoryLearningRunStore)
+    """Durable learning runs of role memory (SPEC RM-4)."""
+    keyring: Keyring | None = None
+    """The memory keyring (None in tests that build services by hand)."""
     knowledge: KnowledgeBase = field(
         default_factory=lambda: KnowledgeBase(InMemoryKnowledgeStore())
     )
@@ -213,6 +226,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             journal=InMemoryJournalStore(),
             checkpoints=InMemoryCheckpointStore(),
             records=InMemoryRecordStore(record_limits(settings)),
+            keyring=keyring,
         )
     else:
         database = await open_database(
@@ -236,6 +250,9 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             records=PostgresRecordStore(database.pool, limits=record_limits(settings)),
             memory=memory,
             thread_memory=PostgresThreadMemoryStore(database.pool),
+            pool=PostgresPoolStore(database.pool, keyring=keyring),
+            learning_runs=PostgresLearningRunStore(database.pool),
+            keyring=keyring,
             database=database,
         )
     services.owns_plugins = warm
