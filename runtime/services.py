@@ -25,6 +25,7 @@ from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.role_records import InMemoryRoleRecords, RoleRecords
 from memory.store import InMemoryMemoryStore, MemoryStore
+from memory.thread_consolidation import JsonModel
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
@@ -40,11 +41,14 @@ from runtime.postgres_stores import PostgresRoleStore, PostgresThreadStore
 from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
-from runtime.thread_memory import ThreadMemoryService
+from runtime.thread_memory import ThreadMemoryService, json_model_of
 from runtime.threads import InMemoryThreadStore, ThreadStore
 from runtime.transport import Calls
 
 log = logging.getLogger(__name__)
+
+BRAIN_MEMORY_MODEL = "brain"
+"""The memory model name of the brain's own model."""
 
 
 MIGRATED_PACKAGES = ("runtime", "accounts", "journal", "memory", "knowledge")
@@ -78,6 +82,9 @@ class Services:
     """Durable learning runs of role memory (SPEC RM-4)."""
     keyring: Keyring | None = None
     """The memory keyring (None in tests that build services by hand)."""
+    memory_models: dict[str, JsonModel] = field(default_factory=dict)
+    """Memory models a role may name in its settings (SPEC RM-6), by name: ``brain`` is the
+    brain's own model when it has one (the local LLM by default); tests add scripted ones."""
     knowledge: KnowledgeBase = field(
         default_factory=lambda: KnowledgeBase(InMemoryKnowledgeStore())
     )
@@ -99,6 +106,9 @@ class Services:
 
     def __post_init__(self) -> None:
         self.calls = Calls(self.active_sessions)
+        brain_model = json_model_of(self.plugins.brain)
+        if brain_model is not None:
+            self.memory_models.setdefault(BRAIN_MEMORY_MODEL, brain_model)
         self.thread_memory_service = ThreadMemoryService(self)
         self.write_limiter = WriteRateLimiter(per_minute=self.settings.write_requests_per_minute)
 
