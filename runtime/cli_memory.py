@@ -12,7 +12,9 @@ Rules:
 3. ``rotate-key --retire`` first moves any row still under an old key (rows a running server
    wrote meanwhile), then removes from the key file every key no row uses; it keeps a key that
    rows still use (a concurrent save held them) and says so, with exit status 1.
-4. Output is tab-separated with a header line (``action``, ``key_id``, ``rows``); key material
+4. Every table that holds sealed memory moves together (``sealed_stores``: long-term memory
+   entries, thread memory, …); the counts are their sums.
+5. Output is tab-separated with a header line (``action``, ``key_id``, ``rows``); key material
    is never printed. Errors go to stderr as ``openrealtime: <code>: <message>``.
 """
 
@@ -20,16 +22,59 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
+from typing import Any, Protocol
 
-from memory.crypto import load_key_file, write_key_file
+from memory.crypto import Keyring, load_key_file, write_key_file
 from memory.errors import MemoryStoreError
 from memory.postgres_store import SEAL_BATCH, PostgresMemoryStore
+from memory.postgres_thread_store import PostgresThreadMemoryStore
 from runtime.config import Settings
 from runtime.database import DatabaseError, open_database
 from runtime.migrations import MigrationError, apply_migrations
 
 HEADER = "action\tkey_id\trows"
+
+
+class SealedStore(Protocol):
+    """A store whose rows are sealed with the memory keyring (rule 4)."""
+
+    keyring: Keyring
+
+    async def seal_plaintext(self, *, batch: int = ...) -> int: ...
+
+    async def rotate(self, *, batch: int = ...) -> int: ...
+
+    async def key_ids_in_use(self) -> dict[str, int]: ...
+
+
+def sealed_stores(pool: Any, keyring: Keyring) -> list[SealedStore]:
+    """Every store of sealed memory on ``pool``, under ``keyring``."""
+    return [
+        PostgresMemoryStore(pool, keyring=keyring),
+        PostgresThreadMemoryStore(pool, keyring=keyring),
+    ]
+
+
+class SealedStores:
+    """The stores of rule 4 as one: every call on each, the counts summed."""
+
+    def __init__(self, stores: list[SealedStore], keyring: Keyring) -> None:
+        self.stores = stores
+        self.keyring = keyring
+
+    async def seal_plaintext(self, *, batch: int) -> int:
+        return sum([await s.seal_plaintext(batch=batch) for s in self.stores])
+
+    async def rotate(self, *, batch: int) -> int:
+        return sum([await s.rotate(batch=batch) for s in self.stores])
+
+    async def key_ids_in_use(self) -> dict[str, int]:
+        total: Counter[str] = Counter()
+        for store in self.stores:
+            total.update(await store.key_ids_in_use())
+        return dict(total)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,7 +117,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         if not args.retire and not source.from_config:
             keyring = keyring.with_new_active_key()
             write_key_file(source.path, keyring)
-        store = PostgresMemoryStore(database.pool, keyring=keyring)
+        store = SealedStores(sealed_stores(database.pool, keyring), keyring)
         sealed = await store.seal_plaintext(batch=args.batch)
         moved = await store.rotate(batch=args.batch)
         print(HEADER)
@@ -104,9 +149,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         await database.close()
 
 
-def _retire(
-    store: PostgresMemoryStore, from_config: bool, path: Path, usage: dict[str, int]
-) -> int:
+def _retire(store: SealedStores, from_config: bool, path: Path, usage: dict[str, int]) -> int:
     keyring = store.keyring
     old = {k for k in keyring.key_ids if k != keyring.active_id}
     idle = {k for k in old if not usage.get(k)}

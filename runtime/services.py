@@ -245,6 +245,10 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
         try:
             await apply_migrations(database.pool, MIGRATED_PACKAGES)
             memory = await open_memory_store(database.pool, keyring, key_source)
+            thread_memory = PostgresThreadMemoryStore(database.pool, keyring=keyring)
+            sealed = await thread_memory.seal_plaintext()
+            if sealed:
+                log.info("thread memory: sealed %d threads written before encryption", sealed)
         except BaseException:
             await database.close()
             raise
@@ -259,7 +263,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             resume_tokens=PostgresResumeTokenStore(database.pool, url=database.url),
             records=PostgresRecordStore(database.pool, limits=record_limits(settings)),
             memory=memory,
-            thread_memory=PostgresThreadMemoryStore(database.pool),
+            thread_memory=thread_memory,
             pool=PostgresPoolStore(database.pool, keyring=keyring),
             learning_runs=PostgresLearningRunStore(database.pool),
             keyring=keyring,

@@ -7,6 +7,7 @@ import argparse
 import base64
 import os
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import pytest
 from memory.crypto import KEY_FILE_NAME, load_key_file
 from memory.entries import MemoryDraft
 from memory.postgres_store import PostgresMemoryStore
+from memory.postgres_thread_store import PostgresThreadMemoryStore
+from memory.thread_memory import ThreadMemory, remember
 from runtime import cli_memory
 from runtime.config import Settings
 from tests.postgres import pg_pool, postgres_url
@@ -41,6 +44,9 @@ async def test_rotate_key_then_retire(
     store = PostgresMemoryStore(pg_pool, keyring=first)
     for n in range(5):
         await store.save("t", "u1", "r1", MemoryDraft("fact", f"private fact {n}"))
+    threads = PostgresThreadMemoryStore(pg_pool, keyring=first)
+    noted = remember(ThreadMemory(), "plan", "private plan", "fact", "i-1", now=datetime.now(UTC))
+    await threads.save("t", "u1", "th1", noted, 0)
 
     assert await cli_memory.run(_rotate(), settings) == 0
     rotated = load_key_file(path, create=False)
@@ -48,7 +54,7 @@ async def test_rotate_key_then_retire(
     assert rotated.active_id != first.active_id and first.active_id in rotated.key_ids
     out = capsys.readouterr().out
     rows = _rows(out)
-    assert ("re-encrypted", rotated.active_id, "5") in rows
+    assert ("re-encrypted", rotated.active_id, "6") in rows  # 5 entries, 1 thread memory
     assert ("in_use", first.active_id, "0") in rows
     assert "private fact" not in out
     # The server's store, still on the first keyring, picks the new key up.
@@ -68,6 +74,8 @@ async def test_rotate_key_then_retire(
     assert final.key_ids == (rotated.active_id,)
     after = PostgresMemoryStore(pg_pool, keyring=final)
     assert len(await after.list_entries("t", "u1", "r1")) == 6
+    reopened = PostgresThreadMemoryStore(pg_pool, keyring=final)
+    assert (await reopened.load("t", "u1", "th1")).facts == noted.facts
 
 
 async def test_with_configured_keys_it_re_encrypts_and_says_how_to_rotate(
