@@ -48,7 +48,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from memory.errors import MemoryStoreError
+from memory.crypto import Keyring, Sealed, row_context
+from memory.errors import MemoryStoreError, SealBroken
 
 
 class RunState(StrEnum):
@@ -156,6 +157,32 @@ class StepPayloads:
 
     def open(self, run: LearningRun, step: int, stored: bytes) -> str:
         return stored.decode("utf-8")
+
+
+class SealedStepPayloads(StepPayloads):
+    """Step responses sealed with the memory keyring (RM-8): stored as ``key id`` + NUL +
+    ``nonce + ciphertext + tag``, bound to the run, its role and the step number, so a response
+    copied to another run or step does not open (``SealBroken``)."""
+
+    def __init__(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+
+    @staticmethod
+    def _context(run: LearningRun, step: int) -> bytes:
+        return row_context(
+            "learning_run_steps", "response", run.tenant, run.role_id, run.id, str(step)
+        )
+
+    def seal(self, run: LearningRun, step: int, response: str) -> bytes:
+        sealed = self.keyring.seal(response, context=self._context(run, step))
+        return sealed.key_id.encode("ascii") + b"\0" + sealed.blob
+
+    def open(self, run: LearningRun, step: int, stored: bytes) -> str:
+        key_id, sep, blob = stored.partition(b"\0")
+        if not sep:
+            raise SealBroken("a stored step response is not sealed")
+        sealed = Sealed(key_id.decode("ascii", errors="replace"), blob)
+        return self.keyring.open(sealed, context=self._context(run, step))
 
 
 Apply = Callable[[Any], Awaitable[None]]

@@ -19,12 +19,15 @@ from typing import Any
 import asyncpg
 import pytest
 
+from memory.crypto import Keyring
+from memory.errors import SealBroken
 from memory.learner import Learner
 from memory.learning_runs import (
     InMemoryLearningRunStore,
     LearningRunStore,
     RunState,
     RunStep,
+    SealedStepPayloads,
     StepPayloads,
     StepState,
     request_digest,
@@ -281,3 +284,29 @@ async def test_a_killed_process_s_run_is_finished_by_the_next_once(
     assert await store.position("t", "r", "th") == 3
     run = await pg_pool.fetchrow("SELECT state, attempts FROM learning_runs")
     assert run["state"] == "done" and run["attempts"] == 2
+
+
+async def test_sealed_step_responses_hold_no_plaintext_and_open_only_where_written(
+    pg_pool: Any,
+) -> None:
+    store = PostgresLearningRunStore(pg_pool)
+    payloads = SealedStepPayloads(Keyring.generate("k1"))
+    model, procedure = ScriptedModel(), SyntheticProcedure()
+    runner = Learner(store, procedure, model, payloads=payloads)
+    run_id = await runner.enqueue("t", "r", "th_sealed", "u", 3)
+    await runner.drain()
+    run = await store.get(run_id)
+    assert run.state is RunState.DONE
+    steps = await store.steps(run_id)
+    assert steps and all(s.response is not None for s in steps.values())
+    async with pg_pool.acquire() as conn:
+        raw = await conn.fetch("SELECT response FROM learning_run_steps WHERE run_id = $1", run_id)
+    for row in raw:
+        assert b"facts of th_sealed" not in bytes(row["response"])
+    first = steps[1].response
+    assert first is not None
+    assert payloads.open(run, 1, first).startswith("facts of th_sealed")
+    with pytest.raises(SealBroken):
+        payloads.open(run, 2, first)  # bound to its step
+    with pytest.raises(SealBroken):
+        payloads.open(run, 1, b"not sealed at all")
