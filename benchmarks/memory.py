@@ -24,7 +24,8 @@
   person: the read lock, the metadata of the whole pool, ``visible_ids`` and opening only the
   visible entries' content (on PostgreSQL the decoded metadata is reused while the pool's head
   version is unchanged; ``details.pool.visible_read_uncached_ms`` is a store that never read
-  the pool). On PostgreSQL (``PostgresPoolStore``) when a database URL is given,
+  the pool; ``write_ms`` is one learned fact added, ``read_after_write_ms`` its person's read
+  right after it). On PostgreSQL (``PostgresPoolStore``) when a database URL is given,
   else in memory (``InMemoryPoolStore``; content sealed there too). ``details.pool`` has the
   load time, entries shown per read and the store.
 - ``purge_ms``: ``purge`` of one ``thread:`` tag (the thread's facts and every observation
@@ -224,6 +225,30 @@ async def pool_bench(pg: Any | None, args: argparse.Namespace) -> dict[str, Any]
             await fresh.read_visible("bench", "role", reader, current_only=True)
             cold.append((time.perf_counter() - began) * 1000)
 
+    # A learned fact written, then read by its person: on PostgreSQL the writer caches the pool
+    # it commits, so neither the next write nor the read after it decodes the pool again.
+    writes: list[float] = []
+    after_write: list[float] = []
+    for n in range(args.pool_samples // 5 + 5):
+        owner = f"user-{rng.randrange(args.pool_users)}"
+        item = f"item_new_{n}"
+        meta = EntryMeta(
+            id=f"f_new_{n}", role_id="role", layer="fact",
+            tags=frozenset({tenant_tag("bench"), thread_tag("th_new"), from_tag(owner),
+                            for_person_tag(owner), "pool-bench"}),
+            sources=(ThreadSource("th_new", item),), created_at=start,
+            access=(ThreadAccess("th_new", item, frozenset({owner})),),
+        )  # fmt: skip
+        began = time.perf_counter()
+        await store.apply(
+            "bench", "role", [AddEntry(PoolEntry(meta, "a new fact"), "memory_model")]
+        )
+        wrote = time.perf_counter()
+        await store.read_visible("bench", "role", Reader(owner, "bench", roles), current_only=True)
+        if n >= 5:
+            writes.append((wrote - began) * 1000)
+            after_write.append((time.perf_counter() - wrote) * 1000)
+
     purges: list[float] = []
     purged: list[int] = []
     threads = list(range(groups // GROUPS_PER_THREAD))
@@ -243,6 +268,8 @@ async def pool_bench(pg: Any | None, args: argparse.Namespace) -> dict[str, Any]
             "load_s": round(load_s, 2),
             "read_samples": len(reads),
             "visible_read_uncached_ms": p50_p99(cold),
+            "write_ms": p50_p99(writes),
+            "read_after_write_ms": p50_p99(after_write),
             "shown_per_read_p50": sorted(shown)[len(shown) // 2] if shown else 0,
             "purge_samples": len(purges),
             "purged_per_thread": sorted(purged)[len(purged) // 2] if purged else 0,

@@ -460,6 +460,8 @@ class PoolIndex(Mapping[str, EntryMeta]):
     """
 
     __slots__ = (
+        "_awaited",
+        "_citable",
         "_entries",
         "_gates",
         "_ids",
@@ -515,6 +517,82 @@ class PoolIndex(Mapping[str, EntryMeta]):
         self._invalidated = frozenset(invalidated)
         self._order = tuple(order)
         self._observations = frozenset(key for key, _ in order)
+        self._citable = frozenset(m.id for m in sound if m.invalidated_at is None)
+        # Ids cited but not in the pool: one arriving may settle what waits for it.
+        self._awaited = frozenset(
+            dep for meta in entries.values() for dep in meta._entry_deps if dep not in entries
+        )
+
+    def extended(self, added: Iterable[EntryMeta]) -> PoolIndex | None:
+        """The index of this pool with ``added`` appended (in order), derived without
+        rebuilding — or None when that is not simple, and the caller builds a new index: an
+        id already in the pool (an update), an id something in the pool cites and waits for
+        (its arrival may make the waiting entries sound), or an observation citing an id not in
+        the pool (it may arrive later, and ``_sound``'s walk would then settle both). An observation
+        citing an entry that is there but not sound and current is hidden from everyone, as
+        ``_sound`` decides for entries appended last."""
+        new = object.__new__(PoolIndex)
+        entries = dict(self._entries)
+        persons = dict(self._persons)
+        roles = dict(self._roles)
+        gates = dict(self._gates)
+        counts = dict(self._sound)
+        order = list(self._order)
+        citable = set(self._citable)
+        observations = set(self._observations)
+        invalidated = set(self._invalidated)
+        for meta in added:
+            key = meta.id
+            if key in entries or key in self._awaited:
+                return None
+            entries[key] = meta
+            tenants, gate = meta._tenants, meta._gate
+            if (
+                meta.retracted
+                or len(tenants) != 1
+                or (gate is not None and not gate)
+                or not (meta._for_role or meta._persons)
+            ):
+                continue  # no reader could see it: in the mapping, not indexed
+            (tenant,) = tenants
+            deps = meta._entry_deps
+            if deps:
+                if any(dep_id not in entries for dep_id in deps):
+                    return None
+                if not all(
+                    dep_id in citable
+                    and entries[dep_id].role_id == meta.role_id
+                    and entries[dep_id]._tenants == tenants
+                    for dep_id in deps
+                ):
+                    continue  # cites something no one may rest on: hidden from everyone
+                order.append((key, deps))
+                observations.add(key)
+            for user in meta._persons:
+                persons[tenant, user] = persons.get((tenant, user), _NO_IDS) | {key}
+            if meta._for_role:
+                roles[tenant, meta.role_id] = roles.get((tenant, meta.role_id), _NO_IDS) | {key}
+            if gate is not None:
+                gates[gate] = gates.get(gate, _NO_IDS) | {key}
+            counts[tenant] = counts.get(tenant, 0) + 1
+            if meta.invalidated_at is None:
+                citable.add(key)
+            else:
+                invalidated.add(key)
+        new._entries = entries
+        new._keys = tuple(entries)
+        new._values = tuple(entries.values())
+        new._ids = tuple(map(id, new._values))
+        new._persons = persons
+        new._roles = roles
+        new._gates = tuple(gates.items())
+        new._sound = counts
+        new._invalidated = frozenset(invalidated)
+        new._order = tuple(order)
+        new._observations = frozenset(observations)
+        new._citable = frozenset(citable)
+        new._awaited = self._awaited  # every added entry's sources are in the pool
+        return new
 
     def __getitem__(self, entry_id: str) -> EntryMeta:
         return self._entries[entry_id]

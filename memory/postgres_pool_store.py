@@ -25,12 +25,16 @@ times, retraction, version — and the content only as ``content_sealed`` under 
 4. ``purge`` is one statement: a recursive walk from the entries tagged with the purge tag
    along ``source_entries`` (a GIN index), deleting those entries and their change-log records
    and returning the count. No content is read.
-5. Metadata cache: ``role_pool_heads`` holds one version per pool, bumped in every write's
-   transaction. A read asks for it first, in its snapshot; when the process decoded the
-   metadata at that very version it reuses it (immutable values), else it loads and caches
-   it. So a cached read is exact across processes, and a pool untouched since the last read
-   costs one small query instead of decoding every row. At most ``MAX_CACHED_POOLS`` pools
-   are cached (oldest dropped).
+5. Metadata cache: ``role_pool_heads`` holds one version per pool, set in every write's
+   transaction to a fresh value of a sequence (``0010``: never handed out twice, so never
+   reused by a rolled-back write). A read asks for it first, in its snapshot; when the process
+   decoded the metadata at that very version it reuses it (immutable values), else it loads
+   and caches it. So a cached read is exact across processes, and a pool untouched since the
+   last read costs one small query instead of decoding every row. A write plans against the
+   cache too when the head under its lock is the cached one (every writer holds the advisory
+   lock, so the head cannot move), and caches the pool it writes under its new head: a read
+   after a write of this process, and the next write, decode nothing. At most
+   ``MAX_CACHED_POOLS`` pools are cached (oldest dropped).
 6. Connection failures and timeouts become ``MemoryUnavailable``; each statement is bounded by
    ``query_timeout``, the wait for a connection by ``acquire_timeout``.
 """
@@ -38,7 +42,7 @@ times, retraction, version — and the content only as ``content_sealed`` under 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -51,6 +55,7 @@ from memory.pool import (
     EntryMeta,
     EntrySource,
     PoolEntry,
+    PoolIndex,
     Reader,
     Source,
     ThreadAccess,
@@ -121,9 +126,12 @@ WITH RECURSIVE doomed(id) AS (
 SELECT count(*) FROM gone
 """
 _BUMP = """
-INSERT INTO role_pool_heads (tenant, role_id, version) VALUES ($1, $2, 1)
-ON CONFLICT (tenant, role_id) DO UPDATE SET version = role_pool_heads.version + 1
+INSERT INTO role_pool_heads (tenant, role_id, version)
+VALUES ($1, $2, nextval('role_pool_head_versions'))
+ON CONFLICT (tenant, role_id) DO UPDATE SET version = EXCLUDED.version
+RETURNING version
 """
+_HEAD = f"SELECT version FROM role_pool_heads WHERE {_SCOPE}"
 MAX_CACHED_POOLS = 64
 """Pools whose decoded metadata one store keeps (module docstring, rule 5)."""
 
@@ -196,7 +204,7 @@ class PostgresPoolStore(PoolStoreBase):
         self.locks = locks if locks is not None else PROCESS_POOL_LOCKS
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
-        self._cache: dict[tuple[str, str], tuple[int, dict[str, EntryMeta]]] = {}
+        self._cache: dict[tuple[str, str], tuple[int, Mapping[str, EntryMeta]]] = {}
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, readonly: bool = False) -> T:
         try:
@@ -218,24 +226,23 @@ class PostgresPoolStore(PoolStoreBase):
         )
         return {row["id"]: _meta(row) for row in rows}
 
-    async def _snapshot(self, conn: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
+    async def _snapshot(self, conn: Any, tenant: str, role_id: str) -> Mapping[str, EntryMeta]:
         """The pool's metadata in ``conn``'s snapshot, from the cache when it is current."""
-        head = await conn.fetchval(
-            f"SELECT version FROM role_pool_heads WHERE {_SCOPE}",
-            tenant,
-            role_id,
-            timeout=self.query_timeout,
-        )
-        head = head or 0
+        head = await conn.fetchval(_HEAD, tenant, role_id, timeout=self.query_timeout) or 0
         cached = self._cache.get((tenant, role_id))
         if cached is not None and cached[0] == head:
             return cached[1]
-        pool = await self._load(conn, tenant, role_id)
+        pool = PoolIndex(await self._load(conn, tenant, role_id))
+        self._remember(tenant, role_id, head, pool)
+        return pool
+
+    def _remember(
+        self, tenant: str, role_id: str, head: int, pool: Mapping[str, EntryMeta]
+    ) -> None:
         self._cache.pop((tenant, role_id), None)
         if len(self._cache) >= MAX_CACHED_POOLS:
             del self._cache[next(iter(self._cache))]
         self._cache[(tenant, role_id)] = (head, pool)
-        return pool
 
     async def load_meta(self, tenant: str, role_id: str) -> dict[str, EntryMeta]:
         pool = await self._call(lambda conn: self._snapshot(conn, tenant, role_id), readonly=True)
@@ -334,7 +341,7 @@ class PostgresPoolStore(PoolStoreBase):
         conn: Any,
         tenant: str,
         role_id: str,
-        plan: Callable[[dict[str, EntryMeta]], list[PlannedWrite]],
+        plan: Callable[[Mapping[str, EntryMeta]], list[PlannedWrite]],
     ) -> list[PlannedWrite]:
         """Rule 2 of this module on ``conn`` (in a transaction): both locks, fresh metadata,
         the plan, the rows."""
@@ -345,10 +352,13 @@ class PostgresPoolStore(PoolStoreBase):
             timeout=self.query_timeout,
         )
         async with self.locks(tenant, role_id).write():
-            planned = plan(await self._load(conn, tenant, role_id))
+            # Under the advisory lock the head cannot move: a pool cached at it is current.
+            base = await self._snapshot(conn, tenant, role_id)
+            planned = plan(base)
             await self._write(conn, tenant, role_id, planned)
             if planned:
-                await conn.execute(_BUMP, tenant, role_id, timeout=self.query_timeout)
+                head = await conn.fetchval(_BUMP, tenant, role_id, timeout=self.query_timeout)
+                self._remember(tenant, role_id, head, _after(base, planned))
         return planned
 
     async def apply(
@@ -430,10 +440,25 @@ class PostgresPoolStore(PoolStoreBase):
                     _PURGE, tenant, role_id, tag, timeout=self.query_timeout
                 )
                 if count:
-                    await conn.execute(_BUMP, tenant, role_id, timeout=self.query_timeout)
+                    await conn.fetchval(_BUMP, tenant, role_id, timeout=self.query_timeout)
             return int(count)
 
         return await self._call(work)
+
+
+def _after(
+    base: Mapping[str, EntryMeta], planned: Sequence[PlannedWrite]
+) -> Mapping[str, EntryMeta]:
+    """The pool once ``planned`` is written on ``base``: the index derived when only new
+    entries were added (``PoolIndex.extended``, the learner's usual write), else a mapping whose
+    index the next read builds."""
+    if isinstance(base, PoolIndex) and all(step.expected_version is None for step in planned):
+        extended = base.extended(step.meta for step in planned)
+        if extended is not None:
+            return extended
+    written = dict(base)
+    written.update((step.meta.id, step.meta) for step in planned)
+    return written
 
 
 __all__ = ["PostgresPoolStore"]
