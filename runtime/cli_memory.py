@@ -12,7 +12,10 @@ Rules:
 3. ``rotate-key --retire`` first moves any row still under an old key (rows a running server
    wrote meanwhile), then removes from the key file every key no row uses; it keeps a key that
    rows still use (a concurrent save held them) and says so, with exit status 1.
-4. Output is tab-separated with a header line (``action``, ``key_id``, ``rows``); key material
+4. Role memory's records (``memory/postgres_role_records.py``: settings, confessions,
+   enrichments, the call log) move with the entries (``re-encrypted-role-records``), and the
+   keys they use count as in use for ``--retire``.
+5. Output is tab-separated with a header line (``action``, ``key_id``, ``rows``); key material
    is never printed. Errors go to stderr as ``openrealtime: <code>: <message>``.
 """
 
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from memory.crypto import load_key_file, write_key_file
 from memory.errors import MemoryStoreError
+from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import SEAL_BATCH, PostgresMemoryStore
 from runtime.config import Settings
 from runtime.database import DatabaseError, open_database
@@ -75,12 +79,17 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         store = PostgresMemoryStore(database.pool, keyring=keyring)
         sealed = await store.seal_plaintext(batch=args.batch)
         moved = await store.rotate(batch=args.batch)
+        records = PostgresRoleRecords(database.pool, keyring=keyring)
+        records_moved = await records.rotate(batch=args.batch)
         print(HEADER)
         print(f"active\t{keyring.active_id}\t-")
         if sealed:
             print(f"sealed_plaintext\t{keyring.active_id}\t{sealed}")
         print(f"re-encrypted\t{keyring.active_id}\t{moved}")
+        print(f"re-encrypted-role-records\t{keyring.active_id}\t{records_moved}")
         usage = await store.key_ids_in_use()
+        for key_id, rows in (await records.key_ids_in_use()).items():
+            usage[key_id] = usage.get(key_id, 0) + rows
         for key_id in keyring.key_ids:
             print(f"in_use\t{key_id}\t{usage.get(key_id, 0)}")
         if not args.retire:

@@ -1,5 +1,6 @@
 """``openrealtime memory rotate-key``: a new key in the key file, every row re-encrypted under
-it (the old rows open meanwhile), then ``--retire`` drops the old key once no row uses it."""
+it (the old rows open meanwhile; role memory's records too), then ``--retire`` drops the old key
+once no row uses it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 
 from memory.crypto import KEY_FILE_NAME, load_key_file
 from memory.entries import MemoryDraft
+from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import PostgresMemoryStore
+from memory.role_records import RoleMemorySettings
 from runtime import cli_memory
 from runtime.config import Settings
 from tests.postgres import pg_pool, postgres_url
@@ -41,6 +44,10 @@ async def test_rotate_key_then_retire(
     store = PostgresMemoryStore(pg_pool, keyring=first)
     for n in range(5):
         await store.save("t", "u1", "r1", MemoryDraft("fact", f"private fact {n}"))
+    role_settings = RoleMemorySettings(instructions="keep health topics private")
+    await PostgresRoleRecords(pg_pool, keyring=first).put_settings(
+        "t", "r1", role_settings, expected=0
+    )
 
     assert await cli_memory.run(_rotate(), settings) == 0
     rotated = load_key_file(path, create=False)
@@ -49,6 +56,7 @@ async def test_rotate_key_then_retire(
     out = capsys.readouterr().out
     rows = _rows(out)
     assert ("re-encrypted", rotated.active_id, "5") in rows
+    assert ("re-encrypted-role-records", rotated.active_id, "1") in rows
     assert ("in_use", first.active_id, "0") in rows
     assert "private fact" not in out
     # The server's store, still on the first keyring, picks the new key up.
@@ -68,6 +76,8 @@ async def test_rotate_key_then_retire(
     assert final.key_ids == (rotated.active_id,)
     after = PostgresMemoryStore(pg_pool, keyring=final)
     assert len(await after.list_entries("t", "u1", "r1")) == 6
+    kept = await PostgresRoleRecords(pg_pool, keyring=final).settings("t", "r1")
+    assert kept.instructions == role_settings.instructions
 
 
 async def test_with_configured_keys_it_re_encrypts_and_says_how_to_rotate(
