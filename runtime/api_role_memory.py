@@ -103,7 +103,6 @@ _STATUS: tuple[tuple[type[MemoryStoreError], int], ...] = (
     (MemoryNotFound, 404),
     (ForeignEntry, 409),
     (WideningRefused, 409),
-    (StaleRevision, 409),
     (DuplicateMemory, 409),
     (MemoryUnavailable, 503),
     (MemoryKeyError, 500),
@@ -121,7 +120,8 @@ class Stale(ApiError):
 
 @contextmanager
 def _memory_errors() -> Iterator[None]:
-    """Memory errors inside the block become their HTTP error (stable code, no content)."""
+    """Memory errors inside the block become their HTTP error (stable code; messages of this
+    package's errors never hold content)."""
     try:
         yield
     except StaleRevision as e:
@@ -135,8 +135,7 @@ def _memory_errors() -> Iterator[None]:
 
 
 async def _role(services: Services, who: Principal, role_id: str) -> Role:
-    with _memory_errors():
-        role = await services.roles.get(who.tenant, role_id)
+    role = await services.roles.get(who.tenant, role_id)
     if role is None or not who.may_use_role(role_id):
         raise ApiError(404, "role_not_found", f"no role {role_id}")
     return role
