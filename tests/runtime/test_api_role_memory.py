@@ -344,3 +344,37 @@ async def test_deleting_a_conversation_keeps_what_was_learned_unless_purged(api:
     )
     assert purged.json() == {"purged": 1}
     assert [e["id"] for e in await entries(api, role, api.alice)] == ["f_th_keep"]
+
+
+async def test_settings_and_records_outlive_the_process_on_postgres(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    pool = await asyncpg.create_pool(postgres_url, min_size=1, max_size=1)
+    try:
+        await truncate_all(pool)
+    finally:
+        await pool.close()
+    settings = Settings(
+        port=0, data_dir=tmp_path / "data", knowledge_semantic=False, storage="postgres",
+        database_url=postgres_url,
+    )  # fmt: skip
+    first = await open_services(settings, plugins=fake_plugins())
+    try:
+        first.memory_models["scripted"] = object()  # type: ignore[assignment]
+        client = make_api(first)
+        api = await anext(client)
+        role = await role_of(api)
+        url = f"/api/roles/{role}/memory/settings"
+        body = {"expected": 0, "memory_model": "scripted", "instructions": "Keep it private."}
+        assert (await api.http.patch(url, json=body, headers=api.alice)).status_code == 200
+        await client.aclose()
+    finally:
+        await first.close()
+    second = await open_services(settings, plugins=fake_plugins())
+    try:
+        kept = await second.role_records.settings(TENANT, role)
+    finally:
+        await second.close()
+    assert (kept.revision, kept.memory_model, kept.instructions) == (
+        1, "scripted", "Keep it private.",
+    )  # fmt: skip
