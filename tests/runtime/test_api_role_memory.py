@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from memory.errors import MemoryUnavailable
 from memory.pool import (
     EntryMeta,
     EntrySource,
@@ -378,3 +379,18 @@ async def test_settings_and_records_outlive_the_process_on_postgres(
     assert (kept.revision, kept.memory_model, kept.instructions) == (
         1, "scripted", "Keep it private.",
     )  # fmt: skip
+
+
+async def test_a_store_outage_is_503_memory_unavailable(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    role = await role_of(api)
+
+    async def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryUnavailable("memory pool store unavailable: OSError")
+
+    monkeypatch.setattr(api.services.role_records, "settings", unreachable)
+    monkeypatch.setattr(api.services.pool, "read_visible", unreachable)
+    for path in (f"/api/roles/{role}/memory/settings", f"/api/roles/{role}/memory"):
+        response = await api.http.get(path, headers=api.alice)
+        assert (response.status_code, response.json()["code"]) == (503, "memory_unavailable")
