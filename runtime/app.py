@@ -20,6 +20,7 @@ from runtime import (
     api_conversations,
     api_knowledge,
     api_memory,
+    api_role_memory,
     api_thread_fork,
     api_threads,
     webrtc,
@@ -146,6 +147,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_client_secrets.router)
     app.include_router(api_conversations.router)
     app.include_router(api_memory.router)
+    app.include_router(api_role_memory.router)
     app.include_router(api_knowledge.router)
     app.include_router(api_thread_fork.router)
     app.include_router(webrtc.router)

@@ -13,7 +13,9 @@ Rules:
    wrote meanwhile), then removes from the key file every key no row uses; it keeps a key that
    rows still use (a concurrent save held them) and says so, with exit status 1.
 4. Every table that holds sealed memory moves together (``sealed_stores``: long-term memory
-   entries, thread memory, …); the counts are their sums.
+   entries, thread memory, role memory's records — settings, confessions, enrichments, the
+   call log); the counts are their sums, and every key any of them uses is in use for
+   ``--retire``.
 5. Output is tab-separated with a header line (``action``, ``key_id``, ``rows``); key material
    is never printed. Errors go to stderr as ``openrealtime: <code>: <message>``.
 """
@@ -28,6 +30,7 @@ from typing import Any, Protocol
 
 from memory.crypto import Keyring, load_key_file, write_key_file
 from memory.errors import MemoryStoreError
+from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import SEAL_BATCH, PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
 from runtime.config import Settings
@@ -54,6 +57,7 @@ def sealed_stores(pool: Any, keyring: Keyring) -> list[SealedStore]:
     return [
         PostgresMemoryStore(pool, keyring=keyring),
         PostgresThreadMemoryStore(pool, keyring=keyring),
+        PostgresRoleRecords(pool, keyring=keyring),
     ]
 
 

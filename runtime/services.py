@@ -21,6 +21,7 @@ from memory.learning_runs import InMemoryLearningRunStore, LearningRunStore
 from memory.pool_store import InMemoryPoolStore, PoolStore
 from memory.postgres_learning_runs import PostgresLearningRunStore
 from memory.postgres_pool_store import PostgresPoolStore
+from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.role_records import InMemoryRoleRecords, RoleRecords
@@ -265,6 +266,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             memory=memory,
             thread_memory=thread_memory,
             pool=PostgresPoolStore(database.pool, keyring=keyring),
+            role_records=PostgresRoleRecords(database.pool, keyring=keyring),
             learning_runs=PostgresLearningRunStore(database.pool),
             keyring=keyring,
             database=database,

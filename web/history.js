@@ -1,6 +1,8 @@
 // The history page (SPEC WEB-2, RES-3, CONV-4): this account's conversation records, one in
 // detail, "continue this conversation" for records the runtime can continue (view-only with the
-// server's reason otherwise), export, and delete with the option to erase the runtime journal.
+// server's reason otherwise), export, and delete with the options to erase the runtime journal
+// and to forget what the agent learned from the conversation (RM-7: a purge of its thread's tag
+// in the role's shared memory, made after the delete; without it, what was learned is kept).
 
 import { api, downloadJson, el, errorText, formatTime, listRoles, plural, signedIn } from "./api.js";
 import { RecordSaver } from "./records.js";
@@ -76,15 +78,33 @@ async function showDetail(id) {
   $("export").onclick = () => downloadJson(`conversation-${record.id}.json`, record);
   $("delete").onclick = () => {
     $("erase-journal").checked = false;
+    $("forget-learned").checked = false;
     $("delete-dialog").showModal();
   };
   $("delete-dialog").onclose = async () => {
     if ($("delete-dialog").returnValue !== "delete") return;
-    await deleteRecord(record, $("erase-journal").checked);
+    await deleteRecord(record, $("erase-journal").checked, $("forget-learned").checked);
   };
 }
 
-async function deleteRecord(record, eraseJournal) {
+// What the agent learned from the record's thread, forgotten (a purge of `thread:<id>` in the
+// role's pool) when asked — unless the thread has no runtime ids, or other records still use
+// it (the delete kept its memories for them: the last one to go takes them). A report line.
+async function forgetLearned(record, report) {
+  if (!record.thread_id || !record.role_id) return "Kept — role memory learned from it: the record names no runtime thread";
+  if (report.kept.some((k) => k.what === "memories")) return "Kept — role memory learned from it: other conversation records still use this thread";
+  try {
+    const { purged } = await api(`/api/roles/${encodeURIComponent(record.role_id)}/memory/purge`, {
+      method: "POST",
+      body: { tag: `thread:${record.thread_id}` },
+    });
+    return `Role memory learned from it: ${purged} ${purged === 1 ? "entry" : "entries"} forgotten`;
+  } catch (error) {
+    return `Role memory learned from it: not forgotten (${errorText(error)})`;
+  }
+}
+
+async function deleteRecord(record, eraseJournal, forget) {
   let report;
   try {
     report = await api(`/api/conversations/${encodeURIComponent(record.id)}?erase_journal=${eraseJournal}`, {
@@ -98,6 +118,7 @@ async function deleteRecord(record, eraseJournal) {
     `Conversation record: removed`,
     `Memories learned from it: ${report.memories_removed} removed${report.receipt_id ? ` (receipt ${report.receipt_id})` : ""}`,
     `Runtime journal: ${eraseJournal ? `${report.journal_events_removed} events erased` : "kept"}`,
+    forget ? await forgetLearned(record, report) : "Role memory learned from it: kept",
     ...report.kept.map((k) => `Kept — ${k.what}: ${k.why}`),
   ];
   $("delete-report-text").textContent = lines.join("\n");

@@ -1,6 +1,7 @@
 """Memory test fixtures: PostgreSQL from ``tests/postgres.py``, ``store`` — the memory store
 of one backend (in-memory or PostgreSQL), so the contract suite runs against both —
-``thread_store``, the same for thread memory, and ``pool_store`` for the role-memory pools."""
+``thread_store``, the same for thread memory, ``pool_store`` for the role-memory pools and
+``role_records`` for role memory's settings, confessions, enrichments and call log."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import pytest
 
 from memory.pool_store import InMemoryPoolStore, PoolLocks, PoolStore
 from memory.postgres_pool_store import PostgresPoolStore
+from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
+from memory.role_records import InMemoryRoleRecords, RoleRecords
 from memory.store import InMemoryMemoryStore, MemoryStore
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from tests.postgres import pg_pool, postgres_url
 
-__all__ = ["pg_pool", "pool_store", "postgres_url", "store", "thread_store"]
+__all__ = ["pg_pool", "pool_store", "postgres_url", "role_records", "store", "thread_store"]
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -36,3 +39,10 @@ def pool_store(request: pytest.FixtureRequest) -> PoolStore:
     if request.param == "memory":
         return InMemoryPoolStore(locks=PoolLocks())
     return PostgresPoolStore(request.getfixturevalue("pg_pool"), locks=PoolLocks())
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def role_records(request: pytest.FixtureRequest) -> RoleRecords:
+    if request.param == "memory":
+        return InMemoryRoleRecords()
+    return PostgresRoleRecords(request.getfixturevalue("pg_pool"))

@@ -15,8 +15,10 @@ import pytest
 
 from memory.crypto import KEY_FILE_NAME, load_key_file
 from memory.entries import MemoryDraft
+from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
+from memory.role_records import RoleMemorySettings
 from memory.thread_memory import ThreadMemory, remember
 from runtime import cli_memory
 from runtime.config import Settings
@@ -47,6 +49,10 @@ async def test_rotate_key_then_retire(
     threads = PostgresThreadMemoryStore(pg_pool, keyring=first)
     noted = remember(ThreadMemory(), "plan", "private plan", "fact", "i-1", now=datetime.now(UTC))
     await threads.save("t", "u1", "th1", noted, 0)
+    role_settings = RoleMemorySettings(instructions="keep health topics private")
+    await PostgresRoleRecords(pg_pool, keyring=first).put_settings(
+        "t", "r1", role_settings, expected=0
+    )
 
     assert await cli_memory.run(_rotate(), settings) == 0
     rotated = load_key_file(path, create=False)
@@ -54,7 +60,8 @@ async def test_rotate_key_then_retire(
     assert rotated.active_id != first.active_id and first.active_id in rotated.key_ids
     out = capsys.readouterr().out
     rows = _rows(out)
-    assert ("re-encrypted", rotated.active_id, "6") in rows  # 5 entries, 1 thread memory
+    # 5 entries, 1 thread memory, 1 role's memory settings
+    assert ("re-encrypted", rotated.active_id, "7") in rows
     assert ("in_use", first.active_id, "0") in rows
     assert "private fact" not in out
     # The server's store, still on the first keyring, picks the new key up.
@@ -76,6 +83,8 @@ async def test_rotate_key_then_retire(
     assert len(await after.list_entries("t", "u1", "r1")) == 6
     reopened = PostgresThreadMemoryStore(pg_pool, keyring=final)
     assert (await reopened.load("t", "u1", "th1")).facts == noted.facts
+    kept = await PostgresRoleRecords(pg_pool, keyring=final).settings("t", "r1")
+    assert kept.instructions == role_settings.instructions
 
 
 async def test_with_configured_keys_it_re_encrypts_and_says_how_to_rotate(

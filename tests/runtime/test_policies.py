@@ -154,6 +154,34 @@ CASES: list[Case] = [
         "user_object",
         _json({"expected": None, "revision": 0, "command": {"type": "configure", "use": False}}),
     ),  # fmt: skip
+    Case("GET", "/api/roles/{role_id}/memory", "tenant_object"),
+    Case(
+        "POST", "/api/roles/{role_id}/memory/remember", "tenant_object", _json({"content": "tea"})
+    ),
+    # No such entry: past the policy, 409 foreign_entry.
+    Case(
+        "POST",
+        "/api/roles/{role_id}/memory/forget",
+        "tenant_object",
+        _json({"entry_id": "mem_none"}),
+        allowed=409,
+    ),  # fmt: skip
+    Case("GET", "/api/roles/{role_id}/memory/log", "tenant_object"),
+    Case(
+        "POST",
+        "/api/roles/{role_id}/memory/purge",
+        "tenant_object",
+        _json({"tag": "thread:th_policy"}),
+    ),
+    Case("GET", "/api/roles/{role_id}/memory/settings", "tenant_object"),
+    Case(
+        "PATCH",
+        "/api/roles/{role_id}/memory/settings",
+        "tenant_object",
+        _json({"expected": 0, "concurrency": 2}),
+    ),  # fmt: skip
+    Case("GET", "/api/threads/{thread_id}/confessions", "user_object"),
+    Case("GET", "/api/threads/{thread_id}/enrichments", "user_object"),
     # A JSON body is no offer: past the policy, 415 (tests/runtime/test_webrtc.py makes calls).
     Case("POST", "/v1/realtime/calls", "collection", _json({}), allowed=415),
     Case("POST", "/v1/realtime/calls/{call_id}/hangup", "collection", allowed=404),
@@ -173,6 +201,7 @@ DECLARED: dict[tuple[str, str], Policy] = {
     ("DELETE", "/api/roles/{role_id}"): Policy.ADMIN,
     ("PUT", "/api/roles/{role_id}/documents"): Policy.ADMIN,
     ("PUT", "/api/thread-memory/defaults"): Policy.ADMIN,
+    ("PATCH", "/api/roles/{role_id}/memory/settings"): Policy.ADMIN,
     ("POST", "/v1/realtime/calls"): Policy.REALTIME,
     ("POST", "/v1/realtime/calls/{call_id}/hangup"): Policy.REALTIME,
 }
