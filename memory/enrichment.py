@@ -38,6 +38,12 @@ back here to be judged. The rules:
    - ``dropped_number``, ``dropped_question``, ``dropped_words``: what the person said must
      survive (``dropped``): every number, every question mark, every word and every CJK
      character of the input, counted (the rewrite must hold each at least as often).
+   - ``unsupported``: what the rewrite adds must come from the entries it cites
+     (``unsupported``): every number it adds is in one of them, and of the words of four
+     letters or more and the CJK characters it adds, at most ``max(2, a quarter)`` are in
+     none of them (room for the person's voice: "I" for "the person", 我 for 这个人). A small
+     model that copies the prompt's example, or cites one entry while using another, is
+     refused here.
 6. The survival check (``dropped``) is language-independent and deliberately strict: text is
    NFKC-normalised and case-folded; numbers are runs of digits; questions are ``?``, ``？``,
    ``¿`` and ``؟``; Han, kana and Hangul count character by character (those scripts need no
@@ -47,7 +53,9 @@ back here to be judged. The rules:
    written out in words ("three" for "3") or an inflected word ("likes" for "like") is
    refused although harmless; scripts written without spaces other than CJK (Thai, Lao,
    Khmer) count as one long word, so any insertion inside a run refuses the rewrite. Strict
-   errs on the side of the person's words: a refusal costs only the enrichment.
+   errs on the side of the person's words: a refusal costs only the enrichment. The
+   support check is looser by design (rewording needs some room): it catches additions the
+   cited entries do not contain, not a wrong conclusion drawn from words they do.
 7. ``validate_references``: a stored answer (an ``Enrichment`` record) holds only while every
    entry it used is still visible to the reader and current — decided from the pool's
    metadata alone (``memory/pool.py`` rules 1–7), never its content. An entry pushed out of
@@ -82,6 +90,7 @@ RefusalReason = Literal[
     "dropped_number",
     "dropped_question",
     "dropped_words",
+    "unsupported",
 ]
 REFUSAL_REASONS: tuple[RefusalReason, ...] = get_args(RefusalReason)
 
@@ -100,7 +109,7 @@ class EnrichmentLimits:
     """The whole enrichment of one turn, the model's queueing included (RM-6)."""
     read_timeout_s: float = 2.0
     """The visibility read (within ``timeout_s``)."""
-    save_timeout_s: float = 2.0
+    save_timeout_s: float = 1.0
     """Saving the enrichment record (after the model answered)."""
 
     def __post_init__(self) -> None:
@@ -119,6 +128,8 @@ class EnrichmentPrompt:
     schema: dict[str, Any]
     refs: tuple[tuple[str, str], ...]
     """(reference shown, entry id), newest entry first."""
+    contents: Mapping[str, str]
+    """The content shown under each reference (what the support check reads)."""
     shown_chars: int
     """Characters of entry content shown."""
     max_chars: int
@@ -150,7 +161,8 @@ Rewrite the person's input completely, using these entries where they help; you 
 the wording but must keep everything the person said and asked: every word, every name, every \
 number and every question stays in the rewrite. Add only what the entries say and what helps \
 to answer this input. Write in the person's language, as the person speaking ("I", "my").
-If no entry helps, give the input back as it is with "used" empty.
+Use only the entries below, never the facts of the example. If no entry helps, give the \
+input back as it is with "used" empty.
 "used" lists the references (e1, e2 …) of the entries the rewrite uses.
 Example. Entries:
 - e1: The person is vegetarian.
@@ -196,6 +208,7 @@ def build_prompt(
         return "no_entries"
     lines: list[str] = []
     refs: list[tuple[str, str]] = []
+    contents: dict[str, str] = {}
     used = shown = 0
     for entry in newest_first(entries):
         ref = f"e{len(refs) + 1}"
@@ -204,6 +217,7 @@ def build_prompt(
             break  # rule 2: the first entry past the budget ends the list
         lines.append(line)
         refs.append((ref, entry.meta.id))
+        contents[ref] = entry.content
         used += len(line) + 1
         shown += len(entry.content)
     if not refs:
@@ -218,6 +232,7 @@ def build_prompt(
         messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
         schema=answer_schema([r for r, _ in refs]),
         refs=tuple(refs),
+        contents=contents,
         shown_chars=shown,
         max_chars=max_chars,
         max_tokens=limits.max_tokens,
@@ -278,6 +293,9 @@ def judge(prompt: EnrichmentPrompt, answer: str) -> Rewrite | Refused:
     lost = dropped(prompt.original, rewrite)
     if lost is not None:
         return Refused(lost)
+    cited = [prompt.contents[ref] for ref in used]
+    if unsupported(prompt.original, rewrite, cited):
+        return Refused("unsupported")
     return Rewrite(rewrite, tuple(by_ref[ref] for ref in used))
 
 
@@ -323,6 +341,27 @@ def dropped(original: str, rewrite: str) -> RefusalReason | None:
     if before.words - after.words:
         return "dropped_words"
     return None
+
+
+SUPPORT_MIN_LETTERS = 4
+"""Added words shorter than this are the person's voice (pronouns, articles), not claims."""
+UNSUPPORTED_SLACK = 2
+
+
+def unsupported(original: str, rewrite: str, cited: Sequence[str]) -> bool:
+    """Whether ``rewrite`` adds what none of the ``cited`` entry contents holds (rule 5)."""
+    before, after = _said(original), _said(rewrite)
+    support = _said(" ".join(cited))
+    if any(number not in support.numbers for number in after.numbers - before.numbers):
+        return True
+    added = [
+        token
+        for token, count in (after.words - before.words).items()
+        if _CJK.fullmatch(token) or len(token) >= SUPPORT_MIN_LETTERS
+        for _ in range(count)
+    ]
+    missing = sum(1 for token in added if token not in support.words)
+    return missing > max(UNSUPPORTED_SLACK, len(added) // 4)
 
 
 # ------------------------------------------------------------------ stored answers (rule 7)

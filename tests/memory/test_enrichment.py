@@ -174,6 +174,27 @@ def test_a_reference_that_was_not_shown_drops_the_rewrite() -> None:
     assert judge(prompt, answer(good_text, "f_tea")) == Refused("unknown_entry")
 
 
+def test_what_the_rewrite_adds_must_come_from_the_entries_it_cites() -> None:
+    prompt = prompt_for("What should I drink this afternoon?", TEA, PORTO)
+    # A small model copying the prompt's example, citing real references.
+    copied = "What should I drink this afternoon? I am vegetarian and I live in Paris."
+    assert judge(prompt, answer(copied, "e1", "e2")) == Refused("unsupported")
+    # Citing one entry while using another.
+    tea = "What should I drink this afternoon? I like green tea with honey."
+    assert judge(prompt, answer(tea, "e1")) == Refused("unsupported")
+    assert judge(prompt, answer(tea, "e2")) == Rewrite(tea, ("f_tea",))
+    # A number no entry holds.
+    assert judge(prompt, answer(f"{tea} Two cups at 16.", "e2")) == Refused("unsupported")
+
+
+def test_the_persons_voice_is_room_the_support_check_leaves() -> None:
+    prompt = prompt_for("我该喝什么？", fact("f_zh", "这个人喜欢绿茶，住在杭州。"))
+    assert judge(prompt, answer("我该喝什么？我喜欢绿茶，我住在杭州。", "e1")) == Rewrite(
+        "我该喝什么？我喜欢绿茶，我住在杭州。", ("f_zh",)
+    )
+    assert judge(prompt, answer("我该喝什么？我喜欢红酒和咖啡。", "e1")) == Refused("unsupported")
+
+
 def test_empty_long_unchanged_and_uncited_rewrites_are_refused() -> None:
     prompt = prompt_for("Tea?", TEA)
     assert judge(prompt, answer("  ", "e1")) == Refused("empty")
