@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from journal.events import EventKind, ThreadRef
 from journal.store import InMemoryJournalStore
 from memory.enrichment import EnrichmentLimits
@@ -26,7 +28,8 @@ from memory.pool import (
     tenant_tag,
     thread_tag,
 )
-from memory.pool_store import InMemoryPoolStore, PoolLocks
+from memory.pool_store import InMemoryPoolStore, PoolLocks, PoolStore
+from memory.postgres_pool_store import PostgresPoolStore
 from memory.role_records import (
     CallPurpose,
     ChatMessages,
@@ -41,7 +44,10 @@ from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.enrichment import SessionEnrichment
 from runtime.server import running_server
+from tests.postgres import pg_pool, postgres_url
 from tests.runtime.conftest import fake_plugins
+
+__all__ = ["pg_pool", "postgres_url"]
 
 T, USER, ROLE = "t", "alice", "role_a"
 THREAD = ThreadRef(T, USER, "th_1")
@@ -124,8 +130,9 @@ class Setup:
         enabled: bool = True,
         model: str | None = "scripted",
         limits: EnrichmentLimits | None = None,
+        pool: PoolStore | None = None,
     ) -> None:
-        self.pool = InMemoryPoolStore(locks=PoolLocks())
+        self.pool = pool or InMemoryPoolStore(locks=PoolLocks())
         self.records = InMemoryRoleRecords()
         self.calls = calls
         self.journal = InMemoryJournalStore()
@@ -180,8 +187,17 @@ class Setup:
 TEA = entry("f_tea", "The person likes green tea with honey.")
 
 
-async def test_the_brain_sees_the_rewrite_and_the_journal_keeps_the_words() -> None:
-    setup = Setup(ScriptedCalls(rewrite_answer()))
+@pytest.fixture(params=["memory", "postgres"])
+def pool_store(request: pytest.FixtureRequest) -> PoolStore:
+    if request.param == "memory":
+        return InMemoryPoolStore(locks=PoolLocks())
+    return PostgresPoolStore(request.getfixturevalue("pg_pool"), locks=PoolLocks())
+
+
+async def test_the_brain_sees_the_rewrite_and_the_journal_keeps_the_words(
+    pool_store: PoolStore,
+) -> None:
+    setup = Setup(ScriptedCalls(rewrite_answer()), pool=pool_store)
     await setup.prepare(TEA, entry("f_bob", "Bob's secret.", user="bob"))
     await setup.turn()
     assert setup.sink.statuses == ["completed"]
