@@ -59,6 +59,7 @@ import os
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -124,6 +125,13 @@ _ENRICH_MESSAGES = [
     "I have 3 hours tonight. What should I do?",
 ]  # fmt: skip
 
+_CONCLUSIONS = [
+    "The person learns best with short daily practice", "这个人周末通常去爬山",
+    "The person drinks green tea in the afternoon, never coffee after noon",
+    "这个人在准备日语考试，每天学习一小时", "The person plans their week on Sunday evenings",
+    "The person trains for a marathon and runs three times a week", "这个人不喜欢太长的解释",
+]  # fmt: skip
+
 _COLUMNS = (
     "tenant", "owner", "id", "role_id", "kind", "key", "key_id", "content_sealed",
     "content_hash", "origin",
@@ -177,8 +185,15 @@ POOL_GROUP = 10
 GROUPS_PER_THREAD = 5
 
 
-def pool_group(group: int, users: int, start: datetime, role: str = "role") -> list[PoolEntry]:
-    """One group of the pool benchmark (module docstring, ``visible_read_ms``)."""
+def pool_group(
+    group: int,
+    users: int,
+    start: datetime,
+    role: str = "role",
+    conclusions: Sequence[str] = (),
+) -> list[PoolEntry]:
+    """One group of the pool benchmark (module docstring, ``visible_read_ms``); observations
+    say one of ``conclusions`` when given."""
     owner = f"user-{group % users}"
     other = f"user-{(group * 7 + 1) % users}"
     thread = f"th_{group // GROUPS_PER_THREAD}"
@@ -209,7 +224,12 @@ def pool_group(group: int, users: int, start: datetime, role: str = "role") -> l
                 sources=tuple(EntrySource(d) for d in deps), created_at=at, confidence=0.6,
             )  # fmt: skip
             made.append(meta.id)
-            entries.append(PoolEntry(meta, f"concluded at level {level} in group {group}"))
+            said = (
+                conclusions[(group + level + n) % len(conclusions)]
+                if conclusions
+                else f"concluded at level {level} in group {group}"
+            )
+            entries.append(PoolEntry(meta, said))
         levels.append(made)
     return entries
 
@@ -286,12 +306,14 @@ async def pool_bench(pg: Any | None, args: argparse.Namespace) -> dict[str, Any]
 
 
 async def load_pool(store: PoolStore, role: str, entries: int, users: int) -> int:
-    """``entries`` (rounded to groups) in ``role``'s pool for ``users`` people; the count."""
+    """``entries`` (rounded to groups) in ``role``'s pool for ``users`` people, observations
+    saying ``_CONCLUSIONS``; the count."""
     groups = max(1, entries // POOL_GROUP)
     start = datetime(2026, 1, 1, tzinfo=UTC)
     batch: list[PoolWrite] = []
     for group in range(groups):
-        batch.extend(AddEntry(e, "memory_model") for e in pool_group(group, users, start, role))
+        made = pool_group(group, users, start, role, _CONCLUSIONS)
+        batch.extend(AddEntry(e, "memory_model") for e in made)
         if len(batch) >= 1_000:
             await store.apply("bench", role, batch)
             batch = []
