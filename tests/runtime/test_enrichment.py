@@ -38,6 +38,7 @@ from memory.role_records import (
 )
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins
 from pipeline.events import ServerEvent, wire
+from pipeline.response import ResponseOptions
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
 from runtime.client import RealtimeClient
@@ -313,6 +314,22 @@ async def test_a_barge_in_cancels_the_enrichment() -> None:
     assert setup.brain.requests == []
     assert await setup.records.enrichments(T, "th_1") == []
     assert await setup.journaled_inputs() == [ORIGINAL]
+
+
+async def test_a_clients_out_of_band_input_is_not_enriched() -> None:
+    setup = Setup(ScriptedCalls(rewrite_answer(), rewrite_answer()))
+    await setup.prepare(TEA)
+    try:
+        setup.engine.push_text(ORIGINAL)
+        await asyncio.wait_for(setup.sink.done.wait(), 5)
+        setup.sink.done.clear()
+        options = ResponseOptions(in_conversation=False, input_text="What should I drink now?")
+        setup.engine.create_response(options)
+        await asyncio.wait_for(setup.sink.done.wait(), 5)
+    finally:
+        await setup.engine.close()
+    assert len(setup.calls.calls) == 1  # the person's turn only
+    assert [r.current_input for r in setup.brain.requests] == [REWRITE, "What should I drink now?"]
 
 
 # ------------------------------------------------------------------ a real session
