@@ -38,7 +38,8 @@
   enrichment record (records in memory). Its own pool of ``--pool-entries`` entries in another
   role, shaped like the one above, for ``--enrich-users`` people (default 200: a reader sees
   about 55 entries); ``--enrich-samples`` turns (default 200) of random people, after 20 warm
-  ones. Same store as ``visible_read_ms``.
+  ones. Same store as ``visible_read_ms``. ``details.enrich.core_ms``: the pure part alone
+  (prompt, instant answer, checks) on entries read beforehand.
 - ``enrich_llm_ms``: the same with the local model answering (``--enrich-llm N`` turns; off by
   default — a call takes seconds, bounded at 15 s); ``details.enrich.llm.outcomes`` counts how
   the answers were judged (``rewritten`` or a refusal code). Null, with the reason, when off or
@@ -69,7 +70,7 @@ from benchmarks.common import emit, p50_p99, percentile
 from benchmarks.journal import bench_database
 from journal.events import ThreadRef
 from memory.crypto import Keyring
-from memory.enrichment import EnrichmentLimits
+from memory.enrichment import EnrichmentLimits, EnrichmentPrompt, build_prompt, judge
 from memory.entries import KINDS, normalize, owner_key
 from memory.extraction import extract
 from memory.pool import (
@@ -408,6 +409,30 @@ async def enrich_samples(
     return times, outcomes, visible
 
 
+async def enrich_core_ms(store: PoolStore, args: argparse.Namespace) -> list[float]:
+    """The pure part alone (``build_prompt`` + the instant answer + ``judge``) on the entries
+    of random people, read beforehand: enrichment's own cost beside the read."""
+    rng = random.Random(29)
+    instant = InstantEnrichCalls()
+    times: list[float] = []
+    for sample in range(args.enrich_samples):
+        reader = Reader(
+            f"user-{rng.randrange(args.enrich_users)}", "bench", frozenset({ENRICH_ROLE})
+        )
+        entries = await store.read_visible("bench", ENRICH_ROLE, reader, current_only=True)
+        message = _ENRICH_MESSAGES[sample % len(_ENRICH_MESSAGES)]
+        began = time.perf_counter()
+        prompt = build_prompt(message, entries, instructions=PRIVACY)
+        if isinstance(prompt, EnrichmentPrompt):
+            answer = await instant.call(
+                "bench", ENRICH_ROLE, "enrich", prompt.messages, prompt.schema,
+                max_tokens=prompt.max_tokens, timeout_s=15,
+            )  # fmt: skip
+            judge(prompt, answer or "")
+        times.append((time.perf_counter() - began) * 1000)
+    return times
+
+
 async def enrich_bench(pg: Any | None, args: argparse.Namespace) -> dict[str, Any]:
     """``enrich_ms`` and ``enrich_llm_ms`` (module docstring)."""
     keyring = Keyring.generate("enrichbench")
@@ -436,6 +461,7 @@ async def enrich_bench(pg: Any | None, args: argparse.Namespace) -> dict[str, An
         "model": "instant scripted model (no model time): the rewrite appends the newest "
         "entry shown; timed: memory switch, role settings, read_visible (current only), "
         "prompt, checks, the enrichment record (in memory)",
+        "core_ms": p50_p95_p99(await enrich_core_ms(store, args)),
         "visible_entries_p50": sorted(visible)[len(visible) // 2] if visible else 0,
         "shown_entries_p50": sorted(instant.shown)[len(instant.shown) // 2] if instant.shown else 0,
         "entry_chars": EnrichmentLimits().entry_chars,
