@@ -3,7 +3,9 @@
 ``python -m benchmarks.memory`` prints one JSON object::
 
     {"entries": 100000, "inject_ms": {"p50", "p99"}, "extract_ms": {"p50", "p99"},
-     "visible_read_ms": {"p50", "p99"}, "purge_ms": {"p50", "p99"}, "details": {…}}
+     "visible_read_ms": {"p50", "p99"}, "purge_ms": {"p50", "p99"},
+     "enrich_ms": {"p50", "p95", "p99"}, "enrich_llm_ms": {"p50", "p95", "p99"} | null,
+     "details": {…}}
 
 - Data: ``--users`` users (default 1,000) × one role × ``--per-user`` entries (default 100, the
   per-role limit), realistic Chinese and English contents, bulk-loaded with ``COPY`` into
@@ -30,6 +32,19 @@
   load time, entries shown per read and the store.
 - ``purge_ms``: ``purge`` of one ``thread:`` tag (the thread's facts and every observation
   derived from them), one sample per thread purged (``--pool-purges``, default 20).
+- ``enrich_ms``: input enrichment's cost on the turn path (SPEC RM-5,
+  ``runtime.enrichment.SessionEnrichment.rewrite``) with an *instant scripted model*
+  (``details.enrich.model`` says so): the memory switch, the role's settings, ``read_visible``
+  of the person's current entries, the prompt within its budget, the checks and the
+  enrichment record (records in memory). Its own pool of ``--pool-entries`` entries in another
+  role, shaped like the one above, for ``--enrich-users`` people (default 200: a reader sees
+  about 55 entries); ``--enrich-samples`` turns (default 200) of random people, after 20 warm
+  ones. Same store as ``visible_read_ms``. ``details.enrich.core_ms``: the pure part alone
+  (prompt, instant answer, checks) on entries read beforehand.
+- ``enrich_llm_ms``: the same with the local model answering (``--enrich-llm N`` turns; off by
+  default — a call takes seconds, bounded at 15 s); ``details.enrich.llm.outcomes`` counts how
+  the answers were judged (``rewritten`` or a refusal code). Null, with the reason, when off or
+  when the model's packages are missing.
 
 Database: ``--database-url`` (or ``OPENREALTIME_DATABASE_URL`` / ``DATABASE_URL``) names a
 server where this benchmark may create a database; without one it starts the embedded
@@ -41,17 +56,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import time
+from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 
-from benchmarks.common import emit, p50_p99
+from benchmarks.common import emit, p50_p99, percentile
 from benchmarks.journal import bench_database
+from journal.events import ThreadRef
 from memory.crypto import Keyring
+from memory.enrichment import EnrichmentLimits, EnrichmentPrompt, build_prompt, judge
 from memory.entries import KINDS, normalize, owner_key
 from memory.extraction import extract
 from memory.pool import (
@@ -69,7 +89,16 @@ from memory.pool import (
 from memory.pool_store import AddEntry, InMemoryPoolStore, PoolLocks, PoolStore, PoolWrite
 from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_store import PostgresMemoryStore, entry_context
+from memory.role_records import (
+    CallPurpose,
+    ChatMessages,
+    InMemoryRoleRecords,
+    MemoryModelCalls,
+    RoleMemorySettings,
+)
 from memory.session import MemorySettings, SessionMemory
+from memory.thread_consolidation import JsonModel
+from runtime.enrichment import SessionEnrichment
 from runtime.loop import install_uvloop
 from runtime.migrations import apply_migrations
 
@@ -88,6 +117,21 @@ _MESSAGES = [
     "If I lived in Paris I would be happy", "Thanks, that was helpful!",
     "I plan to learn Spanish this year, and I like jazz.", "你记得我什么?",
     "Could you tell me more about the return policy for damaged items please?",
+]  # fmt: skip
+
+ENRICH_ROLE = "role-enrich"
+PRIVACY = "Share nothing about one person with another. Never repeat health details."
+_ENRICH_MESSAGES = [
+    "What should I drink this afternoon?", "我周末应该做什么？", "Can you help me plan my week?",
+    "帮我想想今天的学习计划", "Which of my goals should I work on first, and for how long?",
+    "I have 3 hours tonight. What should I do?",
+]  # fmt: skip
+
+_CONCLUSIONS = [
+    "The person learns best with short daily practice", "这个人周末通常去爬山",
+    "The person drinks green tea in the afternoon, never coffee after noon",
+    "这个人在准备日语考试，每天学习一小时", "The person plans their week on Sunday evenings",
+    "The person trains for a marathon and runs three times a week", "这个人不喜欢太长的解释",
 ]  # fmt: skip
 
 _COLUMNS = (
@@ -143,8 +187,15 @@ POOL_GROUP = 10
 GROUPS_PER_THREAD = 5
 
 
-def pool_group(group: int, users: int, start: datetime) -> list[PoolEntry]:
-    """One group of the pool benchmark (module docstring, ``visible_read_ms``)."""
+def pool_group(
+    group: int,
+    users: int,
+    start: datetime,
+    role: str = "role",
+    conclusions: Sequence[str] = (),
+) -> list[PoolEntry]:
+    """One group of the pool benchmark (module docstring, ``visible_read_ms``); observations
+    say one of ``conclusions`` when given."""
     owner = f"user-{group % users}"
     other = f"user-{(group * 7 + 1) % users}"
     thread = f"th_{group // GROUPS_PER_THREAD}"
@@ -156,7 +207,7 @@ def pool_group(group: int, users: int, start: datetime) -> list[PoolEntry]:
         present = frozenset({owner, other}) if n == 3 else frozenset({owner})
         item = f"item_{group}_{n}"
         meta = EntryMeta(
-            id=f"f_{group}_{n}", role_id="role", layer="fact",
+            id=f"f_{group}_{n}", role_id=role, layer="fact",
             tags=frozenset(base_tags | {for_person_tag(u) for u in present}),
             sources=(ThreadSource(thread, item),), created_at=at,
             access=(ThreadAccess(thread, item, present),),
@@ -170,12 +221,17 @@ def pool_group(group: int, users: int, start: datetime) -> list[PoolEntry]:
         for n in range(count):
             deps = (below[n % len(below)], below[(n + 1) % len(below)])
             meta = EntryMeta(
-                id=f"o{level}_{group}_{n}", role_id="role", layer="observation",
+                id=f"o{level}_{group}_{n}", role_id=role, layer="observation",
                 tags=frozenset({tenant_tag("bench"), for_person_tag(owner), "pool-bench"}),
                 sources=tuple(EntrySource(d) for d in deps), created_at=at, confidence=0.6,
             )  # fmt: skip
             made.append(meta.id)
-            entries.append(PoolEntry(meta, f"concluded at level {level} in group {group}"))
+            said = (
+                conclusions[(group + level + n) % len(conclusions)]
+                if conclusions
+                else f"concluded at level {level} in group {group}"
+            )
+            entries.append(PoolEntry(meta, said))
         levels.append(made)
     return entries
 
@@ -277,6 +333,200 @@ async def pool_bench(pg: Any | None, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
+async def load_pool(store: PoolStore, role: str, entries: int, users: int) -> int:
+    """``entries`` (rounded to groups) in ``role``'s pool for ``users`` people, observations
+    saying ``_CONCLUSIONS``; the count."""
+    groups = max(1, entries // POOL_GROUP)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    batch: list[PoolWrite] = []
+    for group in range(groups):
+        made = pool_group(group, users, start, role, _CONCLUSIONS)
+        batch.extend(AddEntry(e, "memory_model") for e in made)
+        if len(batch) >= 1_000:
+            await store.apply("bench", role, batch)
+            batch = []
+    if batch:
+        await store.apply("bench", role, batch)
+    return groups * POOL_GROUP
+
+
+class InstantEnrichCalls:
+    """``MemoryModelCalls`` answering at once as a good model would: the person's input with
+    the newest entry shown appended, citing it (so every check runs and the rewrite is
+    accepted). It records how many entries each prompt showed."""
+
+    def __init__(self) -> None:
+        self.shown: list[int] = []
+
+    async def call(
+        self, tenant: str, role_id: str, purpose: CallPurpose, messages: ChatMessages,
+        schema: dict[str, Any], *, max_tokens: int, timeout_s: float,
+        thread_id: str | None = None,
+    ) -> str | None:  # fmt: skip
+        refs = schema["properties"]["used"]["items"]["enum"]
+        self.shown.append(len(refs))
+        lines = messages[-1]["content"].splitlines()
+        said = lines[-1].removeprefix("Input: ")
+        newest = lines[1].split(": ", 1)[1]
+        return json.dumps({"rewrite": f"{said} {newest}", "used": [refs[0]]}, ensure_ascii=False)
+
+
+class JsonModelCalls:
+    """``MemoryModelCalls`` over one ``JsonModel`` with the wait bound only (no budget, no
+    call log): what the local model itself costs."""
+
+    def __init__(self, model: JsonModel) -> None:
+        self.model = model
+
+    async def call(
+        self, tenant: str, role_id: str, purpose: CallPurpose, messages: ChatMessages,
+        schema: dict[str, Any], *, max_tokens: int, timeout_s: float,
+        thread_id: str | None = None,
+    ) -> str | None:  # fmt: skip
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self.model.complete_json(
+                    messages, schema, max_tokens=max_tokens, lane="bench"
+                )
+        except Exception:  # a failed or late call is "no answer", as RM-6 says
+            return None
+
+
+def p50_p95_p99(values: list[float]) -> dict[str, float | None]:
+    return {
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+    }
+
+
+async def enrich_samples(
+    store: PoolStore, calls: MemoryModelCalls, args: argparse.Namespace, samples: int, seed: int
+) -> tuple[list[float], Counter[str], list[int]]:
+    """``samples`` turns of random people through ``SessionEnrichment.rewrite``."""
+    records = InMemoryRoleRecords()
+    await records.put_settings(
+        "bench", ENRICH_ROLE, RoleMemorySettings(memory_model="bench", instructions=PRIVACY),
+        expected=0,
+    )  # fmt: skip
+
+    async def enabled() -> bool:
+        return True
+
+    rng = random.Random(seed)
+    times: list[float] = []
+    outcomes: Counter[str] = Counter()
+    visible: list[int] = []
+    for sample in range(samples):
+        user = f"user-{rng.randrange(args.enrich_users)}"
+        enrichment = SessionEnrichment(
+            pool=store, records=records, calls=calls, thread=ThreadRef("bench", user, "th_e"),
+            role_id=ENRICH_ROLE, is_enabled=enabled,
+        )  # fmt: skip
+        message = _ENRICH_MESSAGES[sample % len(_ENRICH_MESSAGES)]
+        began = time.perf_counter()
+        await enrichment.rewrite(message, seq=sample + 1)
+        times.append((time.perf_counter() - began) * 1000)
+        outcomes.update(enrichment.outcomes)
+        if sample < 20:
+            reader = enrichment.reader
+            visible.append(
+                len(await store.read_visible("bench", ENRICH_ROLE, reader, current_only=True))
+            )
+    return times, outcomes, visible
+
+
+async def enrich_core_ms(store: PoolStore, args: argparse.Namespace) -> list[float]:
+    """The pure part alone (``build_prompt`` + the instant answer + ``judge``) on the entries
+    of random people, read beforehand: enrichment's own cost beside the read."""
+    rng = random.Random(29)
+    instant = InstantEnrichCalls()
+    times: list[float] = []
+    for sample in range(args.enrich_samples):
+        reader = Reader(
+            f"user-{rng.randrange(args.enrich_users)}", "bench", frozenset({ENRICH_ROLE})
+        )
+        entries = await store.read_visible("bench", ENRICH_ROLE, reader, current_only=True)
+        message = _ENRICH_MESSAGES[sample % len(_ENRICH_MESSAGES)]
+        began = time.perf_counter()
+        prompt = build_prompt(message, entries, instructions=PRIVACY)
+        if isinstance(prompt, EnrichmentPrompt):
+            answer = await instant.call(
+                "bench", ENRICH_ROLE, "enrich", prompt.messages, prompt.schema,
+                max_tokens=prompt.max_tokens, timeout_s=15,
+            )  # fmt: skip
+            judge(prompt, answer or "")
+        times.append((time.perf_counter() - began) * 1000)
+    return times
+
+
+async def enrich_bench(pg: Any | None, args: argparse.Namespace) -> dict[str, Any]:
+    """``enrich_ms`` and ``enrich_llm_ms`` (module docstring)."""
+    keyring = Keyring.generate("enrichbench")
+    store: PoolStore = (
+        PostgresPoolStore(pg, keyring=keyring, locks=PoolLocks(), query_timeout=120)
+        if pg is not None
+        else InMemoryPoolStore(keyring=keyring, locks=PoolLocks())
+    )
+    started = time.perf_counter()
+    entries = await load_pool(store, ENRICH_ROLE, args.pool_entries, args.enrich_users)
+    if pg is not None:
+        await pg.execute("ANALYZE role_pool_entries")
+    load_s = time.perf_counter() - started
+    instant = InstantEnrichCalls()
+    await enrich_samples(store, instant, args, 20, seed=5)  # warm caches and statements
+    instant.shown.clear()
+    times, outcomes, visible = await enrich_samples(
+        store, instant, args, args.enrich_samples, seed=17
+    )
+    details: dict[str, Any] = {
+        "store": "postgres" if pg is not None else "memory",
+        "entries": entries,
+        "users": args.enrich_users,
+        "load_s": round(load_s, 2),
+        "samples": len(times),
+        "model": "instant scripted model (no model time): the rewrite appends the newest "
+        "entry shown; timed: memory switch, role settings, read_visible (current only), "
+        "prompt, checks, the enrichment record (in memory)",
+        "core_ms": p50_p95_p99(await enrich_core_ms(store, args)),
+        "visible_entries_p50": sorted(visible)[len(visible) // 2] if visible else 0,
+        "shown_entries_p50": sorted(instant.shown)[len(instant.shown) // 2] if instant.shown else 0,
+        "entry_chars": EnrichmentLimits().entry_chars,
+        "outcomes": dict(outcomes),
+    }
+    llm: dict[str, float | None] | None = None
+    if args.enrich_llm > 0:
+        llm, llm_details = await enrich_llm(store, args)
+        details["llm"] = llm_details
+    else:
+        details["llm"] = {"skipped": "off (--enrich-llm N runs N turns on the local model)"}
+    return {"enrich_ms": p50_p95_p99(times), "enrich_llm_ms": llm, "details": details}
+
+
+async def enrich_llm(
+    store: PoolStore, args: argparse.Namespace
+) -> tuple[dict[str, float | None] | None, dict[str, Any]]:
+    from plugins.brain.json_model import LocalJsonModel
+    from plugins.brain.local_model import LocalModel, LocalModelSettings
+
+    reason = LocalModel.unavailable_reason()
+    if reason is not None:
+        return None, {"skipped": reason}
+    model = LocalModel(LocalModelSettings(start_deadline_s=60.0))
+    try:
+        await model.warm_up()
+        times, outcomes, _ = await enrich_samples(
+            store, JsonModelCalls(LocalJsonModel(model)), args, args.enrich_llm, seed=23
+        )
+    finally:
+        await model.aclose()
+    return p50_p95_p99(times), {
+        "samples": len(times),
+        "model": "local (Qwen2.5-Coder-0.5B-Instruct), warmed up first, not timed",
+        "outcomes": dict(outcomes),
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     database_url = (
         args.database_url
@@ -336,6 +586,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 saves.append((time.perf_counter() - started) * 1000)
                 saved += memory.counters.saved
             pool_result = await pool_bench(pool if database_url else None, args)
+            enrich_result = await enrich_bench(pool if database_url else None, args)
         finally:
             await pool.close()
     entries = args.users * args.per_user
@@ -345,6 +596,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "extract_ms": p50_p99(extract_times),
         "visible_read_ms": pool_result["visible_read_ms"],
         "purge_ms": pool_result["purge_ms"],
+        "enrich_ms": enrich_result["enrich_ms"],
+        "enrich_llm_ms": enrich_result["enrich_llm_ms"],
         "details": {
             "server": "external" if database_url else "embedded",
             "users": args.users,
@@ -359,6 +612,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "extract_and_save_ms": p50_p99(saves),
             "entries_saved": saved,
             "pool": pool_result["details"],
+            "enrich": enrich_result["details"],
         },
     }
 
@@ -373,6 +627,9 @@ def main() -> None:
     parser.add_argument("--pool-users", type=int, default=100, help="people using the pool")
     parser.add_argument("--pool-samples", type=int, default=200, help="read_visible samples")
     parser.add_argument("--pool-purges", type=int, default=20, help="threads purged")
+    parser.add_argument("--enrich-users", type=int, default=200, help="people of the enrich pool")
+    parser.add_argument("--enrich-samples", type=int, default=200, help="enriched turns timed")
+    parser.add_argument("--enrich-llm", type=int, default=0, help="turns on the local model")
     args = parser.parse_args()
     install_uvloop()
     emit(asyncio.run(run(args)))

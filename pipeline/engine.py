@@ -14,7 +14,9 @@ Each response is one task: it journals the user's input (an interruption cannot 
 part), projects the thread's history within the budget (``ConversationHistory``) — while
 the session's long-term memory (``TurnMemory``) is read beside it for the system prompt, bounded
 by ``memory_read_timeout_s``, and each journaled final user message goes to memory extraction in
-a task of its own, so memory never holds or fails a turn — then hands the answer to the
+a task of its own, so memory never holds or fails a turn; the person's words may reach the
+brain rewritten by the session's ``InputEnrichment`` (SPEC RM-5, bounded by
+``enrichment_timeout_s``; the journal keeps what was said) — then hands the answer to the
 ``AnswerSpeaker`` (``pipeline/response.py``: brain through the shared tool loop, sentences, TTS,
 pacing), awaits its playout and finalizes it. ``Interrupt`` cancels the task at once; the pacer
 and the session's outbox both check that the generation is still current, so nothing of an
@@ -58,6 +60,7 @@ from pipeline.echo import EchoGate, EchoGuard, EchoSettings, no_reference
 from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.engine_config import (
     EngineSettings,
+    InputEnrichment,
     OutputSink,
     Persona,
     Plugins,
@@ -144,9 +147,11 @@ class Engine:
         incarnation: int = 0,
         memory: TurnMemory | None = None,
         thread_memory: ThreadMemoryHook | None = None,
+        enrichment: InputEnrichment | None = None,
     ) -> None:
         self.plugins = plugins
         self.memory = memory
+        self.enrichment = enrichment
         self.thread_memory = thread_memory
         self.history = history or ConversationHistory(journal)
         self.tools: Mapping[str, ToolHandler] = tools or {}
@@ -755,6 +760,7 @@ class Engine:
             response.recording = False
             if response.cancelled:
                 return
+            persons_words = bool(text)
             if text:
                 self._last_input, self._last_input_seq = text, user_seq
             elif response.tool_results or response.pending is not None:
@@ -768,15 +774,23 @@ class Engine:
             if not options.in_conversation and options.input_text is not None:
                 # Out of band with its own input: the whole conversation so far is context.
                 user_seq, text = ALL_HISTORY, options.input_text
+                persons_words = False
+            # The brain may see the person's words enriched from memory; the journal keeps them.
+            current = await self._enriched(text, user_seq) if persons_words else text
             preempted = response.preemption
-            if preempted is not None and not preempted.reusable_for(response.turn_id, text):
+            if preempted is not None and (
+                current != text or not preempted.reusable_for(response.turn_id, text)
+            ):
                 preempted.cancel()
                 preempted = response.preemption = None
             if preempted is not None:
                 content = preempted.content
             else:
                 content = await self._turn_content(
-                    text, before_seq=user_seq, memory=memory_read, instructions=options.instructions
+                    current,
+                    before_seq=user_seq,
+                    memory=memory_read,
+                    instructions=options.instructions,
                 )
             events = response.events
             events.previous_item_id = self.items.last_id
@@ -807,6 +821,20 @@ class Engine:
         finally:
             if memory_read is not None and not memory_read.done():
                 memory_read.cancel()
+
+    async def _enriched(self, text: str, seq: int | None) -> str:
+        """The person's input as the brain sees it: rewritten by the session's
+        ``InputEnrichment``, or as said (no hook, no journal position, no rewrite, a hook that
+        failed or overran ``enrichment_timeout_s``). A barge-in cancels the wait."""
+        if self.enrichment is None or seq is None:
+            return text
+        try:
+            async with asyncio.timeout(self.settings.enrichment_timeout_s):
+                rewritten = await self.enrichment.rewrite(text, seq=seq)
+        except Exception as e:  # enrichment never fails the turn
+            log.warning("input enrichment failed (the input goes on as said): %s", type(e).__name__)
+            return text
+        return rewritten or text
 
     async def _typed_input(self, response: Response) -> tuple[str, int | None]:
         """The text items added since the last response (already being journaled) and the

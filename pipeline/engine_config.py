@@ -30,6 +30,16 @@ class TurnMemory(Protocol):
     ) -> None: ...
 
 
+class InputEnrichment(Protocol):
+    """Input enrichment for one session (``runtime.enrichment.SessionEnrichment``, SPEC RM-5):
+    ``rewrite`` gets a turn's input when it is the person's own words (never a continuation, a
+    client's out-of-band input or a notice) with its journal position, and gives the text the
+    brain sees as the current input instead, or None (the input as said). It bounds its own
+    wait and never raises; cancelling it (a barge-in) cancels its model call."""
+
+    async def rewrite(self, text: str, *, seq: int) -> str | None: ...
+
+
 class ThreadMemoryHook(Protocol):
     """The thread's learned facts for one session (``runtime.thread_memory.ThreadMemoryHook``):
     ``read`` gives the block a turn is shown (or None); ``after_turn`` starts learning from the
@@ -78,6 +88,9 @@ class EngineSettings:
     """After an interruption, how long to wait for the client's playback report."""
     memory_read_timeout_s: float = 1.0
     """How long a turn waits for its long-term memory read (then goes on without it)."""
+    enrichment_timeout_s: float = 16.0
+    """The most a turn waits for its input's enrichment (the hook bounds itself at 15 s, SPEC
+    RM-6; this guards one that does not): then the input goes on as said."""
     max_tool_rounds: int = 4
     tool_timeout_s: float = 10.0
     history_events: int = 200
@@ -103,4 +116,4 @@ class Persona:
     language: str | None = None
 
 
-__all__ = ["EngineSettings", "OutputSink", "Persona", "Plugins", "TurnMemory"]
+__all__ = ["EngineSettings", "InputEnrichment", "OutputSink", "Persona", "Plugins", "TurnMemory"]

@@ -11,7 +11,7 @@ status goes to the client as ``openrealtime.memory.status`` events through the o
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from journal.events import ThreadRef
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MemorySwitch = Callable[[], Awaitable[bool]]
+
 
 def memory_settings(services: Services) -> MemorySettings:
     settings = services.settings
@@ -34,13 +36,10 @@ def memory_settings(services: Services) -> MemorySettings:
     )
 
 
-def session_memory(
-    services: Services,
-    thread: ThreadRef,
-    role: Role,
-    send_event: Callable[[ServerEvent], None],
-) -> SessionMemory:
-    tenant, role_id = thread.tenant, role.id
+def memory_switch(services: Services, thread: ThreadRef, role_id: str) -> MemorySwitch:
+    """Whether long-term memory is on for the thread's user and the role, read anew on every
+    call (the role's switch and the user's override; a deleted role has none)."""
+    tenant = thread.tenant
 
     async def is_enabled() -> bool:
         current = await services.roles.get(tenant, role_id)
@@ -49,6 +48,17 @@ def session_memory(
         overrides = await services.roles.overrides(tenant, thread.user, role_id)
         return memory_enabled_for(current, overrides)
 
+    return is_enabled
+
+
+def session_memory(
+    services: Services,
+    thread: ThreadRef,
+    role: Role,
+    send_event: Callable[[ServerEvent], None],
+) -> SessionMemory:
+    tenant, role_id = thread.tenant, role.id
+    is_enabled = memory_switch(services, thread, role_id)
     return SessionMemory(
         services.memory,
         tenant=tenant,

@@ -24,7 +24,7 @@ from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
-from memory.role_records import InMemoryRoleRecords, RoleRecords
+from memory.role_records import InMemoryRoleRecords, MemoryModelCalls, RoleRecords
 from memory.store import InMemoryMemoryStore, MemoryStore
 from memory.thread_consolidation import JsonModel
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
@@ -79,6 +79,9 @@ class Services:
     """The role memory pools (SPEC RM, issue 18)."""
     role_records: RoleRecords = field(default_factory=InMemoryRoleRecords)
     """Role memory's settings, confessions, enrichments and model call log (SPEC RM-4…8)."""
+    memory_calls: MemoryModelCalls | None = None
+    """Calls of the roles' memory models under RM-6 (``runtime.role_memory.RoleMemoryModels``);
+    None: no memory model is ever called (inputs are not enriched)."""
     learning_runs: LearningRunStore = field(default_factory=InMemoryLearningRunStore)
     """Durable learning runs of role memory (SPEC RM-4)."""
     keyring: Keyring | None = None

@@ -59,6 +59,7 @@ from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
 from runtime.continuity import ContinueHere, reconcile_from_journal
+from runtime.enrichment import session_enrichment
 from runtime.journal_buffer import BufferedJournal
 from runtime.memory_hook import session_memory
 from runtime.outbox import Outbox
@@ -447,6 +448,7 @@ class VoiceSession:
             thread_memory=ThreadMemoryHook(
                 services.thread_memory_service, thread, services.plugins.brain, lane=self.id
             ),
+            enrichment=session_enrichment(services, thread, role),
             tools={knowledge_spec.name: knowledge_tool},
             tool_specs=(knowledge_spec,),
         )
