@@ -20,6 +20,7 @@ from runtime import (
     api_conversations,
     api_knowledge,
     api_memory,
+    api_operations,
     api_thread_fork,
     api_threads,
     webrtc,
@@ -99,13 +100,6 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     async def health() -> dict[str, Any]:
         return {"status": "ok", "sessions": len(services.active_sessions)}
 
-    @app.get("/metrics", dependencies=[allow(Policy.METRICS)])
-    async def metrics(reset: bool = False) -> dict[str, Any]:
-        summary = services.loop_lag.summary()
-        if reset:
-            services.loop_lag.reset()
-        return {"sessions": len(services.active_sessions), "loop_lag_ms": summary}
-
     @app.get("/api/roles", dependencies=[allow(Policy.MEMBER)])
     async def list_roles(who: Caller) -> dict[str, Any]:
         await default_role(services.roles, who.tenant)
@@ -142,6 +136,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             raise ApiError(409, "role_is_default", "the default role cannot be deleted")
         await services.roles.delete(who.tenant, role_id)
 
+    app.include_router(api_operations.router)
     app.include_router(api_accounts.router)
     app.include_router(api_client_secrets.router)
     app.include_router(api_conversations.router)
