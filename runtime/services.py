@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
@@ -203,7 +204,8 @@ class Services:
         if model is not None:
             with contextlib.suppress(ValueError):
                 model.observers.remove(self.telemetry.metrics.model_request)
-        self.telemetry.close()
+        # Flushing the last spans may wait on the exporter's network: off the event loop.
+        await asyncio.to_thread(self.telemetry.close)
         await self.calls.close()
         await self.accounts.close()
         await self.resume_tokens.close()
