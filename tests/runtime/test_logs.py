@@ -58,7 +58,9 @@ def captured() -> Iterator[io.StringIO]:
     out = io.StringIO()
     root = logging.getLogger()
     level = root.level
-    handler = configure_logging(format="json", level="INFO", stream=out, replace=False)
+    handler = configure_logging(
+        format="json", level=Settings().log_level, stream=out, replace=False
+    )
     try:
         yield out
     finally:
