@@ -21,7 +21,7 @@ from plugins.brain.llm import LLMBrain
 from plugins.brain.local_model import LocalModel, LocalModelSettings
 from runtime.client import RealtimeClient
 from runtime.config import Settings
-from runtime.server import RunningServer
+from runtime.server import RunningServer, running_server
 from runtime.services import open_services
 from tests.plugins.test_local_model import FakeBackend, ask, timings_chunk
 from tests.runtime.conftest import fake_plugins
@@ -187,3 +187,32 @@ async def test_the_local_models_queue_and_tokens(no_model_file: None, tmp_path: 
         await services.close()
         await model.aclose()
     assert model.observers == []  # the closed services stopped listening
+
+
+async def test_the_journal_buffer_gauge_follows_an_outage(tmp_path: Path) -> None:
+    """The outage of ``tests/runtime/test_journal_outage.py``: while the store is down the
+    session's unsaved events show, and the outage's error is counted as a server error."""
+    from tests.runtime.test_journal_outage import FlakyStore
+
+    settings = Settings(port=0, data_dir=tmp_path, storage="memory")
+    services = await open_services(settings, plugins=fake_plugins())
+    store = FlakyStore()
+    services.journal = store
+    try:
+        async with running_server(settings, services=services) as server:
+            async with RealtimeClient(server.ws_url, server.token) as client:
+                await client.connect()
+                store.down = True
+                await client.send_text("remember this while the database is down")
+                await client.wait_type("error")
+                await client.wait_type("response.done")
+                _, down = await scrape(server)
+                assert value(down, "openrealtime_journal_buffered_events") >= 1
+                labels = {"code": "journal_unavailable", "type": "server_error"}
+                assert value(down, "openrealtime_errors_total", **labels) >= 1
+                store.down = False
+                await client.wait_type("openrealtime.journal.recovered", timeout=15)
+                _, recovered = await scrape(server)
+                assert value(recovered, "openrealtime_journal_buffered_events") == 0
+    finally:
+        await services.close()
