@@ -20,12 +20,12 @@ from runtime import (
     api_conversations,
     api_knowledge,
     api_memory,
-    api_operations,
     api_thread_fork,
     api_threads,
     webrtc,
 )
 from runtime.api import ApiError, Caller
+from runtime.api_operations import router as operations_router
 from runtime.connection import RealtimeConnection
 from runtime.policy import Policy, allow
 from runtime.roles import Role, default_role
@@ -136,7 +136,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             raise ApiError(409, "role_is_default", "the default role cannot be deleted")
         await services.roles.delete(who.tenant, role_id)
 
-    app.include_router(api_operations.router)
+    app.include_router(operations_router)
     app.include_router(api_accounts.router)
     app.include_router(api_client_secrets.router)
     app.include_router(api_conversations.router)
