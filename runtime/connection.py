@@ -441,6 +441,7 @@ class RealtimeConnection:
             await session.detach(self)
             return None
         session.go_live()
+        self.services.telemetry.metrics.resumes.labels("live").inc()
         return session
 
     def _check_held(self, session: VoiceSession) -> None:
@@ -490,6 +491,7 @@ class RealtimeConnection:
                 )
             )
         self._check_held(session)
+        self.services.telemetry.metrics.resumes.labels("journal").inc()
         return session
 
     # ------------------------------------------------------------ serve

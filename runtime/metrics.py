@@ -8,7 +8,8 @@ Rule 1. One registry per process: ``RuntimeMetrics.registry``, never prometheus_
         summary benchmarks read (sessions, the loop lag window).
 Rule 2. Events are counted where they happen. Every event a client is sent passes the outbox's
         tap (``runtime/telemetry.py``): a turn's latency breakdown (``turn``), errors by code
-        (``error``), the end of a response (``response_done``), a new session. The local
+        (``error``), the end of a response (``response_done``), a new session; the connection
+        counts resumes (``resumes``: live or from the journal). The local
         model's worker reports each request (``model_request``, on its thread: the
         instruments are thread-safe), the loop-lag monitor each wake-up.
 Rule 3. State is read when scraped: live sessions, those waiting for a resume, open
@@ -242,6 +243,15 @@ class RuntimeMetrics:
             ["direction"],
             registry=registry,
         )
+        self.resumes = Counter(
+            "openrealtime_resumes",
+            "Sessions resumed here: live (taken over from this process's copy) or journal "
+            "(continued from the journal: the process that held it is gone or elsewhere).",
+            ["kind"],
+            registry=registry,
+        )
+        for kind in ("live", "journal"):
+            self.resumes.labels(kind)
         self.sessions_created = Counter(
             "openrealtime_sessions_created",
             "Voice sessions started in this process.",

@@ -24,8 +24,11 @@ from runtime.config import Settings
 from runtime.server import RunningServer, running_server
 from runtime.services import open_services
 from tests.plugins.test_local_model import FakeBackend, ask, timings_chunk
+from tests.postgres import pg_pool, postgres_url
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.test_conversation import SILENCE, stream, tone_frame
+
+__all__ = ["pg_pool", "postgres_url"]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -216,3 +219,32 @@ async def test_the_journal_buffer_gauge_follows_an_outage(tmp_path: Path) -> Non
                 assert value(recovered, "openrealtime_journal_buffered_events") == 0
     finally:
         await services.close()
+
+
+async def test_resumes_are_counted_live_here_or_from_the_journal(
+    pg_pool: Any, postgres_url: str, tmp_path: Path
+) -> None:
+    """A dropped client resumes on the process holding its session (``live``), then on
+    another process sharing the database (``journal``): each process counts its own."""
+    settings = Settings(
+        port=0, data_dir=tmp_path, database_url=postgres_url, knowledge_semantic=False
+    )
+    async with (
+        running_server(settings, plugins=fake_plugins()) as a,
+        running_server(settings, plugins=fake_plugins()) as b,
+    ):
+        async with RealtimeClient(a.ws_url, a.token) as client:
+            await client.connect()
+            await client.send_text("hello there")
+            await client.wait_type("response.done")
+            await client.drop()
+            await client.reconnect()
+            _, on_a = await scrape(a)
+            assert value(on_a, "openrealtime_resumes_total", kind="live") == 1
+            assert value(on_a, "openrealtime_resumes_total", kind="journal") == 0
+            await client.drop()
+            client.url = b.ws_url
+            await client.reconnect()
+            _, on_b = await scrape(b)
+            assert value(on_b, "openrealtime_resumes_total", kind="journal") == 1
+            assert value(on_b, "openrealtime_resumes_total", kind="live") == 0
