@@ -248,3 +248,20 @@ async def test_resumes_are_counted_live_here_or_from_the_journal(
             _, on_b = await scrape(b)
             assert value(on_b, "openrealtime_resumes_total", kind="journal") == 1
             assert value(on_b, "openrealtime_resumes_total", kind="live") == 0
+
+
+def test_the_http_api_doc_lists_every_openrealtime_family() -> None:
+    from runtime.metrics import ModelState, ProcessState, RuntimeMetrics
+
+    model = ModelState(waiting=0, capacity=1, requests=0, expired=0, rejected=0, stopped_early=0)
+    metrics = RuntimeMetrics(lambda: ProcessState(0, 0, 0, 0, False, model))
+    families, _ = parse(metrics.render().decode())
+    ours = {name for name in families if name.startswith("openrealtime_")}
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "http_api.md").read_text()
+    section = doc.split("## Metrics and probes", 1)[1]
+    listed = set()
+    for line in section.splitlines():
+        if line.startswith("| `openrealtime_"):
+            for name in line.split("|")[1].split(","):
+                listed.add(name.strip().strip("`").removesuffix("_total"))
+    assert listed == ours
