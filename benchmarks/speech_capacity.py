@@ -6,9 +6,9 @@
 The server (its own process, Silero VAD) gets N concurrent sessions, each streaming a spoken
 sentence (our English TTS) and 7 s of silence, over and over, in real-time 20 ms frames. *Frame
 lag* is how late the server's event loop runs: every frame of every session waits at least that
-long before it is processed (``GET /metrics``, ``loop_lag_ms``, a fresh window per step). A step
-passes while the lag p99 stays ≤ ``--limit-ms`` (100) — and, with the full stack, every committed
-turn was answered without errors.
+long before it is processed (``GET /metrics.json``, ``loop_lag_ms``, a fresh window per step). A
+step passes while the lag p99 stays ≤ ``--limit-ms`` (100) — and, with the full stack, every
+committed turn was answered without errors.
 
 - ``vad``: the real Silero VAD with instant fakes behind it (push-to-talk sessions that never
   commit): the cost of listening.
@@ -66,7 +66,7 @@ async def converse(url: str, token: str | None, clip: bytes, *, vad_only: bool, 
 
 def metrics(http: str, reset: bool, token: str | None) -> dict[str, Any]:
     request = urllib.request.Request(
-        f"{http}/metrics?reset={'true' if reset else 'false'}",
+        f"{http}/metrics.json?reset={'true' if reset else 'false'}",
         headers={"Authorization": f"Bearer {token}"},  # the local token has the metrics scope
     )
     with urllib.request.urlopen(request) as r:

@@ -26,6 +26,7 @@ from runtime import (
     webrtc,
 )
 from runtime.api import ApiError, Caller
+from runtime.api_operations import router as operations_router
 from runtime.connection import RealtimeConnection
 from runtime.policy import Policy, allow
 from runtime.roles import Role, default_role
@@ -100,13 +101,6 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     async def health() -> dict[str, Any]:
         return {"status": "ok", "sessions": len(services.active_sessions)}
 
-    @app.get("/metrics", dependencies=[allow(Policy.METRICS)])
-    async def metrics(reset: bool = False) -> dict[str, Any]:
-        summary = services.loop_lag.summary()
-        if reset:
-            services.loop_lag.reset()
-        return {"sessions": len(services.active_sessions), "loop_lag_ms": summary}
-
     @app.get("/api/roles", dependencies=[allow(Policy.MEMBER)])
     async def list_roles(who: Caller) -> dict[str, Any]:
         await default_role(services.roles, who.tenant)
@@ -143,6 +137,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             raise ApiError(409, "role_is_default", "the default role cannot be deleted")
         await services.roles.delete(who.tenant, role_id)
 
+    app.include_router(operations_router)
     app.include_router(api_accounts.router)
     app.include_router(api_client_secrets.router)
     app.include_router(api_conversations.router)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from runtime import cli_accounts, cli_memory
 from runtime.config import Settings
+from runtime.logs import configure_logging
 from runtime.loop import install_uvloop, tune_gc
 from runtime.talk import cli as cli_talk
 
@@ -39,9 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "memory":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return asyncio.run(cli_memory.run(args, settings))
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(format=settings.log_format, level=settings.log_level)
     install_uvloop()
     try:
         asyncio.run(_serve(settings))
@@ -60,6 +59,8 @@ async def _serve(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with running_server(settings) as server:
+        # preStop (deploy/k8s): stop taking new sessions; SIGTERM's drain is SPEC OPS-1's.
+        loop.add_signal_handler(signal.SIGUSR1, server.services.start_draining)
         base = settings.public_url or server.http_url
         print(f"OpenRealtime listening on {base}/#token={server.token}", flush=True)
         print(f"WebSocket endpoint: {server.ws_url}", flush=True)

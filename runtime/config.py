@@ -160,6 +160,24 @@ class Settings(BaseSettings):
     log_content: bool = False
     """Log transcripts and prompts (debug only; off by default)."""
 
+    # operating (SPEC OPS-2, OPS-3; runtime/logs.py, runtime/tracing.py, runtime/health.py)
+    log_format: Literal["auto", "json", "text"] = "auto"
+    """``serve``'s log lines: ``json`` (one object per line: time, level, logger, message and
+    safe fields), ``text`` (for a person), ``auto``: text on a terminal, JSON otherwise (a
+    container, a service manager, a pipe)."""
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    otel_exporter: Literal["none", "console", "otlp"] = "none"
+    """Where turn traces go: nowhere (no tracing cost), the console (stdout), or OTLP/HTTP."""
+    otel_endpoint: str | None = None
+    """The OTLP/HTTP traces URL (e.g. ``http://collector:4318/v1/traces``); unset: the
+    exporter's standard ``OTEL_EXPORTER_OTLP_*`` variables, else its default."""
+    otel_timeout_s: float = Field(default=10.0, gt=0, le=60)
+    """One OTLP export's timeout."""
+    otel_service: str = Field(default="openrealtime", min_length=1, max_length=100)
+    """The traces' ``service.name``."""
+    readiness_timeout_s: float = Field(default=2.0, gt=0, le=30)
+    """``/healthz/ready``'s database check gives up after this long (then: not ready)."""
+
     @model_validator(mode="after")
     def _providers_have_keys(self) -> Settings:
         for stage in ("brain", "asr", "tts"):

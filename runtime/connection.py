@@ -100,6 +100,7 @@ from runtime.protocol import (
 from runtime.roles import Role
 from runtime.session import VoiceSession, initial_config
 from runtime.session_config import SessionConfig, apply_update
+from runtime.telemetry import OutboxTap
 from runtime.transport import SEND_FAILURES, Disconnected, Link, WebSocketLink
 
 if TYPE_CHECKING:
@@ -176,6 +177,7 @@ class RealtimeConnection:
             max_queued=self.services.settings.max_outbound_messages,
         )
         outbox.media = self.link.media
+        outbox.tap = self.services.telemetry.tap()
         return outbox
 
     def request_close(self, code: int, reason: str) -> None:
@@ -299,6 +301,7 @@ class RealtimeConnection:
             await session.issue_resume_token()
             place.register(session)
         self.session = session
+        _name_in_telemetry(session)
         session.outbox.send(ev.SessionCreated(session.session_json()))
         return session
 
@@ -438,6 +441,7 @@ class RealtimeConnection:
             await session.detach(self)
             return None
         session.go_live()
+        self.services.telemetry.metrics.resumes.labels("live").inc()
         return session
 
     def _check_held(self, session: VoiceSession) -> None:
@@ -468,6 +472,7 @@ class RealtimeConnection:
         # No await from the claim to the registration: a later claim's fence finds this copy.
         self.services.live_sessions.take_over(session)
         self.session = session
+        _name_in_telemetry(session)
         reconcile = await session.reconcile(last_seq + 1, None)
         self._check_held(session)  # fenced meanwhile, or taken over by a still later resume
         # If this send fails the receive loop sees the drop and the session waits to be resumed
@@ -486,6 +491,7 @@ class RealtimeConnection:
                 )
             )
         self._check_held(session)
+        self.services.telemetry.metrics.resumes.labels("journal").inc()
         return session
 
     # ------------------------------------------------------------ serve
@@ -719,6 +725,13 @@ class RealtimeConnection:
             errors = session.errors
         if errors >= self.services.settings.max_errors_per_session:
             raise _Close(CloseCode.TOO_MANY_ERRORS, "too many invalid messages")
+
+
+def _name_in_telemetry(session: VoiceSession) -> None:
+    """The session's outbox tap names it in traces (``runtime/telemetry.py`` rule 3)."""
+    tap = session.outbox.tap
+    if isinstance(tap, OutboxTap):
+        tap.session_id = session.id
 
 
 def response_options(message: ResponseCreate) -> ResponseOptions:

@@ -17,6 +17,9 @@ Media (WebRTC): when the link carries the agent's voice as a media track (``medi
 event is offered to it first; it takes the audio (which then is neither numbered nor kept: it
 is played out live, never replayed) and notes playback control, and the rest is sent as usual.
 
+Telemetry: ``tap``, when set, sees every event handed to ``send`` before anything else happens
+to it (``runtime/telemetry.py``).
+
 Replay window (for resuming after a dropped connection): every message written is also kept,
 encoded, until the client acknowledges it (``ack``) — at most ``max_replay_bytes`` and
 ``max_replay_age_s`` of it. ``replay_after(seq)`` returns what a reconnecting client missed, and
@@ -88,10 +91,15 @@ class Outbox:
         self._event_prefix = f"event_{uuid.uuid4().hex[:10]}_"
         self.media: MediaOut | None = None
         """The link's media track, when it plays the agent's voice itself (module doc)."""
+        self.tap: Callable[[ServerEvent], None] | None = None
+        """Sees every event first, whatever happens to it next: the process's metrics and
+        traces (``runtime/telemetry.py``)."""
 
     # ------------------------------------------------------------ engine side (OutputSink)
 
     def send(self, event: ServerEvent) -> None:
+        if self.tap is not None:
+            self.tap(event)
         media = self.media
         if media is not None and media.take(event):
             return

@@ -48,6 +48,8 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         log_level="warning",
+        # uvicorn's own loggers propagate to the root logger: serve's format (runtime/logs.py).
+        log_config=None,
         lifespan="on",
         access_log=False,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -29,12 +31,13 @@ from memory.store import InMemoryMemoryStore, MemoryStore
 from memory.thread_consolidation import JsonModel
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
+from plugins.brain.local_model import LocalModel
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
 from runtime.database import Database, open_database
 from runtime.limits import WriteRateLimiter
 from runtime.live import LiveSessions
-from runtime.metrics import LoopLagMonitor
+from runtime.metrics import LoopLagMonitor, ModelState, ProcessState
 from runtime.migrations import apply_migrations
 from runtime.plugin_factory import build_plugins, warm_up
 from runtime.postgres_records import PostgresRecordStore
@@ -42,8 +45,10 @@ from runtime.postgres_stores import PostgresRoleStore, PostgresThreadStore
 from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
+from runtime.telemetry import Telemetry
 from runtime.thread_memory import ThreadMemoryService, json_model_of
 from runtime.threads import InMemoryThreadStore, ThreadStore
+from runtime.tracing import tracing_from_settings
 from runtime.transport import Calls
 
 log = logging.getLogger(__name__)
@@ -107,8 +112,20 @@ class Services:
     """Write requests per user and minute (SPEC ACC-5, ``runtime/policy.py`` rule 4)."""
     owns_plugins: bool = False
     """Whether the plugins were built here (and are closed with the services)."""
+    draining: bool = False
+    """The process takes no new sessions (``start_draining``): ``/healthz/ready`` answers 503
+    so the load balancer sends new connections elsewhere."""
+    warmed: bool = True
+    """The plugins' models are loaded (``open_services`` warms them before it returns)."""
+    telemetry: Telemetry = field(init=False)
+    """Metrics and turn traces of this process (``runtime/telemetry.py``)."""
 
     def __post_init__(self) -> None:
+        self.telemetry = Telemetry(self.operating_state, tracing_from_settings(self.settings))
+        self.loop_lag.on_sample = self.telemetry.metrics.loop_lag_sample
+        model = local_model_of(self.plugins.brain)
+        if model is not None:
+            model.observers.append(self.telemetry.metrics.model_request)
         self.calls = Calls(self.active_sessions)
         brain_model = json_model_of(self.plugins.brain)
         if brain_model is not None:
@@ -150,6 +167,35 @@ class Services:
             return None
         return await self.roles.get(principal.tenant, role_id)
 
+    def start_draining(self) -> None:
+        """Take no new sessions from now on (readiness fails; ``SIGUSR1`` of ``serve``). What
+        draining does to the sessions already here is SIGTERM's (SPEC OPS-1)."""
+        if not self.draining:
+            log.info("draining: this process is no longer ready for new sessions")
+        self.draining = True
+
+    def operating_state(self) -> ProcessState:
+        """What the process holds now, for ``/metrics`` (``runtime/metrics.py`` rule 3)."""
+        sessions = list(self.live_sessions.values())
+        model = local_model_of(self.plugins.brain)
+        return ProcessState(
+            live_sessions=len(sessions),
+            waiting_for_resume=sum(1 for s in sessions if s.connection is None),
+            connections=len(self.active_sessions),
+            journal_buffered=sum(s.journal.buffered for s in sessions),
+            draining=self.draining,
+            model=None
+            if model is None
+            else ModelState(
+                waiting=model.waiting,
+                capacity=model.settings.max_waiting,
+                requests=model.stats.requests,
+                expired=model.stats.expired,
+                rejected=model.stats.rejected,
+                stopped_early=model.stats.stopped_early,
+            ),
+        )
+
     def fence_session(self, session_id: str, epoch: int) -> None:
         """A resume moved ``session_id`` to ``epoch`` (maybe on another process): the copy
         this process holds, if older, stops serving (its connection is closed with 4012)."""
@@ -158,6 +204,12 @@ class Services:
             session.fence(epoch)
 
     async def close(self) -> None:
+        model = local_model_of(self.plugins.brain)
+        if model is not None:
+            with contextlib.suppress(ValueError):
+                model.observers.remove(self.telemetry.metrics.model_request)
+        # Flushing the last spans may wait on the exporter's network: off the event loop.
+        await asyncio.to_thread(self.telemetry.close)
         await self.calls.close()
         await self.accounts.close()
         await self.resume_tokens.close()
@@ -169,6 +221,15 @@ class Services:
         if self.database is not None:
             await self.database.close()
             self.database = None
+
+
+def local_model_of(brain: object) -> LocalModel | None:
+    """The process's local language model behind ``brain`` (the default brain wraps it), or
+    None for a brain without one (a provider, the rules, a test's fake)."""
+    for candidate in (brain, getattr(brain, "model", None)):
+        if isinstance(candidate, LocalModel):
+            return candidate
+    return None
 
 
 def bearer_token(header: str | None) -> str | None:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from plugins.brain.model_files import QWEN_05B, ModelFile, ensure_model_file, missing_packages
-from plugins.brain.model_queue import FairModelQueue, Ticket
+from plugins.brain.model_queue import FairModelQueue, ModelQueueFull, Ticket
 from plugins.errors import PluginTimeout, PluginUnavailable, ProviderError
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,8 @@ class ModelStats:
     requests: int = 0
     stopped_early: int = 0
     expired: int = 0
+    rejected: int = 0
+    """Requests refused because the queue was full (``model_busy``)."""
 
 
 _END = object()
@@ -157,6 +159,9 @@ class LocalModel:
         self._queue: FairModelQueue[_Job] = FairModelQueue(
             max_waiting=self.settings.max_waiting, max_per_lane=self.settings.max_per_lane
         )
+        self.observers: list[Callable[[Generation], None]] = []
+        """Called with each finished request's ``Generation`` (on the worker thread): the
+        process's metrics (``runtime/metrics.py``). Sizes and timings only, never text."""
         self._load_lock = asyncio.Lock()
         self._worker: threading.Thread | None = None
         self._warm = False
@@ -173,6 +178,11 @@ class LocalModel:
     @property
     def loaded(self) -> bool:
         return self._backend is not None
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting in the queue for the model now."""
+        return len(self._queue)
 
     async def load(self) -> None:
         async with self._load_lock:
@@ -224,7 +234,11 @@ class LocalModel:
         now = time.monotonic()
         wait = self.settings.start_deadline_s if start_deadline_s is None else start_deadline_s
         deadline = now + wait
-        ticket = self._queue.submit(lane, job, now=now, deadline=deadline, on_expire=job.expire)
+        try:
+            ticket = self._queue.submit(lane, job, now=now, deadline=deadline, on_expire=job.expire)
+        except ModelQueueFull:
+            self.stats.rejected += 1
+            raise
         try:
             while True:
                 if ticket.state == "waiting" and job.items.empty():
@@ -334,6 +348,11 @@ class LocalModel:
             self.stats.first_token_ms.append((generation.first_token_s * 1000, cached))
         if timings is not None and timings.generated_tokens >= 8:
             self.stats.tokens_per_s.append(timings.tokens_per_s)
+        for observe in self.observers:
+            try:
+                observe(generation)
+            except Exception:  # a metric must never stop the model's worker
+                log.exception("local model observer failed")
 
 
 def _error_of(chunk: dict[str, Any]) -> str | None:

@@ -178,7 +178,9 @@ async def test_metrics_need_a_token_with_the_metrics_scope(api: Api) -> None:
         "local", "ada", name="prometheus", scopes=("metrics",)
     )
     scraped = await api.http.get("/metrics", headers=bearer(scraper.secret))
-    assert scraped.status_code == 200 and "sessions" in scraped.json()
+    assert scraped.status_code == 200 and "openrealtime_live_sessions" in scraped.text
+    summary = await api.http.get("/metrics.json", headers=bearer(scraper.secret))
+    assert summary.status_code == 200 and "sessions" in summary.json()
     api_only = await api.http.get("/api/me", headers=bearer(scraper.secret))
     assert api_only.status_code == 403  # a scraper's token is for /metrics only
     assert (await api.http.get("/metrics", headers=api.owner)).status_code == 200

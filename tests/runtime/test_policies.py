@@ -95,6 +95,9 @@ def _json(value: Any) -> Body:
 CASES: list[Case] = [
     Case("GET", "/health", "collection"),
     Case("GET", "/metrics", "collection"),
+    Case("GET", "/metrics.json", "collection"),
+    Case("GET", "/healthz/live", "collection"),
+    Case("GET", "/healthz/ready", "collection"),
     Case("GET", "/api/me", "collection"),
     Case("GET", "/api/users", "collection"),
     Case("POST", "/api/users", "collection", _json({"user": "newbie"})),
@@ -191,6 +194,9 @@ CASES: list[Case] = [
 DECLARED: dict[tuple[str, str], Policy] = {
     ("GET", "/health"): Policy.ANONYMOUS,
     ("GET", "/metrics"): Policy.METRICS,
+    ("GET", "/metrics.json"): Policy.METRICS,
+    ("GET", "/healthz/live"): Policy.ANONYMOUS,
+    ("GET", "/healthz/ready"): Policy.ANONYMOUS,
     ("GET", "/api/users"): Policy.ADMIN,
     ("POST", "/api/users"): Policy.ADMIN,
     ("POST", "/api/users/{user}/disable"): Policy.ADMIN,
