@@ -9,6 +9,10 @@ Rule 2. Tool routing. With only ``knowledge_search`` offered, code routes: every
         searched with the context-aware query. When the role offers other tools, the model
         picks one by grammar-constrained JSON (``response_format`` json_schema: each tool's
         name with its parameters, or ``"none"``); a knowledge search still uses code's query.
+        ``confide`` (the agent's place to say how the work is going) is never routed by the
+        model, so it costs an ordinary question nothing: code confides, once per turn, when
+        the person says the agent got something wrong (``is_correction``), then answers the
+        turn as usual.
 Rule 3. No evidence, no model: a question whose search returned no passage gets the fixed "my
         documents don't say" answer; a memory question without ``<memory_data>`` gets "I don't
         remember". The model is never asked to abstain.
@@ -40,6 +44,7 @@ Rule 7. Prompt layout for the prefix cache: the system message holds only what i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -117,6 +122,23 @@ _QUOTE_PROMPT = (
     "answer it."
 )
 _WEAK_COVERAGE = 0.5
+CONFIDE_TOOL = "confide"
+_CONFIDE_TEXT = {
+    "en": "The person says I got something wrong. I want to put it right.",
+    "zh": "对方说我弄错了。我想把它改正。",
+}
+_CORRECTION = re.compile(
+    r"\b(?:that'?s|this is|it'?s|you'?re|you are)\s+(?:wrong|not right|incorrect|not true)\b"
+    r"|\byou\s+(?:made a mistake|got (?:it|that) wrong|were wrong|are mistaken)\b"
+    r"|\bthat'?s not what i (?:said|meant)\b"
+    r"|(?<!对)不对(?!劲)|你(?:说|搞|弄|记|算)?错了|搞错了|说错了|弄错了|不是这样",
+    re.I,
+)
+
+
+def is_correction(text: str) -> bool:
+    """The person says the agent got something wrong (Rule 2: code confides)."""
+    return _CORRECTION.search(text) is not None
 
 
 class LLMBrain:
@@ -163,6 +185,10 @@ class LLMBrain:
             return
         if reading.intent is Intent.RECALL:
             yield BrainDelta(text=_recall_answer(request, lang))
+            return
+        confide = _confide_call(request, reading)
+        if confide is not None:
+            yield BrainDelta(tool_call=confide)
             return
         if reading.intent is Intent.QUESTION:
             call = await self._route(request, reading)
@@ -216,9 +242,13 @@ class LLMBrain:
     # ------------------------------------------------------------ tool routing (Rule 2)
 
     async def _route(self, request: BrainInput, reading: Reading) -> ToolCall | None:
-        if request.tool_calls or request.tool_results or not request.tools:
+        if any(call.name != CONFIDE_TOOL for call in request.tool_calls):
             return None
-        names = [tool.name for tool in request.tools]
+        routable = tuple(tool for tool in request.tools if tool.name != CONFIDE_TOOL)
+        if not routable:
+            return None
+        request = dataclasses.replace(request, tools=routable)
+        names = [tool.name for tool in routable]
         number = len(request.tool_calls) + 1
         if names == [KNOWLEDGE_TOOL]:
             return _knowledge_call(reading, number)
@@ -330,6 +360,16 @@ class LLMBrain:
         async with contextlib.aclosing(pieces):
             async for piece in pieces:
                 yield piece
+
+
+def _confide_call(request: BrainInput, reading: Reading) -> ToolCall | None:
+    """Rule 2: the confide call of a turn in which the person corrects the agent (once)."""
+    if not any(tool.name == CONFIDE_TOOL for tool in request.tools):
+        return None
+    if request.tool_calls or not is_correction(reading.text):
+        return None
+    text = _CONFIDE_TEXT[reading.language if reading.language in _CONFIDE_TEXT else "en"]
+    return ToolCall(call_id=f"llm_{CONFIDE_TOOL}_1", name=CONFIDE_TOOL, arguments={"text": text})
 
 
 def needs_check(reading: Reading, evidence: Sequence[Passage]) -> bool:

@@ -292,6 +292,74 @@ async def test_a_router_choosing_none_or_nonsense_makes_no_tool_call(router_says
     assert len(model.calls) == 1  # only the router
 
 
+CONFIDE = ToolSpec(
+    "confide",
+    "A quiet place to say how the work is going.",
+    {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+)
+
+
+async def test_with_confide_offered_an_ordinary_question_is_still_searched_by_code() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    out = await deltas(brain, turn("那运费谁承担?", ZH_HISTORY, tools=(KNOWLEDGE, CONFIDE)))
+
+    assert [d.tool_call.name for d in out if d.tool_call is not None] == ["knowledge_search"]
+    assert model.calls == []  # no router call: confide costs an ordinary question nothing
+
+
+async def test_the_model_router_is_never_offered_confide() -> None:
+    model = FakeModel(['{"tool": "none"}'])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn(
+        "where is my order 123?", language="en", tools=(KNOWLEDGE, ORDER_STATUS, CONFIDE)
+    )
+
+    out = await deltas(brain, request)
+
+    assert all(d.tool_call is None or d.tool_call.name != "confide" for d in out)
+    schema = model.payloads[0]["response_format"]["json_schema"]["schema"]
+    offered = [option["properties"]["tool"]["const"] for option in schema["anyOf"]]
+    assert offered == ["knowledge_search", "order_status", "none"]
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [("No, that's wrong: my budget is 2000 euros.", "en"), ("不对，我说的是周三。", "zh")],
+)
+async def test_a_correction_confides_once_then_the_turn_is_answered(
+    text: str, language: str
+) -> None:
+    model = FakeModel(["noted."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    tools = {"confide": _answered("Mistakes are part of the work.")}
+    request = turn(text, language=language, tools=(KNOWLEDGE, CONFIDE))
+
+    out = [d async for d in run_brain_with_tools(brain, request, tools)]
+
+    calls = [d.tool_call for d in out if d.tool_call is not None]
+    assert [c.name for c in calls] == ["confide"]
+    assert calls[0].arguments["text"]
+    assert "".join(d.text for d in out).strip()  # the person still gets an answer
+
+
+@pytest.mark.parametrize(
+    "text", ["What is the return period?", "退货期限是几天，对不对?", "I think I was wrong."]
+)
+def test_ordinary_turns_are_no_corrections(text: str) -> None:
+    from plugins.brain.llm import is_correction
+
+    assert not is_correction(text)
+
+
+def _answered(answer: str):  # type: ignore[no-untyped-def]
+    async def handler(arguments: dict[str, Any]) -> str:
+        return answer
+
+    return handler
+
+
 def test_parse_route_needs_an_offered_tool_with_object_arguments() -> None:
     tools = (KNOWLEDGE, ORDER_STATUS)
 
