@@ -83,9 +83,11 @@ async def running_server(
                 task.result()
             await asyncio.sleep(0.01)
         services.loop_lag.start()
+        await services.start_background()
         yield RunningServer(services, settings.host, port)
     finally:
         await services.loop_lag.stop()
+        await services.role_memory.close()
         await services.calls.close()
         for session in list(services.live_sessions.values()):
             await session.shutdown()

@@ -44,6 +44,7 @@ from runtime.postgres_records import PostgresRecordStore
 from runtime.postgres_stores import PostgresRoleStore, PostgresThreadStore
 from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
+from runtime.role_memory import RoleLearning, RoleMemoryModels
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
 from runtime.telemetry import Telemetry
 from runtime.thread_memory import ThreadMemoryService, json_model_of
@@ -106,6 +107,9 @@ class Services:
     loop_lag: LoopLagMonitor = field(default_factory=LoopLagMonitor)
     thread_memory_service: ThreadMemoryService = field(init=False)
     """Thread memory's view, commands and consolidation (``runtime/thread_memory.py``)."""
+    role_memory: RoleLearning = field(init=False)
+    """Role memory's model calls and learner (``runtime/role_memory.py``); its learner runs
+    between ``start_background`` and ``close``."""
     calls: Calls = field(init=False)
     """WebRTC calls of this process (``runtime.webrtc``)."""
     write_limiter: WriteRateLimiter = field(init=False)
@@ -131,6 +135,14 @@ class Services:
         if brain_model is not None:
             self.memory_models.setdefault(BRAIN_MEMORY_MODEL, brain_model)
         self.thread_memory_service = ThreadMemoryService(self)
+        self.role_memory = RoleLearning(
+            models=RoleMemoryModels(self.memory_models, self.role_records),
+            runs=self.learning_runs,
+            pool=self.pool,
+            journal=self.journal,
+            records=self.role_records,
+            keyring=self.keyring,
+        )
         self.write_limiter = WriteRateLimiter(per_minute=self.settings.write_requests_per_minute)
 
     def revoked(self, revocation: Revocation) -> None:
@@ -203,7 +215,13 @@ class Services:
         if session is not None:
             session.fence(epoch)
 
+    async def start_background(self) -> None:
+        """Start the work the services do between requests: role memory's learner (recovery
+        of the runs a stopped process left, then its workers)."""
+        await self.role_memory.start()
+
     async def close(self) -> None:
+        await self.role_memory.close()
         model = local_model_of(self.plugins.brain)
         if model is not None:
             with contextlib.suppress(ValueError):

@@ -43,6 +43,9 @@ def json_payload(
 class LocalJsonModel:
     """``JsonModel`` on the local model (rule 1)."""
 
+    provider_charges = False
+    """No provider charges for it: role memory's call log confirms its cost as 0 (RM-8)."""
+
     def __init__(self, model: LocalModel) -> None:
         self.model = model
 
