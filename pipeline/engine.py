@@ -148,8 +148,11 @@ class Engine:
         memory: TurnMemory | None = None,
         thread_memory: ThreadMemoryHook | None = None,
         enrichment: InputEnrichment | None = None,
+        on_turn_end: Callable[[], None] | None = None,
     ) -> None:
         self.plugins = plugins
+        self.on_turn_end = on_turn_end
+        """Called when a response ends, however it ends (role memory's learning waits for it)."""
         self.memory = memory
         self.enrichment = enrichment
         self.thread_memory = thread_memory
@@ -1058,6 +1061,8 @@ class Engine:
         self.send_all(done)
         if self.thread_memory is not None and text and response.options.in_conversation:
             self.thread_memory.after_turn()  # learns in the background (TM-4)
+        if self.on_turn_end is not None:
+            self.on_turn_end()
 
     async def _compact(self) -> None:
         try:
@@ -1066,6 +1071,8 @@ class Engine:
             log.warning("compaction failed (will retry after a later turn): %s", e)
 
     def _response_finished(self, response: Response) -> None:
+        if self.on_turn_end is not None:
+            self.on_turn_end()  # also a response that failed or had nothing to answer
         # Its audio has played out (the client may have said so before real time had passed).
         self._echo_until = min(self._echo_until, self.clock())
         self.coordinator.on_response_done(response.generation, self.clock())

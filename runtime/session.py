@@ -58,6 +58,7 @@ from pipeline.engine import Engine, EngineSettings, Persona
 from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
 from runtime.accounts import Principal
+from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideTool
 from runtime.continuity import ContinueHere, reconcile_from_journal
 from runtime.enrichment import session_enrichment
 from runtime.journal_buffer import BufferedJournal
@@ -358,6 +359,7 @@ class VoiceSession:
         self.services.live_sessions.remove(self)
         if self.engine is not None:
             await self.engine.close()
+        self.services.role_memory.turns.end(self.thread.tenant, self.thread.thread_id)
         await self.journal.close()
         await self.outbox.close()
 
@@ -423,6 +425,10 @@ class VoiceSession:
         knowledge_spec, knowledge_tool = make_knowledge_tool(
             services.knowledge, tenant=thread.tenant, user=thread.user, role_id=role.id
         )
+        # The agent's place to say how the work is going (role memory learns from it, RM-4).
+        confide = ConfideTool(
+            services, thread=thread, role_id=role.id, language=role.language, journal=self.journal
+        )
         window, reserved = history_window(services.plugins.brain)
         self.engine = Engine(
             plugins=services.plugins,
@@ -442,6 +448,7 @@ class VoiceSession:
                 output_sample_rate=config.output_format.rate,
                 turns=self._turn_settings(config.turn_detection),
                 preemptive=services.settings.preemptive,
+                tool_timeout_s=CONFIDE_TOOL_TIMEOUT_S,
             ),
             incarnation=self.epoch,
             memory=session_memory(services, thread, role, self.outbox.send),
@@ -449,8 +456,9 @@ class VoiceSession:
                 services.thread_memory_service, thread, services.plugins.brain, lane=self.id
             ),
             enrichment=session_enrichment(services, thread, role),
-            tools={knowledge_spec.name: knowledge_tool},
-            tool_specs=(knowledge_spec,),
+            tools={knowledge_spec.name: knowledge_tool, confide.spec.name: confide.handler},
+            tool_specs=(knowledge_spec, confide.spec),
+            on_turn_end=confide.turn_ended,
         )
         self._configure_engine()
 
