@@ -84,11 +84,11 @@ MAX_EVIDENCE_EVENTS = 400
 """Most journal events one run reads (the newest kept)."""
 MAX_KNOWN_ENTRIES = 300
 """Most of the person's entries shown to the model (RM: "the first 300 valid entries")."""
-MAX_FACT_CHARS = 500
-MAX_FACTS = 6
-MAX_OBSERVATIONS = 3
-MAX_INVALIDATIONS = 6
-LEARN_MAX_TOKENS = 400
+MAX_FACT_CHARS = 300
+MAX_FACTS = 4
+MAX_OBSERVATIONS = 2
+MAX_INVALIDATIONS = 4
+LEARN_MAX_TOKENS = 256
 """The answer's bound (the local model has a 4k context)."""
 
 

@@ -1,9 +1,13 @@
 """Memory test fixtures: PostgreSQL from ``tests/postgres.py``, ``store`` — the memory store
 of one backend (in-memory or PostgreSQL), so the contract suite runs against both —
-``thread_store``, the same for thread memory, ``pool_store`` for the role-memory pools and
-``role_records`` for role memory's settings, confessions, enrichments and call log."""
+``thread_store``, the same for thread memory, ``pool_store`` for the role-memory pools,
+``role_records`` for role memory's settings, confessions, enrichments and call log, and
+``local_model``: the real local model, loaded once for the session."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,9 +19,13 @@ from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.role_records import InMemoryRoleRecords, RoleRecords
 from memory.store import InMemoryMemoryStore, MemoryStore
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
+from plugins.brain.local_model import LocalModel, LocalModelSettings
 from tests.postgres import pg_pool, postgres_url
 
-__all__ = ["pg_pool", "pool_store", "postgres_url", "role_records", "store", "thread_store"]
+__all__ = [
+    "local_model", "pg_pool", "pool_store", "postgres_url", "role_records", "store",
+    "thread_store",
+]  # fmt: skip
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -46,3 +54,17 @@ def role_records(request: pytest.FixtureRequest) -> RoleRecords:
     if request.param == "memory":
         return InMemoryRoleRecords()
     return PostgresRoleRecords(request.getfixturevalue("pg_pool"))
+
+
+@pytest.fixture(scope="session")
+def local_model() -> Iterator[LocalModel]:
+    """The real local model (Qwen2.5-Coder-0.5B-Instruct), loaded once for the session;
+    the test is skipped, with the reason, when its packages are not installed. Generations may
+    take long: the tests check correctness on a machine that may be loaded, not speed."""
+    reason = LocalModel.unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"local model not installed: {reason}")
+    local = LocalModel(LocalModelSettings(start_deadline_s=30.0, max_generation_s=300.0))
+    asyncio.run(local.warm_up())
+    yield local
+    asyncio.run(local.aclose())

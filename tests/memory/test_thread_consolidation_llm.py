@@ -1,12 +1,10 @@
 """Consolidation with the real local model (Qwen2.5-Coder-0.5B-Instruct): one call over a short
-conversation learns the budget with a valid citation. Loaded once for this module, as in
-``tests/plugins/test_llm_real.py``; skipped, with the reason, when the model's packages are not
+conversation learns the budget with a valid citation. Loaded once for the session (``local_model``
+in ``tests/memory/conftest.py``); skipped, with the reason, when the model's packages are not
 installed (``make`` installs them)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -15,7 +13,7 @@ from journal.events import EventKind, JournalEvent, ThreadRef
 from memory.thread_consolidation import ConsolidationLimits, Consolidator
 from memory.thread_memory import ThreadMemory, render_block
 from plugins.brain.json_model import LocalJsonModel
-from plugins.brain.local_model import LocalModel, LocalModelSettings
+from plugins.brain.local_model import LocalModel
 
 pytestmark = pytest.mark.skipif(
     LocalModel.unavailable_reason() is not None,
@@ -36,18 +34,11 @@ TALK = [
 ]
 
 
-@pytest.fixture(scope="module")
-def model() -> Iterator[LocalModel]:
-    local = LocalModel(LocalModelSettings(start_deadline_s=30.0))
-    asyncio.run(local.warm_up())
-    yield local
-    asyncio.run(local.aclose())
-
-
-async def test_the_local_model_learns_the_budget_with_its_source(model: LocalModel) -> None:
+async def test_the_local_model_learns_the_budget_with_its_source(local_model: LocalModel) -> None:
     # Correctness, not speed, is tested here: a loaded machine may take longer than the
     # default 20 s (benchmarks.thread_memory measures the time).
-    consolidator = Consolidator(LocalJsonModel(model), limits=ConsolidationLimits(timeout_s=120))
+    limits = ConsolidationLimits(timeout_s=120)
+    consolidator = Consolidator(LocalJsonModel(local_model), limits=limits)
     result = await consolidator.consolidate(TALK, ThreadMemory(), lane="th")
     assert result.failure is None
     budget = [c for c in result.accepted if "1500" in c.content]
