@@ -29,13 +29,15 @@ A learning run (``memory/learning_runs.py``) names a thread and a journal positi
 5. ``apply`` (``plan_learning``, pure) enforces in code what no prompt can promise:
    a fact keeps only sources that are items of this evidence spoken by the person; a fact left
    with none is dropped (the agent's words, tool results, confide text and notices never make a
-   fact on their own); an observation keeps only sources the person can see now and that are
-   current, and is dropped unless every source it named passes; an invalidation names an entry
-   the person can see and that is current; a fact that repeats a current entry's text, or holds
-   a password, key or access link, is dropped. System tags are set by code only (``from:``,
-   ``for:person:`` the thread's owner, ``tenant:``, ``thread:``; the model's topics are cleaned,
-   so it can write none), and each fact records who was present for its sources
-   (``ThreadAccess``: the thread's owner).
+   fact on their own); so is a fact that shares no content word with the person's items it
+   cites (``supported``: the agent's words passed off under the person's item id), unless the
+   two are in different languages and cannot be compared. An observation keeps only sources
+   the person can see now and that are current, and is dropped unless every source it named
+   passes. An invalidation names an entry the person can see and that is current. A fact that
+   repeats a current entry's text, or holds a password, key or access link, is dropped. System
+   tags are set by code only (``from:``, ``for:person:`` the thread's owner, ``tenant:``,
+   ``thread:``; the model's topics are cleaned, so it can write none), and each fact records
+   who was present for its sources (``ThreadAccess``: the thread's owner).
 6. Logs carry counts and codes, never content (STYLE 12).
 """
 
@@ -70,6 +72,8 @@ from memory.pool import (
     visible_ids,
 )
 from memory.pool_store import AddEntry, InvalidateEntry, PoolStore, PoolWrite
+from plugins.brain.grounding import terms
+from plugins.language import detect_language
 
 if TYPE_CHECKING:
     from journal.store import JournalStore
@@ -449,6 +453,18 @@ class LearningPlan:
     """Proposals refused by code, by reason (counts only: logs carry no content)."""
 
 
+_GENERIC_TERMS = frozenset(terms("the person user people someone they their 用户 这个人 对方"))
+
+
+def supported(fact: str, sources: Sequence[str]) -> bool:
+    """Whether ``fact`` shares a content word with the person's words it cites (rule 5);
+    True when they are in different languages (words cannot be compared across them)."""
+    said = " ".join(sources)
+    if detect_language(fact) != detect_language(said):
+        return True
+    return bool((terms(fact) - _GENERIC_TERMS) & terms(said))
+
+
 def _same_text(a: str) -> str:
     return re.sub(r"\W+", " ", a.casefold()).strip()
 
@@ -468,7 +484,7 @@ def plan_learning(
     person = run.user
     reader = Reader(person, run.tenant, frozenset({run.role_id}))
     seen = visible_ids(reader, pool, current_only=True)
-    spoken = {item.id for item in evidence if item.speaker == "person"}
+    spoken = {item.id: item.text for item in evidence if item.speaker == "person"}
     known_texts = {_same_text(contents[i]) for i in seen if i in contents}
     dropped: dict[str, int] = {}
 
@@ -481,6 +497,9 @@ def plan_learning(
         sources = tuple(s for s in fact.sources if s in spoken)
         if not sources:
             drop("no_person_source")
+            continue
+        if not supported(fact.content, [spoken[s] for s in sources]):
+            drop("unsupported")
             continue
         if is_sensitive(fact.content):
             drop("sensitive")

@@ -226,6 +226,19 @@ async def test_nothing_but_the_persons_words_makes_a_fact(
     assert await contents(world.pool, U1) == []
 
 
+async def test_the_agents_words_under_the_persons_item_id_are_dropped(world: World) -> None:
+    await world.learn(
+        answer([
+            ("The person loves steak.", ["e-1"]),  # the agent's words (e-2), miscited
+            ("The person is vegetarian.", ["e-1"]),
+            ("这个人是素食者。", ["e-1"]),  # another language: cannot be compared, kept
+        ])
+    )  # fmt: skip
+
+    kept = sorted(await contents(world.pool, U1))
+    assert kept == ["The person is vegetarian.", "这个人是素食者。"]
+
+
 async def test_unknown_and_foreign_source_ids_are_dropped(world: World) -> None:
     await world.journal.append(
         THREAD,
