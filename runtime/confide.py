@@ -28,6 +28,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from journal.errors import JournalError
 from journal.events import ThreadRef
 from memory.role_records import MAX_RECORD_CHARS, AnsweredBy, Confession, new_record_id
 from plugins.brain.tool_loop import ToolHandler
@@ -204,7 +205,11 @@ class ConfideTool:
         """The journal position of the turn so far: its user input and this call are
         journaled before a server tool runs (``Engine.journal_tool``). 0 while the journal is
         unreachable (the events wait in the session's buffer): then nothing is learned."""
-        tail = await self.journal.read_tail(self.thread, 1)
+        try:
+            tail = await self.journal.read_tail(self.thread, 1)
+        except JournalError as e:
+            log.warning("confide: the turn's position is unknown: %s", type(e).__name__)
+            return 0
         return tail[-1].seq if tail and tail[-1].seq > 0 else 0
 
     async def _learns(self) -> bool:

@@ -265,3 +265,28 @@ async def test_a_text_turn_whose_brain_confides_keeps_the_confession_and_learns(
         assert await services.pool.read_visible(principal.tenant, role.id, other) == []
         purposes = [c.purpose for c in await services.role_records.calls(principal.tenant, role.id)]
         assert purposes == ["confide", "learn"]
+
+
+async def test_while_the_journal_is_unreachable_the_confession_is_kept_and_nothing_learned(
+    services: Services,
+) -> None:
+    from journal.errors import JournalUnavailable
+
+    class Down:
+        async def read_tail(self, thread: ThreadRef, count: int) -> list[Any]:
+            raise JournalUnavailable("down")
+
+    role = await role_of(services)
+    await set_model(services, role, ScriptedMemoryModel(['{"answer": "I hear you."}']))
+    confide = ConfideTool(
+        services,
+        thread=THREAD,
+        role_id=role.id,
+        language=None,
+        journal=Down(),  # type: ignore[arg-type]
+    )
+
+    assert await confide.confide({"text": "I was unsure."}) == "I hear you."
+    (confession,) = await services.role_records.confessions(THREAD.tenant, THREAD.thread_id)
+    assert confession.seq == 0
+    assert runs(services) == []
