@@ -53,10 +53,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from journal.events import EventKind, JournalEvent, ThreadRef
-from memory.crypto import Keyring, Sealed, row_context
 from memory.entries import is_sensitive
 from memory.injection import escape_block_text
-from memory.learning_runs import LearningRun, LearningRunError, StepPayloads
+from memory.learning_runs import LearningRun, LearningRunError
 from memory.pool import (
     EntryMeta,
     EntrySource,
@@ -167,28 +166,6 @@ class LearningRequest:
             value["tenant"], value["role_id"], value["thread_id"], value["messages"],
             value["schema"],
         )  # fmt: skip
-
-
-class SealedStepPayloads(StepPayloads):
-    """Step responses sealed with the memory keyring, bound to the run and step (RM-8): stored
-    as ``<key id>:<nonce + ciphertext + tag>``."""
-
-    def __init__(self, keyring: Keyring) -> None:
-        self.keyring = keyring
-
-    @staticmethod
-    def _context(run: LearningRun, step: int) -> bytes:
-        return row_context("learning_run_steps", "response", run.tenant, run.id, str(step))
-
-    def seal(self, run: LearningRun, step: int, response: str) -> bytes:
-        sealed = self.keyring.seal(response, context=self._context(run, step))
-        return sealed.key_id.encode("ascii") + b":" + sealed.blob
-
-    def open(self, run: LearningRun, step: int, stored: bytes) -> str:
-        key_id, _, blob = stored.partition(b":")
-        return self.keyring.open(
-            Sealed(key_id.decode("ascii"), blob), context=self._context(run, step)
-        )
 
 
 # ------------------------------------------------------------------ evidence (rule 1)

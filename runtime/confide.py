@@ -15,9 +15,9 @@ Theory of operation
 3. The confession (text, answer, ``answered_by``) is kept (``role_records.add_confession``)
    with the journal position of the turn. A learning run is enqueued up to that position only
    when the role has a memory model it can use now (set, known, budget not spent) *and* the
-   role's long-term memory is on for this person (``memory_enabled_for``); otherwise nothing is
-   learned. The run waits for the source turn to end (``SourceTurns``): the turn is marked open
-   here and closed by the session when the turn ends.
+   role's long-term memory is on for this person (``memory_hook.memory_switch``); otherwise
+   nothing is learned. The run waits for the source turn to end (``SourceTurns``): the turn is
+   marked open here and closed by the session when the turn ends.
 4. The handler never raises for memory's failures: the agent always gets an answer. Logs carry
    no confession text (STYLE 12).
 """
@@ -34,8 +34,8 @@ from memory.role_records import MAX_RECORD_CHARS, AnsweredBy, Confession, new_re
 from plugins.brain.tool_loop import ToolHandler
 from plugins.contracts import ToolSpec
 from plugins.language import zh_or_en
+from runtime.memory_hook import memory_switch
 from runtime.role_memory import CONFIDE_WAIT_S
-from runtime.roles import memory_enabled_for
 
 if TYPE_CHECKING:
     from journal.store import JournalStore
@@ -215,10 +215,6 @@ class ConfideTool:
     async def _learns(self) -> bool:
         """Rule 3: a usable memory model and the role's long-term memory on for this person."""
         services, thread = self.services, self.thread
-        role = await services.roles.get(thread.tenant, self.role_id)
-        if role is None:
-            return False
-        overrides = await services.roles.overrides(thread.tenant, thread.user, self.role_id)
-        if not memory_enabled_for(role, overrides):
+        if not await memory_switch(services, thread, self.role_id)():
             return False
         return await services.role_memory.models.available(thread.tenant, self.role_id)

@@ -46,13 +46,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memory.learner import DEFAULT_STEP_TIMEOUT, Learner
-from memory.learning_runs import LearningRun, LearningRunStore, StepPayloads
+from memory.learning_runs import LearningRun, LearningRunStore, SealedStepPayloads, StepPayloads
 from memory.pool_store import PoolStore
 from memory.role_learning import (
     LEARN_MAX_TOKENS,
     LearningRequest,
     RoleLearningProcedure,
-    SealedStepPayloads,
 )
 from memory.role_records import (
     CallPurpose,

@@ -86,8 +86,8 @@ class Services:
     role_records: RoleRecords = field(default_factory=InMemoryRoleRecords)
     """Role memory's settings, confessions, enrichments and model call log (SPEC RM-4…8)."""
     memory_calls: MemoryModelCalls | None = None
-    """Calls of the roles' memory models under RM-6 (``runtime.role_memory.RoleMemoryModels``);
-    None: no memory model is ever called (inputs are not enriched)."""
+    """Calls of the roles' memory models under RM-6: ``runtime.role_memory.RoleMemoryModels``
+    over ``memory_models`` and ``role_records`` unless one is given (tests)."""
     learning_runs: LearningRunStore = field(default_factory=InMemoryLearningRunStore)
     """Durable learning runs of role memory (SPEC RM-4)."""
     keyring: Keyring | None = None
@@ -135,8 +135,11 @@ class Services:
         if brain_model is not None:
             self.memory_models.setdefault(BRAIN_MEMORY_MODEL, brain_model)
         self.thread_memory_service = ThreadMemoryService(self)
+        models = RoleMemoryModels(self.memory_models, self.role_records)
+        if self.memory_calls is None:
+            self.memory_calls = models  # enrichment, confide and learning share one gate per role
         self.role_memory = RoleLearning(
-            models=RoleMemoryModels(self.memory_models, self.role_records),
+            models=models,
             runs=self.learning_runs,
             pool=self.pool,
             journal=self.journal,

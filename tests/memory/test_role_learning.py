@@ -347,19 +347,3 @@ async def test_the_same_evidence_makes_the_same_request_so_recovery_reuses_its_s
         await procedure.learn(run, evidence, step)
 
     assert len(sent) == 2 and sent[0] == sent[1]
-
-
-def test_sealed_step_payloads_are_bound_to_their_run_and_step() -> None:
-    from memory.crypto import Keyring
-    from memory.errors import MemoryKeyError
-    from memory.learning_runs import new_run_id
-    from memory.role_learning import SealedStepPayloads
-
-    payloads = SealedStepPayloads(Keyring.generate())
-    run = LearningRun(new_run_id(), "t", "r", "th", "u1", 3, RunState.RUNNING, 1, None, T0, T0)
-    sealed = payloads.seal(run, 1, '{"facts": []}')
-
-    assert b"facts" not in sealed
-    assert payloads.open(run, 1, sealed) == '{"facts": []}'
-    with pytest.raises(MemoryKeyError):
-        payloads.open(run, 2, sealed)
