@@ -37,7 +37,9 @@ Rules every store keeps:
 6. Versions: an add starts at version 1 and its id must be new (``DuplicateMemory``); an
    update or invalidation names the version it read (compare-and-set; ``StaleRevision``
    carries the current one) and the entry moves one version on. An update cannot change the
-   id, role, layer or creation time, un-retract, or un-invalidate.
+   id, role, layer or creation time, un-retract, or un-invalidate — with one exception: a
+   person's update may turn a fact into a pinned entry without any source, its audience not
+   growing (an edit of per-user memory unlinks its source, SPEC MEM-8).
 7. Forget (``forget``) applies ``forget_for`` under the write lock: an entry the reader cannot
    see, or sees only through ``for:role``, is ``ForeignEntry``.
 8. Change log: every write adds one record (entry version after it, time, ``by``
@@ -243,6 +245,18 @@ def _current(pool: Mapping[str, EntryMeta], entry_id: str, expected: int | None)
     return meta
 
 
+def _unlinks(old: EntryMeta, new: EntryMeta, by: Actor) -> bool:
+    """Rule 6's one layer change: a person turns a fact into a pinned entry without sources,
+    for no one new."""
+    return (
+        by == "person"
+        and (old.layer, new.layer) == ("fact", "pinned")
+        and not new.sources
+        and not new.access
+        and new.audience <= old.audience
+    )
+
+
 def plan_writes(
     tenant: str,
     role_id: str,
@@ -268,7 +282,9 @@ def plan_writes(
             old = _current(working, write.meta.id, write.expected_version)
             meta = replace(write.meta, version=old.version + 1)
             _check_shape(tenant, role_id, meta)
-            if (meta.layer, meta.created_at) != (old.layer, old.created_at):
+            if meta.created_at != old.created_at or (
+                meta.layer != old.layer and not _unlinks(old, meta, write.by)
+            ):
                 raise InvalidMemory("an update cannot change the layer or the creation time")
             if (old.retracted and not meta.retracted) or (
                 old.invalidated_at is not None and meta.invalidated_at != old.invalidated_at

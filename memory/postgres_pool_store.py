@@ -33,10 +33,14 @@ times, retraction, version — and the content only as ``content_sealed`` under 
    are cached (oldest dropped).
 6. Connection failures and timeouts become ``MemoryUnavailable``; each statement is bounded by
    ``query_timeout``, the wait for a connection by ``acquire_timeout``.
+7. Key rotation (``rotate``, ``openrealtime memory rotate-key``) re-encrypts content and notes
+   under the active key in batches, in place; ``key_ids_in_use`` counts rows per key.
+   Per-user memory's attributes (migration 0008: ``personal_*``) are plaintext metadata.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
@@ -50,6 +54,7 @@ from memory.errors import DuplicateMemory, MemoryUnavailable, StaleRevision
 from memory.pool import (
     EntryMeta,
     EntrySource,
+    PersonalMemory,
     PoolEntry,
     Reader,
     Source,
@@ -79,24 +84,30 @@ T = TypeVar("T")
 _LOCK_CLASS = 0x504F4F4C  # "POOL": the advisory lock namespace of this store
 _META = (
     "id, role_id, layer, tags, sources, access, confidence, created_at, invalidated_at,"
-    " retracted, version"
+    " retracted, version, personal_kind, personal_key, personal_origin, personal_stated_at,"
+    " personal_updated_at"
 )
 _SCOPE = "tenant = $1 AND role_id = $2"
 _INSERT = """
 INSERT INTO role_pool_entries (tenant, role_id, id, layer, tags, sources, source_entries, access,
-    confidence, created_at, invalidated_at, retracted, version, key_id, content_sealed)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::jsonb, $9, $10, $11, $12, $13, $14, $15)
+    confidence, created_at, invalidated_at, retracted, version, key_id, content_sealed,
+    personal_kind, personal_key, personal_origin, personal_stated_at, personal_updated_at)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::jsonb, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+    $18, $19, $20)
 """
-_UPDATE_META = """
+_PERSONAL_SET = """personal_kind = $13, personal_key = $14, personal_origin = $15,
+    personal_stated_at = $16, personal_updated_at = $17"""
+_UPDATE_META = f"""
 UPDATE role_pool_entries SET tags = $4, sources = $5::jsonb, source_entries = $6,
     access = $7::jsonb, confidence = $8, invalidated_at = $9, retracted = $10, version = $11,
-    updated_at = clock_timestamp()
+    layer = $18, {_PERSONAL_SET}, updated_at = clock_timestamp()
 WHERE tenant = $1 AND role_id = $2 AND id = $3 AND version = $12
 """
-_UPDATE_ALL = """
+_UPDATE_ALL = f"""
 UPDATE role_pool_entries SET tags = $4, sources = $5::jsonb, source_entries = $6,
     access = $7::jsonb, confidence = $8, invalidated_at = $9, retracted = $10, version = $11,
-    key_id = $13, content_sealed = $14, updated_at = clock_timestamp()
+    layer = $18, {_PERSONAL_SET}, key_id = $19, content_sealed = $20,
+    updated_at = clock_timestamp()
 WHERE tenant = $1 AND role_id = $2 AND id = $3 AND version = $12
 """
 _LOG = """
@@ -124,6 +135,8 @@ _BUMP = """
 INSERT INTO role_pool_heads (tenant, role_id, version) VALUES ($1, $2, 1)
 ON CONFLICT (tenant, role_id) DO UPDATE SET version = role_pool_heads.version + 1
 """
+ROTATE_BATCH = 500
+"""Rows re-encrypted per transaction (``rotate``)."""
 MAX_CACHED_POOLS = 64
 """Pools whose decoded metadata one store keeps (module docstring, rule 5)."""
 
@@ -143,6 +156,23 @@ def _access_json(access: Sequence[ThreadAccess]) -> str:
     return json.dumps(
         [{"thread": a.thread_id, "item": a.item_id, "users": sorted(a.users)} for a in access]
     )
+
+
+def _personal_columns(personal: PersonalMemory | None) -> tuple[Any, ...]:
+    if personal is None:
+        return (None, None, None, None, None)
+    return (
+        personal.kind, personal.key, personal.origin, personal.stated_at, personal.updated_at,
+    )  # fmt: skip
+
+
+def _personal(row: Any) -> PersonalMemory | None:
+    if row["personal_kind"] is None:
+        return None
+    return PersonalMemory(
+        kind=row["personal_kind"], key=row["personal_key"], origin=row["personal_origin"],
+        stated_at=row["personal_stated_at"], updated_at=row["personal_updated_at"],
+    )  # fmt: skip
 
 
 def _meta(row: Any) -> EntryMeta:
@@ -166,6 +196,7 @@ def _meta(row: Any) -> EntryMeta:
         invalidated_at=row["invalidated_at"],
         retracted=row["retracted"],
         version=row["version"],
+        personal=_personal(row),
     )
 
 
@@ -286,6 +317,7 @@ class PostgresPoolStore(PoolStoreBase):
                 list(m.tags), _sources_json(m.sources), entries, _access_json(m.access),
                 m.confidence, m.invalidated_at, m.retracted, m.version,
             )  # fmt: skip
+            personal = _personal_columns(m.personal)
             sealed = None
             if step.content is not None:
                 sealed = self.keyring.seal(
@@ -297,18 +329,22 @@ class PostgresPoolStore(PoolStoreBase):
                     await conn.execute(
                         _INSERT, tenant, role_id, m.id, m.layer, columns[0], columns[1],
                         columns[2], columns[3], m.confidence, m.created_at, m.invalidated_at,
-                        m.retracted, m.version, sealed.key_id, sealed.blob, timeout=timeout,
+                        m.retracted, m.version, sealed.key_id, sealed.blob, *personal,
+                        timeout=timeout,
                     )  # fmt: skip
                 except asyncpg.UniqueViolationError as e:
                     raise DuplicateMemory(f"memory {m.id} exists") from e
             else:
                 if sealed is None:
-                    args: tuple[Any, ...] = (*columns, step.expected_version)
+                    args: tuple[Any, ...] = (*columns, step.expected_version, *personal, m.layer)
                     status = await conn.execute(
                         _UPDATE_META, tenant, role_id, m.id, *args, timeout=timeout
                     )
                 else:
-                    args = (*columns, step.expected_version, sealed.key_id, sealed.blob)
+                    args = (
+                        *columns, step.expected_version, *personal, m.layer, sealed.key_id,
+                        sealed.blob,
+                    )  # fmt: skip
                     status = await conn.execute(
                         _UPDATE_ALL, tenant, role_id, m.id, *args, timeout=timeout
                     )
@@ -434,6 +470,81 @@ class PostgresPoolStore(PoolStoreBase):
             return int(count)
 
         return await self._call(work)
+
+    # ------------------------------------------------------------------ at-rest maintenance
+
+    async def rotate(self, *, batch: int = ROTATE_BATCH) -> int:
+        """Re-encrypt, in batches of ``batch`` rows (one transaction each), every entry's
+        content and every change-log note not under the active key (rule 7); returns how many.
+        Rows stay readable throughout: the old keys stay in the keyring. Metadata is not
+        touched, so the metadata cache stays valid."""
+        total = 0
+        for table in ("role_pool_entries", "role_pool_changes"):
+            while True:
+                done = await self._call(
+                    functools.partial(self._rotate_batch, table=table, batch=batch)
+                )
+                total += done
+                if done < batch:
+                    break
+        return total
+
+    async def _rotate_batch(self, conn: Any, *, table: str, batch: int) -> int:
+        active = self.keyring.active_id
+        timeout = self.query_timeout
+        # SKIP LOCKED: a row a writer holds right now is left for the next batch (or run).
+        if table == "role_pool_entries":
+            rows = await conn.fetch(
+                "SELECT tenant, role_id, id, key_id, content_sealed FROM role_pool_entries"
+                f" WHERE key_id <> $1 LIMIT {int(batch)} FOR UPDATE SKIP LOCKED",
+                active, timeout=timeout,
+            )  # fmt: skip
+            updates = []
+            for r in rows:
+                context = content_context(r["tenant"], r["role_id"], r["id"])
+                plain = self.keyring.open(Sealed(r["key_id"], r["content_sealed"]), context=context)
+                sealed = self.keyring.seal(plain, context=context)
+                updates.append((r["tenant"], r["role_id"], r["id"], sealed.key_id, sealed.blob))
+            sql = (
+                "UPDATE role_pool_entries SET key_id = $4, content_sealed = $5"
+                " WHERE tenant = $1 AND role_id = $2 AND id = $3"
+            )
+        else:
+            rows = await conn.fetch(
+                "SELECT tenant, role_id, seq, entry_id, version, note_key_id, note_sealed"
+                " FROM role_pool_changes WHERE note_key_id <> $1"
+                f" LIMIT {int(batch)} FOR UPDATE SKIP LOCKED",
+                active, timeout=timeout,
+            )  # fmt: skip
+            updates = []
+            for r in rows:
+                context = note_context(r["tenant"], r["role_id"], r["entry_id"], r["version"])
+                plain = self.keyring.open(
+                    Sealed(r["note_key_id"], r["note_sealed"]), context=context
+                )
+                sealed = self.keyring.seal(plain, context=context)
+                updates.append((r["tenant"], r["role_id"], r["seq"], sealed.key_id, sealed.blob))
+            sql = (
+                "UPDATE role_pool_changes SET note_key_id = $4, note_sealed = $5"
+                " WHERE tenant = $1 AND role_id = $2 AND seq = $3"
+            )
+        if updates:
+            await conn.executemany(sql, updates, timeout=timeout)
+        return len(rows)
+
+    async def key_ids_in_use(self) -> dict[str, int]:
+        """Sealed entry contents and notes per key id."""
+
+        async def work(conn: Any) -> dict[str, int]:
+            rows = await conn.fetch(
+                "SELECT key_id, count(*) AS n FROM (SELECT key_id FROM role_pool_entries"
+                " UNION ALL SELECT note_key_id FROM role_pool_changes"
+                " WHERE note_key_id IS NOT NULL) k GROUP BY key_id",
+                timeout=self.query_timeout,
+            )
+            return {r["key_id"]: int(r["n"]) for r in rows}
+
+        return await self._call(work, readonly=True)
 
 
 __all__ = ["PostgresPoolStore"]

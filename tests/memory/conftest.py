@@ -1,16 +1,18 @@
 """Memory test fixtures: PostgreSQL from ``tests/postgres.py``, ``store`` — the memory store
-of one backend (in-memory or PostgreSQL), so the contract suite runs against both —
+(per-user memory over the role pools, ``memory/pool_memory.py``) of one backend (in-memory or
+PostgreSQL), so the contract suite runs against both —
 ``thread_store``, the same for thread memory, and ``pool_store`` for the role-memory pools."""
 
 from __future__ import annotations
 
 import pytest
 
+from memory.pool_memory import InMemoryMemoryLedger, PoolMemoryStore
 from memory.pool_store import InMemoryPoolStore, PoolLocks, PoolStore
+from memory.postgres_pool_memory import PostgresMemoryLedger
 from memory.postgres_pool_store import PostgresPoolStore
-from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
-from memory.store import InMemoryMemoryStore, MemoryStore
+from memory.store import MemoryStore
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from tests.postgres import pg_pool, postgres_url
 
@@ -20,8 +22,9 @@ __all__ = ["pg_pool", "pool_store", "postgres_url", "store", "thread_store"]
 @pytest.fixture(params=["memory", "postgres"])
 def store(request: pytest.FixtureRequest) -> MemoryStore:
     if request.param == "memory":
-        return InMemoryMemoryStore()
-    return PostgresMemoryStore(request.getfixturevalue("pg_pool"))
+        return PoolMemoryStore(InMemoryPoolStore(locks=PoolLocks()), InMemoryMemoryLedger())
+    pg = request.getfixturevalue("pg_pool")
+    return PoolMemoryStore(PostgresPoolStore(pg, locks=PoolLocks()), PostgresMemoryLedger(pg))
 
 
 @pytest.fixture(params=["memory", "postgres"])
