@@ -14,7 +14,7 @@ commit together.
 the role pools, at start:
 
 1. A row names its user only as ``owner`` = SHA-256 of the user id. The user is found among
-   the tenant's known users — memberships, threads, access and account tokens — whose
+   the tenant's known users — memberships, threads, access tokens — whose
    SHA-256 is that owner. A row no user matches is left where it is and counted, never guessed.
 2. Each batch (``batch`` rows, one transaction) opens the rows with the old store's keyring,
    maps them with ``pool_entry_from`` (deleted rows become retracted entries with ``""`` as
@@ -257,7 +257,6 @@ WITH users AS (
     SELECT tenant, user_id FROM memberships
     UNION SELECT tenant, user_id FROM threads
     UNION SELECT tenant, user_id FROM access_tokens
-    UNION SELECT tenant, user_id FROM account_tokens
 ), owners AS (
     SELECT tenant, user_id, encode(sha256(convert_to(user_id, 'UTF8')), 'hex') AS owner
     FROM users

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from memory.crypto import Keyring, Sealed
-from memory.errors import DuplicateMemory, MemoryUnavailable, StaleRevision
+from memory.errors import DuplicateMemory, MemoryUnavailable, StaleRevision, UnknownKey
 from memory.pool import (
     EntryMeta,
     EntrySource,
@@ -207,7 +207,9 @@ def _lock_name(tenant: str, role_id: str) -> str:
 class PostgresPoolStore(PoolStoreBase):
     """``PoolStore`` on an asyncpg pool whose database has migration 0006 applied.
 
-    ``keyring`` seals content and notes (default: ``process_keyring``); ``locks`` are the
+    ``keyring`` seals content and notes (default: ``process_keyring``); ``reload_keyring`` is
+    called once when a row is sealed under a key the keyring does not hold (a rotation made by
+    another process, ``openrealtime memory rotate-key``); ``locks`` are the
     process's pool locks (default: ``PROCESS_POOL_LOCKS``).
     """
 
@@ -217,6 +219,7 @@ class PostgresPoolStore(PoolStoreBase):
         *,
         keyring: Keyring | None = None,
         locks: PoolLocks | None = None,
+        reload_keyring: Callable[[], Keyring] | None = None,
         query_timeout: float = 5.0,
         acquire_timeout: float = 5.0,
     ) -> None:
@@ -224,10 +227,20 @@ class PostgresPoolStore(PoolStoreBase):
 
         self.pool = pool
         self.keyring = keyring if keyring is not None else process_keyring()
+        self.reload_keyring = reload_keyring
         self.locks = locks if locks is not None else PROCESS_POOL_LOCKS
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
         self._cache: dict[tuple[str, str], tuple[int, dict[str, EntryMeta]]] = {}
+
+    def _open(self, sealed: Sealed, *, context: bytes) -> str:
+        try:
+            return self.keyring.open(sealed, context=context)
+        except UnknownKey:
+            if self.reload_keyring is None:
+                raise
+            self.keyring = self.reload_keyring()
+            return self.keyring.open(sealed, context=context)
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, readonly: bool = False) -> T:
         try:
@@ -300,7 +313,7 @@ class PostgresPoolStore(PoolStoreBase):
         async with self.locks(tenant, role_id).read():
             found = await self._call(work, readonly=True)
         found.sort(key=lambda pair: (pair[0].created_at, pair[0].id))
-        opened = self.keyring.open
+        opened = self._open
         return [
             PoolEntry(m, opened(sealed, context=content_context(tenant, role_id, m.id)))
             for m, sealed in found
@@ -442,7 +455,7 @@ class PostgresPoolStore(PoolStoreBase):
         for r in rows:
             note = None
             if r["note_sealed"] is not None:
-                note = self.keyring.open(
+                note = self._open(
                     Sealed(r["note_key_id"], r["note_sealed"]),
                     context=note_context(tenant, role_id, r["entry_id"], r["version"]),
                 )
@@ -502,7 +515,7 @@ class PostgresPoolStore(PoolStoreBase):
             updates = []
             for r in rows:
                 context = content_context(r["tenant"], r["role_id"], r["id"])
-                plain = self.keyring.open(Sealed(r["key_id"], r["content_sealed"]), context=context)
+                plain = self._open(Sealed(r["key_id"], r["content_sealed"]), context=context)
                 sealed = self.keyring.seal(plain, context=context)
                 updates.append((r["tenant"], r["role_id"], r["id"], sealed.key_id, sealed.blob))
             sql = (
@@ -519,9 +532,7 @@ class PostgresPoolStore(PoolStoreBase):
             updates = []
             for r in rows:
                 context = note_context(r["tenant"], r["role_id"], r["entry_id"], r["version"])
-                plain = self.keyring.open(
-                    Sealed(r["note_key_id"], r["note_sealed"]), context=context
-                )
+                plain = self._open(Sealed(r["note_key_id"], r["note_sealed"]), context=context)
                 sealed = self.keyring.seal(plain, context=context)
                 updates.append((r["tenant"], r["role_id"], r["seq"], sealed.key_id, sealed.blob))
             sql = (

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
-from memory.crypto import load_key_file, write_key_file
+from memory.crypto import Keyring, load_key_file, write_key_file
 from memory.errors import MemoryStoreError
+from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_store import SEAL_BATCH, PostgresMemoryStore
 from runtime.config import Settings
 from runtime.database import DatabaseError, open_database
@@ -73,14 +76,15 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             keyring = keyring.with_new_active_key()
             write_key_file(source.path, keyring)
         store = PostgresMemoryStore(database.pool, keyring=keyring)
+        pools = PostgresPoolStore(database.pool, keyring=keyring)
         sealed = await store.seal_plaintext(batch=args.batch)
-        moved = await store.rotate(batch=args.batch)
+        moved = await store.rotate(batch=args.batch) + await pools.rotate(batch=args.batch)
         print(HEADER)
         print(f"active\t{keyring.active_id}\t-")
         if sealed:
             print(f"sealed_plaintext\t{keyring.active_id}\t{sealed}")
         print(f"re-encrypted\t{keyring.active_id}\t{moved}")
-        usage = await store.key_ids_in_use()
+        usage = Counter(await store.key_ids_in_use()) + Counter(await pools.key_ids_in_use())
         for key_id in keyring.key_ids:
             print(f"in_use\t{key_id}\t{usage.get(key_id, 0)}")
         if not args.retire:
@@ -95,7 +99,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
                 print("# restart running servers, then run: openrealtime memory rotate-key"
                       " --retire", file=sys.stderr)  # fmt: skip
             return 0
-        return _retire(store, source.from_config, source.path, usage)
+        return _retire(keyring, source.from_config, source.path, usage)
     except MemoryStoreError as e:
         return _fail(e.code, str(e))
     except (DatabaseError, MigrationError) as e:
@@ -104,10 +108,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         await database.close()
 
 
-def _retire(
-    store: PostgresMemoryStore, from_config: bool, path: Path, usage: dict[str, int]
-) -> int:
-    keyring = store.keyring
+def _retire(keyring: Keyring, from_config: bool, path: Path, usage: Mapping[str, int]) -> int:
     old = {k for k in keyring.key_ids if k != keyring.active_id}
     idle = {k for k in old if not usage.get(k)}
     busy = old - idle
