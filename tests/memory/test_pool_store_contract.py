@@ -216,6 +216,29 @@ async def test_updates_are_compare_and_set_on_the_version(pool_store: PoolStore)
         )
 
 
+async def test_a_person_may_turn_a_fact_into_a_pinned_entry_without_sources_only(
+    pool_store: PoolStore,
+) -> None:
+    first = await pool_store.add(fact("f1"), "memory_model")
+    unlinked = replace(
+        first, layer="pinned", sources=(), access=(), tags=first.tags - {"thread:th1"}
+    )
+    for refused, by in (
+        (unlinked, "memory_model"),  # only a person's edit unlinks
+        (replace(unlinked, sources=first.sources, access=first.access), "person"),
+        (replace(unlinked, tags=unlinked.tags | {for_person_tag("bob")}), "person"),
+        (replace(first, layer="observation", confidence=0.5), "person"),
+    ):
+        with pytest.raises(InvalidMemory):
+            await pool_store.update(refused, None, expected_version=1, by=by)  # type: ignore[arg-type]
+    pinned = await pool_store.update(unlinked, "edited", expected_version=1, by="person")
+    assert (pinned.layer, pinned.sources, pinned.version) == ("pinned", (), 2)
+    (got,) = await pool_store.read_visible(T, ROLE, ALICE)
+    assert got.meta == pinned and got.content == "edited"
+    with pytest.raises(InvalidMemory):  # and never back
+        await pool_store.update(first, None, expected_version=2, by="person")
+
+
 async def test_forget_retracts_mine_and_refuses_a_foreign_entry(pool_store: PoolStore) -> None:
     await pool_store.add(fact("mine"), "memory_model")
     await pool_store.add(fact("shared", users=("alice", "bob")), "memory_model")
