@@ -21,9 +21,11 @@ PostgreSQL in ``memory/postgres_pool_memory.py``, in the tables of migration 000
 3. Every change runs in one ``MemoryLedger.transaction``: the owner's lock (``(tenant,
    owner_key(user))``: PostgreSQL's advisory lock, the old store's, so the decisions of
    ``plan_save``/``plan_restore`` see a state nobody else changes), the current entries read
-   under it, then the pool writes (``apply_in``) and the ledger's rows on the same
-   transaction. So ``delete_source`` erases the entries of every role of the user and writes
-   the receipt and the tombstone in ONE transaction.
+   under it (``read_visible_in``/``load_meta_in``: on the transaction's own connection, so a
+   call holds one connection, never waits for a second), then the pool writes (``apply_in``,
+   roles in sorted order: one lock order for every writer of several pools) and the
+   ledger's rows on the same transaction. So ``delete_source`` erases the entries of every
+   role of the user and writes the receipt and the tombstone in ONE transaction.
 4. An edit keeps the entry's id and moves it on one version, ``pinned`` and without a source
    (``pool_store`` rule 6's one layer change); the old source is blocked (MEM-8). An extraction
    that updates a pinned entry by its key leaves it pinned, with the new source. A delete
@@ -297,13 +299,20 @@ class PoolMemoryStore:
         self.pool = pool
         self.ledger = ledger
 
-    async def _read(self, tenant: str, user: str, role_id: str) -> list[MemoryEntry]:
-        """Rule 2: the user's active entries of the role, oldest first."""
+    async def _read(
+        self, tenant: str, user: str, role_id: str, tx: Any = None
+    ) -> list[MemoryEntry]:
+        """Rule 2: the user's active entries of the role, oldest first (in ``tx`` if given)."""
         reader = Reader(user, tenant, frozenset({role_id}))
-        found = await self.pool.read_visible(
-            tenant, role_id, reader, tags=(from_tag(user), for_person_tag(user)),
-            current_only=True,
-        )  # fmt: skip
+        tags = (from_tag(user), for_person_tag(user))
+        if tx is None:
+            found = await self.pool.read_visible(
+                tenant, role_id, reader, tags=tags, current_only=True
+            )
+        else:
+            found = await self.pool.read_visible_in(
+                tx.pool_tx, tenant, role_id, reader, tags=tags, current_only=True
+            )
         owner = owner_key(user)
         return [
             memory_entry_of(e.meta, e.content, tenant=tenant, owner=owner)
@@ -311,12 +320,12 @@ class PoolMemoryStore:
             if is_personal(e.meta, user)
         ]
 
-    async def _deleted(self, tenant: str, user: str, role_id: str) -> list[MemoryEntry]:
+    async def _deleted(self, tx: Any, tenant: str, user: str, role_id: str) -> list[MemoryEntry]:
         """The user's deleted (retracted) entries of the role, from metadata only."""
         owner = owner_key(user)
         return [
             memory_entry_of(meta, "", tenant=tenant, owner=owner)
-            for meta in (await self.pool.load_meta(tenant, role_id)).values()
+            for meta in (await self._metas(tx, tenant, role_id)).values()
             if meta.retracted and is_personal(meta, user)
         ]
 
@@ -330,8 +339,8 @@ class PoolMemoryStore:
         meta = _updated_meta(replace(gone, status="active"), user, old)
         return UpdateEntry(replace(meta, retracted=True), "", old.version, "person")
 
-    async def _metas(self, tenant: str, role_id: str) -> dict[str, EntryMeta]:
-        return await self.pool.load_meta(tenant, role_id)
+    async def _metas(self, tx: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
+        return await self.pool.load_meta_in(tx.pool_tx, tenant, role_id)
 
     async def save(
         self,
@@ -345,7 +354,7 @@ class PoolMemoryStore:
         draft = prepare_draft(draft)
         owner = owner_key(user)
         async with self.ledger.transaction(self.pool, tenant, owner) as tx:
-            active = await self._read(tenant, user, role_id)
+            active = await self._read(tenant, user, role_id, tx)
             source = draft.source
             blocked = source is not None and any(
                 b.blocks(role_id, source) for b in await self.ledger.blocks(tx, tenant, owner)
@@ -362,7 +371,7 @@ class PoolMemoryStore:
             if plan.action == "created":
                 write = AddEntry(_pool_entry(entry, user), _by(draft.actor))
             else:
-                old = (await self._metas(tenant, role_id))[entry.id]
+                old = (await self._metas(tx, tenant, role_id))[entry.id]
                 meta = _updated_meta(entry, user, old)
                 write = UpdateEntry(meta, entry.content, old.version, _by(draft.actor))
             (meta,) = await self._write(tx, tenant, role_id, [write])
@@ -403,7 +412,7 @@ class PoolMemoryStore:
         if role_id is None:
             raise MemoryNotFound(f"no memory {entry_id}")
         async with self.ledger.transaction(self.pool, tenant, owner) as tx:
-            active = await self._read(tenant, user, role_id)
+            active = await self._read(tenant, user, role_id, tx)
             entry = expect_revision(
                 next((e for e in active if e.id == entry_id), None), entry_id, revision
             )
@@ -413,7 +422,7 @@ class PoolMemoryStore:
             if any(e.id != entry.id and content_hash(e.content) == digest for e in active):
                 raise DuplicateMemory("another memory of this role already says that")
             edited = edited_entry(entry, content=content, kind=new_kind, now=tx.now)
-            old = (await self._metas(tenant, role_id))[entry.id]
+            old = (await self._metas(tx, tenant, role_id))[entry.id]
             meta = _updated_meta(edited, user, old)
             await self._write(
                 tx, tenant, role_id, [UpdateEntry(meta, content, old.version, "person")]
@@ -431,7 +440,7 @@ class PoolMemoryStore:
         """Rule 4's delete of ``doomed`` (entries of ``role_id``); the erased entries."""
         if not doomed:
             return []
-        metas = await self._metas(tenant, role_id)
+        metas = await self._metas(tx, tenant, role_id)
         writes = [self._erase(e, user, metas[e.id], tx.now) for e in doomed]
         await self._write(tx, tenant, role_id, writes)
         return [erased_entry(e, tx.now) for e in doomed]
@@ -442,7 +451,7 @@ class PoolMemoryStore:
         if role_id is None:
             raise MemoryNotFound(f"no memory {entry_id}")
         async with self.ledger.transaction(self.pool, tenant, owner) as tx:
-            active = await self._read(tenant, user, role_id)
+            active = await self._read(tenant, user, role_id, tx)
             entry = expect_revision(
                 next((e for e in active if e.id == entry_id), None), entry_id, revision
             )
@@ -456,7 +465,7 @@ class PoolMemoryStore:
     async def clear(self, tenant: str, user: str, role_id: str) -> int:
         owner = owner_key(user)
         async with self.ledger.transaction(self.pool, tenant, owner) as tx:
-            active = await self._read(tenant, user, role_id)
+            active = await self._read(tenant, user, role_id, tx)
             gone = await self._erase_all(tx, tenant, user, role_id, active)
             blocks = [b for b in (edit_block(e, tx.now) for e in active) if b is not None]
             await self.ledger.record(
@@ -472,7 +481,7 @@ class PoolMemoryStore:
             for role_id in await self.ledger.roles(tx, tenant, owner):
                 found = [
                     e
-                    for e in await self._read(tenant, user, role_id)
+                    for e in await self._read(tenant, user, role_id, tx)
                     if e.source_thread_id == source_thread_id
                 ]
                 if found:
@@ -481,7 +490,7 @@ class PoolMemoryStore:
             receipt, tombstone = source_deletion(source_thread_id, every, tx.now)
             await self.ledger.record(tx, tenant, owner, receipts=[receipt], blocks=[tombstone])
             gone: list[MemoryEntry] = []
-            for role_id, entries in doomed.items():
+            for role_id, entries in doomed.items():  # sorted: one lock order (rule 3)
                 gone += await self._erase_all(tx, tenant, user, role_id, entries)
             await self.ledger.record(
                 tx, tenant, owner,
@@ -501,8 +510,8 @@ class PoolMemoryStore:
     ) -> list[MemoryEntry]:
         held: list[MemoryEntry] = []
         for role_id in roles:
-            held += await self._read(tenant, user, role_id)
-            held += await self._deleted(tenant, user, role_id)
+            held += await self._read(tenant, user, role_id, tx)
+            held += await self._deleted(tx, tenant, user, role_id)
         return held
 
     async def backup(self, tenant: str, user: str) -> MemoryBackup:
@@ -534,8 +543,8 @@ class PoolMemoryStore:
             for entry in plan.entries:
                 by_role.setdefault(entry.role_id, []).append(entry)
             changes: list[MemoryChange] = []
-            for role_id, entries in by_role.items():
-                taken = set(await self._metas(tenant, role_id))
+            for role_id, entries in sorted(by_role.items()):  # one lock order (rule 3)
+                taken = set(await self._metas(tx, tenant, role_id))
                 writes: list[PoolWrite] = []
                 for entry in entries:
                     if entry.id in taken:  # rule 5: another user's entry holds the id

@@ -52,6 +52,8 @@ Rules every store keeps:
     an asyncpg connection in a transaction; ``transaction()`` makes one) — its writes commit or
     roll back with it. In memory, ``transaction()`` stages the writes and re-plans them at
     commit; any other ``tx`` (the in-memory learning-run store) applies at once.
+    ``read_visible_in``/``load_meta_in`` read inside such a transaction (PostgreSQL: on its
+    connection; in memory: the pool as committed, staged writes not included).
 """
 
 from __future__ import annotations
@@ -368,6 +370,23 @@ class PoolStore(Protocol):
         """The entries ``reader`` may see carrying every tag of ``tags``, oldest first."""
         ...
 
+    async def read_visible_in(
+        self,
+        tx: Any,
+        tenant: str,
+        role_id: str,
+        reader: Reader,
+        *,
+        tags: Collection[str] = (),
+        current_only: bool = False,
+    ) -> list[PoolEntry]:
+        """``read_visible`` inside the caller's transaction ``tx`` (rule 10)."""
+        ...
+
+    async def load_meta_in(self, tx: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
+        """``load_meta`` inside the caller's transaction ``tx`` (rule 10)."""
+        ...
+
     async def add(
         self, entry: PoolEntry, by: Actor, *, role_users: frozenset[str] | None = None
     ) -> EntryMeta: ...
@@ -532,6 +551,24 @@ class InMemoryPoolStore(PoolStoreBase):
                 )
                 for m in picked
             ]
+
+    async def read_visible_in(
+        self,
+        tx: Any,
+        tenant: str,
+        role_id: str,
+        reader: Reader,
+        *,
+        tags: Collection[str] = (),
+        current_only: bool = False,
+    ) -> list[PoolEntry]:
+        # What a transaction staged is not written yet: it reads the pool as committed.
+        return await self.read_visible(
+            tenant, role_id, reader, tags=tags, current_only=current_only
+        )
+
+    async def load_meta_in(self, tx: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
+        return self._meta(tenant, role_id)
 
     def _write(self, tenant: str, role_id: str, planned: Sequence[PlannedWrite]) -> None:
         rows = self._pools.setdefault((tenant, role_id), {})

@@ -21,7 +21,9 @@ times, retraction, version — and the content only as ``content_sealed`` under 
    ``version`` in SQL (``StaleRevision`` when the row moved).
 3. ``apply_in(conn, …)`` does step 2 on the caller's connection inside the caller's
    transaction (the learner's ``finish``): the advisory lock is held to the caller's commit or
-   rollback, and every row written goes with it. ``transaction()`` gives such a connection.
+   rollback, and every row written goes with it. ``transaction()`` gives such a connection;
+   ``read_visible_in``/``load_meta_in`` read on it (what the transaction sees, its own writes
+   included; never cached, rule 5), so a caller needs one connection, not two.
 4. ``purge`` is one statement: a recursive walk from the entries tagged with the purge tag
    along ``source_entries`` (a GIN index), deleting those entries and their change-log records
    and returning the count. No content is read.
@@ -262,8 +264,11 @@ class PostgresPoolStore(PoolStoreBase):
         )
         return {row["id"]: _meta(row) for row in rows}
 
-    async def _snapshot(self, conn: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
-        """The pool's metadata in ``conn``'s snapshot, from the cache when it is current."""
+    async def _snapshot(
+        self, conn: Any, tenant: str, role_id: str, *, keep: bool = True
+    ) -> dict[str, EntryMeta]:
+        """The pool's metadata in ``conn``'s snapshot, from the cache when it is current
+        (``keep``: and cached when loaded — only for a read-only snapshot, rule 5)."""
         head = await conn.fetchval(
             f"SELECT version FROM role_pool_heads WHERE {_SCOPE}",
             tenant,
@@ -275,6 +280,8 @@ class PostgresPoolStore(PoolStoreBase):
         if cached is not None and cached[0] == head:
             return cached[1]
         pool = await self._load(conn, tenant, role_id)
+        if not keep:
+            return pool
         self._cache.pop((tenant, role_id), None)
         if len(self._cache) >= MAX_CACHED_POOLS:
             del self._cache[next(iter(self._cache))]
@@ -284,6 +291,38 @@ class PostgresPoolStore(PoolStoreBase):
     async def load_meta(self, tenant: str, role_id: str) -> dict[str, EntryMeta]:
         pool = await self._call(lambda conn: self._snapshot(conn, tenant, role_id), readonly=True)
         return dict(pool)
+
+    async def load_meta_in(self, tx: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
+        try:
+            return dict(await self._snapshot(tx, tenant, role_id, keep=False))
+        except CONNECTION_ERRORS as e:
+            raise MemoryUnavailable(f"memory pool store unavailable: {type(e).__name__}") from e
+
+    async def _visible(
+        self,
+        conn: Any,
+        tenant: str,
+        role_id: str,
+        reader: Reader,
+        tags: Collection[str],
+        current_only: bool,
+        *,
+        keep: bool,
+    ) -> list[tuple[EntryMeta, Sealed]]:
+        pool = await self._snapshot(conn, tenant, role_id, keep=keep)
+        shown = visible_ids(reader, pool, current_only=current_only)
+        picked = [i for i in shown if matches(pool[i], tags)]
+        if not picked:
+            return []
+        rows = await conn.fetch(
+            "SELECT id, key_id, content_sealed FROM role_pool_entries"
+            f" WHERE {_SCOPE} AND id = ANY($3::text[])",
+            tenant,
+            role_id,
+            picked,
+            timeout=self.query_timeout,
+        )
+        return [(pool[r["id"]], Sealed(r["key_id"], r["content_sealed"])) for r in rows]
 
     async def read_visible(
         self,
@@ -295,23 +334,34 @@ class PostgresPoolStore(PoolStoreBase):
         current_only: bool = False,
     ) -> list[PoolEntry]:
         async def work(conn: Any) -> list[tuple[EntryMeta, Sealed]]:
-            pool = await self._snapshot(conn, tenant, role_id)
-            shown = visible_ids(reader, pool, current_only=current_only)
-            picked = [i for i in shown if matches(pool[i], tags)]
-            if not picked:
-                return []
-            rows = await conn.fetch(
-                "SELECT id, key_id, content_sealed FROM role_pool_entries"
-                f" WHERE {_SCOPE} AND id = ANY($3::text[])",
-                tenant,
-                role_id,
-                picked,
-                timeout=self.query_timeout,
-            )
-            return [(pool[r["id"]], Sealed(r["key_id"], r["content_sealed"])) for r in rows]
+            return await self._visible(conn, tenant, role_id, reader, tags, current_only, keep=True)
 
         async with self.locks(tenant, role_id).read():
             found = await self._call(work, readonly=True)
+        return self._opened(tenant, role_id, found)
+
+    async def read_visible_in(
+        self,
+        tx: Any,
+        tenant: str,
+        role_id: str,
+        reader: Reader,
+        *,
+        tags: Collection[str] = (),
+        current_only: bool = False,
+    ) -> list[PoolEntry]:
+        try:
+            async with self.locks(tenant, role_id).read():
+                found = await self._visible(
+                    tx, tenant, role_id, reader, tags, current_only, keep=False
+                )
+        except CONNECTION_ERRORS as e:
+            raise MemoryUnavailable(f"memory pool store unavailable: {type(e).__name__}") from e
+        return self._opened(tenant, role_id, found)
+
+    def _opened(
+        self, tenant: str, role_id: str, found: list[tuple[EntryMeta, Sealed]]
+    ) -> list[PoolEntry]:
         found.sort(key=lambda pair: (pair[0].created_at, pair[0].id))
         opened = self._open
         return [

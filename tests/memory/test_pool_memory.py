@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import pytest
 
 from memory.crypto import Sealed
@@ -220,3 +221,21 @@ async def test_list_is_newest_first_across_edits_and_extraction(setup: Setup) ->
     listed = await setup.memory.list_entries(T, "alice", ROLE)
     assert [e.content for e in listed] == ["one, again", "two"]
     assert listed[0].updated_at > listed[1].updated_at
+
+
+async def test_a_mem_call_holds_one_connection(pg_pool: Any, postgres_url: str) -> None:
+    """Reads and writes of one call go on its transaction's connection: with a pool of one
+    connection nothing waits for a second (which would time out as ``MemoryUnavailable``)."""
+    one = await asyncpg.create_pool(postgres_url, min_size=1, max_size=1)
+    try:
+        pools = PostgresPoolStore(one, locks=PoolLocks(), acquire_timeout=1.0)
+        memory = PoolMemoryStore(pools, PostgresMemoryLedger(one, acquire_timeout=1.0))
+        created = await memory.save(T, "alice", ROLE, said("I like tea"))
+        assert created.entry is not None
+        edited = await memory.edit(T, "alice", created.entry.id, revision=1, content="I like chai")
+        await memory.save(T, "alice", "r2", said("I like jazz"))
+        assert (await memory.delete_source(T, "alice", "th_a")).deleted == 1
+        await memory.delete(T, "alice", edited.id, revision=edited.revision)
+        assert (await memory.restore(T, "bob", await memory.backup(T, "alice"))).imported == 0
+    finally:
+        await one.close()
