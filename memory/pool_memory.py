@@ -21,8 +21,9 @@ PostgreSQL in ``memory/postgres_pool_memory.py``, in the tables of migration 000
 3. Every change runs in one ``MemoryLedger.transaction``: the owner's lock (``(tenant,
    owner_key(user))``: PostgreSQL's advisory lock, the old store's, so the decisions of
    ``plan_save``/``plan_restore`` see a state nobody else changes), the current entries read
-   under it (``read_visible_in``/``load_meta_in``: on the transaction's own connection, so a
-   call holds one connection, never waits for a second), then the pool writes (``apply_in``,
+   under it (``read_tagged``/``load_meta_matching`` by ``from:<user>``: what the user's entries
+   cost, not the pool's size, and on the transaction's own connection, so a call holds one
+   connection, never waits for a second), then the pool writes (``apply_in``,
    roles in sorted order: one lock order for every writer of several pools) and the
    ledger's rows on the same transaction. So ``delete_source`` erases the entries of every
    role of the user and writes the receipt and the tombstone in ONE transaction.
@@ -304,15 +305,10 @@ class PoolMemoryStore:
     ) -> list[MemoryEntry]:
         """Rule 2: the user's active entries of the role, oldest first (in ``tx`` if given)."""
         reader = Reader(user, tenant, frozenset({role_id}))
-        tags = (from_tag(user), for_person_tag(user))
-        if tx is None:
-            found = await self.pool.read_visible(
-                tenant, role_id, reader, tags=tags, current_only=True
-            )
-        else:
-            found = await self.pool.read_visible_in(
-                tx.pool_tx, tenant, role_id, reader, tags=tags, current_only=True
-            )
+        found = await self.pool.read_tagged(
+            tenant, role_id, reader, from_tag(user), current_only=True,
+            tx=tx.pool_tx if tx is not None else None,
+        )  # fmt: skip
         owner = owner_key(user)
         return [
             memory_entry_of(e.meta, e.content, tenant=tenant, owner=owner)
@@ -325,7 +321,7 @@ class PoolMemoryStore:
         owner = owner_key(user)
         return [
             memory_entry_of(meta, "", tenant=tenant, owner=owner)
-            for meta in (await self._metas(tx, tenant, role_id)).values()
+            for meta in (await self._metas(tx, tenant, user, role_id)).values()
             if meta.retracted and is_personal(meta, user)
         ]
 
@@ -339,8 +335,11 @@ class PoolMemoryStore:
         meta = _updated_meta(replace(gone, status="active"), user, old)
         return UpdateEntry(replace(meta, retracted=True), "", old.version, "person")
 
-    async def _metas(self, tx: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
-        return await self.pool.load_meta_in(tx.pool_tx, tenant, role_id)
+    async def _metas(self, tx: Any, tenant: str, user: str, role_id: str) -> dict[str, EntryMeta]:
+        """The metadata of the user's entries of the role (every status)."""
+        return await self.pool.load_meta_matching(
+            tenant, role_id, tag=from_tag(user), tx=tx.pool_tx
+        )
 
     async def save(
         self,
@@ -371,7 +370,7 @@ class PoolMemoryStore:
             if plan.action == "created":
                 write = AddEntry(_pool_entry(entry, user), _by(draft.actor))
             else:
-                old = (await self._metas(tx, tenant, role_id))[entry.id]
+                old = (await self._metas(tx, tenant, user, role_id))[entry.id]
                 meta = _updated_meta(entry, user, old)
                 write = UpdateEntry(meta, entry.content, old.version, _by(draft.actor))
             (meta,) = await self._write(tx, tenant, role_id, [write])
@@ -422,7 +421,7 @@ class PoolMemoryStore:
             if any(e.id != entry.id and content_hash(e.content) == digest for e in active):
                 raise DuplicateMemory("another memory of this role already says that")
             edited = edited_entry(entry, content=content, kind=new_kind, now=tx.now)
-            old = (await self._metas(tx, tenant, role_id))[entry.id]
+            old = (await self._metas(tx, tenant, user, role_id))[entry.id]
             meta = _updated_meta(edited, user, old)
             await self._write(
                 tx, tenant, role_id, [UpdateEntry(meta, content, old.version, "person")]
@@ -440,7 +439,7 @@ class PoolMemoryStore:
         """Rule 4's delete of ``doomed`` (entries of ``role_id``); the erased entries."""
         if not doomed:
             return []
-        metas = await self._metas(tx, tenant, role_id)
+        metas = await self._metas(tx, tenant, user, role_id)
         writes = [self._erase(e, user, metas[e.id], tx.now) for e in doomed]
         await self._write(tx, tenant, role_id, writes)
         return [erased_entry(e, tx.now) for e in doomed]
@@ -544,7 +543,10 @@ class PoolMemoryStore:
                 by_role.setdefault(entry.role_id, []).append(entry)
             changes: list[MemoryChange] = []
             for role_id, entries in sorted(by_role.items()):  # one lock order (rule 3)
-                taken = set(await self._metas(tx, tenant, role_id))
+                ids = [e.id for e in entries]
+                taken = set(
+                    await self.pool.load_meta_matching(tenant, role_id, ids=ids, tx=tx.pool_tx)
+                )
                 writes: list[PoolWrite] = []
                 for entry in entries:
                     if entry.id in taken:  # rule 5: another user's entry holds the id

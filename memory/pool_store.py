@@ -52,8 +52,13 @@ Rules every store keeps:
     an asyncpg connection in a transaction; ``transaction()`` makes one) — its writes commit or
     roll back with it. In memory, ``transaction()`` stages the writes and re-plans them at
     commit; any other ``tx`` (the in-memory learning-run store) applies at once.
-    ``read_visible_in``/``load_meta_in`` read inside such a transaction (PostgreSQL: on its
-    connection; in memory: the pool as committed, staged writes not included).
+    ``read_tagged``/``load_meta_matching`` take such a ``tx`` too and read inside it
+    (PostgreSQL: on its connection; in memory: the pool as committed, staged writes not
+    included).
+11. Scoped reads: ``read_tagged`` is exactly ``read_visible`` with one tag, at the cost of the
+    entries carrying the tag and what they cite (the only entries rules 1–7 read for them), not
+    of the whole pool; ``load_meta_matching`` is the metadata of the entries carrying a tag or
+    having one of some ids. Per-user memory (``memory/pool_memory.py``) reads through them.
 """
 
 from __future__ import annotations
@@ -351,7 +356,7 @@ PROCESS_POOL_LOCKS = PoolLocks()
 
 
 class PoolStore(Protocol):
-    """The role-memory pool store (module docstring, rules 1–10)."""
+    """The role-memory pool store (module docstring, rules 1–11)."""
 
     keyring: Keyring
     locks: PoolLocks
@@ -370,21 +375,30 @@ class PoolStore(Protocol):
         """The entries ``reader`` may see carrying every tag of ``tags``, oldest first."""
         ...
 
-    async def read_visible_in(
+    async def read_tagged(
         self,
-        tx: Any,
         tenant: str,
         role_id: str,
         reader: Reader,
+        tag: str,
         *,
-        tags: Collection[str] = (),
         current_only: bool = False,
+        tx: Any = None,
     ) -> list[PoolEntry]:
-        """``read_visible`` inside the caller's transaction ``tx`` (rule 10)."""
+        """``read_visible`` of the entries carrying ``tag``, decided from those entries and
+        what they cite alone (rule 11); ``tx``: inside the caller's transaction (rule 10)."""
         ...
 
-    async def load_meta_in(self, tx: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
-        """``load_meta`` inside the caller's transaction ``tx`` (rule 10)."""
+    async def load_meta_matching(
+        self,
+        tenant: str,
+        role_id: str,
+        *,
+        tag: str | None = None,
+        ids: Collection[str] = (),
+        tx: Any = None,
+    ) -> dict[str, EntryMeta]:
+        """The metadata of the entries carrying ``tag`` or with an id of ``ids`` (rule 11)."""
         ...
 
     async def add(
@@ -552,23 +566,36 @@ class InMemoryPoolStore(PoolStoreBase):
                 for m in picked
             ]
 
-    async def read_visible_in(
+    async def read_tagged(
         self,
-        tx: Any,
         tenant: str,
         role_id: str,
         reader: Reader,
+        tag: str,
         *,
-        tags: Collection[str] = (),
         current_only: bool = False,
+        tx: Any = None,
     ) -> list[PoolEntry]:
         # What a transaction staged is not written yet: it reads the pool as committed.
         return await self.read_visible(
-            tenant, role_id, reader, tags=tags, current_only=current_only
+            tenant, role_id, reader, tags=(tag,), current_only=current_only
         )
 
-    async def load_meta_in(self, tx: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
-        return self._meta(tenant, role_id)
+    async def load_meta_matching(
+        self,
+        tenant: str,
+        role_id: str,
+        *,
+        tag: str | None = None,
+        ids: Collection[str] = (),
+        tx: Any = None,
+    ) -> dict[str, EntryMeta]:
+        wanted = set(ids)
+        return {
+            i: m
+            for i, m in self._meta(tenant, role_id).items()
+            if i in wanted or (tag is not None and tag in m.tags)
+        }
 
     def _write(self, tenant: str, role_id: str, planned: Sequence[PlannedWrite]) -> None:
         rows = self._pools.setdefault((tenant, role_id), {})

@@ -16,14 +16,16 @@ times, retraction, version — and the content only as ``content_sealed`` under 
    takes ``pg_advisory_xact_lock`` on ``(tenant, role_id)`` — writers of every process on the
    database queue there — and only then the process's exclusive pool lock, so a writer waiting
    for another process never blocks this process's readers, and a transaction that calls
-   ``apply_in`` twice cannot deadlock with a local writer. Under both locks the metadata is
-   loaded afresh and ``plan_writes`` re-checks every rule; updates are still compare-and-set on
+   ``apply_in`` twice cannot deadlock with a local writer. Under both locks the metadata of
+   the entries written and of everything they cite (their entry sources, level by level: all
+   that ``plan_writes`` reads) is loaded afresh, so a write costs what it touches, not the
+   pool's size, and ``plan_writes`` re-checks every rule; updates are still compare-and-set on
    ``version`` in SQL (``StaleRevision`` when the row moved).
 3. ``apply_in(conn, …)`` does step 2 on the caller's connection inside the caller's
    transaction (the learner's ``finish``): the advisory lock is held to the caller's commit or
    rollback, and every row written goes with it. ``transaction()`` gives such a connection;
-   ``read_visible_in``/``load_meta_in`` read on it (what the transaction sees, its own writes
-   included; never cached, rule 5), so a caller needs one connection, not two.
+   ``read_tagged``/``load_meta_matching`` read on it when given (what the transaction sees,
+   its own writes included), so a caller needs one connection, not two.
 4. ``purge`` is one statement: a recursive walk from the entries tagged with the purge tag
    along ``source_entries`` (a GIN index), deleting those entries and their change-log records
    and returning the count. No content is read.
@@ -58,6 +60,7 @@ from memory.pool import (
     EntrySource,
     PersonalMemory,
     PoolEntry,
+    PoolIndex,
     Reader,
     Source,
     ThreadAccess,
@@ -67,6 +70,8 @@ from memory.pool import (
 from memory.pool_store import (
     CHANGE_LOG_LIMIT,
     PROCESS_POOL_LOCKS,
+    AddEntry,
+    InvalidateEntry,
     PlannedWrite,
     PoolChange,
     PoolLocks,
@@ -202,6 +207,19 @@ def _meta(row: Any) -> EntryMeta:
     )
 
 
+def _written_ids(writes: Sequence[PoolWrite]) -> set[str]:
+    """The entries ``writes`` touch and the entries their new metadata cites."""
+    ids: set[str] = set()
+    for write in writes:
+        if isinstance(write, InvalidateEntry):
+            ids.add(write.entry_id)
+            continue
+        meta = write.entry.meta if isinstance(write, AddEntry) else write.meta
+        ids.add(meta.id)
+        ids.update(s.entry_id for s in meta.sources if isinstance(s, EntrySource))
+    return ids
+
+
 def _lock_name(tenant: str, role_id: str) -> str:
     return f"{len(tenant)}:{tenant}/{role_id}"
 
@@ -264,11 +282,8 @@ class PostgresPoolStore(PoolStoreBase):
         )
         return {row["id"]: _meta(row) for row in rows}
 
-    async def _snapshot(
-        self, conn: Any, tenant: str, role_id: str, *, keep: bool = True
-    ) -> dict[str, EntryMeta]:
-        """The pool's metadata in ``conn``'s snapshot, from the cache when it is current
-        (``keep``: and cached when loaded — only for a read-only snapshot, rule 5)."""
+    async def _snapshot(self, conn: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
+        """The pool's metadata in ``conn``'s snapshot, from the cache when it is current."""
         head = await conn.fetchval(
             f"SELECT version FROM role_pool_heads WHERE {_SCOPE}",
             tenant,
@@ -280,8 +295,6 @@ class PostgresPoolStore(PoolStoreBase):
         if cached is not None and cached[0] == head:
             return cached[1]
         pool = await self._load(conn, tenant, role_id)
-        if not keep:
-            return pool
         self._cache.pop((tenant, role_id), None)
         if len(self._cache) >= MAX_CACHED_POOLS:
             del self._cache[next(iter(self._cache))]
@@ -291,38 +304,6 @@ class PostgresPoolStore(PoolStoreBase):
     async def load_meta(self, tenant: str, role_id: str) -> dict[str, EntryMeta]:
         pool = await self._call(lambda conn: self._snapshot(conn, tenant, role_id), readonly=True)
         return dict(pool)
-
-    async def load_meta_in(self, tx: Any, tenant: str, role_id: str) -> dict[str, EntryMeta]:
-        try:
-            return dict(await self._snapshot(tx, tenant, role_id, keep=False))
-        except CONNECTION_ERRORS as e:
-            raise MemoryUnavailable(f"memory pool store unavailable: {type(e).__name__}") from e
-
-    async def _visible(
-        self,
-        conn: Any,
-        tenant: str,
-        role_id: str,
-        reader: Reader,
-        tags: Collection[str],
-        current_only: bool,
-        *,
-        keep: bool,
-    ) -> list[tuple[EntryMeta, Sealed]]:
-        pool = await self._snapshot(conn, tenant, role_id, keep=keep)
-        shown = visible_ids(reader, pool, current_only=current_only)
-        picked = [i for i in shown if matches(pool[i], tags)]
-        if not picked:
-            return []
-        rows = await conn.fetch(
-            "SELECT id, key_id, content_sealed FROM role_pool_entries"
-            f" WHERE {_SCOPE} AND id = ANY($3::text[])",
-            tenant,
-            role_id,
-            picked,
-            timeout=self.query_timeout,
-        )
-        return [(pool[r["id"]], Sealed(r["key_id"], r["content_sealed"])) for r in rows]
 
     async def read_visible(
         self,
@@ -334,30 +315,118 @@ class PostgresPoolStore(PoolStoreBase):
         current_only: bool = False,
     ) -> list[PoolEntry]:
         async def work(conn: Any) -> list[tuple[EntryMeta, Sealed]]:
-            return await self._visible(conn, tenant, role_id, reader, tags, current_only, keep=True)
+            pool = await self._snapshot(conn, tenant, role_id)
+            shown = visible_ids(reader, pool, current_only=current_only)
+            picked = [i for i in shown if matches(pool[i], tags)]
+            if not picked:
+                return []
+            rows = await conn.fetch(
+                "SELECT id, key_id, content_sealed FROM role_pool_entries"
+                f" WHERE {_SCOPE} AND id = ANY($3::text[])",
+                tenant,
+                role_id,
+                picked,
+                timeout=self.query_timeout,
+            )
+            return [(pool[r["id"]], Sealed(r["key_id"], r["content_sealed"])) for r in rows]
 
         async with self.locks(tenant, role_id).read():
             found = await self._call(work, readonly=True)
         return self._opened(tenant, role_id, found)
 
-    async def read_visible_in(
+    async def _closure(
         self,
-        tx: Any,
+        conn: Any,
+        tenant: str,
+        role_id: str,
+        *,
+        tag: str | None = None,
+        ids: Collection[str] = (),
+    ) -> dict[str, EntryMeta]:
+        """The entries carrying ``tag`` (or with an id of ``ids``) and every entry they cite,
+        transitively: all that rules 1–7 of ``memory/pool.py`` read to decide them. One
+        indexed statement for the seeds, then one per level of entry sources still missing
+        (none for facts and pinned entries)."""
+        timeout = self.query_timeout
+        if tag is not None:
+            rows = await conn.fetch(
+                f"SELECT {_META} FROM role_pool_entries WHERE {_SCOPE} AND tags @> ARRAY[$3::text]",
+                tenant, role_id, tag, timeout=timeout,
+            )  # fmt: skip
+        else:
+            rows = await self._by_ids(conn, tenant, role_id, ids)
+        found = {row["id"]: _meta(row) for row in rows}
+        asked = set(found) | set(ids)
+        while True:
+            missing = {d for m in found.values() for d in m._entry_deps} - asked
+            if not missing:
+                return found
+            asked |= missing
+            for row in await self._by_ids(conn, tenant, role_id, missing):
+                found[row["id"]] = _meta(row)
+
+    async def _by_ids(self, conn: Any, tenant: str, role_id: str, ids: Collection[str]) -> Any:
+        if not ids:
+            return []
+        return await conn.fetch(
+            f"SELECT {_META} FROM role_pool_entries WHERE {_SCOPE} AND id = ANY($3::text[])",
+            tenant, role_id, list(ids), timeout=self.query_timeout,
+        )  # fmt: skip
+
+    async def read_tagged(
+        self,
         tenant: str,
         role_id: str,
         reader: Reader,
+        tag: str,
         *,
-        tags: Collection[str] = (),
         current_only: bool = False,
+        tx: Any = None,
     ) -> list[PoolEntry]:
+        async def work(conn: Any) -> list[tuple[EntryMeta, Sealed]]:
+            pool = PoolIndex(await self._closure(conn, tenant, role_id, tag=tag))
+            shown = pool.visible_ids(reader, current_only=current_only)
+            picked = [i for i in shown if tag in pool[i].tags]
+            if not picked:
+                return []
+            rows = await conn.fetch(
+                "SELECT id, key_id, content_sealed FROM role_pool_entries"
+                f" WHERE {_SCOPE} AND id = ANY($3::text[])",
+                tenant, role_id, picked, timeout=self.query_timeout,
+            )  # fmt: skip
+            return [(pool[r["id"]], Sealed(r["key_id"], r["content_sealed"])) for r in rows]
+
+        async with self.locks(tenant, role_id).read():
+            found = await self._on(tx, work)
+        return self._opened(tenant, role_id, found)
+
+    async def load_meta_matching(
+        self,
+        tenant: str,
+        role_id: str,
+        *,
+        tag: str | None = None,
+        ids: Collection[str] = (),
+        tx: Any = None,
+    ) -> dict[str, EntryMeta]:
+        async def work(conn: Any) -> dict[str, EntryMeta]:
+            rows = await conn.fetch(
+                f"SELECT {_META} FROM role_pool_entries WHERE {_SCOPE}"
+                " AND (tags @> ARRAY[$3::text] OR id = ANY($4::text[]))",
+                tenant, role_id, tag, list(ids), timeout=self.query_timeout,
+            )  # fmt: skip
+            return {row["id"]: _meta(row) for row in rows}
+
+        return await self._on(tx, work)
+
+    async def _on(self, tx: Any, work: Callable[[Any], Awaitable[T]]) -> T:
+        """``work`` on the caller's transaction ``tx``, or in a read-only snapshot of its own."""
+        if tx is None:
+            return await self._call(work, readonly=True)
         try:
-            async with self.locks(tenant, role_id).read():
-                found = await self._visible(
-                    tx, tenant, role_id, reader, tags, current_only, keep=False
-                )
+            return await work(tx)
         except CONNECTION_ERRORS as e:
             raise MemoryUnavailable(f"memory pool store unavailable: {type(e).__name__}") from e
-        return self._opened(tenant, role_id, found)
 
     def _opened(
         self, tenant: str, role_id: str, found: list[tuple[EntryMeta, Sealed]]
@@ -433,10 +502,12 @@ class PostgresPoolStore(PoolStoreBase):
         conn: Any,
         tenant: str,
         role_id: str,
+        seeds: Collection[str],
         plan: Callable[[dict[str, EntryMeta]], list[PlannedWrite]],
     ) -> list[PlannedWrite]:
-        """Rule 2 of this module on ``conn`` (in a transaction): both locks, fresh metadata,
-        the plan, the rows."""
+        """Rule 2 of this module on ``conn`` (in a transaction): both locks, fresh metadata of
+        the entries written and what they cite (``seeds`` and their closure: all the rules
+        read), the plan, the rows."""
         await conn.execute(
             "SELECT pg_advisory_xact_lock($1, hashtext($2))",
             _LOCK_CLASS,
@@ -444,7 +515,7 @@ class PostgresPoolStore(PoolStoreBase):
             timeout=self.query_timeout,
         )
         async with self.locks(tenant, role_id).write():
-            planned = plan(await self._load(conn, tenant, role_id))
+            planned = plan(await self._closure(conn, tenant, role_id, ids=seeds))
             await self._write(conn, tenant, role_id, planned)
             if planned:
                 await conn.execute(_BUMP, tenant, role_id, timeout=self.query_timeout)
@@ -460,8 +531,9 @@ class PostgresPoolStore(PoolStoreBase):
     ) -> list[EntryMeta]:
         now = datetime.now(UTC)
         planned = await self._locked(
-            tx, tenant, role_id, lambda pool: plan_writes(tenant, role_id, pool, writes, now=now)
-        )
+            tx, tenant, role_id, _written_ids(writes),
+            lambda pool: plan_writes(tenant, role_id, pool, writes, now=now),
+        )  # fmt: skip
         return [p.meta for p in planned]
 
     @asynccontextmanager
@@ -478,8 +550,9 @@ class PostgresPoolStore(PoolStoreBase):
 
         async def work(conn: Any) -> list[PlannedWrite]:
             return await self._locked(
-                conn, tenant, role_id, lambda pool: [plan_forget(reader, entry_id, pool, now=now)]
-            )
+                conn, tenant, role_id, [entry_id],
+                lambda pool: [plan_forget(reader, entry_id, pool, now=now)],
+            )  # fmt: skip
 
         (step,) = await self._call(work)
         return step.meta
