@@ -15,7 +15,8 @@ the role pools, at start:
 
 1. A row names its user only as ``owner`` = SHA-256 of the user id. The user is found among
    the tenant's known users — memberships, threads, access tokens — whose
-   SHA-256 is that owner. A row no user matches is left where it is and counted, never guessed.
+   SHA-256 is that owner (and whose id a ``from:`` tag can hold). A row no user matches is left
+   where it is and counted, never guessed.
 2. Each batch (``batch`` rows, one transaction) opens the rows with the old store's keyring,
    maps them with ``pool_entry_from`` (deleted rows become retracted entries with ``""`` as
    content, so their ids still count as deleted for a restore), writes them with the pool's
@@ -258,8 +259,9 @@ WITH users AS (
     UNION SELECT tenant, user_id FROM threads
     UNION SELECT tenant, user_id FROM access_tokens
 ), owners AS (
+    -- Only ids a from:<user> tag can hold (memory/pool.py system_tag); the others match no row.
     SELECT tenant, user_id, encode(sha256(convert_to(user_id, 'UTF8')), 'hex') AS owner
-    FROM users
+    FROM users WHERE user_id <> '' AND char_length(user_id) <= 200 AND user_id !~ '[[:space:]]'
 )
 """
 
@@ -285,7 +287,7 @@ async def move_entries_to_pool(
         selected, done = await _move_batch(old, pool, batch)
         moved += done
         unmappable += selected - done
-        if selected < batch or done == 0:
+        if selected < batch or done == 0:  # done == 0: only rows left that cannot move
             break
     unmatched, conflicting = await _left_behind(old)
     if moved or unmatched or conflicting or unmappable:

@@ -42,25 +42,29 @@ async def test_old_rows_move_into_the_pool_and_keep_every_mem_behaviour(
     await old.edit("t", "alice", tea.entry.id, revision=1, content="I like green tea")
     await old.save("t", "bob", "r1", MemoryDraft("fact", "bob's"))
     await old.save("t", "ghost", "r1", MemoryDraft("fact", "nobody knows me"))
-    # alice is a member; bob is known only by a thread of his; nobody knows "ghost".
+    await old.save("t", "two words", "r1", MemoryDraft("fact", "my id makes no tag"))
+    # alice is a member; bob is known only by a thread of his; nobody knows "ghost"; "two
+    # words" is known but no from: tag can hold that id.
     await pg_pool.execute("INSERT INTO tenants (id) VALUES ('t')")
     await pg_pool.execute("INSERT INTO users (id) VALUES ('alice')")
     await pg_pool.execute(
         "INSERT INTO memberships (tenant, user_id, role) VALUES ('t', 'alice', 'member')"
     )
-    await pg_pool.execute(
-        "INSERT INTO threads (tenant, user_id, thread_id, role_id) VALUES ('t', 'bob', 'x', 'r1')"
-    )
+    for user in ("bob", "two words"):
+        await pg_pool.execute(
+            "INSERT INTO threads (tenant, user_id, thread_id, role_id) VALUES ('t', $1, 'x', 'r1')",
+            user,
+        )
 
     pools = PostgresPoolStore(pg_pool, keyring=keyring, locks=PoolLocks())
     with caplog.at_level(logging.INFO, logger="memory.postgres_pool_memory"):
         report = await move_entries_to_pool(old, pools, batch=2)
-    assert (report.moved, report.unmatched, report.conflicting) == (6, 1, 0)
+    assert (report.moved, report.unmatched, report.conflicting) == (6, 2, 0)
     logged = caplog.text
     assert "moved 6" in logged and "Rome" not in logged and "alice" not in logged
-    assert await pg_pool.fetchval("SELECT count(*) FROM memory_entries") == 1  # the ghost's
+    assert await pg_pool.fetchval("SELECT count(*) FROM memory_entries") == 2  # left in place
     again = await move_entries_to_pool(old, pools)
-    assert (again.moved, again.unmatched) == (0, 1)
+    assert (again.moved, again.unmatched) == (0, 2)
 
     memory = PoolMemoryStore(pools, PostgresMemoryLedger(pg_pool))
     listed = {e.id: e for e in await memory.list_entries("t", "alice", "r1")}
