@@ -16,8 +16,10 @@ times, retraction, version — and the content only as ``content_sealed`` under 
    takes ``pg_advisory_xact_lock`` on ``(tenant, role_id)`` — writers of every process on the
    database queue there — and only then the process's exclusive pool lock, so a writer waiting
    for another process never blocks this process's readers, and a transaction that calls
-   ``apply_in`` twice cannot deadlock with a local writer. Under both locks the metadata is
-   loaded afresh and ``plan_writes`` re-checks every rule; updates are still compare-and-set on
+   ``apply_in`` twice cannot deadlock with a local writer. Under both locks the metadata of
+   the entries written and of everything they cite (their entry sources, level by level: all
+   that ``plan_writes`` reads) is loaded afresh, so a write costs what it touches, not the
+   pool's size, and ``plan_writes`` re-checks every rule; updates are still compare-and-set on
    ``version`` in SQL (``StaleRevision`` when the row moved).
 3. ``apply_in(conn, …)`` does step 2 on the caller's connection inside the caller's
    transaction (the learner's ``finish``): the advisory lock is held to the caller's commit or
@@ -68,6 +70,8 @@ from memory.pool import (
 from memory.pool_store import (
     CHANGE_LOG_LIMIT,
     PROCESS_POOL_LOCKS,
+    AddEntry,
+    InvalidateEntry,
     PlannedWrite,
     PoolChange,
     PoolLocks,
@@ -201,6 +205,19 @@ def _meta(row: Any) -> EntryMeta:
         version=row["version"],
         personal=_personal(row),
     )
+
+
+def _written_ids(writes: Sequence[PoolWrite]) -> set[str]:
+    """The entries ``writes`` touch and the entries their new metadata cites."""
+    ids: set[str] = set()
+    for write in writes:
+        if isinstance(write, InvalidateEntry):
+            ids.add(write.entry_id)
+            continue
+        meta = write.entry.meta if isinstance(write, AddEntry) else write.meta
+        ids.add(meta.id)
+        ids.update(s.entry_id for s in meta.sources if isinstance(s, EntrySource))
+    return ids
 
 
 def _lock_name(tenant: str, role_id: str) -> str:
@@ -485,10 +502,12 @@ class PostgresPoolStore(PoolStoreBase):
         conn: Any,
         tenant: str,
         role_id: str,
+        seeds: Collection[str],
         plan: Callable[[dict[str, EntryMeta]], list[PlannedWrite]],
     ) -> list[PlannedWrite]:
-        """Rule 2 of this module on ``conn`` (in a transaction): both locks, fresh metadata,
-        the plan, the rows."""
+        """Rule 2 of this module on ``conn`` (in a transaction): both locks, fresh metadata of
+        the entries written and what they cite (``seeds`` and their closure: all the rules
+        read), the plan, the rows."""
         await conn.execute(
             "SELECT pg_advisory_xact_lock($1, hashtext($2))",
             _LOCK_CLASS,
@@ -496,7 +515,7 @@ class PostgresPoolStore(PoolStoreBase):
             timeout=self.query_timeout,
         )
         async with self.locks(tenant, role_id).write():
-            planned = plan(await self._load(conn, tenant, role_id))
+            planned = plan(await self._closure(conn, tenant, role_id, ids=seeds))
             await self._write(conn, tenant, role_id, planned)
             if planned:
                 await conn.execute(_BUMP, tenant, role_id, timeout=self.query_timeout)
@@ -512,8 +531,9 @@ class PostgresPoolStore(PoolStoreBase):
     ) -> list[EntryMeta]:
         now = datetime.now(UTC)
         planned = await self._locked(
-            tx, tenant, role_id, lambda pool: plan_writes(tenant, role_id, pool, writes, now=now)
-        )
+            tx, tenant, role_id, _written_ids(writes),
+            lambda pool: plan_writes(tenant, role_id, pool, writes, now=now),
+        )  # fmt: skip
         return [p.meta for p in planned]
 
     @asynccontextmanager
@@ -530,8 +550,9 @@ class PostgresPoolStore(PoolStoreBase):
 
         async def work(conn: Any) -> list[PlannedWrite]:
             return await self._locked(
-                conn, tenant, role_id, lambda pool: [plan_forget(reader, entry_id, pool, now=now)]
-            )
+                conn, tenant, role_id, [entry_id],
+                lambda pool: [plan_forget(reader, entry_id, pool, now=now)],
+            )  # fmt: skip
 
         (step,) = await self._call(work)
         return step.meta
