@@ -387,14 +387,11 @@ class PoolMemoryStore:
         )
         return entries if limit is None else entries[:limit]
 
-    async def _find(self, tenant: str, user: str, entry_id: str) -> MemoryEntry | None:
+    async def get(self, tenant: str, user: str, entry_id: str) -> MemoryEntry | None:
         role_id = await self.ledger.role_of(tenant, owner_key(user), entry_id)
         if role_id is None:
             return None
         return next((e for e in await self._read(tenant, user, role_id) if e.id == entry_id), None)
-
-    async def get(self, tenant: str, user: str, entry_id: str) -> MemoryEntry | None:
-        return await self._find(tenant, user, entry_id)
 
     async def edit(
         self,
