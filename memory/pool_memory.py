@@ -6,8 +6,8 @@ There is one memory per role, its pool (``memory/pool_store.py``): "bot memory i
 memory". A user's memory of a role is the part of that pool the user asked for or said:
 ``PoolMemoryStore`` implements the ``MemoryStore`` contract (``memory/store.py``, its rules
 unchanged) once, over any ``PoolStore``, with what the pool does not hold — source blocks,
-deletion receipts and MEM's change log — kept by a ``MemoryLedger`` (in memory here, on
-PostgreSQL in ``memory/postgres_pool_memory.py``, in the tables of migration 0001).
+deletion receipts and MEM's change log — kept by a ``MemoryLedger`` (``memory/memory_ledger.py``;
+on PostgreSQL in ``memory/postgres_pool_memory.py``, in the tables of migration 0001).
 
 1. Mapping (``memory/pool.py`` rule 10, ``pool_entry_from``): an extracted entry is a ``fact``
    whose one source is ``ThreadSource(thread, "seq:<n>")`` with an access record naming only
@@ -15,7 +15,8 @@ PostgreSQL in ``memory/postgres_pool_memory.py``, in the tables of migration 000
    ``for:person:<user>``, the tenant, and the kind as a topic; ``EntryMeta.personal`` holds
    the kind, key, origin, ``stated_at`` and ``updated_at``. MEM's revision is the pool version.
 2. A user's MEM view of a role is exactly the current entries the pool shows them
-   (``read_visible`` with ``Reader(user, tenant, {role})``) that carry ``personal``,
+   (``read_tagged`` of ``from:<user>`` — ``read_visible`` of that tag — with
+   ``Reader(user, tenant, {role})``) that carry ``personal``,
    ``from:<user>`` and no audience but ``for:person:<user>``. What the memory model learned,
    other users' entries and entries shared wider are never listed, changed or deleted here.
 3. Every change runs in one ``MemoryLedger.transaction``: the owner's lock (``(tenant,
@@ -39,13 +40,10 @@ PostgreSQL in ``memory/postgres_pool_memory.py``, in the tables of migration 000
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
 
 from memory.entries import (
     MAX_ENTRIES_PER_ROLE,
@@ -56,7 +54,6 @@ from memory.entries import (
     MemoryEntry,
     MemoryKind,
     SaveOutcome,
-    SourceBlock,
     check_kind,
     clean_content,
     content_hash,
@@ -73,6 +70,7 @@ from memory.entries import (
 )
 from memory.entries import Actor as MemoryActor
 from memory.errors import DuplicateMemory, MemoryNotFound
+from memory.memory_ledger import MemoryLedger
 from memory.pool import (
     LEGACY_ITEM_PREFIX,
     EntryMeta,
@@ -142,152 +140,6 @@ def _change(entry: MemoryEntry, action: str, actor: MemoryActor, at: datetime) -
         revision=entry.revision, kind=entry.kind, key=entry.key,
         source_thread_id=entry.source_thread_id,
     )  # fmt: skip
-
-
-# ------------------------------------------------------------------ the ledger
-
-
-class LedgerTransaction(Protocol):
-    pool_tx: Any
-    """What the pool's ``apply_in`` takes."""
-    now: datetime
-    """The transaction's time (PostgreSQL: the database clock, as journal event times)."""
-
-
-class MemoryLedger(Protocol):
-    """What MEM keeps beside the pool, per ``(tenant, owner)``: source blocks, deletion
-    receipts and the change log (which also says which role each entry id is in)."""
-
-    def transaction(
-        self, pool: PoolStore, tenant: str, owner: str
-    ) -> Any:  # an async context manager giving a LedgerTransaction
-        """Rule 3: the owner's lock and a pool transaction; everything written with the
-        transaction's ``pool_tx`` and ``record`` commits or rolls back together."""
-        ...
-
-    async def blocks(self, tx: Any, tenant: str, owner: str) -> list[SourceBlock]: ...
-
-    async def receipts(self, tx: Any, tenant: str, owner: str) -> list[DeletionReceipt]: ...
-
-    async def roles(self, tx: Any, tenant: str, owner: str) -> list[str]:
-        """Every role the owner's change log names, sorted (``tx`` None: outside one)."""
-        ...
-
-    async def role_of(self, tenant: str, owner: str, entry_id: str) -> str | None: ...
-
-    async def record(
-        self,
-        tx: Any,
-        tenant: str,
-        owner: str,
-        *,
-        changes: Sequence[MemoryChange] = (),
-        receipts: Sequence[DeletionReceipt] = (),
-        blocks: Sequence[SourceBlock] = (),
-    ) -> None:
-        """Write rows in ``tx`` (a change's ``seq`` is given by the ledger)."""
-        ...
-
-    async def changes(
-        self, tenant: str, owner: str, role_id: str, limit: int
-    ) -> list[MemoryChange]:
-        """The role's change log, newest first."""
-        ...
-
-
-@dataclass
-class _OwnerLedger:
-    changes: list[MemoryChange] = field(default_factory=list)
-    receipts: list[DeletionReceipt] = field(default_factory=list)
-    blocks: list[SourceBlock] = field(default_factory=list)
-    roles: dict[str, str] = field(default_factory=dict)
-    """Entry id → role id."""
-
-
-@dataclass
-class InMemoryLedgerTransaction:
-    pool_tx: Any
-    now: datetime
-    staged: list[tuple[str, str, Sequence[MemoryChange], Sequence[DeletionReceipt],
-                       Sequence[SourceBlock]]] = field(default_factory=list)  # fmt: skip
-
-
-class InMemoryMemoryLedger:
-    """``MemoryLedger`` in process memory; rows of a transaction are kept once the pool's
-    transaction committed. The owner's lock is an ``asyncio.Lock`` dropped when nobody holds
-    or awaits it."""
-
-    def __init__(self) -> None:
-        self._owners: dict[tuple[str, str], _OwnerLedger] = {}
-        self._locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
-        self._seq = itertools.count(1)
-        self._last = datetime.now(UTC)
-
-    def _now(self) -> datetime:
-        # Strictly increasing, so "most recently updated" is never a tie.
-        now = datetime.now(UTC)
-        self._last = now if now > self._last else self._last + timedelta(microseconds=1)
-        return self._last
-
-    def _owner(self, tenant: str, owner: str) -> _OwnerLedger:
-        return self._owners.get((tenant, owner)) or _OwnerLedger()
-
-    @asynccontextmanager
-    async def transaction(
-        self, pool: PoolStore, tenant: str, owner: str
-    ) -> AsyncIterator[InMemoryLedgerTransaction]:
-        key = (tenant, owner)
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                async with pool.transaction() as pool_tx:
-                    tx = InMemoryLedgerTransaction(pool_tx, self._now())
-                    yield tx
-                for tenant_, owner_, changes, receipts, blocks in tx.staged:
-                    held = self._owners.setdefault((tenant_, owner_), _OwnerLedger())
-                    for change in changes:
-                        held.changes.append(replace(change, seq=next(self._seq)))
-                        held.roles.setdefault(change.entry_id, change.role_id)
-                    held.receipts.extend(receipts)
-                    held.blocks.extend(blocks)
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-    async def blocks(self, tx: Any, tenant: str, owner: str) -> list[SourceBlock]:
-        return list(self._owner(tenant, owner).blocks)
-
-    async def receipts(self, tx: Any, tenant: str, owner: str) -> list[DeletionReceipt]:
-        return list(self._owner(tenant, owner).receipts)
-
-    async def roles(self, tx: Any, tenant: str, owner: str) -> list[str]:
-        return sorted(set(self._owner(tenant, owner).roles.values()))
-
-    async def role_of(self, tenant: str, owner: str, entry_id: str) -> str | None:
-        return self._owner(tenant, owner).roles.get(entry_id)
-
-    async def record(
-        self,
-        tx: Any,
-        tenant: str,
-        owner: str,
-        *,
-        changes: Sequence[MemoryChange] = (),
-        receipts: Sequence[DeletionReceipt] = (),
-        blocks: Sequence[SourceBlock] = (),
-    ) -> None:
-        assert isinstance(tx, InMemoryLedgerTransaction)
-        tx.staged.append((tenant, owner, list(changes), list(receipts), list(blocks)))
-
-    async def changes(
-        self, tenant: str, owner: str, role_id: str, limit: int
-    ) -> list[MemoryChange]:
-        mine = [c for c in self._owner(tenant, owner).changes if c.role_id == role_id]
-        return mine[::-1][: min(limit, MAX_CHANGES_LISTED)]
 
 
 # ------------------------------------------------------------------ the store
@@ -561,8 +413,6 @@ class PoolMemoryStore:
 
 
 __all__ = [
-    "InMemoryMemoryLedger",
-    "MemoryLedger",
     "PoolMemoryStore",
     "is_personal",
     "memory_entry_of",

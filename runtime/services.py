@@ -18,7 +18,8 @@ from knowledge.postgres_store import PostgresKnowledgeStore
 from knowledge.store import InMemoryKnowledgeStore
 from memory.crypto import KEY_FILE_NAME, Keyring, KeySource
 from memory.learning_runs import InMemoryLearningRunStore, LearningRunStore
-from memory.pool_memory import InMemoryMemoryLedger, PoolMemoryStore
+from memory.memory_ledger import InMemoryMemoryLedger
+from memory.pool_memory import PoolMemoryStore
 from memory.pool_store import InMemoryPoolStore, PoolStore
 from memory.postgres_learning_runs import PostgresLearningRunStore
 from memory.postgres_pool_memory import PostgresMemoryLedger, move_entries_to_pool

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory.pool_memory import InMemoryMemoryLedger, PoolMemoryStore
+from memory.memory_ledger import InMemoryMemoryLedger
+from memory.pool_memory import PoolMemoryStore
 from memory.pool_store import InMemoryPoolStore, PoolLocks, PoolStore
 from memory.postgres_pool_memory import PostgresMemoryLedger
 from memory.postgres_pool_store import PostgresPoolStore

@@ -10,7 +10,8 @@ import pytest
 
 from memory.entries import MemoryDraft, MemoryEntry
 from memory.injection import render_memory_block
-from memory.pool_memory import InMemoryMemoryLedger, PoolMemoryStore
+from memory.memory_ledger import InMemoryMemoryLedger
+from memory.pool_memory import PoolMemoryStore
 from memory.pool_store import InMemoryPoolStore, PoolLocks
 from memory.session import MemorySettings, SessionMemory
 from pipeline.content import TurnContent

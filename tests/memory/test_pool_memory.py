@@ -14,6 +14,7 @@ import pytest
 
 from memory.crypto import Sealed
 from memory.entries import MemoryChange, MemoryDraft, MemorySource
+from memory.memory_ledger import InMemoryMemoryLedger, MemoryLedger
 from memory.pool import (
     FOR_ROLE,
     EntryMeta,
@@ -26,7 +27,7 @@ from memory.pool import (
     tenant_tag,
     thread_tag,
 )
-from memory.pool_memory import InMemoryMemoryLedger, MemoryLedger, PoolMemoryStore
+from memory.pool_memory import PoolMemoryStore
 from memory.pool_store import AddEntry, InMemoryPoolStore, PoolLocks, PoolStore, content_context
 from memory.postgres_pool_memory import PostgresMemoryLedger
 from memory.postgres_pool_store import PostgresPoolStore
