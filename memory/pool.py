@@ -66,7 +66,9 @@ mapping gets the index last built for it while it holds the very same entries.
     (``pool_entry_from``): an extracted entry becomes a fact for its user, with its source
     thread recorded as seen by that user only (per-user extraction reads only the user's own
     final messages); a person's own entry becomes pinned for that user. Deleted entries are not
-    carried over.
+    carried over. What per-user memory keeps beside an entry (kind, stable key, origin, when it
+    was stated and last changed) rides along as ``EntryMeta.personal`` (``PersonalMemory``):
+    plaintext metadata, never content, and None on every entry the memory model learns.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal, get_args
 
-from memory.entries import MemoryEntry, owner_key
+from memory.entries import Actor as MemoryActor
+from memory.entries import MemoryEntry, MemoryKind, owner_key
 from memory.errors import InvalidMemory, MemoryStoreError
 
 Layer = Literal["fact", "observation", "pinned"]
@@ -216,6 +219,19 @@ def merge_tags(model_topics: Iterable[object], system_tags: Iterable[str]) -> fr
 
 
 @dataclass(frozen=True, slots=True)
+class PersonalMemory:
+    """What per-user memory (SPEC MEM-1…8) keeps beside a pool entry it wrote (rule 10): the
+    entry's kind, stable key, origin, when the user stated it and when it last changed.
+    Plaintext metadata like the rest of ``EntryMeta``; no check of visibility reads it."""
+
+    kind: MemoryKind
+    key: str | None
+    origin: MemoryActor
+    stated_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class EntryMeta:
     """Everything about an entry but its content: what the visibility checks read."""
 
@@ -230,6 +246,8 @@ class EntryMeta:
     invalidated_at: datetime | None = None
     retracted: bool = False
     version: int = 1
+    personal: PersonalMemory | None = None
+    """Per-user memory's attributes (rule 10); None for what the memory model learns."""
     # Derived once from the fields above (rules 2–5), so a pool-wide check costs a few
     # attribute reads per entry.
     _tenants: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -837,10 +855,14 @@ def pool_entry_from(entry: MemoryEntry, user: str) -> PoolEntry | None:
         return None
     tags = {from_tag(user), for_person_tag(user), tenant_tag(entry.tenant)}
     topics = clean_topic_tags([entry.kind])
+    personal = PersonalMemory(
+        kind=entry.kind, key=entry.key, origin=entry.origin, stated_at=entry.stated_at,
+        updated_at=entry.updated_at,
+    )  # fmt: skip
     if entry.origin == "person":
         meta = EntryMeta(
             id=entry.id, role_id=entry.role_id, layer="pinned", tags=frozenset(tags) | topics,
-            sources=(), created_at=entry.created_at,
+            sources=(), created_at=entry.created_at, personal=personal,
         )  # fmt: skip
         return PoolEntry(meta, entry.content)
     sources: tuple[Source, ...] = ()
@@ -852,6 +874,6 @@ def pool_entry_from(entry: MemoryEntry, user: str) -> PoolEntry | None:
         access = (ThreadAccess(entry.source_thread_id, item, frozenset({user})),)
     meta = EntryMeta(
         id=entry.id, role_id=entry.role_id, layer="fact", tags=frozenset(tags) | topics,
-        sources=sources, created_at=entry.created_at, access=access,
+        sources=sources, created_at=entry.created_at, access=access, personal=personal,
     )  # fmt: skip
     return PoolEntry(meta, entry.content)

@@ -37,7 +37,9 @@ Rules every store keeps:
 6. Versions: an add starts at version 1 and its id must be new (``DuplicateMemory``); an
    update or invalidation names the version it read (compare-and-set; ``StaleRevision``
    carries the current one) and the entry moves one version on. An update cannot change the
-   id, role, layer or creation time, un-retract, or un-invalidate.
+   id, role, layer or creation time, un-retract, or un-invalidate — with one exception: a
+   person's update may turn a fact into a pinned entry without any source, its audience not
+   growing (an edit of per-user memory unlinks its source, SPEC MEM-8).
 7. Forget (``forget``) applies ``forget_for`` under the write lock: an entry the reader cannot
    see, or sees only through ``for:role``, is ``ForeignEntry``.
 8. Change log: every write adds one record (entry version after it, time, ``by``
@@ -50,6 +52,13 @@ Rules every store keeps:
     an asyncpg connection in a transaction; ``transaction()`` makes one) — its writes commit or
     roll back with it. In memory, ``transaction()`` stages the writes and re-plans them at
     commit; any other ``tx`` (the in-memory learning-run store) applies at once.
+    ``read_tagged``/``load_meta_matching`` take such a ``tx`` too and read inside it
+    (PostgreSQL: on its connection; in memory: the pool as committed, staged writes not
+    included).
+11. Scoped reads: ``read_tagged`` is exactly ``read_visible`` with one tag, at the cost of the
+    entries carrying the tag and what they cite (the only entries rules 1–7 read for them), not
+    of the whole pool; ``load_meta_matching`` is the metadata of the entries carrying a tag or
+    having one of some ids. Per-user memory (``memory/pool_memory.py``) reads through them.
 """
 
 from __future__ import annotations
@@ -243,6 +252,18 @@ def _current(pool: Mapping[str, EntryMeta], entry_id: str, expected: int | None)
     return meta
 
 
+def _unlinks(old: EntryMeta, new: EntryMeta, by: Actor) -> bool:
+    """Rule 6's one layer change: a person turns a fact into a pinned entry without sources,
+    for no one new."""
+    return (
+        by == "person"
+        and (old.layer, new.layer) == ("fact", "pinned")
+        and not new.sources
+        and not new.access
+        and new.audience <= old.audience
+    )
+
+
 def plan_writes(
     tenant: str,
     role_id: str,
@@ -268,7 +289,9 @@ def plan_writes(
             old = _current(working, write.meta.id, write.expected_version)
             meta = replace(write.meta, version=old.version + 1)
             _check_shape(tenant, role_id, meta)
-            if (meta.layer, meta.created_at) != (old.layer, old.created_at):
+            if meta.created_at != old.created_at or (
+                meta.layer != old.layer and not _unlinks(old, meta, write.by)
+            ):
                 raise InvalidMemory("an update cannot change the layer or the creation time")
             if (old.retracted and not meta.retracted) or (
                 old.invalidated_at is not None and meta.invalidated_at != old.invalidated_at
@@ -333,7 +356,7 @@ PROCESS_POOL_LOCKS = PoolLocks()
 
 
 class PoolStore(Protocol):
-    """The role-memory pool store (module docstring, rules 1–10)."""
+    """The role-memory pool store (module docstring, rules 1–11)."""
 
     keyring: Keyring
     locks: PoolLocks
@@ -350,6 +373,32 @@ class PoolStore(Protocol):
         current_only: bool = False,
     ) -> list[PoolEntry]:
         """The entries ``reader`` may see carrying every tag of ``tags``, oldest first."""
+        ...
+
+    async def read_tagged(
+        self,
+        tenant: str,
+        role_id: str,
+        reader: Reader,
+        tag: str,
+        *,
+        current_only: bool = False,
+        tx: Any = None,
+    ) -> list[PoolEntry]:
+        """``read_visible`` of the entries carrying ``tag``, decided from those entries and
+        what they cite alone (rule 11); ``tx``: inside the caller's transaction (rule 10)."""
+        ...
+
+    async def load_meta_matching(
+        self,
+        tenant: str,
+        role_id: str,
+        *,
+        tag: str | None = None,
+        ids: Collection[str] = (),
+        tx: Any = None,
+    ) -> dict[str, EntryMeta]:
+        """The metadata of the entries carrying ``tag`` or with an id of ``ids`` (rule 11)."""
         ...
 
     async def add(
@@ -516,6 +565,37 @@ class InMemoryPoolStore(PoolStoreBase):
                 )
                 for m in picked
             ]
+
+    async def read_tagged(
+        self,
+        tenant: str,
+        role_id: str,
+        reader: Reader,
+        tag: str,
+        *,
+        current_only: bool = False,
+        tx: Any = None,
+    ) -> list[PoolEntry]:
+        # What a transaction staged is not written yet: it reads the pool as committed.
+        return await self.read_visible(
+            tenant, role_id, reader, tags=(tag,), current_only=current_only
+        )
+
+    async def load_meta_matching(
+        self,
+        tenant: str,
+        role_id: str,
+        *,
+        tag: str | None = None,
+        ids: Collection[str] = (),
+        tx: Any = None,
+    ) -> dict[str, EntryMeta]:
+        wanted = set(ids)
+        return {
+            i: m
+            for i, m in self._meta(tenant, role_id).items()
+            if i in wanted or (tag is not None and tag in m.tags)
+        }
 
     def _write(self, tenant: str, role_id: str, planned: Sequence[PlannedWrite]) -> None:
         rows = self._pools.setdefault((tenant, role_id), {})

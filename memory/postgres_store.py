@@ -80,6 +80,11 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+def entry_columns(alias: str) -> str:
+    """The columns an entry is read from, of the table aliased ``alias``."""
+    return ", ".join(f"{alias}.{c.strip()}" for c in _COLUMNS.split(","))
+
+
 def _entry(row: Any, content: str) -> MemoryEntry:
     return MemoryEntry(
         id=row["id"],
@@ -220,6 +225,11 @@ class PostgresMemoryStore:
 
     def _entry(self, row: Any) -> MemoryEntry:
         return _entry(row, self._open(row))
+
+    def entry_of(self, row: Any) -> MemoryEntry:
+        """The entry of a row read with ``entry_columns``, its content opened (``""`` for a
+        deleted one)."""
+        return self._entry(row)
 
     def _hash(self, e: MemoryEntry, key_id: str) -> str:
         return self.keyring.content_hash(

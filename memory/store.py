@@ -1,4 +1,4 @@
-"""The memory store contract (SPEC MEM-1, MEM-7, MEM-8) and its in-memory implementation.
+"""The memory store contract (SPEC MEM-1, MEM-7, MEM-8), kept by ``memory/pool_memory.py``.
 
 Every call is scoped by ``(tenant, user)``; stores key rows by ``owner_key(user)``. The rules
 for saving are in ``memory/entries.py`` (``plan_save``), shared by every store; the rules for
@@ -24,15 +24,13 @@ deleting and restoring are here (their code, shared too: ``edit_block``, ``erase
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Protocol
 
 from memory.entries import (
     MAX_ENTRIES_PER_ROLE,
-    Actor,
     DeletionReceipt,
     ImportResult,
     MemoryChange,
@@ -44,18 +42,9 @@ from memory.entries import (
     check_kind,
     clean_content,
     content_hash,
-    edit_block,
-    edited_entry,
-    erased_entry,
-    expect_revision,
     new_receipt_id,
-    owner_key,
-    plan_save,
-    prepare_draft,
-    saved_entry,
-    source_deletion,
 )
-from memory.errors import DuplicateMemory, InvalidMemory
+from memory.errors import InvalidMemory
 
 MAX_CHANGES_LISTED = 1_000
 """Most change-log lines one ``changes`` call returns."""
@@ -271,198 +260,3 @@ def _carried_deletions(
     if not ids:
         return None
     return DeletionReceipt(new_receipt_id(), "", 0, ids, at)
-
-
-@dataclass
-class _Owner:
-    entries: dict[str, MemoryEntry] = field(default_factory=dict)
-    changes: list[MemoryChange] = field(default_factory=list)
-    receipts: list[DeletionReceipt] = field(default_factory=list)
-    blocks: list[SourceBlock] = field(default_factory=list)
-
-
-class InMemoryMemoryStore:
-    """``MemoryStore`` in process memory (tests, ``storage="memory"``)."""
-
-    def __init__(self) -> None:
-        self._owners: dict[tuple[str, str], _Owner] = {}
-        self._seq = itertools.count(1)
-        self._last = datetime.now(UTC)
-
-    def _now(self) -> datetime:
-        # Strictly increasing, so "most recently updated" is never a tie.
-        now = datetime.now(UTC)
-        self._last = now if now > self._last else self._last + timedelta(microseconds=1)
-        return self._last
-
-    def _owner(self, tenant: str, user: str) -> _Owner:
-        return self._owners.setdefault((tenant, owner_key(user)), _Owner())
-
-    def _active(self, owner: _Owner, role_id: str) -> list[MemoryEntry]:
-        return [e for e in owner.entries.values() if e.role_id == role_id and e.status == "active"]
-
-    def _log(
-        self,
-        owner: _Owner,
-        entry: MemoryEntry,
-        action: str,
-        actor: Actor,
-        at: datetime | None = None,
-    ) -> None:
-        owner.changes.append(
-            MemoryChange(
-                seq=next(self._seq),
-                entry_id=entry.id,
-                role_id=entry.role_id,
-                action=action,
-                actor=actor,
-                at=at or entry.updated_at,
-                revision=entry.revision,
-                kind=entry.kind,
-                key=entry.key,
-                source_thread_id=entry.source_thread_id,
-            )
-        )
-
-    async def save(
-        self,
-        tenant: str,
-        user: str,
-        role_id: str,
-        draft: MemoryDraft,
-        *,
-        max_entries: int = MAX_ENTRIES_PER_ROLE,
-    ) -> SaveOutcome:
-        draft = prepare_draft(draft)
-        owner = self._owner(tenant, user)
-        active = self._active(owner, role_id)
-        source = draft.source
-        plan = plan_save(
-            draft,
-            active,
-            blocked=source is not None and any(b.blocks(role_id, source) for b in owner.blocks),
-            active=len(active),
-            max_entries=max_entries,
-        )
-        entry = saved_entry(
-            plan, draft, tenant=tenant, owner=owner_key(user), role_id=role_id, now=self._now()
-        )
-        if entry is None:
-            return SaveOutcome(plan.action, plan.target)
-        owner.entries[entry.id] = entry
-        self._log(owner, entry, plan.action, draft.actor)
-        return SaveOutcome(plan.action, entry)
-
-    async def list_entries(
-        self, tenant: str, user: str, role_id: str, *, limit: int | None = None
-    ) -> list[MemoryEntry]:
-        owner = self._owners.get((tenant, owner_key(user)))
-        if owner is None:
-            return []
-        entries = sorted(self._active(owner, role_id), key=lambda e: e.updated_at, reverse=True)
-        return entries if limit is None else entries[:limit]
-
-    async def get(self, tenant: str, user: str, entry_id: str) -> MemoryEntry | None:
-        owner = self._owners.get((tenant, owner_key(user)))
-        entry = owner.entries.get(entry_id) if owner is not None else None
-        return entry if entry is not None and entry.status == "active" else None
-
-    def _block_source(self, owner: _Owner, entry: MemoryEntry, now: datetime) -> None:
-        block = edit_block(entry, now)
-        if block is not None:
-            owner.blocks.append(block)
-
-    async def edit(
-        self,
-        tenant: str,
-        user: str,
-        entry_id: str,
-        *,
-        revision: int,
-        content: str,
-        kind: MemoryKind | None = None,
-    ) -> MemoryEntry:
-        owner = self._owner(tenant, user)
-        entry = expect_revision(owner.entries.get(entry_id), entry_id, revision)
-        content = clean_content(content)
-        kind = check_kind(kind) if kind is not None else None
-        digest = content_hash(content)
-        if any(
-            e.id != entry.id and content_hash(e.content) == digest
-            for e in self._active(owner, entry.role_id)
-        ):
-            raise DuplicateMemory("another memory of this role already says that")
-        now = self._now()
-        self._block_source(owner, entry, now)
-        edited = edited_entry(entry, content=content, kind=kind, now=now)
-        owner.entries[entry.id] = edited
-        self._log(owner, edited, "updated", "person")
-        return edited
-
-    def _erase(self, owner: _Owner, entry: MemoryEntry, now: datetime) -> MemoryEntry:
-        gone = erased_entry(entry, now)
-        owner.entries[entry.id] = gone
-        return gone
-
-    async def delete(self, tenant: str, user: str, entry_id: str, *, revision: int) -> None:
-        owner = self._owner(tenant, user)
-        entry = expect_revision(owner.entries.get(entry_id), entry_id, revision)
-        now = self._now()
-        self._block_source(owner, entry, now)
-        self._log(owner, self._erase(owner, entry, now), "deleted", "person")
-
-    async def clear(self, tenant: str, user: str, role_id: str) -> int:
-        owner = self._owner(tenant, user)
-        active = self._active(owner, role_id)
-        now = self._now()
-        for entry in active:
-            self._block_source(owner, entry, now)
-            self._log(owner, self._erase(owner, entry, now), "deleted", "person")
-        return len(active)
-
-    async def delete_source(self, tenant: str, user: str, source_thread_id: str) -> DeletionReceipt:
-        owner = self._owner(tenant, user)
-        now = self._now()
-        doomed = [
-            e
-            for e in owner.entries.values()
-            if e.status == "active" and e.source_thread_id == source_thread_id
-        ]
-        receipt, tombstone = source_deletion(source_thread_id, doomed, now)
-        owner.receipts.append(receipt)
-        owner.blocks.append(tombstone)
-        for entry in doomed:
-            self._log(owner, self._erase(owner, entry, now), "source_deleted", "person")
-        return receipt
-
-    async def changes(
-        self, tenant: str, user: str, role_id: str, *, limit: int = MAX_CHANGES_LISTED
-    ) -> list[MemoryChange]:
-        owner = self._owners.get((tenant, owner_key(user)))
-        if owner is None:
-            return []
-        mine = [c for c in owner.changes if c.role_id == role_id]
-        return mine[::-1][: min(limit, MAX_CHANGES_LISTED)]
-
-    async def backup(self, tenant: str, user: str) -> MemoryBackup:
-        owner = self._owner(tenant, user)
-        return MemoryBackup.of(owner.entries.values(), owner.receipts, owner.blocks)
-
-    async def restore(self, tenant: str, user: str, backup: MemoryBackup) -> ImportResult:
-        owner = self._owner(tenant, user)
-        plan = plan_restore(
-            backup,
-            tenant=tenant,
-            owner=owner_key(user),
-            entries=owner.entries.values(),
-            receipts=owner.receipts,
-            blocks=owner.blocks,
-            at=self._now(),
-        )
-        now = self._now()
-        for entry in plan.entries:
-            owner.entries[entry.id] = entry
-            self._log(owner, entry, "imported", "person", now)
-        owner.receipts.extend(plan.receipts)
-        owner.blocks.extend(plan.blocks)
-        return ImportResult(imported=len(plan.entries), skipped=plan.skipped)

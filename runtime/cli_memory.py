@@ -12,10 +12,10 @@ Rules:
 3. ``rotate-key --retire`` first moves any row still under an old key (rows a running server
    wrote meanwhile), then removes from the key file every key no row uses; it keeps a key that
    rows still use (a concurrent save held them) and says so, with exit status 1.
-4. Every table that holds sealed memory moves together (``sealed_stores``: long-term memory
-   entries, thread memory, role memory's records — settings, confessions, enrichments, the
-   call log); the counts are their sums, and every key any of them uses is in use for
-   ``--retire``.
+4. Every table that holds sealed memory moves together (``sealed_stores``: the rows of the
+   per-user store of before, the role pools, thread memory, role memory's records — settings,
+   confessions, enrichments, the call log); the counts are their sums, and every key any of
+   them uses is in use for ``--retire``.
 5. Output is tab-separated with a header line (``action``, ``key_id``, ``rows``); key material
    is never printed. Errors go to stderr as ``openrealtime: <code>: <message>``.
 """
@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from memory.crypto import Keyring, load_key_file, write_key_file
 from memory.errors import MemoryStoreError
+from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import SEAL_BATCH, PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
@@ -58,6 +59,7 @@ def sealed_stores(pool: Any, keyring: Keyring) -> list[SealedStore]:
         PostgresMemoryStore(pool, keyring=keyring),
         PostgresThreadMemoryStore(pool, keyring=keyring),
         PostgresRoleRecords(pool, keyring=keyring),
+        PostgresPoolStore(pool, keyring=keyring),
     ]
 
 
@@ -144,7 +146,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
                 print("# restart running servers, then run: openrealtime memory rotate-key"
                       " --retire", file=sys.stderr)  # fmt: skip
             return 0
-        return _retire(store, source.from_config, source.path, usage)
+        return _retire(keyring, source.from_config, source.path, usage)
     except MemoryStoreError as e:
         return _fail(e.code, str(e))
     except (DatabaseError, MigrationError) as e:
@@ -153,8 +155,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         await database.close()
 
 
-def _retire(store: SealedStores, from_config: bool, path: Path, usage: dict[str, int]) -> int:
-    keyring = store.keyring
+def _retire(keyring: Keyring, from_config: bool, path: Path, usage: dict[str, int]) -> int:
     old = {k for k in keyring.key_ids if k != keyring.active_id}
     idle = {k for k in old if not usage.get(k)}
     busy = old - idle

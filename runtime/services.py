@@ -20,14 +20,17 @@ from knowledge.postgres_store import PostgresKnowledgeStore
 from knowledge.store import InMemoryKnowledgeStore
 from memory.crypto import KEY_FILE_NAME, Keyring, KeySource
 from memory.learning_runs import InMemoryLearningRunStore, LearningRunStore
+from memory.memory_ledger import InMemoryMemoryLedger
+from memory.pool_memory import PoolMemoryStore
 from memory.pool_store import InMemoryPoolStore, PoolStore
 from memory.postgres_learning_runs import PostgresLearningRunStore
+from memory.postgres_pool_memory import PostgresMemoryLedger, move_entries_to_pool
 from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.role_records import InMemoryRoleRecords, MemoryModelCalls, RoleRecords
-from memory.store import InMemoryMemoryStore, MemoryStore
+from memory.store import MemoryStore
 from memory.thread_consolidation import JsonModel
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
@@ -77,8 +80,9 @@ class Services:
     resume_tokens: ResumeTokenStore = field(default_factory=InMemoryResumeTokenStore)
     records: RecordStore = field(default_factory=InMemoryRecordStore)
     """Conversation records: the history page's transcripts (issue 8)."""
-    memory: MemoryStore = field(default_factory=InMemoryMemoryStore)
-    """Long-term memory per user and role (issue 7)."""
+    memory: MemoryStore = field(default_factory=lambda: in_memory_memory(InMemoryPoolStore()))
+    """Long-term memory per user and role (issue 7), kept as entries of the role pools
+    (``memory/pool_memory.py``): ``open_services`` builds it over ``pool``."""
     thread_memory: ThreadMemoryStore = field(default_factory=InMemoryThreadMemoryStore)
     """Each thread's learned facts (SPEC TM, issue 17)."""
     pool: PoolStore = field(default_factory=InMemoryPoolStore)
@@ -280,17 +284,26 @@ def memory_key_source(settings: Settings) -> KeySource:
     )
 
 
+def in_memory_memory(pool: PoolStore) -> PoolMemoryStore:
+    """Per-user memory over ``pool`` with its ledger in process memory."""
+    return PoolMemoryStore(pool, InMemoryMemoryLedger())
+
+
 async def open_memory_store(
     pool: object, keyring: Keyring, source: KeySource
-) -> PostgresMemoryStore:
-    """The PostgreSQL memory store under ``keyring`` (re-read from ``source`` when a row is
-    under a key it lacks), with every row written before encryption sealed
-    (``seal_plaintext``: work only on the first start after the upgrade)."""
-    store = PostgresMemoryStore(pool, keyring=keyring, reload_keyring=source.load)
-    sealed = await store.seal_plaintext()
+) -> tuple[PoolMemoryStore, PostgresPoolStore]:
+    """Per-user memory and the role pools it lives in, on PostgreSQL, under ``keyring``
+    (re-read from ``source`` when a row is under a key it lacks). The rows of the per-user
+    store of before (``memory_entries``) are first sealed if written before encryption
+    (``seal_plaintext``), then moved into the pools (``move_entries_to_pool``): work only on
+    the first start after each upgrade; rows of no known user stay where they are."""
+    old = PostgresMemoryStore(pool, keyring=keyring, reload_keyring=source.load)
+    sealed = await old.seal_plaintext()
     if sealed:
         log.info("memory: sealed %d entries written before encryption at rest", sealed)
-    return store
+    pools = PostgresPoolStore(pool, keyring=keyring, reload_keyring=source.load)
+    await move_entries_to_pool(old, pools)
+    return PoolMemoryStore(pools, PostgresMemoryLedger(pool)), pools
 
 
 def knowledge_base(settings: Settings, database: Database | None) -> KnowledgeBase:
@@ -309,10 +322,11 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
         plugins = build_plugins(settings)
         await warm_up(plugins)
     # The keys are read (or the key file made) whichever the storage, so a bad configuration
-    # fails at start; the in-memory store holds entries in process memory, unsealed.
+    # fails at start; the in-memory stores hold entries in process memory only.
     key_source = memory_key_source(settings)
     keyring = key_source.load()
     if settings.storage == "memory":
+        pools = InMemoryPoolStore()
         services = Services(
             settings=settings,
             plugins=plugins,
@@ -322,6 +336,8 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             journal=InMemoryJournalStore(),
             checkpoints=InMemoryCheckpointStore(),
             records=InMemoryRecordStore(record_limits(settings)),
+            memory=in_memory_memory(pools),
+            pool=pools,
             keyring=keyring,
         )
     else:
@@ -330,7 +346,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
         )
         try:
             await apply_migrations(database.pool, MIGRATED_PACKAGES)
-            memory = await open_memory_store(database.pool, keyring, key_source)
+            memory, pg_pools = await open_memory_store(database.pool, keyring, key_source)
             thread_memory = PostgresThreadMemoryStore(database.pool, keyring=keyring)
             sealed = await thread_memory.seal_plaintext()
             if sealed:
@@ -350,7 +366,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             records=PostgresRecordStore(database.pool, limits=record_limits(settings)),
             memory=memory,
             thread_memory=thread_memory,
-            pool=PostgresPoolStore(database.pool, keyring=keyring),
+            pool=pg_pools,
             role_records=PostgresRoleRecords(database.pool, keyring=keyring),
             learning_runs=PostgresLearningRunStore(database.pool),
             keyring=keyring,

@@ -1,8 +1,9 @@
 """Memory test fixtures: PostgreSQL from ``tests/postgres.py``, ``store`` — the memory store
-of one backend (in-memory or PostgreSQL), so the contract suite runs against both —
-``thread_store``, the same for thread memory, ``pool_store`` for the role-memory pools,
-``role_records`` for role memory's settings, confessions, enrichments and call log, and
-``local_model``: the real local model, loaded once for the session."""
+(per-user memory over the role pools, ``memory/pool_memory.py``) of one backend (in-memory or
+PostgreSQL), so the contract suite runs against both — ``thread_store``, the same for thread
+memory, ``pool_store`` for the role-memory pools, ``role_records`` for role memory's settings,
+confessions, enrichments and call log, and ``local_model``: the real local model, loaded once
+for the session."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from memory.memory_ledger import InMemoryMemoryLedger
+from memory.pool_memory import PoolMemoryStore
 from memory.pool_store import InMemoryPoolStore, PoolLocks, PoolStore
+from memory.postgres_pool_memory import PostgresMemoryLedger
 from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_role_records import PostgresRoleRecords
-from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.role_records import InMemoryRoleRecords, RoleRecords
-from memory.store import InMemoryMemoryStore, MemoryStore
+from memory.store import MemoryStore
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from plugins.brain.local_model import LocalModel, LocalModelSettings
 from tests.postgres import pg_pool, postgres_url
@@ -31,8 +34,9 @@ __all__ = [
 @pytest.fixture(params=["memory", "postgres"])
 def store(request: pytest.FixtureRequest) -> MemoryStore:
     if request.param == "memory":
-        return InMemoryMemoryStore()
-    return PostgresMemoryStore(request.getfixturevalue("pg_pool"))
+        return PoolMemoryStore(InMemoryPoolStore(locks=PoolLocks()), InMemoryMemoryLedger())
+    pg = request.getfixturevalue("pg_pool")
+    return PoolMemoryStore(PostgresPoolStore(pg, locks=PoolLocks()), PostgresMemoryLedger(pg))
 
 
 @pytest.fixture(params=["memory", "postgres"])

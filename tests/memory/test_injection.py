@@ -10,8 +10,10 @@ import pytest
 
 from memory.entries import MemoryDraft, MemoryEntry
 from memory.injection import render_memory_block
+from memory.memory_ledger import InMemoryMemoryLedger
+from memory.pool_memory import PoolMemoryStore
+from memory.pool_store import InMemoryPoolStore, PoolLocks
 from memory.session import MemorySettings, SessionMemory
-from memory.store import InMemoryMemoryStore
 from pipeline.content import TurnContent
 from pipeline.events import wire
 from plugins.brain.local import memory_entries
@@ -92,8 +94,12 @@ def hook(
     )  # fmt: skip
 
 
+def memory_store() -> PoolMemoryStore:
+    return PoolMemoryStore(InMemoryPoolStore(locks=PoolLocks()), InMemoryMemoryLedger())
+
+
 async def test_hook_extracts_reports_and_reads_newest_first() -> None:
-    store = InMemoryMemoryStore()
+    store = memory_store()
     reports: list[dict[str, Any]] = []
     memory = hook(store, Switch(), reports)
     assert await memory.read() is None
@@ -110,7 +116,7 @@ async def test_hook_extracts_reports_and_reads_newest_first() -> None:
 
 
 async def test_disabling_memory_stops_injection_and_extraction_and_deletes_nothing() -> None:
-    store = InMemoryMemoryStore()
+    store = memory_store()
     switch = Switch()
     reports: list[dict[str, Any]] = []
     memory = hook(store, switch, reports)
@@ -124,7 +130,10 @@ async def test_disabling_memory_stops_injection_and_extraction_and_deletes_nothi
     assert block is not None and memory_entries(block) == ["I like tea"]
 
 
-class BrokenStore(InMemoryMemoryStore):
+class BrokenStore(PoolMemoryStore):
+    def __init__(self) -> None:
+        super().__init__(InMemoryPoolStore(locks=PoolLocks()), InMemoryMemoryLedger())
+
     async def save(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("disk on fire")
 
@@ -147,7 +156,7 @@ async def test_failures_never_raise_and_are_reported() -> None:
 
 
 async def test_limit_reached_is_reported() -> None:
-    store = InMemoryMemoryStore()
+    store = memory_store()
     for n in range(100):
         await store.save("t", "u1", "r1", MemoryDraft("fact", f"fact {n}"))
     reports: list[dict[str, Any]] = []

@@ -216,6 +216,54 @@ async def test_updates_are_compare_and_set_on_the_version(pool_store: PoolStore)
         )
 
 
+async def test_a_person_may_turn_a_fact_into_a_pinned_entry_without_sources_only(
+    pool_store: PoolStore,
+) -> None:
+    first = await pool_store.add(fact("f1"), "memory_model")
+    unlinked = replace(
+        first, layer="pinned", sources=(), access=(), tags=first.tags - {"thread:th1"}
+    )
+    for refused, by in (
+        (unlinked, "memory_model"),  # only a person's edit unlinks
+        (replace(unlinked, sources=first.sources, access=first.access), "person"),
+        (replace(unlinked, tags=unlinked.tags | {for_person_tag("bob")}), "person"),
+        (replace(first, layer="observation", confidence=0.5), "person"),
+    ):
+        with pytest.raises(InvalidMemory):
+            await pool_store.update(refused, None, expected_version=1, by=by)  # type: ignore[arg-type]
+    pinned = await pool_store.update(unlinked, "edited", expected_version=1, by="person")
+    assert (pinned.layer, pinned.sources, pinned.version) == ("pinned", (), 2)
+    (got,) = await pool_store.read_visible(T, ROLE, ALICE)
+    assert got.meta == pinned and got.content == "edited"
+    with pytest.raises(InvalidMemory):  # and never back
+        await pool_store.update(first, None, expected_version=2, by="person")
+
+
+async def test_read_tagged_is_read_visible_with_one_tag(pool_store: PoolStore) -> None:
+    def tagged(entry: PoolEntry) -> PoolEntry:
+        return PoolEntry(replace(entry.meta, tags=entry.meta.tags | {"mood"}), entry.content)
+
+    await pool_store.add(fact("f1"), "memory_model")
+    await pool_store.add(fact("f2", users=("alice", "bob"), thread="th2"), "memory_model")
+    await pool_store.add(tagged(observation("o1", ("f1",))), "memory_model")
+    await pool_store.add(tagged(observation("o2", ("f2",))), "memory_model")
+    await pool_store.forget(T, ROLE, ALICE, "f2")  # o2 now rests on what alice cannot see
+    await pool_store.add(tagged(fact("f3", users=("bob",), thread="th3")), "memory_model")
+    for reader in (ALICE, BOB):
+        for current_only in (False, True):
+            expected = await pool_store.read_visible(
+                T, ROLE, reader, tags=("mood",), current_only=current_only
+            )
+            got = await pool_store.read_tagged(T, ROLE, reader, "mood", current_only=current_only)
+            assert got == expected
+    assert ids(await pool_store.read_tagged(T, ROLE, ALICE, "mood")) == {"o1"}
+    await pool_store.invalidate(T, ROLE, "f1", NOW, by="person")
+    assert await pool_store.read_tagged(T, ROLE, ALICE, "mood") == []
+    assert set(await pool_store.load_meta_matching(T, ROLE, tag="mood")) == {"o1", "o2", "f3"}
+    assert set(await pool_store.load_meta_matching(T, ROLE, ids=["f1", "nope"])) == {"f1"}
+    assert await pool_store.load_meta_matching(T, "role_b", tag="mood") == {}
+
+
 async def test_forget_retracts_mine_and_refuses_a_foreign_entry(pool_store: PoolStore) -> None:
     await pool_store.add(fact("mine"), "memory_model")
     await pool_store.add(fact("shared", users=("alice", "bob")), "memory_model")

@@ -13,8 +13,12 @@ from typing import Any
 
 import pytest
 
-from memory.crypto import KEY_FILE_NAME, load_key_file
+from memory.crypto import KEY_FILE_NAME, Keyring, load_key_file
 from memory.entries import MemoryDraft
+from memory.pool_memory import PoolMemoryStore
+from memory.pool_store import PoolLocks
+from memory.postgres_pool_memory import PostgresMemoryLedger
+from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_role_records import PostgresRoleRecords
 from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
@@ -25,6 +29,12 @@ from runtime.config import Settings
 from tests.postgres import pg_pool, postgres_url
 
 __all__ = ["pg_pool", "postgres_url"]
+
+
+def _memory(pg_pool: Any, keyring: Keyring) -> PoolMemoryStore:
+    """Per-user memory as the server keeps it: entries of the role pools."""
+    pools = PostgresPoolStore(pg_pool, keyring=keyring, locks=PoolLocks())
+    return PoolMemoryStore(pools, PostgresMemoryLedger(pg_pool))
 
 
 def _rotate(*, retire: bool = False) -> argparse.Namespace:
@@ -43,9 +53,13 @@ async def test_rotate_key_then_retire(
     settings = Settings(database_url=postgres_url, data_dir=tmp_path)
     path = tmp_path / KEY_FILE_NAME
     first = load_key_file(path, create=True)
-    store = PostgresMemoryStore(pg_pool, keyring=first)
-    for n in range(5):
+    store = _memory(pg_pool, first)
+    for n in range(4):
         await store.save("t", "u1", "r1", MemoryDraft("fact", f"private fact {n}"))
+    # A row of the per-user store of before (its user unknown, so it was never moved).
+    await PostgresMemoryStore(pg_pool, keyring=first).save(
+        "t", "u1", "r1", MemoryDraft("fact", "private fact of before")
+    )
     threads = PostgresThreadMemoryStore(pg_pool, keyring=first)
     noted = remember(ThreadMemory(), "plan", "private plan", "fact", "i-1", now=datetime.now(UTC))
     await threads.save("t", "u1", "th1", noted, 0)
@@ -60,17 +74,22 @@ async def test_rotate_key_then_retire(
     assert rotated.active_id != first.active_id and first.active_id in rotated.key_ids
     out = capsys.readouterr().out
     rows = _rows(out)
-    # 5 entries, 1 thread memory, 1 role's memory settings
+    # 4 pool entries, 1 row of before, 1 thread memory, 1 role's memory settings
     assert ("re-encrypted", rotated.active_id, "7") in rows
     assert ("in_use", first.active_id, "0") in rows
     assert "private fact" not in out
     # The server's store, still on the first keyring, picks the new key up.
-    store.reload_keyring = lambda: load_key_file(path, create=False)
-    assert len(await store.list_entries("t", "u1", "r1")) == 5
+    pools = store.pool
+    assert isinstance(pools, PostgresPoolStore)
+    pools.reload_keyring = lambda: load_key_file(path, create=False)
+    assert len(await store.list_entries("t", "u1", "r1")) == 4
+    old_rows = PostgresMemoryStore(pg_pool, keyring=first)
+    old_rows.reload_keyring = pools.reload_keyring
+    assert len(await old_rows.list_entries("t", "u1", "r1")) == 1
 
     # A row written under the old key meanwhile (a server not restarted yet) …
-    await PostgresMemoryStore(pg_pool, keyring=first).save(
-        "t", "u1", "r1", MemoryDraft("fact", "written by an old server")
+    await _memory(pg_pool, first).save(
+        "t", "u2", "r1", MemoryDraft("fact", "written by an old server")
     )
     # … is moved by --retire before the old key goes.
     assert await cli_memory.run(_rotate(retire=True), settings) == 0
@@ -79,8 +98,9 @@ async def test_rotate_key_then_retire(
     assert ("retired", first.active_id, "0") in rows
     final = load_key_file(path, create=False)
     assert final.key_ids == (rotated.active_id,)
-    after = PostgresMemoryStore(pg_pool, keyring=final)
-    assert len(await after.list_entries("t", "u1", "r1")) == 6
+    assert len(await _memory(pg_pool, final).list_entries("t", "u1", "r1")) == 4
+    assert len(await _memory(pg_pool, final).list_entries("t", "u2", "r1")) == 1
+    assert len(await PostgresMemoryStore(pg_pool, keyring=final).list_entries("t", "u1", "r1")) == 1
     reopened = PostgresThreadMemoryStore(pg_pool, keyring=final)
     assert (await reopened.load("t", "u1", "th1")).facts == noted.facts
     kept = await PostgresRoleRecords(pg_pool, keyring=final).settings("t", "r1")
@@ -97,7 +117,7 @@ async def test_with_configured_keys_it_re_encrypts_and_says_how_to_rotate(
     )
     from runtime.services import memory_key_source
 
-    store = PostgresMemoryStore(pg_pool, keyring=memory_key_source(before).load())
+    store = _memory(pg_pool, memory_key_source(before).load())
     await store.save("t", "u1", "r1", MemoryDraft("fact", "I collect old maps"))
     assert await cli_memory.run(_rotate(), before) == 0
     captured = capsys.readouterr()

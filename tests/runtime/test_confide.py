@@ -259,7 +259,9 @@ async def test_a_text_turn_whose_brain_confides_keeps_the_confession_and_learns(
         (run,) = store.runs.values()
         assert run.state is RunState.DONE and run.up_to_seq == 2  # the user input and the call
         me = Reader(principal.user, principal.tenant, frozenset({role.id}))
-        (entry,) = await services.pool.read_visible(principal.tenant, role.id, me)
+        # Beside what per-user extraction (MEM-2) keeps of the message, the learned fact.
+        seen = await services.pool.read_visible(principal.tenant, role.id, me)
+        (entry,) = [e for e in seen if e.meta.personal is None]
         assert entry.content == "The person is vegan."
         other = replace(me, user_id="someone-else")
         assert await services.pool.read_visible(principal.tenant, role.id, other) == []

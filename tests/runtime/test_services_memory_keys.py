@@ -12,7 +12,10 @@ import pytest
 from memory.crypto import KEY_FILE_NAME, load_key_file
 from memory.entries import MemoryDraft
 from memory.errors import KeyConfigError
-from memory.postgres_store import PostgresMemoryStore
+from memory.pool_memory import PoolMemoryStore
+from memory.pool_store import PoolLocks
+from memory.postgres_pool_memory import PostgresMemoryLedger
+from memory.postgres_pool_store import PostgresPoolStore
 from runtime.config import Settings
 from runtime.services import open_services
 from tests.postgres import pg_pool, postgres_url
@@ -34,9 +37,12 @@ async def test_the_first_start_makes_the_key_file_and_seals_under_it(
         await services.close()
     keyring = load_key_file(path, create=False)
     async with pg_pool.acquire() as conn:
-        row = await conn.fetchrow("SELECT content, key_id FROM memory_entries")
-    assert (row["content"], row["key_id"]) == ("", keyring.active_id)
-    reread = PostgresMemoryStore(pg_pool, keyring=keyring)
+        row = await conn.fetchrow("SELECT key_id FROM role_pool_entries")
+    assert row["key_id"] == keyring.active_id
+    reread = PoolMemoryStore(
+        PostgresPoolStore(pg_pool, keyring=keyring, locks=PoolLocks()),
+        PostgresMemoryLedger(pg_pool),
+    )
     assert [e.content for e in await reread.list_entries("t", "u1", "r1")] == ["I like green tea"]
 
 
