@@ -72,15 +72,23 @@ async def serve(
             storage=storage,
         )
         stop = asyncio.Event()
+        drain = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+
+        def on_sigterm() -> None:
+            drain.set()
+            stop.set()
+
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
         plugins = instant_plugins(brain=brain, ms_per_char=ms_per_char, tone_hz=tone_hz)
         async with running_server(settings, plugins=plugins) as server:
             tune_gc()  # as `openrealtime serve` does: see runtime/loop.py
             ready = {"listening": server.ws_url, "http": server.http_url, "token": server.token}
             print(json.dumps(ready), flush=True)
             await stop.wait()
+            if drain.is_set():  # SIGTERM drains, as `openrealtime serve` does
+                await server.drain()
 
 
 def main() -> None:

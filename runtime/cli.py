@@ -56,9 +56,15 @@ async def _serve(settings: Settings) -> None:
     from runtime.server import running_server
 
     stop = asyncio.Event()
+    drain = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+
+    def on_sigterm() -> None:
+        drain.set()
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     async with running_server(settings) as server:
         base = settings.public_url or server.http_url
         print(f"OpenRealtime listening on {base}/#token={server.token}", flush=True)
@@ -67,6 +73,9 @@ async def _serve(settings: Settings) -> None:
             print(f"WebRTC calls: POST {base}/v1/realtime/calls", flush=True)
         tune_gc()  # after start-up: see runtime/loop.py
         await stop.wait()
+        if drain.is_set():  # SIGTERM: hand the sessions over first (runtime/drain.py)
+            print("draining", file=sys.stderr, flush=True)
+            await server.drain()
         print("shutting down", file=sys.stderr, flush=True)
 
 

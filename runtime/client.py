@@ -18,6 +18,11 @@ was exceeded, or the session was continued from the journal on a process that ne
 stream): then ``reconcile`` holds the server's account — the ``seq`` range given up and the
 session's user/assistant items from the journal, which callers show instead of what they
 assembled from the stream for that session (``reconciles`` keeps every one, oldest first).
+
+A server that drains (SIGTERM, ``runtime/drain.py``) sends ``openrealtime.server.draining``: the
+client acknowledges everything it has received at once (and every message after it), sets
+``draining`` and should start no new turn; the connection then closes with 1012 and
+``reconnect()`` resumes the session — through a load balancer, on another process.
 """
 
 from __future__ import annotations
@@ -103,6 +108,11 @@ class RealtimeClient:
         self.reconcile: dict[str, Any] | None = None
         """The last resume's ``reconcile`` (None: the replay was complete)."""
         self.reconciles: list[dict[str, Any]] = []
+        self.draining = False
+        """The server said it is draining (module doc): start no new turn, resume after the
+        close. ``reconnect`` clears it."""
+        self.drains = 0
+        """How many times a server this client was connected to drained."""
         self.duplicates = 0
         """Messages dropped because their ``seq`` was already seen (a server that replays
         exactly what was missed sends none)."""
@@ -203,6 +213,7 @@ class RealtimeClient:
                 continue
             if first.get("type") != "openrealtime.session.resumed":
                 raise ClientClosed(json.dumps(first))
+            self.draining = False
             self.resume_token = str(first["resume_token"])
             self.session["id"] = first["session_id"]
             continued = first.get("session")  # sent when continued elsewhere
@@ -379,7 +390,10 @@ class RealtimeClient:
                     self.duplicates += 1
                     continue
                 self._last_seq = max(self._last_seq, message.seq)
-                if self._last_seq - self._acked >= self.ack_every:
+                if message.type == "openrealtime.server.draining" and not self.draining:
+                    self.draining = True
+                    self.drains += 1
+                if self.draining or self._last_seq - self._acked >= self.ack_every:
                     # Acknowledge now and then, so the server's replay window stays small.
                     self._acked = self._last_seq
                     await self._ws.send(

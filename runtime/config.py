@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     max_unsaved_events: int = Field(default=256, ge=1)
     """Journal events a session keeps while the database is unreachable (then close 4011)."""
     start_timeout_s: float = Field(default=10.0, gt=0)
+    drain_timeout_s: float = Field(default=20.0, gt=0, le=600)
+    """SIGTERM: how long live turns may take to finish and clients to acknowledge before their
+    connections close with 1012 (``runtime/drain.py``)."""
     max_errors_per_session: int = Field(default=100, ge=1)
 
     # WebRTC (SPEC RTC-1: POST /v1/realtime/calls)

@@ -1,10 +1,16 @@
-"""Running the app under uvicorn (websockets implementation), in-process or from the CLI."""
+"""Running the app under uvicorn (websockets implementation), in-process or from the CLI.
+
+``RunningServer.drain`` is what SIGTERM does (``runtime/drain.py``): no new sessions, live turns
+finish, connected clients are told to resume elsewhere; then the caller leaves
+``running_server`` and the process exits."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -13,7 +19,10 @@ import uvicorn
 from pipeline.engine import Plugins
 from runtime.app import create_asgi_app
 from runtime.config import Settings
+from runtime.drain import DrainReport, DrainState, drain_sessions
 from runtime.services import Services, open_services
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +30,25 @@ class RunningServer:
     services: Services
     host: str
     port: int
+    drain_state: DrainState
+
+    async def drain(self, timeout_s: float | None = None) -> DrainReport:
+        """Refuse new sessions and hand the live ones over (``runtime/drain.py``), within
+        ``timeout_s`` (default: the ``drain_timeout_s`` setting)."""
+        settings = self.services.settings
+        self.drain_state.begin(time.monotonic())
+        report = await drain_sessions(
+            self.services.live_sessions,
+            timeout_s=settings.drain_timeout_s if timeout_s is None else timeout_s,
+        )
+        log.info(
+            "drained: %d connected and %d waiting sessions in %.1f s (%d cut at the deadline)",
+            report.connected,
+            report.waiting,
+            report.seconds,
+            report.cut_at_deadline,
+        )
+        return report
 
     @property
     def http_url(self) -> str:
@@ -68,7 +96,8 @@ async def running_server(
     """Start the server on the current event loop (port 0 = a free port) until exit."""
     own = services is None
     services = services or await open_services(settings, plugins=plugins)
-    app = create_asgi_app(services)
+    drain = DrainState()
+    app = create_asgi_app(services, drain)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
@@ -81,7 +110,7 @@ async def running_server(
                 task.result()
             await asyncio.sleep(0.01)
         services.loop_lag.start()
-        yield RunningServer(services, settings.host, port)
+        yield RunningServer(services, settings.host, port, drain)
     finally:
         await services.loop_lag.stop()
         await services.calls.close()
