@@ -437,6 +437,12 @@ class Engine:
     def is_current(self, generation: int) -> bool:
         return self.coordinator.is_current(generation)
 
+    def adopt_last_input(self, text: str, journal_seq: int) -> None:
+        """A session continued from the journal (``runtime.connection``): its last journaled
+        user input is what a ``response.create`` without new input answers, as it would have
+        been in the process that took it (which may have died before answering)."""
+        self._last_input, self._last_input_seq = text, journal_seq
+
     @property
     def in_turn(self) -> bool:
         """A turn is under way: the user's is ending, or an answer is thought or spoken

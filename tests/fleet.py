@@ -61,6 +61,7 @@ class ServerProcess:
         tts_ms_per_char: float = 2.0,
         stderr: int | None = None,
         name: str = "",
+        extra_args: Sequence[str] = (),
     ) -> ServerProcess:
         environment = {
             **os.environ,
@@ -71,7 +72,7 @@ class ServerProcess:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "benchmarks.fake_server", "--port", str(port),
             "--storage", "postgres", "--data-dir", str(data_dir), "--brain", brain,
-            "--tts-ms-per-char", str(tts_ms_per_char),
+            "--tts-ms-per-char", str(tts_ms_per_char), *extra_args,
             cwd=ROOT, env=environment, stdout=asyncio.subprocess.PIPE, stderr=stderr,
         )  # fmt: skip
         assert process.stdout is not None
