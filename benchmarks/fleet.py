@@ -19,7 +19,9 @@ after another with a random think time. Faults during the ``--seconds`` run, at 
 - at 20 % one process is SIGKILLed (restarted on its port 3 s later); at 40 % PostgreSQL is
   restarted (``pg_ctl restart -m fast``: every connection cut); at 60 % one process is sent
   SIGTERM and drains (restarted after it exits);
-- the model queue is saturated throughout: ``model_busy`` answers are retried (counted).
+- the model queue is saturated throughout (each process's fake model takes ``model_ms`` = 100 ms
+  a request, one at a time, at most 16 waiting, and the sessions ask more than that):
+  ``model_busy`` answers are retried (``model_busy_retries``).
 
 A client's turn is done when its answer arrives; when the session had to be continued from the
 journal (``replayed`` false), the resume's ``reconcile`` says whether the turn reached the journal
@@ -74,6 +76,11 @@ from tests.fleet import ROOT, Nginx, ServerProcess
 EXPECTED_ERRORS = frozenset({"model_busy", "journal_unavailable"})
 """Retryable errors the suite causes on purpose (a saturated queue, a PostgreSQL restart)."""
 TURN_TIMEOUT_S = 20.0
+GIVE_UP_S = 180.0
+"""A turn not answered in this time counts as lost (``unanswered``)."""
+RAMP_S = 5.0
+"""Sessions start at random moments over the first seconds, as users arrive."""
+CONNECT_ATTEMPTS = 6
 RESUME_ATTEMPTS = 12
 
 
@@ -89,6 +96,13 @@ class Tally:
     missing: int = 0
     unanswered: int = 0
     outage_retries: int = 0
+    slow_turns: int = 0
+    connect_retries: int = 0
+    connect_timeouts: int = 0
+    """Sessions that never opened: every attempt timed out (not an answer of the server)."""
+    lost: Counter[str] = field(default_factory=Counter)
+    duplicated: Counter[str] = field(default_factory=Counter)
+    """Waits for an answer that took longer than ``TURN_TIMEOUT_S`` (then waited on)."""
     """Responses that failed ``journal_unavailable`` (the PostgreSQL restart) and were asked
     for again: documented, retryable, expected here."""
 
@@ -106,12 +120,23 @@ class Conversation:
         self.failed = False
 
     async def run(self, stop_at: float, drop_p: float, think_s: tuple[float, float]) -> None:
-        try:
-            await self.client.connect()
-        except (ClientClosed, OSError, TimeoutError, ConnectionClosed) as e:
-            self.tally.unexpected[f"connect:{type(e).__name__}"] += 1
-            self.failed = True
-            return
+        await asyncio.sleep(self.rng.uniform(0, RAMP_S))  # sessions arrive over the ramp
+        for attempt in range(CONNECT_ATTEMPTS):
+            try:
+                await self.client.connect(timeout=30)
+                break
+            except (ClientClosed, OSError, TimeoutError, ConnectionClosed) as e:
+                if attempt == CONNECT_ATTEMPTS - 1:
+                    if isinstance(e, ClientClosed):  # the server answered with an error
+                        self.tally.unexpected[f"connect:{_error_code(str(e))}"] += 1
+                    else:  # no answer in time, again and again: an overloaded machine
+                        self.tally.connect_timeouts += 1
+                    self.failed = True
+                    return
+                self.tally.connect_retries += 1
+                with contextlib.suppress(Exception):
+                    await self.client.close()
+                await asyncio.sleep(0.5 * 2**attempt)
         turn = 0
         try:
             while time.monotonic() < stop_at and not self.failed:
@@ -129,7 +154,7 @@ class Conversation:
     async def _turn(self, text: str, drop_p: float) -> bool:
         client = self.client
         need = "send"
-        give_up = time.monotonic() + 120
+        give_up = time.monotonic() + GIVE_UP_S
         while time.monotonic() < give_up:
             try:
                 if client.draining:
@@ -161,8 +186,9 @@ class Conversation:
                 await asyncio.sleep(self.rng.uniform(0.1, 0.4))
                 need = "ask"
             except TimeoutError:
-                self.tally.unexpected["turn_timeout"] += 1
-                need = "ask"
+                # Slow, not lost: the connection is up, so the turn is on its way (asking
+                # again would cancel the answer in progress). Keep waiting, up to give_up.
+                self.tally.slow_turns += 1
             except (ClientClosed, ConnectionClosed, OSError):
                 resumed = await self._resume()
                 if resumed is None:
@@ -226,12 +252,17 @@ def _after_reconcile(reconcile: dict[str, Any], text: str) -> str:
     return "ask"
 
 
-def journal_accounting(conversation: Conversation, events: list[JournalEvent]) -> tuple[int, int]:
-    """(lost, duplicated) for one client's thread (module doc)."""
-    lost = duplicated = 0
-    duplicated += sum(n - 1 for n in Counter(e.event_id for e in events).values())
+def journal_accounting(
+    conversation: Conversation, events: list[JournalEvent], tally: Tally
+) -> tuple[int, int]:
+    """(lost, duplicated) for one client's thread (module doc); the kinds go to ``tally``."""
+    lost: Counter[str] = Counter()
+    duplicated: Counter[str] = Counter()
+    duplicated["journal_event_twice"] += sum(
+        n - 1 for n in Counter(e.event_id for e in events).values()
+    )
     inputs = Counter(str(e.payload.get("text")) for e in events if e.kind is EventKind.USER_INPUT)
-    duplicated += sum(n - 1 for n in inputs.values() if n > 1)
+    duplicated["input_journaled_twice"] += sum(n - 1 for n in inputs.values() if n > 1)
     answers: Counter[str] = Counter()
     current: str | None = None
     for event in events:
@@ -241,11 +272,16 @@ def journal_accounting(conversation: Conversation, events: list[JournalEvent]) -
             if not event.payload.get("interrupted"):
                 answers[current] += 1
     for text in conversation.answered:
-        lost += 1 if inputs[text] == 0 else 0
-        lost += 1 if answers[text] == 0 else 0
-    duplicated += sum(n - 1 for n in answers.values() if n > 1)
-    duplicated += sum(n - 1 for n in conversation.response_ids.values() if n > 1)
-    return lost, duplicated
+        lost["answered_input_not_journaled"] += 1 if inputs[text] == 0 else 0
+        lost["answer_not_journaled"] += 1 if answers[text] == 0 else 0
+    duplicated["answered_twice"] += sum(n - 1 for n in answers.values() if n > 1)
+    duplicated["response_seen_twice"] += sum(
+        n - 1 for n in conversation.response_ids.values() if n > 1
+    )
+    lost["seq_gaps"] += conversation.client.gaps
+    tally.lost.update(+lost)
+    tally.duplicated.update(+duplicated)
+    return sum(lost.values()), sum(duplicated.values())
 
 
 def rss_mb(pid: int) -> float | None:
@@ -341,9 +377,9 @@ async def run(
     kill: bool = True,
     drain: bool = True,
     restart_db: bool = True,
-    think_s: tuple[float, float] = (0.5, 2.0),
+    think_s: tuple[float, float] = (3.0, 8.0),
     rss_every_s: float = 10.0,
-    model_ms: float = 40.0,
+    model_ms: float = 100.0,
     model_queue_max: int = 16,
     keep_dir: bool = False,
 ) -> dict[str, Any]:
@@ -432,12 +468,13 @@ async def run(
                 if not thread_id:
                     continue
                 thread = ThreadRef(LOCAL_PRINCIPAL.tenant, LOCAL_PRINCIPAL.user, str(thread_id))
-                c_lost, c_dup = journal_accounting(conversation, await store.read(thread))
-                lost += c_lost + conversation.client.gaps
+                c_lost, c_dup = journal_accounting(conversation, await store.read(thread), tally)
+                lost += c_lost
                 duplicated += c_dup
         finally:
             await database.close()
         lost += tally.missing + tally.unanswered
+        tally.lost.update(+Counter(missing=tally.missing, unanswered=tally.unanswered))
         unexpected = sum(tally.unexpected.values())
         tracebacks, library_tracebacks = fleet.tracebacks()
         slopes = [s for s in (rss_slope(v) for v in rss.values()) if s is not None]
@@ -461,8 +498,13 @@ async def run(
             "lost_events": lost,
             "duplicated_events": duplicated,
             "failed_continuations": tally.failed_continuations,
+            "lost_kinds": dict(tally.lost),
+            "duplicated_kinds": dict(tally.duplicated),
+            "connect_retries": tally.connect_retries,
+            "sessions_never_opened": tally.connect_timeouts,
             "server_errors": unexpected,
             "retried_during_postgres_restart": tally.outage_retries,
+            "slow_turns": tally.slow_turns,
             "postgres_restart_s": round(faults_s.get("postgres_restart", 0.0), 2),
             "server_error_kinds": dict(tally.unexpected),
             "server_tracebacks": len(tracebacks),

@@ -48,6 +48,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
+import asyncpg
 import numpy as np
 from starlette.websockets import WebSocketDisconnect
 
@@ -120,6 +121,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     JournalUnavailable,
     DatabaseUnavailable,
     *CONNECTION_ERRORS,
+    asyncpg.InternalClientError,  # a pooled connection left confused by the server's restart
 )
 """A store the handshake needs cannot be reached (e.g. PostgreSQL restarting): the client is
 told to retry (``server_unavailable``, retryable, close 1013), the process goes on."""

@@ -21,6 +21,7 @@ from runtime.app import create_asgi_app
 from runtime.config import Settings
 from runtime.drain import DrainReport, DrainState, drain_sessions
 from runtime.services import Services, open_services
+from runtime.token_keepalive import TokenKeepalive
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ async def running_server(
     own = services is None
     services = services or await open_services(settings, plugins=plugins)
     drain = DrainState()
+    keepalive = TokenKeepalive(services)
     app = create_asgi_app(services, drain)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -110,8 +112,10 @@ async def running_server(
                 task.result()
             await asyncio.sleep(0.01)
         services.loop_lag.start()
+        keepalive.start()
         yield RunningServer(services, settings.host, port, drain)
     finally:
+        await keepalive.stop()
         await services.loop_lag.stop()
         await services.calls.close()
         for session in list(services.live_sessions.values()):
