@@ -21,15 +21,25 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--data-dir", type=Path)
+    models = sub.add_parser(
+        "serve-models",
+        help="serve the embedded models as OpenAI-compatible endpoints (runtime/model_server.py)",
+    )
+    models.add_argument("--host")
+    models.add_argument("--port", type=int)
+    models.add_argument("--data-dir", type=Path)
     cli_accounts.add_parsers(sub)
     cli_memory.add_parsers(sub)
     cli_talk.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "talk":
         return cli_talk.run(args)
+    if args.command == "serve-models" and args.port is not None:
+        args.models_port, args.port = args.port, None
     options = {
         "host": getattr(args, "host", None),
         "port": getattr(args, "port", None),
+        "models_port": getattr(args, "models_port", None),
         "data_dir": args.data_dir,
     }
     settings = Settings(**{k: v for k, v in options.items() if v is not None})
@@ -43,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     install_uvloop()
+    if args.command == "serve-models":
+        return _serve_models(settings)
     try:
         asyncio.run(_serve(settings))
     except KeyboardInterrupt:
@@ -77,6 +89,32 @@ async def _serve(settings: Settings) -> None:
             print("draining", file=sys.stderr, flush=True)
             await server.drain()
         print("shutting down", file=sys.stderr, flush=True)
+
+
+def _serve_models(settings: Settings) -> int:
+    import uvicorn
+
+    from runtime.model_server import ModelServerLimits, create_model_app
+    from runtime.plugin_factory import build_model_backends
+
+    keys = settings.models_api_keys.get_secret_value()
+    if not keys.strip():
+        print("serve-models needs OPENREALTIME_MODELS_API_KEYS (name:key,…)", file=sys.stderr)
+        return 2
+    app = create_model_app(
+        build_model_backends(settings),
+        api_keys=keys,
+        limits=ModelServerLimits(max_request_bytes=settings.models_max_request_bytes),
+    )
+    print(
+        f"OpenRealtime models on http://{settings.host}:{settings.models_port}/v1 "
+        f"(callers: {', '.join(app.state.callers)})",
+        flush=True,
+    )
+    uvicorn.run(
+        app, host=settings.host, port=settings.models_port, log_level="warning", access_log=False
+    )
+    return 0
 
 
 if __name__ == "__main__":

@@ -160,6 +160,15 @@ class Settings(BaseSettings):
     llm_start_deadline_s: float = Field(default=10.0, gt=0)
     """A model request not started within this time fails (the turn reports a timeout)."""
 
+    # the model server (``openrealtime serve-models``, runtime/model_server.py)
+    models_port: int = Field(default=8770, ge=0, le=65535)
+    models_api_keys: SecretStr = SecretStr("")
+    """``name:key[,name:key…]``: the bearer keys callers present (each name is a lane of the
+    language model's fair queue). Required to serve; never logged."""
+    models_max_request_bytes: int = Field(default=25 * 1024 * 1024, ge=1024, le=200 * 1024**2)
+    models_max_waiting_per_caller: int = Field(default=8, ge=1, le=1024)
+    """Language-model requests one caller may have waiting (more: 429 ``model_busy``)."""
+
     log_content: bool = False
     """Log transcripts and prompts (debug only; off by default)."""
 
