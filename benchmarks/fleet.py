@@ -11,8 +11,12 @@ processes on it (``benchmarks.fake_server --brain queued``: instant fake ASR/TTS
 behind the real fair model queue, saturated on purpose), and nginx with the shipped
 ``deploy/nginx/openrealtime.conf`` in front (``tests/fleet.py``). Every client connects to nginx.
 
-Load: ``--sessions`` clients (``runtime.client.RealtimeClient``), each taking typed turns one
-after another with a random think time. Faults during the ``--seconds`` run, at fixed fractions:
+Load: ``--sessions`` conversing users at once (``runtime.client.RealtimeClient``), each taking
+typed turns one after another with a random think time, ending its session after
+``--turns-per-session`` turns (close 1000) and starting a new one (a new thread) — so a soak
+sees sessions come and go, as a server does, not a few threads growing for ten minutes.
+
+Faults during the ``--seconds`` run, at fixed fractions:
 
 - random drops: after sending a turn a client cuts its own connection with ``--drop-p`` and
   resumes through nginx (wherever it lands);
@@ -97,7 +101,10 @@ class Tally:
     unanswered: int = 0
     outage_retries: int = 0
     slow_turns: int = 0
+    cancelled: int = 0
+    """Responses of a turn cancelled by a newer one of the same turn (waited past)."""
     connect_retries: int = 0
+    sessions_ended: int = 0
     connect_timeouts: int = 0
     """Sessions that never opened: every attempt timed out (not an answer of the server)."""
     lost: Counter[str] = field(default_factory=Counter)
@@ -107,49 +114,91 @@ class Tally:
     for again: documented, retryable, expected here."""
 
 
-class Conversation:
-    """One client's turns, through drops, kills, drains and restarts (module doc)."""
+@dataclass
+class Segment:
+    """One voice session of a conversation: its client and the turns it had answered."""
 
-    def __init__(self, index: int, url: str, token: str, rng: random.Random, tally: Tally):
+    client: RealtimeClient
+    answered: list[str] = field(default_factory=list)
+    response_ids: Counter[str] = field(default_factory=Counter)
+
+
+class Conversation:
+    """One user's sessions, one after another, each taking turns through drops, kills,
+    drains and restarts (module doc)."""
+
+    def __init__(
+        self,
+        index: int,
+        url: str,
+        token: str,
+        rng: random.Random,
+        tally: Tally,
+        *,
+        turns_per_session: int,
+    ):
         self.name = f"s{index}"
-        self.client = RealtimeClient(url, token, max_messages=4_000)
+        self.url = url
+        self.token = token
         self.rng = rng
         self.tally = tally
-        self.answered: list[str] = []
-        self.response_ids: Counter[str] = Counter()
+        self.turns_per_session = turns_per_session
+        self.segments: list[Segment] = []
         self.failed = False
 
+    @property
+    def client(self) -> RealtimeClient:
+        return self.segments[-1].client
+
     async def run(self, stop_at: float, drop_p: float, think_s: tuple[float, float]) -> None:
-        await asyncio.sleep(self.rng.uniform(0, RAMP_S))  # sessions arrive over the ramp
-        for attempt in range(CONNECT_ATTEMPTS):
+        await asyncio.sleep(self.rng.uniform(0, RAMP_S))  # users arrive over the ramp
+        turn = 0
+        while time.monotonic() < stop_at and not self.failed:
+            if not await self._open():
+                return
+            segment = self.segments[-1]
             try:
-                await self.client.connect(timeout=30)
-                break
+                for _ in range(self.turns_per_session):
+                    if time.monotonic() >= stop_at or self.failed:
+                        break
+                    text = f"{self.name} turn {turn}"
+                    if not await self._turn(text, drop_p):
+                        self.tally.unanswered += 1
+                        self.failed = True
+                        break
+                    segment.answered.append(text)
+                    turn += 1
+                    await asyncio.sleep(self.rng.uniform(*think_s))
+                if not self.failed:
+                    with contextlib.suppress(Exception):  # the user ends it: close 1000
+                        await segment.client.end_session()
+                        await segment.client.wait_closed(timeout=10)
+                    self.tally.sessions_ended += 1
+            finally:
+                with contextlib.suppress(Exception):
+                    await segment.client.close()
+
+    async def _open(self) -> bool:
+        """A new session (a new thread), retried while the machine is too busy to answer."""
+        for attempt in range(CONNECT_ATTEMPTS):
+            client = RealtimeClient(self.url, self.token, max_messages=4_000)
+            try:
+                await client.connect(timeout=30)
+                self.segments.append(Segment(client))
+                return True
             except (ClientClosed, OSError, TimeoutError, ConnectionClosed) as e:
+                with contextlib.suppress(Exception):
+                    await client.close()
                 if attempt == CONNECT_ATTEMPTS - 1:
                     if isinstance(e, ClientClosed):  # the server answered with an error
                         self.tally.unexpected[f"connect:{_error_code(str(e))}"] += 1
                     else:  # no answer in time, again and again: an overloaded machine
                         self.tally.connect_timeouts += 1
                     self.failed = True
-                    return
+                    return False
                 self.tally.connect_retries += 1
-                with contextlib.suppress(Exception):
-                    await self.client.close()
                 await asyncio.sleep(0.5 * 2**attempt)
-        turn = 0
-        try:
-            while time.monotonic() < stop_at and not self.failed:
-                text = f"{self.name} turn {turn}"
-                if not await self._turn(text, drop_p):
-                    self.tally.unanswered += 1
-                    break
-                self.answered.append(text)
-                turn += 1
-                await asyncio.sleep(self.rng.uniform(*think_s))
-        finally:
-            with contextlib.suppress(Exception):
-                await self.client.close()
+        return False
 
     async def _turn(self, text: str, drop_p: float) -> bool:
         client = self.client
@@ -174,9 +223,14 @@ class Conversation:
                 assert done.event is not None
                 response = done.event["response"]
                 if response.get("status") == "completed" and response.get("output_text"):
-                    self.response_ids[str(response.get("id"))] += 1
+                    self.segments[-1].response_ids[str(response.get("id"))] += 1
                     return True
                 code = str(((response.get("status_details") or {}).get("error") or {}).get("code"))
+                if response.get("status") == "cancelled":
+                    # A newer response of this turn replaced it (an ask that crossed a resume):
+                    # the newer one's done follows; asking again would cancel that one too.
+                    self.tally.cancelled += 1
+                    continue
                 if code == "model_busy":
                     self.tally.model_busy += 1
                 elif code == "journal_unavailable":
@@ -253,9 +307,9 @@ def _after_reconcile(reconcile: dict[str, Any], text: str) -> str:
 
 
 def journal_accounting(
-    conversation: Conversation, events: list[JournalEvent], tally: Tally
+    segment: Segment, events: list[JournalEvent], tally: Tally
 ) -> tuple[int, int]:
-    """(lost, duplicated) for one client's thread (module doc); the kinds go to ``tally``."""
+    """(lost, duplicated) for one session's thread (module doc); the kinds go to ``tally``."""
     lost: Counter[str] = Counter()
     duplicated: Counter[str] = Counter()
     duplicated["journal_event_twice"] += sum(
@@ -271,14 +325,12 @@ def journal_accounting(
         elif event.kind is EventKind.ASSISTANT_OUTPUT and current is not None:
             if not event.payload.get("interrupted"):
                 answers[current] += 1
-    for text in conversation.answered:
+    for text in segment.answered:
         lost["answered_input_not_journaled"] += 1 if inputs[text] == 0 else 0
         lost["answer_not_journaled"] += 1 if answers[text] == 0 else 0
     duplicated["answered_twice"] += sum(n - 1 for n in answers.values() if n > 1)
-    duplicated["response_seen_twice"] += sum(
-        n - 1 for n in conversation.response_ids.values() if n > 1
-    )
-    lost["seq_gaps"] += conversation.client.gaps
+    duplicated["response_seen_twice"] += sum(n - 1 for n in segment.response_ids.values() if n > 1)
+    lost["seq_gaps"] += segment.client.gaps
     tally.lost.update(+lost)
     tally.duplicated.update(+duplicated)
     return sum(lost.values()), sum(duplicated.values())
@@ -382,6 +434,7 @@ async def run(
     model_ms: float = 100.0,
     model_queue_max: int = 16,
     keep_dir: bool = False,
+    turns_per_session: int = 20,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     tally = Tally()
@@ -408,7 +461,14 @@ async def run(
         nginx = await Nginx.start([s.port for s in fleet.servers], root / "nginx")
         token = fleet.servers[0].token
         conversations = [
-            Conversation(i, nginx.ws_url, token, random.Random(rng.random()), tally)
+            Conversation(
+                i,
+                nginx.ws_url,
+                token,
+                random.Random(rng.random()),
+                tally,
+                turns_per_session=turns_per_session,
+            )
             for i in range(sessions)
         ]
         started = time.monotonic()
@@ -463,12 +523,12 @@ async def run(
         lost = duplicated = 0
         try:
             store = PostgresJournalStore(database.pool)
-            for conversation in conversations:
-                thread_id = conversation.client.session.get("thread_id")
+            for segment in (seg for c in conversations for seg in c.segments):
+                thread_id = segment.client.session.get("thread_id")
                 if not thread_id:
                     continue
                 thread = ThreadRef(LOCAL_PRINCIPAL.tenant, LOCAL_PRINCIPAL.user, str(thread_id))
-                c_lost, c_dup = journal_accounting(conversation, await store.read(thread), tally)
+                c_lost, c_dup = journal_accounting(segment, await store.read(thread), tally)
                 lost += c_lost
                 duplicated += c_dup
         finally:
@@ -478,7 +538,7 @@ async def run(
         unexpected = sum(tally.unexpected.values())
         tracebacks, library_tracebacks = fleet.tracebacks()
         slopes = [s for s in (rss_slope(v) for v in rss.values()) if s is not None]
-        turns = sum(len(c.answered) for c in conversations)
+        turns = sum(len(seg.answered) for c in conversations for seg in c.segments)
         unexpected += len(tracebacks)
         return {
             "processes": processes,
@@ -501,10 +561,12 @@ async def run(
             "lost_kinds": dict(tally.lost),
             "duplicated_kinds": dict(tally.duplicated),
             "connect_retries": tally.connect_retries,
+            "sessions_ended": tally.sessions_ended,
             "sessions_never_opened": tally.connect_timeouts,
             "server_errors": unexpected,
             "retried_during_postgres_restart": tally.outage_retries,
             "slow_turns": tally.slow_turns,
+            "cancelled_responses": tally.cancelled,
             "postgres_restart_s": round(faults_s.get("postgres_restart", 0.0), 2),
             "server_error_kinds": dict(tally.unexpected),
             "server_tracebacks": len(tracebacks),
@@ -533,6 +595,7 @@ def main() -> None:
     parser.add_argument("--soak-minutes", type=float, default=10)
     parser.add_argument("--drop-p", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--turns-per-session", type=int, default=20)
     args = parser.parse_args()
     install_uvloop()
     result = asyncio.run(
@@ -543,6 +606,7 @@ def main() -> None:
             soak_minutes=args.soak_minutes,
             seed=args.seed,
             drop_p=args.drop_p,
+            turns_per_session=args.turns_per_session,
         )
     )
     emit(result)

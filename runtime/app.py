@@ -181,7 +181,11 @@ class RealtimeApp:
                 headers={"Retry-After": "1"},
             )
             if realtime:
-                await WebSocket(scope, receive, send).send_denial_response(refusal)
+                websocket = WebSocket(scope, receive, send)
+                if "websocket.http.response" in scope.get("extensions", {}):
+                    await websocket.send_denial_response(refusal)
+                else:  # an ASGI server without denial responses: a close before accepting
+                    await websocket.close(1013, "server draining")
             else:
                 await refusal(scope, receive, send)
         elif realtime:

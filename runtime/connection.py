@@ -494,6 +494,10 @@ class RealtimeConnection:
         # No await from the claim to the registration: a later claim's fence finds this copy.
         self.services.live_sessions.take_over(session)
         self.session = session
+        grace = self.services.settings.continuation_grace_s
+        if grace:  # continuity rule 6: a fenced copy elsewhere finishes its writes first
+            await asyncio.sleep(grace)
+            self._check_held(session)
         reconcile = await session.reconcile(last_seq + 1, None)
         self._check_held(session)  # fenced meanwhile, or taken over by a still later resume
         items = reconcile.get("items")
