@@ -106,6 +106,9 @@ from plugins.errors import PluginError
 log = logging.getLogger(__name__)
 
 
+_TURN_STATES = frozenset({TurnState.ENDPOINTING, TurnState.THINKING, TurnState.SPEAKING})
+
+
 def loop_time() -> float:
     """The running event loop's clock: the engine's one clock (module docstring)."""
     return asyncio.get_running_loop().time()
@@ -441,6 +444,18 @@ class Engine:
 
     def is_current(self, generation: int) -> bool:
         return self.coordinator.is_current(generation)
+
+    def adopt_last_input(self, text: str, journal_seq: int) -> None:
+        """A session continued from the journal (``runtime.connection``): its last journaled
+        user input is what a ``response.create`` without new input answers, as it would have
+        been in the process that took it (which may have died before answering)."""
+        self._last_input, self._last_input_seq = text, journal_seq
+
+    @property
+    def in_turn(self) -> bool:
+        """A turn is under way: the user's is ending, or an answer is thought or spoken
+        (a draining server waits for it: ``runtime/drain.py``)."""
+        return self.coordinator.state in _TURN_STATES
 
     async def close(self) -> None:
         self._closed = True

@@ -525,6 +525,16 @@ class ThreadMemoryUpdated(ExtensionEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class ServerDraining(ExtensionEvent):
+    """This process is shutting down (SIGTERM, ``runtime/drain.py``): acknowledge with
+    ``openrealtime.ack``, start no new turn; the live one finishes, then the connection closes
+    with 1012 and the client resumes — on another process behind the load balancer."""
+
+    TYPE: ClassVar[str] = "openrealtime.server.draining"
+    close_within_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class InputPaused(ExtensionEvent):
     TYPE: ClassVar[str] = "openrealtime.input.paused"
 

@@ -28,6 +28,7 @@ from runtime import (
 from runtime.api import ApiError, Caller
 from runtime.api_operations import router as operations_router
 from runtime.connection import RealtimeConnection
+from runtime.drain import DRAINING_CODE, DrainState
 from runtime.policy import Policy, allow
 from runtime.roles import Role, default_role
 from runtime.services import Services
@@ -159,14 +160,34 @@ REALTIME_PATH = "/v1/realtime"
 class RealtimeApp:
     """The ASGI entry point: the realtime WebSocket is served directly on the server's
     ``receive``/``send`` (every audio frame would otherwise pass through the HTTP app's
-    middleware stack twice); everything else goes to the FastAPI app."""
+    middleware stack twice); everything else goes to the FastAPI app. While the process
+    drains (``runtime/drain.py`` rule 1) new realtime connections and WebRTC offers are
+    answered 503 ``server_draining``."""
 
-    def __init__(self, http: FastAPI, services: Services) -> None:
+    def __init__(self, http: FastAPI, services: Services, drain: DrainState | None = None) -> None:
         self.http = http
         self.services = services
+        self.drain = drain or DrainState()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket" and scope["path"] == REALTIME_PATH:
+        realtime = scope["type"] == "websocket" and scope["path"] == REALTIME_PATH
+        # SIGTERM's drain, or SIGUSR1's (preStop) end of readiness: no new sessions either way.
+        draining = self.drain.draining or self.services.draining
+        if draining and (realtime or _is_call_offer(scope)):
+            refusal = JSONResponse(
+                {"code": DRAINING_CODE, "message": "this server is draining; retry elsewhere"},
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
+            if realtime:
+                websocket = WebSocket(scope, receive, send)
+                if "websocket.http.response" in scope.get("extensions", {}):
+                    await websocket.send_denial_response(refusal)
+                else:  # an ASGI server without denial responses: a close before accepting
+                    await websocket.close(1013, "server draining")
+            else:
+                await refusal(scope, receive, send)
+        elif realtime:
             await self._realtime(WebSocket(scope, receive, send))
         else:
             await self.http(scope, receive, send)
@@ -184,5 +205,13 @@ class RealtimeApp:
             services.active_sessions.discard(connection.id)
 
 
-def create_asgi_app(services: Services) -> RealtimeApp:
-    return RealtimeApp(create_app(services), services)
+def _is_call_offer(scope: Scope) -> bool:
+    return (
+        scope["type"] == "http"
+        and scope.get("method") == "POST"
+        and str(scope["path"]).rstrip("/") == webrtc.CALLS_PATH
+    )
+
+
+def create_asgi_app(services: Services, drain: DrainState | None = None) -> RealtimeApp:
+    return RealtimeApp(create_app(services), services, drain)

@@ -22,15 +22,25 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--data-dir", type=Path)
+    models = sub.add_parser(
+        "serve-models",
+        help="serve the embedded models as OpenAI-compatible endpoints (runtime/model_server.py)",
+    )
+    models.add_argument("--host")
+    models.add_argument("--port", type=int)
+    models.add_argument("--data-dir", type=Path)
     cli_accounts.add_parsers(sub)
     cli_memory.add_parsers(sub)
     cli_talk.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "talk":
         return cli_talk.run(args)
+    if args.command == "serve-models" and args.port is not None:
+        args.models_port, args.port = args.port, None
     options = {
         "host": getattr(args, "host", None),
         "port": getattr(args, "port", None),
+        "models_port": getattr(args, "models_port", None),
         "data_dir": args.data_dir,
     }
     settings = Settings(**{k: v for k, v in options.items() if v is not None})
@@ -42,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(cli_memory.run(args, settings))
     configure_logging(format=settings.log_format, level=settings.log_level)
     install_uvloop()
+    if args.command == "serve-models":
+        return _serve_models(settings)
     try:
         asyncio.run(_serve(settings))
     except KeyboardInterrupt:
@@ -55,9 +67,15 @@ async def _serve(settings: Settings) -> None:
     from runtime.server import running_server
 
     stop = asyncio.Event()
+    drain = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+
+    def on_sigterm() -> None:
+        drain.set()
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     async with running_server(settings) as server:
         # preStop (deploy/k8s): stop taking new sessions; SIGTERM's drain is SPEC OPS-1's.
         loop.add_signal_handler(signal.SIGUSR1, server.services.start_draining)
@@ -68,7 +86,36 @@ async def _serve(settings: Settings) -> None:
             print(f"WebRTC calls: POST {base}/v1/realtime/calls", flush=True)
         tune_gc()  # after start-up: see runtime/loop.py
         await stop.wait()
+        if drain.is_set():  # SIGTERM: hand the sessions over first (runtime/drain.py)
+            print("draining", file=sys.stderr, flush=True)
+            await server.drain()
         print("shutting down", file=sys.stderr, flush=True)
+
+
+def _serve_models(settings: Settings) -> int:
+    import uvicorn
+
+    from runtime.model_server import ModelServerLimits, create_model_app
+    from runtime.plugin_factory import build_model_backends
+
+    keys = settings.models_api_keys.get_secret_value()
+    if not keys.strip():
+        print("serve-models needs OPENREALTIME_MODELS_API_KEYS (name:key,…)", file=sys.stderr)
+        return 2
+    app = create_model_app(
+        build_model_backends(settings),
+        api_keys=keys,
+        limits=ModelServerLimits(max_request_bytes=settings.models_max_request_bytes),
+    )
+    print(
+        f"OpenRealtime models on http://{settings.host}:{settings.models_port}/v1 "
+        f"(callers: {', '.join(app.state.callers)})",
+        flush=True,
+    )
+    uvicorn.run(
+        app, host=settings.host, port=settings.models_port, log_level="warning", access_log=False
+    )
+    return 0
 
 
 if __name__ == "__main__":

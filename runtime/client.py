@@ -18,6 +18,11 @@ was exceeded, or the session was continued from the journal on a process that ne
 stream): then ``reconcile`` holds the server's account — the ``seq`` range given up and the
 session's user/assistant items from the journal, which callers show instead of what they
 assembled from the stream for that session (``reconciles`` keeps every one, oldest first).
+
+A server that drains (SIGTERM, ``runtime/drain.py``) sends ``openrealtime.server.draining``: the
+client acknowledges everything it has received at once (and every message after it), sets
+``draining`` and should start no new turn; the connection then closes with 1012 and
+``reconnect()`` resumes the session — through a load balancer, on another process.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from pipeline.audio import INPUT_SAMPLE_RATE
 from runtime.protocol import decode_audio
 
 SUBPROTOCOL = "openrealtime"
+RETRY_LATER_CODE = "server_unavailable"
+"""The handshake's answer while the server cannot reach its database: resume again later."""
 
 
 def ga_turn_detection(detection: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -103,6 +110,14 @@ class RealtimeClient:
         self.reconcile: dict[str, Any] | None = None
         """The last resume's ``reconcile`` (None: the replay was complete)."""
         self.reconciles: list[dict[str, Any]] = []
+        self.draining = False
+        """The server said it is draining (module doc): start no new turn, resume after the
+        close. ``reconnect`` clears it."""
+        self.drains = 0
+        """How many times a server this client was connected to drained."""
+        self.gaps = 0
+        """``seq`` numbers skipped in the stream (never received and never reported
+        ``missing``): zero for a server that loses nothing."""
         self.duplicates = 0
         """Messages dropped because their ``seq`` was already seen (a server that replays
         exactly what was missed sends none)."""
@@ -162,12 +177,15 @@ class RealtimeClient:
         *,
         attempts: int = 5,
         backoff: float = 0.1,
+        max_backoff: float = 2.0,
         timeout: float = 10.0,
         wait_for_replay: bool | None = None,
     ) -> dict[str, Any]:
         """Reconnect after a dropped connection and resume the session: retries with
         exponential backoff, replays what was missed (messages already seen are dropped by
-        ``seq``), and keeps the rotated resume token. Returns the server's resumed event.
+        ``seq``), and keeps the rotated resume token. Waits grow from ``backoff`` to at most
+        ``max_backoff``; an answer ``server_unavailable`` (the server's database is restarting)
+        counts as a failed attempt. Returns the server's resumed event.
 
         If an attempt is cut before the answer arrives, the next one presents the same (old)
         token: the server hands out the same new token again until it is used (no lockout).
@@ -177,7 +195,7 @@ class RealtimeClient:
         last_error: Exception | None = None
         for attempt in range(attempts):
             if attempt:
-                await asyncio.sleep(backoff * 2 ** (attempt - 1))
+                await asyncio.sleep(min(max_backoff, backoff * 2 ** (attempt - 1)))
             await self._stop_reader()
             try:
                 self._ws = await self._open(timeout)
@@ -201,8 +219,15 @@ class RealtimeClient:
             ) as e:
                 last_error = e
                 continue
+            error = first.get("error") or {}
+            if first.get("type") == "error" and (
+                error.get("retryable") or error.get("code") == RETRY_LATER_CODE
+            ):
+                last_error = ClientClosed(json.dumps(first))  # the database is restarting …
+                continue
             if first.get("type") != "openrealtime.session.resumed":
                 raise ClientClosed(json.dumps(first))
+            self.draining = False
             self.resume_token = str(first["resume_token"])
             self.session["id"] = first["session_id"]
             continued = first.get("session")  # sent when continued elsewhere
@@ -378,8 +403,13 @@ class RealtimeClient:
                 if message.seq and message.seq <= self._last_seq:
                     self.duplicates += 1
                     continue
+                if message.seq > self._last_seq + 1:
+                    self.gaps += message.seq - self._last_seq - 1
                 self._last_seq = max(self._last_seq, message.seq)
-                if self._last_seq - self._acked >= self.ack_every:
+                if message.type == "openrealtime.server.draining" and not self.draining:
+                    self.draining = True
+                    self.drains += 1
+                if self.draining or self._last_seq - self._acked >= self.ack_every:
                     # Acknowledge now and then, so the server's replay window stays small.
                     self._acked = self._last_seq
                     await self._ws.send(

