@@ -53,7 +53,7 @@ DecisionLabel = Literal["allow", "deny", "no_match"]
 class JudgeLimits:
     max_rules: int = 20
     max_request_chars: int = 1_500
-    max_tokens: int = 200
+    max_tokens: int = 128
     timeout_s: float = 20.0
 
 
@@ -116,18 +116,18 @@ limit the rule sets).
 - "none": in every other case — no rule is about this action, a rule covers only a different \
 action or target, the arguments pass a limit, or a rule says to ask first.
 For allow or deny, copy the words of the deciding rule exactly into "quotes". For none, \
-"quotes" is empty. "reason" is one short sentence."""
+"quotes" is empty. "reason" is a few words."""
 
 ANSWER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "quotes": {
             "type": "array",
-            "items": {"type": "string", "maxLength": 300},
-            "maxItems": 3,
+            "items": {"type": "string", "maxLength": 240},
+            "maxItems": 2,
         },
         "decision": {"type": "string", "enum": ["allow", "deny", "none"]},
-        "reason": {"type": "string", "maxLength": 200},
+        "reason": {"type": "string", "maxLength": 80},
     },
     "required": ["quotes", "decision", "reason"],
 }
