@@ -210,7 +210,7 @@ class ToolRegistry:
 
     allowed_hosts: frozenset[str]
     bounds: HttpToolBounds = field(default_factory=HttpToolBounds)
-    _tools: dict[str, Tool] = field(default_factory=dict)
+    _tools: dict[str, Tool] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in BUILTIN_TOOLS:
