@@ -12,8 +12,8 @@
 - ``decision_ms.cached``: no grant decides, the judgement cache answers (one active rule set).
 - ``decision_ms.judge``: no grant, no cached judgement: the local model judges
   (``LanguageModelJudge`` on ``LocalJsonModel``, Qwen2.5-Coder-0.5B-Instruct, loaded and warmed
-  up first, not timed), ``--judge-calls`` calls; null with the reason when the model's packages
-  are missing or with ``--no-llm``.
+  up first, not timed) — every eval decision below that reached the judge; null with the reason
+  when the model's packages are missing or with ``--no-llm``.
 - ``judge_eval``: the judge over ``benchmarks/data/tool_judge_eval.jsonl`` (rules, request,
   expected allow/deny/none; Chinese and English). ``wrong_allows`` counts allows where the
   expected answer was deny or none — the failure that matters; ``wrong_denies`` the reverse.
@@ -151,42 +151,35 @@ async def measure_cached(s: Stores, samples: int) -> list[float]:
     return times
 
 
-async def measure_judge(s: Stores, judge: Judge, calls: int) -> list[float]:
-    decider = ToolDecider(s.grants, s.rules, s.judgements, judge)
-    times: list[float] = []
-    for n, pair in enumerate(pairs(EVAL)[:calls]):
-        role = f"judge-role-{n}"
-        for text in pair["rules"] or ["The agent may search the knowledge base."]:
-            await s.rules.create(THREAD.tenant, role, text, Author("person", "owner"))
-        started = time.perf_counter()
-        decision = await decider.decide(role, capability_of(pair), THREAD)
-        times.append((time.perf_counter() - started) * 1000)
-        assert not decision.cached
-    return times
-
-
-async def evaluate(judge: Judge, path: Path, limit: int | None = None) -> dict[str, Any]:
+async def evaluate(
+    s: Stores, judge: Judge, path: Path, judge_ms: list[float], limit: int | None = None
+) -> dict[str, Any]:
+    """Each pair through ``ToolDecider.decide`` (its rules on a role of its own, no grants, an
+    empty cache), so every pair with rules is one judge decision; their times go to
+    ``judge_ms``."""
     rows = pairs(path)[:limit]
+    decider = ToolDecider(s.grants, s.rules, s.judgements, judge)
     wrong: list[dict[str, str]] = []
     confusion: Counter[str] = Counter()
     failures: Counter[str] = Counter()
-    times: list[float] = []
     for pair in rows:
+        role = f"{path.stem}-{pair['id']}"
+        for text in pair["rules"]:
+            await s.rules.create(THREAD.tenant, role, text, Author("person", "owner"))
         started = time.perf_counter()
+        decision = await decider.decide(role, capability_of(pair), THREAD)
+        elapsed = (time.perf_counter() - started) * 1000
         if pair["rules"]:
-            judgement = await judge.judge(rules_of(pair), capability_of(pair), lane="eval")
-        else:
-            judgement = Judgement(effect="none", failure="no_rules")  # what decide() does
-        times.append((time.perf_counter() - started) * 1000)
-        confusion[f"{pair['expected']}->{judgement.effect}"] += 1
-        if judgement.failure or judgement.reason == "quote_refused":
-            failures[judgement.failure or "quote_refused"] += 1
-        print(f"{path.stem} {pair['id']}: expected {pair['expected']}, got {judgement.effect}"
-              f" ({judgement.failure or judgement.reason[:60]}) {times[-1]:.0f} ms",
+            judge_ms.append(elapsed)
+        confusion[f"{pair['expected']}->{decision.effect}"] += 1
+        if decision.failure:
+            failures[decision.failure] += 1
+        print(f"{path.stem} {pair['id']}: expected {pair['expected']}, got {decision.effect}"
+              f" ({decision.failure or ''}) {elapsed:.0f} ms",
               file=sys.stderr, flush=True)  # fmt: skip
-        if judgement.effect != pair["expected"]:
+        if decision.effect != pair["expected"]:
             wrong.append({"id": pair["id"], "expected": pair["expected"],
-                          "got": judgement.effect})  # fmt: skip
+                          "got": decision.effect})  # fmt: skip
     correct = len(rows) - len(wrong)
     return {
         "pairs": len(rows),
@@ -196,7 +189,6 @@ async def evaluate(judge: Judge, path: Path, limit: int | None = None) -> dict[s
         "confusion": dict(sorted(confusion.items())),
         "no_decision_because": dict(failures),
         "wrong": wrong,
-        "judge_ms": p50_p99(times),
     }
 
 
@@ -227,13 +219,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     limits = JudgeLimits(timeout_s=args.judge_timeout)
                     judge = LanguageModelJudge(LocalJsonModel(model), name="local", limits=limits)
                     details["judge_timeout_s"] = args.judge_timeout
-                    timed = await measure_judge(s, judge, args.judge_calls)
+                    timed: list[float] = []
+                    result["judge_eval"] = await evaluate(s, judge, EVAL, timed, args.limit)
+                    if args.heldout:
+                        result["judge_heldout"] = await evaluate(s, judge, HELDOUT, timed)
                     result["decision_ms"]["judge"] = p50_p99(timed)
                     details["judge_calls"] = len(timed)
-                    if not args.no_eval:
-                        result["judge_eval"] = await evaluate(judge, EVAL, args.limit)
-                    if args.heldout:
-                        result["judge_heldout"] = await evaluate(judge, HELDOUT)
                 finally:
                     await model.aclose()
     result["details"] = details
@@ -244,12 +235,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", help="server to create the benchmark database on")
     parser.add_argument("--samples", type=int, default=500, help="timed grant/cached decisions")
-    parser.add_argument("--judge-calls", type=int, default=3, help="timed judge decisions")
     parser.add_argument("--no-llm", action="store_true", help="skip the local model")
     parser.add_argument("--judge-timeout", type=float, default=120.0,
                         help="seconds per judge call (a loaded machine is slow; accuracy is "
                         "measured here, the runtime's default is 20 s)")  # fmt: skip
-    parser.add_argument("--no-eval", action="store_true", help="skip the main eval set")
     parser.add_argument("--limit", type=int, help="only the first pairs of the main set")
     parser.add_argument("--no-heldout", dest="heldout", action="store_false",
                         help="skip the held-out set (while tuning the prompt)")  # fmt: skip

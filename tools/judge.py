@@ -4,7 +4,10 @@ Theory of operation
 -------------------
 Rule 1. The judge allows only when a rule clearly allows the call, denies only when a rule
         clearly forbids it, and otherwise gives no decision (the person is asked). Deny beats
-        allow: a judge that sees both denies.
+        allow: a judge that sees both denies. A wrong allow is the failure that matters, so the
+        language-model judge confirms every allow with a second, narrower question about the
+        rule it quoted (``CONFIRM_PROMPT``: does this rule explicitly permit exactly this
+        call?); anything but "yes" is no decision. A wrong deny or none only asks the person.
 Rule 2. Every allow and deny must quote a rule, and the quote is checked here, not trusted:
         compared without white space (so a line break or a space between Chinese characters
         does not matter, and nothing else is forgiven — not case, not punctuation) each quote
@@ -16,8 +19,8 @@ Rule 3. The judge never raises: a model error, a timeout (``JudgeLimits.timeout_
         Without rules, or without a rules model, there is no decision either.
 Rule 4. Two kinds of rules model:
         (a) ``LanguageModelJudge``: a ``JsonModel`` answers constrained JSON —
-            ``{"quotes": [...], "decision": "allow|deny|none", "reason": "..."}`` — and rule 2
-            checks its quotes.
+            ``{"quotes": [...], "decision": "allow|deny|none", "reason": "..."}`` — rule 2
+            checks its quotes, and an allow is confirmed (rule 1).
         (b) ``DecisionModelJudge``: a ``DecisionModel`` answers a label (allow, deny, no_match)
             and one probability per rule; every rule at ``QUOTE_PROBABILITY`` or above is
             quoted in full. An allow or deny with no such rule is no decision.
@@ -127,21 +130,40 @@ ANSWER_SCHEMA: dict[str, Any] = {
             "maxItems": 2,
         },
         "decision": {"type": "string", "enum": ["allow", "deny", "none"]},
-        "reason": {"type": "string", "maxLength": 80},
+        "reason": {"type": "string", "maxLength": 60},
     },
     "required": ["quotes", "decision", "reason"],
 }
 
 
+CONFIRM_PROMPT = """\
+You check one permission. Answer "yes" only if the rule explicitly permits exactly this tool \
+call: the same kind of action, on this target, within any limit the rule sets. Answer "no" if \
+the rule is about a different action, permits only something else (for example reading when \
+the call deletes or sends), says to ask first, or if you are not sure."""
+
+CONFIRM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["no", "yes"]}},
+    "required": ["answer"],
+}
+
+
 class LanguageModelJudge:
-    """Rule 4(a): a language model's judgement, its quotes checked."""
+    """Rule 4(a): a language model's judgement, its quotes checked, its allows confirmed."""
 
     def __init__(
-        self, model: JsonModel, *, name: str = "llm", limits: JudgeLimits | None = None
+        self,
+        model: JsonModel,
+        *,
+        name: str = "llm",
+        limits: JudgeLimits | None = None,
+        confirm_allows: bool = True,
     ) -> None:
         self.model = model
         self.name = name
         self.limits = limits or JudgeLimits()
+        self.confirm_allows = confirm_allows
 
     def messages(self, rules: Sequence[Rule], capability: Capability) -> list[dict[str, str]]:
         listed = "\n".join(f"{n}. {normalise(r.text)}" for n, r in enumerate(rules, 1))
@@ -167,7 +189,46 @@ class LanguageModelJudge:
         except Exception as e:  # rule 3: whatever the model raises is no decision
             log.warning("judge %s: model failed (%s)", self.name, type(e).__name__)
             return _finish(self.name, started, Judgement(effect="none", failure="model_error"))
-        return _finish(self.name, started, self.read(text, shown))
+        judgement = self.read(text, shown)
+        if judgement.effect == "allow" and self.confirm_allows:
+            judgement = await self._confirm(judgement, shown, capability, lane, started)
+        return _finish(self.name, started, judgement)
+
+    async def _confirm(
+        self,
+        judgement: Judgement,
+        rules: Sequence[Rule],
+        capability: Capability,
+        lane: str,
+        started: float,
+    ) -> Judgement:
+        """Rule 1: each quoted rule, whole, must be confirmed to permit exactly this call."""
+        request = render_request(capability, self.limits.max_request_chars)
+        texts = {r.id: normalise(r.text) for r in rules}
+        left = self.limits.timeout_s - (time.perf_counter() - started)
+        try:
+            async with asyncio.timeout(max(left, 0.0)):
+                for rule_id in dict.fromkeys(q.rule_id for q in judgement.quotes):
+                    messages = [
+                        {"role": "system", "content": CONFIRM_PROMPT},
+                        {"role": "user", "content": f"Rule: {texts[rule_id]}\n\nTool call:\n"
+                                                    f"{request}\n\nDoes the rule explicitly "
+                                                    f"permit this tool call?"},
+                    ]  # fmt: skip
+                    text = await self.model.complete_json(
+                        messages, CONFIRM_SCHEMA, max_tokens=8, lane=lane
+                    )
+                    answer = json.loads(text)
+                    if not isinstance(answer, dict) or answer.get("answer") != "yes":
+                        return Judgement(effect="none", reason="allow_not_confirmed")
+        except TimeoutError:
+            return Judgement(effect="none", failure="model_timeout")
+        except ValueError:
+            return Judgement(effect="none", failure="unparsable")
+        except Exception as e:  # rule 3
+            log.warning("judge %s: model failed confirming (%s)", self.name, type(e).__name__)
+            return Judgement(effect="none", failure="model_error")
+        return judgement
 
     @staticmethod
     def read(text: str, rules: Sequence[Rule]) -> Judgement:

@@ -16,6 +16,7 @@ from tools.capability import Capability
 from tools.decide import ToolDecider
 from tools.grants import GrantedBy, GrantStore, NewGrant
 from tools.judge import (
+    CONFIRM_SCHEMA,
     DecisionAnswer,
     DecisionModelJudge,
     JudgeLimits,
@@ -43,17 +44,24 @@ RULES = [rule("r1", READ), rule("r2", NO_MAIL)]
 
 
 class ScriptedJsonModel:
-    """Answers each call with the next scripted text (or raises it, or sleeps forever)."""
+    """Answers each judging call with the next scripted text (or raises it, or sleeps forever),
+    and each confirming call with the next of ``confirms`` ("yes" when they run out)."""
 
-    def __init__(self, *answers: Any) -> None:
+    def __init__(self, *answers: Any, confirms: Sequence[Any] = ()) -> None:
         self.answers = list(answers)
+        self.confirms = list(confirms)
         self.calls: list[list[dict[str, str]]] = []
+        self.confirm_calls: list[list[dict[str, str]]] = []
 
     async def complete_json(
         self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
     ) -> str:
-        self.calls.append(messages)
-        answer = self.answers.pop(0)
+        if schema == CONFIRM_SCHEMA:
+            self.confirm_calls.append(messages)
+            answer = self.confirms.pop(0) if self.confirms else {"answer": "yes"}
+        else:
+            self.calls.append(messages)
+            answer = self.answers.pop(0)
         if answer == "hang":
             await asyncio.Event().wait()
         if isinstance(answer, BaseException):
@@ -92,6 +100,31 @@ async def test_an_exact_quote_lets_the_judge_decide() -> None:
     assert [q.rule_id for q in judgement.quotes] == ["r1"]
     prompt = model.calls[0][-1]["content"]
     assert READ in prompt and NO_MAIL in prompt and "read_repository" in prompt
+
+
+async def test_an_allow_stands_only_when_its_rule_is_confirmed() -> None:
+    model = ScriptedJsonModel(answer("allow", READ), answer("allow", READ), answer("allow", READ),
+                              confirms=[{"answer": "no"}, "hang", {"answer": "yes"}])  # fmt: skip
+    judge = LanguageModelJudge(model, limits=JudgeLimits(timeout_s=0.2))
+    refused = await judge.judge(RULES, CALL, lane="th1")
+    assert (refused.effect, refused.reason, refused.failure) == (
+        "none",
+        "allow_not_confirmed",
+        None,
+    )
+    timed_out = await judge.judge(RULES, CALL, lane="th1")
+    assert (timed_out.effect, timed_out.failure) == ("none", "model_timeout")
+    confirmed = await judge.judge(RULES, CALL, lane="th1")
+    assert confirmed.effect == "allow"
+    # Each confirmation shows the quoted rule whole and the call.
+    asked = model.confirm_calls[0][-1]["content"]
+    assert READ in asked and "read_repository" in asked and NO_MAIL not in asked
+
+
+async def test_a_deny_needs_no_confirmation() -> None:
+    model = ScriptedJsonModel(answer("deny", NO_MAIL), confirms=[{"answer": "no"}])
+    assert (await LanguageModelJudge(model).judge(RULES, CALL, lane="th1")).effect == "deny"
+    assert model.confirm_calls == []
 
 
 async def test_whitespace_differences_in_a_quote_are_accepted() -> None:
