@@ -130,7 +130,7 @@ ANSWER_SCHEMA: dict[str, Any] = {
             "maxItems": 2,
         },
         "decision": {"type": "string", "enum": ["allow", "deny", "none"]},
-        "reason": {"type": "string", "maxLength": 60},
+        "reason": {"type": "string", "maxLength": 30},
     },
     "required": ["quotes", "decision", "reason"],
 }
@@ -216,7 +216,7 @@ class LanguageModelJudge:
                                                     f"permit this tool call?"},
                     ]  # fmt: skip
                     text = await self.model.complete_json(
-                        messages, CONFIRM_SCHEMA, max_tokens=8, lane=lane
+                        messages, CONFIRM_SCHEMA, max_tokens=16, lane=lane
                     )
                     answer = json.loads(text)
                     if not isinstance(answer, dict) or answer.get("answer") != "yes":
