@@ -61,7 +61,7 @@ BRAIN_MEMORY_MODEL = "brain"
 """The memory model name of the brain's own model."""
 
 
-MIGRATED_PACKAGES = ("runtime", "accounts", "journal", "memory", "knowledge")
+MIGRATED_PACKAGES = ("runtime", "accounts", "journal", "memory", "knowledge", "tools")
 """Every domain package whose schema the runtime applies at start, in order."""
 
 
