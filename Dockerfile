@@ -25,6 +25,7 @@ COPY memory/ memory/
 COPY pipeline/ pipeline/
 COPY plugins/ plugins/
 COPY runtime/ runtime/
+COPY tools/ tools/
 COPY web/ web/
 RUN pip install --upgrade pip \
     && pip install ".[otlp]"
