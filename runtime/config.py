@@ -194,6 +194,19 @@ class Settings(BaseSettings):
     readiness_timeout_s: float = Field(default=2.0, gt=0, le=30)
     """``/healthz/ready``'s database check gives up after this long (then: not ready)."""
 
+    # tools (SPEC TOOL; tools/, runtime/api_tools.py)
+    tool_hosts: str = ""
+    """Comma-separated hosts an HTTP tool's URL may name (the allowlist; empty: no HTTP tools
+    can be declared). Exact host names, no wildcards."""
+    tool_judge: Literal["brain", "none"] = "brain"
+    """Who judges a role's rules when no grant decides: the brain's own model (the local LLM
+    by default; none when the brain has no model) or nobody (every such call asks the person)."""
+    tool_confirm_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    """How long a question to the person ("May I …?") waits for an answer; then it is a no."""
+
+    def tool_host_set(self) -> frozenset[str]:
+        return frozenset(h.strip().lower() for h in self.tool_hosts.split(",") if h.strip())
+
     @model_validator(mode="after")
     def _providers_have_keys(self) -> Settings:
         for stage in ("brain", "asr", "tts"):

@@ -54,6 +54,13 @@ from runtime.thread_memory import ThreadMemoryService, json_model_of
 from runtime.threads import InMemoryThreadStore, ThreadStore
 from runtime.tracing import tracing_from_settings
 from runtime.transport import Calls
+from tools.catalog import InMemoryToolCatalog, InMemoryToolSecrets, ToolCatalog, ToolSecrets
+from tools.grants import GrantStore, InMemoryGrantStore
+from tools.judge import Judge, LanguageModelJudge
+from tools.judgements import InMemoryJudgementCache, JudgementCache
+from tools.postgres_grants import PostgresGrantStore
+from tools.postgres_rules import PostgresJudgementCache, PostgresRuleStore
+from tools.rules import InMemoryRuleStore, RuleStore
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +110,19 @@ class Services:
         default_factory=lambda: KnowledgeBase(InMemoryKnowledgeStore())
     )
     """Documents, role bindings and retrieval (issue 6); this default has semantic recall off."""
+    tool_catalog: ToolCatalog = field(default_factory=InMemoryToolCatalog)
+    """Each role's declared HTTP tools (SPEC TOOL-1)."""
+    tool_secrets: ToolSecrets = field(default_factory=InMemoryToolSecrets)
+    """The tenants' secrets that HTTP tool headers name (never returned, never logged)."""
+    grants: GrantStore = field(default_factory=InMemoryGrantStore)
+    """Tool grants (SPEC TOOL-2)."""
+    rules: RuleStore = field(default_factory=InMemoryRuleStore)
+    """Tool rules per role (SPEC TOOL-3)."""
+    judgements: JudgementCache = field(default_factory=InMemoryJudgementCache)
+    """The rules judge's stored judgements (SPEC TOOL-3)."""
+    tool_judge: Judge | None = None
+    """The rules judge (``Settings.tool_judge``): ``open_services`` gives the brain's model
+    when there is one; None: no rules model, so no decision by rules."""
     database: Database | None = None
     local_token: str | None = None
     active_sessions: set[str] = field(default_factory=set)
@@ -369,9 +389,19 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             pool=pg_pools,
             role_records=PostgresRoleRecords(database.pool, keyring=keyring),
             learning_runs=PostgresLearningRunStore(database.pool),
+            grants=PostgresGrantStore(database.pool),
+            rules=PostgresRuleStore(database.pool),
+            judgements=PostgresJudgementCache(database.pool),
             keyring=keyring,
             database=database,
         )
+    if settings.tool_judge == "brain":
+        judge_model = json_model_of(plugins.brain)
+        if judge_model is not None:
+            services.tool_judge = LanguageModelJudge(judge_model, name="brain")
+    # Declarations are checked against this process's allowlist (a PostgreSQL catalog is the
+    # tools-API work of issue 19; until then declarations live in process memory).
+    services.tool_catalog = InMemoryToolCatalog(settings.tool_host_set())
     services.owns_plugins = warm
     services.knowledge = knowledge_base(settings, services.database)
     if warm and services.knowledge.embedder is not None:
