@@ -41,7 +41,7 @@ from memory.learning_runs import (
     UnknownRun,
     new_run_id,
 )
-from memory.postgres_store import _UNAVAILABLE
+from runtime.database import on_connection
 
 T = TypeVar("T")
 
@@ -119,14 +119,10 @@ class PostgresLearningRunStore:
         self.acquire_timeout = acquire_timeout
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        try:
-            async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
-                if not transaction:
-                    return await work(conn)
-                async with conn.transaction():
-                    return await work(conn)
-        except _UNAVAILABLE as e:
-            raise MemoryUnavailable(f"learning runs unavailable: {type(e).__name__}") from e
+        return await on_connection(
+            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
+            unavailable=MemoryUnavailable, what="learning runs",
+        )  # fmt: skip
 
     async def enqueue(
         self, *, tenant: str, role_id: str, thread_id: str, user: str, up_to_seq: int

@@ -41,12 +41,12 @@ from memory.pool_store import AddEntry, PoolStore, PoolWrite, UpdateEntry
 from memory.postgres_pool_store import PostgresPoolStore
 from memory.postgres_store import (
     _LOCK_CLASS,
-    _UNAVAILABLE,
     SEAL_BATCH,
     PostgresMemoryStore,
     entry_columns,
 )
 from memory.store import MAX_CHANGES_LISTED
+from runtime.database import CONNECTION_ERRORS
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class PostgresMemoryLedger:
                 return await work(tx.pool_tx)
             async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
                 return await work(conn)
-        except _UNAVAILABLE as e:
+        except CONNECTION_ERRORS as e:
             raise MemoryUnavailable(f"memory store unavailable: {type(e).__name__}") from e
 
     @asynccontextmanager
@@ -109,7 +109,7 @@ class PostgresMemoryLedger:
                     timeout=self.query_timeout,
                 )
                 yield PostgresLedgerTransaction(conn, now)
-        except _UNAVAILABLE as e:
+        except CONNECTION_ERRORS as e:
             raise MemoryUnavailable(f"memory store unavailable: {type(e).__name__}") from e
 
     async def blocks(self, tx: Any, tenant: str, owner: str) -> list[SourceBlock]:

@@ -88,7 +88,7 @@ from memory.pool_store import (
     plan_forget,
     plan_writes,
 )
-from runtime.database import CONNECTION_ERRORS
+from runtime.database import CONNECTION_ERRORS, in_batches
 
 T = TypeVar("T")
 
@@ -637,13 +637,8 @@ class PostgresPoolStore(PoolStoreBase):
         touched, so the metadata cache stays valid."""
         total = 0
         for table in ("role_pool_entries", "role_pool_changes"):
-            while True:
-                done = await self._call(
-                    functools.partial(self._rotate_batch, table=table, batch=batch)
-                )
-                total += done
-                if done < batch:
-                    break
+            work = functools.partial(self._rotate_batch, table=table, batch=batch)
+            total += await in_batches(functools.partial(self._call, work), batch)
         return total
 
     async def _rotate_batch(self, conn: Any, *, table: str, batch: int) -> int:

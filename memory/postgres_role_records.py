@@ -28,6 +28,7 @@ per role), ``role_memory_confessions``, ``role_memory_enrichments`` and ``role_m
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -43,7 +44,7 @@ from memory.role_records import (
     ModelCall,
     RoleMemorySettings,
 )
-from runtime.database import CONNECTION_ERRORS
+from runtime.database import in_batches, on_connection
 
 T = TypeVar("T")
 
@@ -124,14 +125,10 @@ class PostgresRoleRecords:
         self.acquire_timeout = acquire_timeout
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool = False) -> T:
-        try:
-            async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
-                if not transaction:
-                    return await work(conn)
-                async with conn.transaction():
-                    return await work(conn)
-        except CONNECTION_ERRORS as e:
-            raise MemoryUnavailable(f"role memory records unavailable: {type(e).__name__}") from e
+        return await on_connection(
+            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
+            unavailable=MemoryUnavailable, what="role memory records",
+        )  # fmt: skip
 
     def _seal(self, table: str, column: str, row: dict[str, Any], text: str) -> Sealed:
         return self.keyring.seal(text, context=record_context(table, column, row))
@@ -385,18 +382,11 @@ class PostgresRoleRecords:
         """Re-seal every row not under the active key; how many rows moved."""
         total = 0
         for table in TABLES:
-
-            async def work(conn: Any, table: SealedTable = table) -> int:
-                return await self._reseal_batch(conn, table, batch)
-
-            while True:
-                done = await self._call(work, transaction=True)
-                total += done
-                if done < batch:
-                    break
+            work = functools.partial(self._reseal_batch, table=table, batch=batch)
+            total += await in_batches(functools.partial(self._call, work, transaction=True), batch)
         return total
 
-    async def _reseal_batch(self, conn: Any, table: SealedTable, batch: int) -> int:
+    async def _reseal_batch(self, conn: Any, *, table: SealedTable, batch: int) -> int:
         rows = await conn.fetch(
             f"SELECT * FROM {table.name} WHERE key_id <> $1"
             f" LIMIT {int(batch)} FOR UPDATE SKIP LOCKED",

@@ -29,8 +29,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
-import asyncpg
-
 from memory.crypto import Keyring, Sealed, row_context
 from memory.entries import (
     MAX_ENTRIES_PER_ROLE,
@@ -59,6 +57,7 @@ from memory.entries import (
 )
 from memory.errors import DuplicateMemory, MemoryUnavailable, UnknownKey
 from memory.store import MAX_CHANGES_LISTED, MemoryBackup, plan_restore
+from runtime.database import in_batches, on_connection
 
 T = TypeVar("T")
 
@@ -70,14 +69,6 @@ _COLUMNS = (
 SEAL_BATCH = 500
 """Rows sealed or re-encrypted per transaction (``seal_plaintext``, ``rotate``)."""
 _OWNER = "tenant = $1 AND owner = $2"
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
-    asyncpg.exceptions.InsufficientResourcesError,
-    asyncpg.InterfaceError,
-)
 
 
 def entry_columns(alias: str) -> str:
@@ -260,14 +251,10 @@ class PostgresMemoryStore:
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
         """Run ``work(conn)`` on a pooled connection (in a transaction when asked: every
         change takes the owner's lock first with ``_lock``)."""
-        try:
-            async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
-                if not transaction:
-                    return await work(conn)
-                async with conn.transaction():
-                    return await work(conn)
-        except _UNAVAILABLE as e:
-            raise MemoryUnavailable(f"memory store unavailable: {type(e).__name__}") from e
+        return await on_connection(
+            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
+            unavailable=MemoryUnavailable, what="memory store",
+        )  # fmt: skip
 
     async def _lock(self, conn: Any, tenant: str, owner: str) -> datetime:
         now: datetime = await conn.fetchval(
@@ -603,14 +590,12 @@ class PostgresMemoryStore:
         return await self._call(work, transaction=False)
 
     async def _reseal(self, where: str, args: tuple[Any, ...], *, batch: int) -> int:
-        total = 0
-        while True:
-            done = await self._call(
+        return await in_batches(
+            lambda: self._call(
                 lambda conn: self._reseal_batch(conn, where, args, batch), transaction=True
-            )
-            total += done
-            if done < batch:
-                return total
+            ),
+            batch,
+        )
 
     async def _reseal_batch(self, conn: Any, where: str, args: tuple[Any, ...], batch: int) -> int:
         # SKIP LOCKED: a row a save holds right now is left for the next batch (or run).

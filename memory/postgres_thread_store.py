@@ -34,9 +34,10 @@ from typing import Any, TypeVar
 from memory.crypto import Keyring, Sealed, row_context
 from memory.entries import owner_key
 from memory.errors import MemoryUnavailable, RevisionConflict
-from memory.postgres_store import _UNAVAILABLE, SEAL_BATCH, process_keyring
+from memory.postgres_store import SEAL_BATCH, process_keyring
 from memory.thread_memory import Overrides, Settings, ThreadFact, ThreadMemory, forked
 from memory.thread_store import EMPTY, check_new_revision
+from runtime.database import in_batches, on_connection
 
 T = TypeVar("T")
 
@@ -134,14 +135,10 @@ class PostgresThreadMemoryStore:
         self.acquire_timeout = acquire_timeout
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        try:
-            async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
-                if not transaction:
-                    return await work(conn)
-                async with conn.transaction():
-                    return await work(conn)
-        except _UNAVAILABLE as e:
-            raise MemoryUnavailable(f"thread memory unavailable: {type(e).__name__}") from e
+        return await on_connection(
+            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
+            unavailable=MemoryUnavailable, what="thread memory",
+        )  # fmt: skip
 
     def _args(self, tenant: str, owner: str, thread_id: str, m: ThreadMemory) -> tuple[Any, ...]:
         sealed = self.keyring.seal(facts_json(m), context=facts_context(tenant, owner, thread_id))
@@ -293,14 +290,12 @@ class PostgresThreadMemoryStore:
         return await self._call(work, transaction=False)
 
     async def _reseal(self, where: str, args: tuple[Any, ...], *, batch: int) -> int:
-        total = 0
-        while True:
-            done = await self._call(
+        return await in_batches(
+            lambda: self._call(
                 lambda conn: self._reseal_batch(conn, where, args, batch), transaction=True
-            )
-            total += done
-            if done < batch:
-                return total
+            ),
+            batch,
+        )
 
     async def _reseal_batch(self, conn: Any, where: str, args: tuple[Any, ...], batch: int) -> int:
         # SKIP LOCKED: a row a save holds right now is left for the next batch (or run).

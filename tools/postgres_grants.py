@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from runtime.database import on_connection
 from tools.capability import Capability
 from tools.errors import GrantNotFound, InvalidGrant, ToolLimitExceeded, ToolsUnavailable
 from tools.grants import (
@@ -104,14 +105,10 @@ class PostgresGrantStore:
         self.acquire_timeout = acquire_timeout
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        try:
-            async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
-                if not transaction:
-                    return await work(conn)
-                async with conn.transaction():
-                    return await work(conn)
-        except UNAVAILABLE as e:
-            raise ToolsUnavailable(f"grants unavailable: {type(e).__name__}") from e
+        return await on_connection(
+            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
+            unavailable=ToolsUnavailable, what="grants",
+        )  # fmt: skip
 
     async def create(self, tenant: str, role_id: str, new: NewGrant) -> Grant:
         check_new_grant(new)

@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from runtime.database import on_connection
 from tools.errors import RuleNotFound, RuleVersionConflict, ToolLimitExceeded, ToolsUnavailable
 from tools.judgements import MAX_JUDGEMENTS_PER_ROLE, Judgement, Quote
-from tools.postgres_grants import UNAVAILABLE
 from tools.rules import (
     MAX_RULES,
     Author,
@@ -56,14 +56,10 @@ class _Pooled:
         self.acquire_timeout = acquire_timeout
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        try:
-            async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
-                if not transaction:
-                    return await work(conn)
-                async with conn.transaction():
-                    return await work(conn)
-        except UNAVAILABLE as e:
-            raise ToolsUnavailable(f"tool rules unavailable: {type(e).__name__}") from e
+        return await on_connection(
+            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
+            unavailable=ToolsUnavailable, what="tool rules",
+        )  # fmt: skip
 
 
 class PostgresRuleStore(_Pooled):
