@@ -350,7 +350,16 @@ async def run_with_retries(
     while True:
         try:
             async with pool.acquire(timeout=acquire_timeout) as conn:
-                return await call(conn)
+                try:
+                    return await call(conn)
+                except Exception as e:
+                    if _is_transient(e) and not isinstance(
+                        e, asyncpg.exceptions.TransactionRollbackError
+                    ):
+                        # The connection such a failure leaves may be stuck ("another operation
+                        # is in progress") for good: drop it, so the retry gets a new one.
+                        conn.terminate()
+                    raise
         except Exception as e:
             if not _is_transient(e):
                 raise
