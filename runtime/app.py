@@ -23,6 +23,7 @@ from runtime import (
     api_role_memory,
     api_thread_fork,
     api_threads,
+    api_tools,
     webrtc,
 )
 from runtime.api import ApiError, Caller
@@ -145,6 +146,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_memory.router)
     app.include_router(api_role_memory.router)
     app.include_router(api_knowledge.router)
+    app.include_router(api_tools.router)
     app.include_router(api_thread_fork.router)
     app.include_router(webrtc.router)
     app.include_router(api_threads.router)

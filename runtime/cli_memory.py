@@ -14,8 +14,8 @@ Rules:
    rows still use (a concurrent save held them) and says so, with exit status 1.
 4. Every table that holds sealed memory moves together (``sealed_stores``: the rows of the
    per-user store of before, the role pools, thread memory, role memory's records — settings,
-   confessions, enrichments, the call log); the counts are their sums, and every key any of
-   them uses is in use for ``--retire``.
+   confessions, enrichments, the call log — and the tool secrets); the counts are their sums,
+   and every key any of them uses is in use for ``--retire``.
 5. Output is tab-separated with a header line (``action``, ``key_id``, ``rows``); key material
    is never printed. Errors go to stderr as ``openrealtime: <code>: <message>``.
 """
@@ -37,6 +37,8 @@ from memory.postgres_thread_store import PostgresThreadMemoryStore
 from runtime.config import Settings
 from runtime.database import DatabaseError, open_database
 from runtime.migrations import MigrationError, apply_migrations
+from tools.errors import ToolError
+from tools.postgres_catalog import PostgresToolSecrets
 
 HEADER = "action\tkey_id\trows"
 
@@ -60,6 +62,7 @@ def sealed_stores(pool: Any, keyring: Keyring) -> list[SealedStore]:
         PostgresThreadMemoryStore(pool, keyring=keyring),
         PostgresRoleRecords(pool, keyring=keyring),
         PostgresPoolStore(pool, keyring=keyring),
+        PostgresToolSecrets(pool, keyring=keyring),
     ]
 
 
@@ -147,7 +150,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
                       " --retire", file=sys.stderr)  # fmt: skip
             return 0
         return _retire(keyring, source.from_config, source.path, usage)
-    except MemoryStoreError as e:
+    except (MemoryStoreError, ToolError) as e:
         return _fail(e.code, str(e))
     except (DatabaseError, MigrationError) as e:
         return _fail(e.code, str(e))

@@ -58,6 +58,7 @@ from tools.catalog import InMemoryToolCatalog, InMemoryToolSecrets, ToolCatalog,
 from tools.grants import GrantStore, InMemoryGrantStore
 from tools.judge import Judge, LanguageModelJudge
 from tools.judgements import InMemoryJudgementCache, JudgementCache
+from tools.postgres_catalog import PostgresToolCatalog, PostgresToolSecrets
 from tools.postgres_grants import PostgresGrantStore
 from tools.postgres_rules import PostgresJudgementCache, PostgresRuleStore
 from tools.rules import InMemoryRuleStore, RuleStore
@@ -358,6 +359,8 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             records=InMemoryRecordStore(record_limits(settings)),
             memory=in_memory_memory(pools),
             pool=pools,
+            # Declarations are checked against this process's allowlist when they are made.
+            tool_catalog=InMemoryToolCatalog(settings.tool_host_set()),
             keyring=keyring,
         )
     else:
@@ -392,6 +395,8 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             grants=PostgresGrantStore(database.pool),
             rules=PostgresRuleStore(database.pool),
             judgements=PostgresJudgementCache(database.pool),
+            tool_catalog=PostgresToolCatalog(database.pool, settings.tool_host_set()),
+            tool_secrets=PostgresToolSecrets(database.pool, keyring=keyring),
             keyring=keyring,
             database=database,
         )
@@ -399,9 +404,6 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
         judge_model = json_model_of(plugins.brain)
         if judge_model is not None:
             services.tool_judge = LanguageModelJudge(judge_model, name="brain")
-    # Declarations are checked against this process's allowlist (a PostgreSQL catalog is the
-    # tools-API work of issue 19; until then declarations live in process memory).
-    services.tool_catalog = InMemoryToolCatalog(settings.tool_host_set())
     services.owns_plugins = warm
     services.knowledge = knowledge_base(settings, services.database)
     if warm and services.knowledge.embedder is not None:

@@ -11,28 +11,35 @@ Theory of operation
 3. Everything is scoped by tenant (and role for declarations). A session reads its role's
    declarations once, when it starts (``ToolRegistry.add_http`` each): a change applies to the
    sessions started after it.
-4. This module holds the contract and the in-memory implementations (tests, ``storage=memory``);
-   the durable ones are on PostgreSQL.
+4. Bounded: a role declares at most ``MAX_TOOLS_PER_ROLE`` tools counting the built-ins, a
+   tenant keeps at most ``MAX_SECRETS_PER_TENANT`` secrets; past either, ``ToolLimitExceeded``.
+5. This module holds the contract, the stored form of a declaration (``tool_record`` /
+   ``tool_from_record``: every field, headers with their prefixes) and the in-memory
+   implementations (tests, ``storage=memory``); the durable ones are on PostgreSQL
+   (``tools/postgres_catalog.py``, secrets sealed at rest).
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
-from tools.errors import InvalidTool, UnknownTool
+from tools.errors import InvalidTool, ToolLimitExceeded, UnknownTool
 from tools.registry import (
     BUILTIN_TOOLS,
     MAX_TOOLS_PER_ROLE,
     SECRET_NAME,
     HttpTool,
     HttpToolBounds,
+    SecretHeader,
     check_http_tool,
 )
 
 MAX_SECRETS_PER_TENANT = 64
 MAX_SECRET_CHARS = 4_096
+MAX_DECLARED_TOOLS = MAX_TOOLS_PER_ROLE - len(BUILTIN_TOOLS)
+"""HTTP tools one role may declare (rule 4: the built-ins count against the role's bound)."""
 
 
 class ToolCatalog(Protocol):
@@ -59,6 +66,41 @@ class ToolSecrets(Protocol):
     async def names(self, tenant: str) -> builtins.list[str]: ...
 
 
+def tool_record(tool: HttpTool) -> dict[str, Any]:
+    """The declaration as stored (rule 5): JSON-ready, every field (``describe`` leaves out the
+    headers' prefixes; this keeps them)."""
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": dict(tool.parameters),
+        "method": tool.method,
+        "url_template": tool.url_template,
+        "headers": [{"header": h.header, "secret": h.secret, "prefix": h.prefix}
+                    for h in tool.headers],
+        "timeout_s": tool.timeout_s,
+        "max_response_bytes": tool.max_response_bytes,
+        "cancellable": tool.cancellable,
+        "target": tool.target,
+    }  # fmt: skip
+
+
+def tool_from_record(data: Mapping[str, Any]) -> HttpTool:
+    """``tool_record``'s inverse."""
+    return HttpTool(
+        name=data["name"],
+        description=data["description"],
+        parameters=data["parameters"],
+        method=data["method"],
+        url_template=data["url_template"],
+        headers=tuple(SecretHeader(h["header"], h["secret"], h.get("prefix", ""))
+                      for h in data["headers"]),
+        timeout_s=float(data["timeout_s"]),
+        max_response_bytes=int(data["max_response_bytes"]),
+        cancellable=bool(data["cancellable"]),
+        target=data["target"],
+    )  # fmt: skip
+
+
 def check_secret(name: str, value: str) -> None:
     if not SECRET_NAME.match(name):
         raise InvalidTool(f"secret name must match {SECRET_NAME.pattern}")
@@ -68,10 +110,15 @@ def check_secret(name: str, value: str) -> None:
 
 class InMemoryToolCatalog:
     def __init__(
-        self, allowed_hosts: Iterable[str] = (), bounds: HttpToolBounds | None = None
+        self,
+        allowed_hosts: Iterable[str] = (),
+        bounds: HttpToolBounds | None = None,
+        *,
+        max_tools: int = MAX_DECLARED_TOOLS,
     ) -> None:
         self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
         self.bounds = bounds or HttpToolBounds()
+        self.max_tools = max_tools
         self._tools: dict[tuple[str, str], dict[str, HttpTool]] = {}
 
     async def list(self, tenant: str, role_id: str) -> builtins.list[HttpTool]:
@@ -84,12 +131,10 @@ class InMemoryToolCatalog:
         return tool
 
     async def put(self, tenant: str, role_id: str, tool: HttpTool) -> HttpTool:
-        check_http_tool(tool, self.allowed_hosts, self.bounds)
-        if tool.name in BUILTIN_TOOLS:
-            raise InvalidTool(f"{tool.name!r} is a built-in tool")
+        check_http_tool(tool, self.allowed_hosts, self.bounds)  # built-in names too
         tools = self._tools.setdefault((tenant, role_id), {})
-        if tool.name not in tools and len(tools) >= MAX_TOOLS_PER_ROLE - len(BUILTIN_TOOLS):
-            raise InvalidTool(f"a role has at most {MAX_TOOLS_PER_ROLE} tools")
+        if tool.name not in tools and len(tools) >= self.max_tools:
+            raise ToolLimitExceeded(f"a role declares at most {self.max_tools} HTTP tools")
         tools[tool.name] = tool
         return tool
 
@@ -98,8 +143,9 @@ class InMemoryToolCatalog:
 
 
 class InMemoryToolSecrets:
-    def __init__(self) -> None:
+    def __init__(self, *, max_secrets: int = MAX_SECRETS_PER_TENANT) -> None:
         self._secrets: dict[tuple[str, str], str] = {}
+        self.max_secrets = max_secrets
 
     async def get(self, tenant: str, name: str) -> str | None:
         return self._secrets.get((tenant, name))
@@ -107,9 +153,9 @@ class InMemoryToolSecrets:
     async def set(self, tenant: str, name: str, value: str) -> None:
         check_secret(name, value)
         if (tenant, name) not in self._secrets and len(await self.names(tenant)) >= (
-            MAX_SECRETS_PER_TENANT
+            self.max_secrets
         ):
-            raise InvalidTool(f"a tenant has at most {MAX_SECRETS_PER_TENANT} secrets")
+            raise ToolLimitExceeded(f"a tenant keeps at most {self.max_secrets} secrets")
         self._secrets[(tenant, name)] = value
 
     async def delete(self, tenant: str, name: str) -> bool:

@@ -85,6 +85,7 @@ class Case:
         return self.path.format(
             role_id=w.role, user=w.user_target, document_id=w.document, entry_id=w.memory,
             record_id=w.record, token_id=w.token, call_id="rtc_none", thread_id="th_policy",
+            name="policy_tool", rule_id="rule_none", grant_id="grant_none",
         )  # fmt: skip
 
 
@@ -185,6 +186,36 @@ CASES: list[Case] = [
     ),  # fmt: skip
     Case("GET", "/api/threads/{thread_id}/confessions", "user_object"),
     Case("GET", "/api/threads/{thread_id}/enrichments", "user_object"),
+    Case("GET", "/api/roles/{role_id}/tools", "tenant_object"),
+    # No host is allowed here: past the policy, 400 host_not_allowed.
+    Case(
+        "PUT",
+        "/api/roles/{role_id}/tools/{name}",
+        "tenant_object",
+        _json({"parameters": {"type": "object"}, "method": "GET", "url_template": "https://x/"}),
+        allowed=400,
+    ),  # fmt: skip
+    Case("DELETE", "/api/roles/{role_id}/tools/{name}", "tenant_object", allowed=404),
+    Case("GET", "/api/tool-secrets", "collection"),
+    Case("PUT", "/api/tool-secrets/{name}", "collection", _json({"value": "v"})),
+    Case("DELETE", "/api/tool-secrets/{name}", "tenant_object", allowed=404),
+    Case("GET", "/api/roles/{role_id}/rules", "tenant_object"),
+    Case("POST", "/api/roles/{role_id}/rules", "tenant_object", _json({"text": "Be kind."})),
+    Case(
+        "PATCH",
+        "/api/roles/{role_id}/rules/{rule_id}",
+        "tenant_object",
+        _json({"expected_version": 1, "status": "retired"}),
+        allowed=404,
+    ),  # fmt: skip
+    Case("GET", "/api/roles/{role_id}/grants", "tenant_object"),
+    Case(
+        "POST",
+        "/api/roles/{role_id}/grants",
+        "tenant_object",
+        _json({"action": "x", "effect": "allow", "scope": "thread", "thread_id": "th_policy"}),
+    ),  # fmt: skip
+    Case("POST", "/api/roles/{role_id}/grants/{grant_id}/revoke", "tenant_object", allowed=404),
     # A JSON body is no offer: past the policy, 415 (tests/runtime/test_webrtc.py makes calls).
     Case("POST", "/v1/realtime/calls", "collection", _json({}), allowed=415),
     Case("POST", "/v1/realtime/calls/{call_id}/hangup", "collection", allowed=404),
@@ -208,6 +239,13 @@ DECLARED: dict[tuple[str, str], Policy] = {
     ("PUT", "/api/roles/{role_id}/documents"): Policy.ADMIN,
     ("PUT", "/api/thread-memory/defaults"): Policy.ADMIN,
     ("PATCH", "/api/roles/{role_id}/memory/settings"): Policy.ADMIN,
+    ("PUT", "/api/roles/{role_id}/tools/{name}"): Policy.ADMIN,
+    ("DELETE", "/api/roles/{role_id}/tools/{name}"): Policy.ADMIN,
+    ("GET", "/api/tool-secrets"): Policy.ADMIN,
+    ("PUT", "/api/tool-secrets/{name}"): Policy.ADMIN,
+    ("DELETE", "/api/tool-secrets/{name}"): Policy.ADMIN,
+    ("POST", "/api/roles/{role_id}/rules"): Policy.ADMIN,
+    ("PATCH", "/api/roles/{role_id}/rules/{rule_id}"): Policy.ADMIN,
     ("POST", "/v1/realtime/calls"): Policy.REALTIME,
     ("POST", "/v1/realtime/calls/{call_id}/hangup"): Policy.REALTIME,
 }
