@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from memory.crypto import Keyring, Sealed, row_context
+from runtime.database import on_connection
 from tools.catalog import (
     MAX_DECLARED_TOOLS,
     MAX_SECRETS_PER_TENANT,
@@ -41,7 +42,6 @@ from tools.catalog import (
     tool_record,
 )
 from tools.errors import ToolLimitExceeded, ToolsUnavailable, UnknownTool
-from tools.postgres_grants import UNAVAILABLE
 from tools.registry import HttpTool, HttpToolBounds, check_http_tool
 
 T = TypeVar("T")
@@ -63,14 +63,10 @@ class _Pooled:
         self.acquire_timeout = acquire_timeout
 
     async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        try:
-            async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
-                if not transaction:
-                    return await work(conn)
-                async with conn.transaction():
-                    return await work(conn)
-        except UNAVAILABLE as e:
-            raise ToolsUnavailable(f"tool catalog unavailable: {type(e).__name__}") from e
+        return await on_connection(
+            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
+            unavailable=ToolsUnavailable, what="tool catalog",
+        )  # fmt: skip
 
     async def _lock(self, conn: Any, table: str, *parts: str) -> None:
         """Rule 2's advisory lock for the rest of the transaction."""

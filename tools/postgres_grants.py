@@ -24,8 +24,6 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import asyncpg
-
 from runtime.database import on_connection
 from tools.capability import Capability
 from tools.errors import GrantNotFound, InvalidGrant, ToolLimitExceeded, ToolsUnavailable
@@ -43,14 +41,6 @@ from tools.grants import (
 
 T = TypeVar("T")
 MAX_DECIDE_ROUNDS = 16
-UNAVAILABLE: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
-    asyncpg.exceptions.InsufficientResourcesError,
-    asyncpg.InterfaceError,
-)
 
 _COLUMNS = (
     "id, tenant, role_id, action, target, arguments, effect, scope, thread_id,"
