@@ -191,7 +191,11 @@ function formValues() {
   };
 }
 
-function showStale() {
+/** Rule 2: the "changed, reload" prompt; `savedRole`: the role itself was saved before a later part met a conflict. */
+function showStale(savedRole = false) {
+  $("stale-text").textContent = savedRole
+    ? "The role was saved, but its memory settings changed since you opened it; that part was not saved."
+    : "This role changed since you opened it (someone else saved it or switched its memory). Your edits were not saved.";
   $("stale").classList.remove("hidden");
   notice("");
 }
@@ -237,7 +241,7 @@ async function save(event) {
   } catch (error) {
     await loadList();
     if (error instanceof ApiError && error.code === "stale_revision") {
-      showStale();
+      showStale(true);
       return;
     }
     notice(`Role “${saved.name}” saved, but not all of it: ${errorText(error)}`, "bad");
