@@ -11,7 +11,6 @@ from fastapi import FastAPI, HTTPException, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
 from runtime import (
@@ -21,53 +20,20 @@ from runtime import (
     api_knowledge,
     api_memory,
     api_role_memory,
+    api_roles,
     api_thread_fork,
     api_threads,
     api_tools,
     webrtc,
 )
-from runtime.api import ApiError, Caller
 from runtime.api_operations import router as operations_router
 from runtime.connection import RealtimeConnection
 from runtime.drain import DRAINING_CODE, DrainState
 from runtime.policy import Policy, allow
-from runtime.roles import Role, default_role
 from runtime.services import Services
 from runtime.transport import WebSocketLink
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
-
-
-class RoleIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=100)
-    instructions: str = Field(default="", max_length=20_000)
-    voice: str | None = Field(default=None, max_length=100)
-    language: str | None = Field(default=None, pattern=r"^(en|zh)$")
-    memory_enabled: bool = True
-
-
-class RolePatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(default=None, min_length=1, max_length=100)
-    instructions: str | None = Field(default=None, max_length=20_000)
-    voice: str | None = Field(default=None, max_length=100)
-    language: str | None = Field(default=None, pattern=r"^(en|zh)$")
-    memory_enabled: bool | None = None
-
-
-def role_json(role: Role) -> dict[str, Any]:
-    return {
-        "id": role.id,
-        "name": role.name,
-        "instructions": role.instructions,
-        "voice": role.voice,
-        "language": role.language,
-        "memory_enabled": role.memory_enabled,
-        "is_default": role.is_default,
-        "created_at": role.created_at.isoformat(),
-        "updated_at": role.updated_at.isoformat(),
-    }
 
 
 def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
@@ -103,43 +69,8 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     async def health() -> dict[str, Any]:
         return {"status": "ok", "sessions": len(services.active_sessions)}
 
-    @app.get("/api/roles", dependencies=[allow(Policy.MEMBER)])
-    async def list_roles(who: Caller) -> dict[str, Any]:
-        await default_role(services.roles, who.tenant)
-        return {"roles": [role_json(r) for r in await services.roles.list(who.tenant)]}
-
-    @app.post("/api/roles", status_code=201, dependencies=[allow(Policy.ADMIN)])
-    async def create_role(body: RoleIn, who: Caller) -> dict[str, Any]:
-        role = await services.roles.create(who.tenant, **body.model_dump())
-        return role_json(role)
-
-    @app.get("/api/roles/{role_id}", dependencies=[allow(Policy.MEMBER)])
-    async def get_role(role_id: str, who: Caller) -> dict[str, Any]:
-        role = await services.roles.get(who.tenant, role_id)
-        if role is None:
-            raise ApiError(404, "role_not_found", f"no role {role_id}")
-        return role_json(role)
-
-    @app.patch("/api/roles/{role_id}", dependencies=[allow(Policy.ADMIN)])
-    async def update_role(role_id: str, body: RolePatch, who: Caller) -> dict[str, Any]:
-        changes = body.model_dump(exclude_unset=True)
-        if "name" in changes and changes["name"] is None:
-            raise ApiError(422, "invalid_role", "name cannot be null")
-        role = await services.roles.update(who.tenant, role_id, **changes)
-        if role is None:
-            raise ApiError(404, "role_not_found", f"no role {role_id}")
-        return role_json(role)
-
-    @app.delete("/api/roles/{role_id}", status_code=204, dependencies=[allow(Policy.ADMIN)])
-    async def delete_role(role_id: str, who: Caller) -> None:
-        role = await services.roles.get(who.tenant, role_id)
-        if role is None:
-            raise ApiError(404, "role_not_found", f"no role {role_id}")
-        if role.is_default:
-            raise ApiError(409, "role_is_default", "the default role cannot be deleted")
-        await services.roles.delete(who.tenant, role_id)
-
     app.include_router(operations_router)
+    app.include_router(api_roles.router)
     app.include_router(api_accounts.router)
     app.include_router(api_client_secrets.router)
     app.include_router(api_conversations.router)

@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from runtime.roles import Role, RoleOverrides
+from runtime.roles import EDITABLE_FIELDS, Role, RoleOverrides, StaleRoleRevision
 from runtime.threads import Thread
 
 _TIMEOUT = 10.0
@@ -21,9 +21,8 @@ _TIMEOUT = 10.0
 
 _ROLE_COLUMNS = (
     "id, tenant, name, instructions, voice, language, memory_enabled, is_default, "
-    "created_at, updated_at"
+    "created_at, updated_at, revision"
 )
-_EDITABLE = frozenset({"name", "instructions", "voice", "language", "memory_enabled"})
 
 
 def _role(row: asyncpg.Record) -> Role:
@@ -95,30 +94,54 @@ class PostgresRoleStore:
         assert row is not None
         return _role(row)
 
-    async def update(self, tenant: str, role_id: str, **changes: object) -> Role | None:
-        unknown = set(changes) - _EDITABLE
+    async def update(
+        self, tenant: str, role_id: str, *, expected_revision: int | None = None, **changes: object
+    ) -> Role | None:
+        unknown = set(changes) - EDITABLE_FIELDS
         if unknown:
             raise ValueError(f"cannot change {sorted(unknown)}")
         if not changes:
-            return await self.get(tenant, role_id)
+            return await self._unchanged(tenant, role_id, expected_revision)
         names = sorted(changes)
-        assignments = ", ".join(f"{name} = ${i + 3}" for i, name in enumerate(names))
+        assignments = ", ".join(f"{name} = ${i + 4}" for i, name in enumerate(names))
         values: list[Any] = [changes[name] for name in names]
+        # Rule 2: the revision check and the write are one statement.
         row = await self.pool.fetchrow(
-            f"UPDATE roles SET {assignments}, updated_at = now() "
-            f"WHERE tenant = $1 AND id = $2 RETURNING {_ROLE_COLUMNS}",
+            f"UPDATE roles SET {assignments}, updated_at = now(), revision = revision + 1 "
+            "WHERE tenant = $1 AND id = $2 AND ($3::integer IS NULL OR revision = $3) "
+            f"RETURNING {_ROLE_COLUMNS}",
             tenant,
             role_id,
+            expected_revision,
             *values,
             timeout=_TIMEOUT,
         )
-        return None if row is None else _role(row)
+        if row is None:
+            return await self._unchanged(tenant, role_id, expected_revision)
+        return _role(row)
 
-    async def delete(self, tenant: str, role_id: str) -> bool:
+    async def delete(
+        self, tenant: str, role_id: str, *, expected_revision: int | None = None
+    ) -> bool:
         status = await self.pool.execute(
-            "DELETE FROM roles WHERE tenant = $1 AND id = $2", tenant, role_id, timeout=_TIMEOUT
-        )
-        return bool(status.endswith(" 1"))
+            "DELETE FROM roles WHERE tenant = $1 AND id = $2 "
+            "AND ($3::integer IS NULL OR revision = $3)",
+            tenant, role_id, expected_revision,
+            timeout=_TIMEOUT,
+        )  # fmt: skip
+        if status.endswith(" 1"):
+            return True
+        await self._unchanged(tenant, role_id, expected_revision)
+        return False
+
+    async def _unchanged(
+        self, tenant: str, role_id: str, expected_revision: int | None
+    ) -> Role | None:
+        """Nothing was written: the role as it is (None: unknown), or ``StaleRoleRevision``."""
+        role = await self.get(tenant, role_id)
+        if role is not None and expected_revision not in (None, role.revision):
+            raise StaleRoleRevision(role)
+        return role
 
     async def overrides(self, tenant: str, user: str, role_id: str) -> RoleOverrides:
         row = await self.pool.fetchrow(
@@ -176,3 +199,12 @@ class PostgresThreadStore:
             return None
         return Thread(row["tenant"], row["user_id"], row["thread_id"], row["role_id"],
                       row["created_at"])  # fmt: skip
+
+    async def count_for_role(self, tenant: str, role_id: str) -> int:
+        count = await self.pool.fetchval(
+            "SELECT count(*) FROM threads WHERE tenant = $1 AND role_id = $2",
+            tenant,
+            role_id,
+            timeout=_TIMEOUT,
+        )
+        return int(count)

@@ -4,6 +4,17 @@ A role's switches (today ``memory_enabled``) are the admin's defaults for the wh
 (SPEC ACC-2). A user may keep a personal override per role (``RoleOverrides``); an override only
 narrows: memory is on for a user when the role has it on and the user did not turn it off
 (``memory_enabled_for``). Overrides go with their role.
+
+Revisions (both stores keep these rules):
+
+1. A role is created at ``revision`` 1; every ``update`` that changes something adds 1 (an
+   update with no changes changes nothing, the revision included).
+2. ``update`` and ``delete`` take ``expected_revision``: when given and not the role's revision,
+   nothing changes and ``StaleRoleRevision`` carries the role as it is now. The check and the
+   write are one step (PostgreSQL: one statement), so two editors of one revision cannot both
+   win. ``None`` skips the check (last writer wins) — for callers that change one switch, such
+   as the memory page's on/off, and for clients older than revisions.
+3. An unknown role is ``None`` / ``False``, whatever the expected revision.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ class Role:
     is_default: bool
     created_at: datetime
     updated_at: datetime
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +52,20 @@ class RoleOverrides:
     memory_enabled: bool | None = None
 
 
+class StaleRoleRevision(Exception):
+    """Rule 2: the role is no longer at the revision the caller read; ``current`` is it now."""
+
+    def __init__(self, current: Role) -> None:
+        super().__init__(f"role {current.id} is at revision {current.revision}")
+        self.current = current
+
+
 def memory_enabled_for(role: Role, overrides: RoleOverrides) -> bool:
     return role.memory_enabled and overrides.memory_enabled is not False
+
+
+EDITABLE_FIELDS = frozenset({"name", "instructions", "voice", "language", "memory_enabled"})
+"""What ``RoleStore.update`` may change."""
 
 
 class RoleStore(Protocol):
@@ -61,9 +85,17 @@ class RoleStore(Protocol):
         is_default: bool = False,
     ) -> Role: ...
 
-    async def update(self, tenant: str, role_id: str, **changes: object) -> Role | None: ...
+    async def update(
+        self, tenant: str, role_id: str, *, expected_revision: int | None = None, **changes: object
+    ) -> Role | None:
+        """The role after ``changes`` (rules 1–3); None when there is no such role."""
+        ...
 
-    async def delete(self, tenant: str, role_id: str) -> bool: ...
+    async def delete(
+        self, tenant: str, role_id: str, *, expected_revision: int | None = None
+    ) -> bool:
+        """Whether the role was there and is gone now (rules 2, 3); its overrides go with it."""
+        ...
 
     async def overrides(self, tenant: str, user: str, role_id: str) -> RoleOverrides: ...
 
@@ -113,18 +145,38 @@ class InMemoryRoleStore:
         self._roles[(tenant, role.id)] = role
         return role
 
-    async def update(self, tenant: str, role_id: str, **changes: object) -> Role | None:
-        role = self._roles.get((tenant, role_id))
-        if role is None:
-            return None
-        updated = replace(role, **changes, updated_at=datetime.now(UTC))  # type: ignore[arg-type]
+    async def update(
+        self, tenant: str, role_id: str, *, expected_revision: int | None = None, **changes: object
+    ) -> Role | None:
+        unknown = set(changes) - EDITABLE_FIELDS
+        if unknown:
+            raise ValueError(f"cannot change {sorted(unknown)}")
+        role = self._current(tenant, role_id, expected_revision)
+        if role is None or not changes:
+            return role
+        updated = replace(
+            role,
+            **changes,  # type: ignore[arg-type]
+            updated_at=datetime.now(UTC),
+            revision=role.revision + 1,
+        )
         self._roles[(tenant, role_id)] = updated
         return updated
 
-    async def delete(self, tenant: str, role_id: str) -> bool:
+    async def delete(
+        self, tenant: str, role_id: str, *, expected_revision: int | None = None
+    ) -> bool:
+        if self._current(tenant, role_id, expected_revision) is None:
+            return False
         for key in [k for k in self._overrides if (k[0], k[2]) == (tenant, role_id)]:
             del self._overrides[key]
         return self._roles.pop((tenant, role_id), None) is not None
+
+    def _current(self, tenant: str, role_id: str, expected_revision: int | None) -> Role | None:
+        role = self._roles.get((tenant, role_id))
+        if role is not None and expected_revision not in (None, role.revision):
+            raise StaleRoleRevision(role)
+        return role
 
     async def overrides(self, tenant: str, user: str, role_id: str) -> RoleOverrides:
         return self._overrides.get((tenant, user, role_id), RoleOverrides())

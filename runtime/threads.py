@@ -28,6 +28,10 @@ class ThreadStore(Protocol):
         """The thread if this user owns it; None for someone else's or an unknown thread."""
         ...
 
+    async def count_for_role(self, tenant: str, role_id: str) -> int:
+        """How many threads of the tenant (every user's) a role serves."""
+        ...
+
 
 class InMemoryThreadStore:
     def __init__(self) -> None:
@@ -44,3 +48,6 @@ class InMemoryThreadStore:
 
     async def get(self, tenant: str, user: str, thread_id: str) -> Thread | None:
         return self._threads.get((tenant, user, thread_id))
+
+    async def count_for_role(self, tenant: str, role_id: str) -> int:
+        return sum(1 for t in self._threads.values() if (t.tenant, t.role_id) == (tenant, role_id))

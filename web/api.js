@@ -136,6 +136,7 @@ export async function listRoles() {
 
 const PAGES = [
   ["index.html", "Talk"],
+  ["roles.html", "Roles"],
   ["history.html", "History"],
   ["memory.html", "Memory"],
   ["knowledge.html", "Knowledge"],
