@@ -35,6 +35,7 @@ Tables and the ``journal_append`` function live in ``journal/migrations/0001_jou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -358,7 +359,8 @@ async def run_with_retries(
                     ):
                         # The connection such a failure leaves may be stuck ("another operation
                         # is in progress") for good: drop it, so the retry gets a new one.
-                        conn.terminate()
+                        with contextlib.suppress(asyncpg.InterfaceError):  # already gone
+                            conn.terminate()
                     raise
         except Exception as e:
             if not _is_transient(e):
