@@ -139,6 +139,7 @@ const PAGES = [
   ["history.html", "History"],
   ["memory.html", "Memory"],
   ["knowledge.html", "Knowledge"],
+  ["system.html", "System"],
 ];
 
 /** Fill <header class="top"> with the brand, the navigation (current page marked) and a place
