@@ -14,6 +14,7 @@ from tests.web.conftest import (
     Launch,
     ServerFactory,
     open_page,
+    say,
     spoken,
     start_talking,
     wait_js,
@@ -77,3 +78,16 @@ async def test_a_paused_microphone_empties_the_meter_and_says_so(
         state = await page.get_attribute("#turn-state", "data-state")
     assert set(paused) == {FLOOR_DB}
     assert state == "paused" and label == "microphone paused"
+
+
+async def test_a_typed_turn_goes_thinking_speaking_and_back_to_listening(
+    launch: Launch, silence_wav: Path, fake_server: ServerFactory
+) -> None:
+    async with fake_server() as server:
+        page = await open_page(await launch(silence_wav), server, webrtc=False)
+        await start_talking(page)
+        await say(page, "hello")
+        await wait_js(page, "window.openrealtime.indicator.history.includes('speaking')")
+        await wait_js(page, "window.openrealtime.indicator.state === 'listening'")
+        states = await page.evaluate("window.openrealtime.indicator.history")
+    assert states == ["listening", "thinking", "speaking", "listening"]

@@ -112,3 +112,35 @@ async def test_a_typed_turn_and_an_interrupted_answer(
     played = interruption["played_ms"]
     assert heard == f"heard {played / 1000:.1f} s of {received / 1000:.1f} s"
     assert 0 < played < received
+
+
+STAGE_CASES: list[dict[str, float]] = [
+    {"committed": 300.0, "asr_final": 420.0, "brain_first_token": 700.0,
+     "tts_first_audio": 760.0, "first_audio_sent": 765.5},
+    # preempted: the brain's first token was ready before the commit
+    {"committed": 500.0, "asr_final": 510.0, "brain_first_token": 120.0,
+     "tts_first_audio": 530.0, "first_audio_sent": 531.0},
+    # the final transcript came before the commit (speculation): an asr stage of no length
+    {"committed": 400.0, "asr_final": 350.0, "brain_first_token": 600.0},
+    # typed: committed at the origin, no transcript
+    {"committed": 0.0, "brain_first_token": 40.0, "tts_first_audio": 55.0,
+     "first_audio_sent": 56.0},
+    # missing marks: tts without a first token, send without tts
+    {"committed": 200.0, "tts_first_audio": 300.0, "first_audio_sent": 310.0},
+    {},
+]  # fmt: skip
+
+
+async def test_the_pages_stages_are_the_servers_turn_stages(
+    launch: Launch, silence_wav: Path, fake_server: ServerFactory
+) -> None:
+    async with fake_server() as server:
+        page = await open_page(await launch(silence_wav), server)
+        drawn = await page.evaluate(
+            "(cases) => import('./timeline.js').then((m) => cases.map(m.turnStages))", STAGE_CASES
+        )
+    for case, stages in zip(STAGE_CASES, drawn, strict=True):
+        expected = [
+            {"name": s.name, "start_ms": s.start_ms, "end_ms": s.end_ms} for s in turn_stages(case)
+        ]
+        assert stages == expected, case
