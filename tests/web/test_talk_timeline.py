@@ -144,3 +144,30 @@ async def test_the_pages_stages_are_the_servers_turn_stages(
             {"name": s.name, "start_ms": s.start_ms, "end_ms": s.end_ms} for s in turn_stages(case)
         ]
         assert stages == expected, case
+
+
+async def test_over_webrtc_an_interrupted_answer_counts_the_heard_words(
+    launch: Launch, interruption_wav: Path, fake_server: ServerFactory
+) -> None:
+    async with fake_server(ms_per_char=100.0, heard="wait") as server:
+        page = await open_page(await launch(interruption_wav), server)  # WebRTC: no player
+        session_id = await start_talking(page)
+        await page.evaluate(
+            """() => {
+              window.capturedDone = [];
+              window.openrealtime.conn.addEventListener("event", (e) => {
+                if (e.detail.type === "response.done") window.capturedDone.push(e.detail.response);
+              });
+            }"""
+        )
+        await say(page, "Tell me something about the weather")
+        done = await wait_js(
+            page, "window.capturedDone.find((r) => r.interrupted) || null", timeout=20_000
+        )
+        heard_line = f"[data-key='{session_id}:g{done['generation']}'] .heard"
+        heard = await wait_js(page, f"document.querySelector({heard_line!r})?.textContent")
+        kind = await page.evaluate("window.openrealtime.conn.kind")
+    assert kind == "webrtc"
+    words = len(done["heard_text"].split())
+    assert heard == f"heard {words} of {len(done['output_text'].split())} words"
+    assert 0 < words < len(done["output_text"].split())
