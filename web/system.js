@@ -132,13 +132,19 @@ function showLatency(system, now) {
   $("latency-chart").replaceChildren(...seen.map((stage) => stageChart(stage, slots, latency.window_minutes)));
 }
 
+let refreshing = false; // one request at a time: a slow answer is not asked for again
+
 async function refresh() {
+  if (refreshing) return;
+  refreshing = true;
   let system;
   try {
-    system = await api("/api/system");
+    system = await api("/api/system", { signal: AbortSignal.timeout(REFRESH_MS) });
   } catch (error) {
     notice(`Could not read the system's state: ${errorText(error)}`, "bad");
     return;
+  } finally {
+    refreshing = false;
   }
   notice("");
   showProcess(system);

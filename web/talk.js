@@ -31,6 +31,7 @@ import { attachTimeline, markHeard } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const PLAYBACK_REPORT_MS = 250;
+const TURNS_KEPT = 100; // per-generation facts (audioMs, latency) kept for the latest turns
 const TRANSPORT_LABELS = { webrtc: "WebRTC", websocket: "WebSocket" };
 
 const STATE_LABELS = {
@@ -279,6 +280,7 @@ function onEvent(event) {
       break;
     case "openrealtime.turn.latency":
       $("playback").dataset.latency = String(event.latency_ms.first_audio_sent ?? "");
+      keepLatest(talk.latency);
       talk.latency[event.generation] = event;
       attachTimeline(talk.items.get(`${sid}:g${event.generation}`), event);
       break;
@@ -351,9 +353,18 @@ async function reconcile(account) {
 
 function onAudio({ generation, pcm }) {
   if (talk.interrupted.has(generation) || !talk.player) return;
+  if (!(generation in talk.audioMs)) keepLatest(talk.audioMs);
   talk.audioMs[generation] = (talk.audioMs[generation] || 0) + (pcm.length * 1000) / talk.player.sampleRate;
   talk.indicator.signal("audio");
   talk.player.push(generation, pcm);
+}
+
+/** Bound a generation → fact object before a new entry: drop the oldest generations. */
+function keepLatest(byGeneration) {
+  const generations = Object.keys(byGeneration).map(Number).sort((a, b) => a - b);
+  for (const generation of generations.slice(0, Math.max(0, generations.length - TURNS_KEPT + 1))) {
+    delete byGeneration[generation];
+  }
 }
 
 /** Under an interrupted answer: how much of it was heard (timeline.js rule 4). */
@@ -388,6 +399,10 @@ async function interrupt(generation, reason) {
   talk.interruptions[generation] = talk.lastInterruption;
   $("playback").textContent = `Interrupted (${reason}) — played ${Math.round(playedMs)} ms of the answer`;
   noteItem(`${talk.keyPrefix}:g${generation}`, interruptionNote(generation));
+  const node = talk.items.get(`${talk.keyPrefix}:g${generation}`);
+  if (node && node.querySelector(".heard")) { // response.done came first: now we know the time
+    markHeard(node, { heardMs: talk.lastInterruption.played_ms, totalMs: talk.audioMs[generation] || 0 });
+  }
 }
 
 function interruptionNote(generation) {

@@ -99,7 +99,9 @@ async def test_a_typed_turn_and_an_interrupted_answer(
         interruption = await wait_js(page, "window.openrealtime.lastInterruption")
         generation = interruption["generation"]
         heard_line = f"[data-key='{session_id}:g{generation}'] .heard"
-        heard = await wait_js(page, f"document.querySelector({heard_line!r})?.textContent")
+        heard = await wait_js(
+            page, f"document.querySelector({heard_line!r})?.textContent.match(/ s of /)?.input"
+        )
         received = await page.evaluate(f"window.openrealtime.audioMs[{generation}]")
         [event] = [
             e
