@@ -14,7 +14,9 @@ Rule 3. ``running_models`` describes the plugins a process actually runs (its ``
         not what the settings ask for: a test's fakes show as fakes. A plugin missing from the
         registry is shown by its class name with its facts unknown.
 Rule 4. A remote endpoint is shown by host (and port) only — never its path, query, user,
-        password or API key (``Settings.*_api_key`` is never read here).
+        password or API key (``Settings.*_api_key`` is never read here). The host is the one of
+        the stage's ``*_base_url`` setting, which ``runtime/plugin_factory.py`` builds the
+        remote plugin from.
 """
 
 from __future__ import annotations

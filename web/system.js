@@ -98,6 +98,7 @@ function stageChart(stage, slots, windowMinutes) {
     line("p50_ms", false),
   );
   for (const p of points) {
+    chart.append(svg("circle", { cx: x(p.i).toFixed(1), cy: y(p.s.p95_ms).toFixed(1), r: 2.5, class: "point-p95" }));
     const dot = svg("circle", { cx: x(p.i).toFixed(1), cy: y(p.s.p50_ms).toFixed(1), r: 2.5, class: "point", "data-p50-ms": p.s.p50_ms, "data-p95-ms": p.s.p95_ms, "data-count": p.s.count });
     dot.append(svg("title", {}, `${p.at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}: p50 ${p.s.p50_ms} ms, p95 ${p.s.p95_ms} ms (${p.s.count} turns)`));
     chart.append(dot);
