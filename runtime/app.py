@@ -21,6 +21,7 @@ from runtime import (
     api_memory,
     api_role_memory,
     api_roles,
+    api_system,
     api_thread_fork,
     api_threads,
     api_tools,
@@ -82,6 +83,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(webrtc.router)
     app.include_router(api_threads.router)
     app.include_router(api_threads.defaults_router)
+    app.include_router(api_system.router)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
         app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
     return app

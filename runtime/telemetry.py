@@ -12,6 +12,8 @@ Rule 2. The tap is synchronous and cheap: one type lookup per event; audio frame
         text (``runtime/metrics.py`` rule 5, ``runtime/tracing.py`` rule 4).
 Rule 3. A tap belongs to one outbox; the connection names the session it serves
         (``session_id``) once the session exists, for the traces.
+Rule 4. A turn's latency also goes into the process's rolling window of the last minutes
+        (``runtime/latency_window.py``), which the system page charts.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from pipeline import events as ev
+from runtime.latency_window import LatencyWindow
 from runtime.metrics import ProcessState, RuntimeMetrics
 from runtime.tracing import TurnTracing
 
@@ -30,6 +33,9 @@ class Telemetry:
     def __init__(self, state: Callable[[], ProcessState], tracing: TurnTracing | None) -> None:
         self.metrics = RuntimeMetrics(state)
         self.tracing = tracing
+        self.latency_window = LatencyWindow()
+        self.started_at = time.time()
+        """When this process's telemetry began (seconds since the epoch): its uptime."""
 
     def tap(self) -> OutboxTap:
         return OutboxTap(self)
@@ -57,6 +63,7 @@ class OutboxTap:
         if kind is ev.TurnLatency:
             assert isinstance(event, ev.TurnLatency)
             metrics.turn(event.latency_ms, event.origin)
+            self.telemetry.latency_window.add(event.latency_ms, time.time())
             tracing = self.telemetry.tracing
             if tracing is not None:
                 tracing.turn(event, session_id=self.session_id, now_ns=time.time_ns())

@@ -141,6 +141,7 @@ const PAGES = [
   ["memory.html", "Memory"],
   ["knowledge.html", "Knowledge"],
   ["tools.html", "Tools"],
+  ["system.html", "System"],
 ];
 
 /** Fill <header class="top"> with the brand, the navigation (current page marked) and a place

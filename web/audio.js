@@ -4,9 +4,11 @@
 // the answer plays from the remote track, so the Player is not used.
 
 export class Microphone {
-  /** `onFrame(ArrayBuffer, level)` gets 20 ms of 16 kHz PCM16 little-endian. */
-  constructor(onFrame) {
+  /** `onFrame(ArrayBuffer)` gets 20 ms of 16 kHz PCM16 little-endian; `onLevel({rms, peak})`
+   * the input's level about 20 times a second (nothing while paused). */
+  constructor(onFrame, { onLevel = () => {} } = {}) {
     this.onFrame = onFrame;
+    this.onLevel = onLevel;
     this.context = null;
     this.stream = null;
     this.paused = false;
@@ -26,7 +28,9 @@ export class Microphone {
       channelCountMode: "explicit",
     });
     node.port.onmessage = (event) => {
-      if (!this.paused) this.onFrame(event.data.pcm, event.data.level);
+      if (this.paused) return;
+      if (event.data.level) this.onLevel(event.data.level);
+      else this.onFrame(event.data.pcm);
     };
     // A silent sink keeps the graph pulling the worklet without echoing the microphone.
     const mute = this.context.createGain();

@@ -15,15 +15,23 @@
 // Thread memory: the panel beside the transcript (thread_memory.js) shows the memory of the
 // record's thread — from the session's start, or of a continued record at once — and follows
 // `openrealtime.thread_memory.updated` while a session runs.
+//
+// Turn display: level_meter.js draws the microphone's level (from the capture worklet, never
+// sent) and who has the turn (from the server's events); timeline.js puts each answer's
+// latency timeline (openrealtime.turn.latency) under it, and how much of an interrupted
+// answer was heard.
 
 import { api, downloadJson, el, errorText, listRoles, signedIn, token } from "./api.js";
 import { Microphone, Player } from "./audio.js";
+import { LevelMeter, TurnIndicator } from "./level_meter.js";
 import { RealtimeConnection, realtimeUrl } from "./realtime.js";
 import { newRecord, RecordSaver } from "./records.js";
 import { ThreadMemoryPanel } from "./thread_memory.js";
+import { attachTimeline, markHeard } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const PLAYBACK_REPORT_MS = 250;
+const TURNS_KEPT = 100; // per-generation facts (audioMs, latency) kept for the latest turns
 const TRANSPORT_LABELS = { webrtc: "WebRTC", websocket: "WebSocket" };
 
 const STATE_LABELS = {
@@ -60,6 +68,8 @@ const talk = {
   keyPrefix: "pending", // transcript keys of the current session: session id (+ ~epoch)
   sessionStart: 0,
   recording: Promise.resolve(),
+  audioMs: {}, // generation → ms of answer audio received (WebSocket), for "heard N of M s"
+  latency: {}, // generation → its openrealtime.turn.latency event (this session)
 };
 window.openrealtime = talk;
 
@@ -83,6 +93,7 @@ function setConnection(state, detail = {}) {
   const fallback = talk.conn && talk.conn.fallback;
   pill.title = fallback && kind === "websocket" ? `WebRTC did not connect (${fallback.code}): using a WebSocket` : "";
   const live = state === "connected";
+  if (talk.indicator && (live || state === "idle")) talk.indicator.signal(live ? "connected" : "closed");
   $("type-text").disabled = !live;
   $("type-send").disabled = !live;
   $("mic").disabled = !live || !talk.mic;
@@ -175,6 +186,7 @@ function showSaveStatus(status) {
 
 function onEvent(event) {
   const sid = talk.keyPrefix;
+  talk.indicator.signal(event.type);
   // Turns are journaled: the thread's head moves on (its memory maybe not).
   if (talk.threadMemory && /^(response\.(created|done)|input_audio_buffer\.committed)$/.test(event.type)) {
     talk.threadMemory.conversationMoved();
@@ -247,7 +259,10 @@ function onEvent(event) {
       } else {
         showItem(key, "assistant", text || "(interrupted before any was heard)");
       }
-      if (response.interrupted) noteItem(key, interruptionNote(response.generation));
+      if (response.interrupted) {
+        noteItem(key, interruptionNote(response.generation));
+        showHeard(key, response);
+      }
       else if (response.status === "failed") noteItem(key, "the answer failed; try again");
       recordMessage("assistant", text);
       break;
@@ -265,6 +280,9 @@ function onEvent(event) {
       break;
     case "openrealtime.turn.latency":
       $("playback").dataset.latency = String(event.latency_ms.first_audio_sent ?? "");
+      keepLatest(talk.latency);
+      talk.latency[event.generation] = event;
+      attachTimeline(talk.items.get(`${sid}:g${event.generation}`), event);
       break;
     case "openrealtime.input.paused":
       // The server dropped speech it had not committed: it will never be transcribed.
@@ -335,7 +353,30 @@ async function reconcile(account) {
 
 function onAudio({ generation, pcm }) {
   if (talk.interrupted.has(generation) || !talk.player) return;
+  if (!(generation in talk.audioMs)) keepLatest(talk.audioMs);
+  talk.audioMs[generation] = (talk.audioMs[generation] || 0) + (pcm.length * 1000) / talk.player.sampleRate;
+  talk.indicator.signal("audio");
   talk.player.push(generation, pcm);
+}
+
+/** Bound a generation → fact object before a new entry: drop the oldest generations. */
+function keepLatest(byGeneration) {
+  const generations = Object.keys(byGeneration).map(Number).sort((a, b) => a - b);
+  for (const generation of generations.slice(0, Math.max(0, generations.length - TURNS_KEPT + 1))) {
+    delete byGeneration[generation];
+  }
+}
+
+/** Under an interrupted answer: how much of it was heard (timeline.js rule 4). */
+function showHeard(key, response) {
+  const cut = talk.interruptions[response.generation];
+  const played = cut && cut.played_ms !== null && talk.player;
+  markHeard(talk.items.get(key), {
+    heardMs: played ? cut.played_ms : null,
+    totalMs: played ? talk.audioMs[response.generation] || 0 : null,
+    heardTextValue: response.heard_text || "",
+    fullText: response.output_text || "",
+  });
 }
 
 /** Barge-in: clear playback at once, then tell the server how much of the answer was heard.
@@ -358,6 +399,10 @@ async function interrupt(generation, reason) {
   talk.interruptions[generation] = talk.lastInterruption;
   $("playback").textContent = `Interrupted (${reason}) — played ${Math.round(playedMs)} ms of the answer`;
   noteItem(`${talk.keyPrefix}:g${generation}`, interruptionNote(generation));
+  const node = talk.items.get(`${talk.keyPrefix}:g${generation}`);
+  if (node && node.querySelector(".heard")) { // response.done came first: now we know the time
+    markHeard(node, { heardMs: talk.lastInterruption.played_ms, totalMs: talk.audioMs[generation] || 0 });
+  }
 }
 
 function interruptionNote(generation) {
@@ -385,6 +430,7 @@ function onPlaybackProgress(progress) {
 
 function onPlaybackDrained(generation, playedMs) {
   if (talk.interrupted.has(generation) || !talk.conn) return;
+  talk.indicator.signal("drained");
   talk.conn.reportPlayback(generation, playedMs);
   talk.playbackReports.push({ generation, played_ms: playedMs, final: true });
   $("playback").textContent = `Played ${Math.round(playedMs)} ms`;
@@ -392,10 +438,9 @@ function onPlaybackDrained(generation, playedMs) {
 
 async function startMicrophone() {
   if (talk.mic) return;
-  const mic = new Microphone((pcm, level) => {
-    $("level").style.width = `${Math.min(100, Math.round(level * 400))}%`;
+  const mic = new Microphone((pcm) => {
     if (talk.conn) talk.conn.sendAudio(pcm);
-  });
+  }, { onLevel: (level) => talk.meter.update(level) });
   try {
     await mic.start();
     talk.mic = mic;
@@ -420,6 +465,9 @@ async function stopSession() {
   talk.generations.clear();
   talk.serverPaused = false;
   talk.listening.clear();
+  talk.audioMs = {};
+  talk.latency = {};
+  talk.meter.reset();
   setConnection("idle");
 }
 
@@ -550,7 +598,8 @@ function onMicToggle() {
   $("mic").textContent = talk.micPaused ? "Resume microphone" : "Pause microphone";
   $("mic").setAttribute("aria-pressed", String(talk.micPaused));
   $("mic-state").classList.toggle("hidden", !talk.micPaused);
-  $("level").style.width = "0";
+  talk.meter.reset();
+  talk.indicator.signal(talk.micPaused ? "pause" : "resume");
   $("level").parentElement.classList.toggle("hidden", talk.micPaused); // no level to show
 }
 
@@ -562,6 +611,7 @@ function onType(event) {
   const key = `${talk.keyPrefix}:t:${crypto.randomUUID()}`;
   showItem(key, "user", text);
   talk.conn.sendText(text);
+  talk.indicator.signal("typed");
   talk.threadMemory.conversationMoved();
   recordMessage("user", text);
 }
@@ -617,6 +667,8 @@ async function main() {
   talk.account = `${who.tenant}/${who.user}`;
   talk.saver = new RecordSaver(talk.account);
   talk.threadMemory = new ThreadMemoryPanel($("thread-memory"));
+  talk.meter = new LevelMeter($("level-meter"));
+  talk.indicator = new TurnIndicator($("turn-state"));
   talk.saver.addEventListener("status", (e) => showSaveStatus(e.detail));
   talk.saver.addEventListener("storage-error", (e) =>
     notice(`This browser cannot keep unsaved messages (${e.detail}); saving to the server still works.`, "warn"),

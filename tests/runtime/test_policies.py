@@ -100,6 +100,7 @@ CASES: list[Case] = [
     Case("GET", "/healthz/live", "collection"),
     Case("GET", "/healthz/ready", "collection"),
     Case("GET", "/api/me", "collection"),
+    Case("GET", "/api/system", "collection"),
     Case("GET", "/api/users", "collection"),
     Case("POST", "/api/users", "collection", _json({"user": "newbie"})),
     Case("POST", "/api/users/{user}/disable", "tenant_object"),
