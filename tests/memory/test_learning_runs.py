@@ -185,7 +185,9 @@ async def test_recovery_reuses_stored_steps(stores: StoreFactory) -> None:
     runner = learner(store, model, procedure, lease=0.05)
     run_id = await runner.enqueue("t", "r", "th", "u", 3)
     # A process claimed it, stored step 1's response and step 2's attempt, then died.
-    crashed = await store.claim(exclude_roles=(), lease=0.05)
+    # Its lease is long enough that the first recover surely falls inside it, even on a loaded
+    # machine (at 0.05 s it once ran out between the claim and the recover).
+    crashed = await store.claim(exclude_roles=(), lease=2.0)
     assert crashed is not None and crashed.id == run_id
     first = "extract th [1, 2, 3]"
     sealed = StepPayloads().seal(crashed, 1, "facts of th [1, 2, 3]")
@@ -195,7 +197,7 @@ async def test_recovery_reuses_stored_steps(stores: StoreFactory) -> None:
     second = request_digest("consolidate th facts of th [1, 2, 3]")
     await store.save_step(crashed, RunStep(run_id, 2, second, None, 1, StepState.PENDING))
     assert await runner.recover() == 0  # its lease still holds
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(2.1)
     assert await runner.recover() == 1
     await runner.drain()
     assert model.calls == ["consolidate th facts of th [1, 2, 3]"]
