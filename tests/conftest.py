@@ -1,6 +1,11 @@
 """Session-wide test fixtures.
 
 ``no_leaked_tasks`` is autouse: a test that leaves asyncio tasks running on its loop fails.
+
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``). The modules that
+run the real local language model or the full speech stack are one group (``MODEL_MODULES``):
+one worker runs them one after another, so two of them never share the two cores, and the model
+is loaded by that worker only.
 """
 
 from __future__ import annotations
@@ -9,6 +14,24 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+
+MODEL_MODULES = frozenset(
+    {
+        "test_llm_real.py",
+        "test_local_model.py",
+        "test_model_server.py",
+        "test_speech_e2e.py",
+        "test_judge_llm.py",
+        "test_role_learning_llm.py",
+        "test_thread_consolidation_llm.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in MODEL_MODULES:
+            item.add_marker(pytest.mark.xdist_group("models"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """Screenshots of every page, drawn by Debian's Chromium against a real server with some
-content (a conversation, a view-only record, a memory, two documents), signed in as the local
+content (a conversation, a view-only record, a memory, two documents, two tool rules), signed in as the local
 owner (the header says so), at laptop and phone width;
 at phone width nothing may stick out sideways.
 
@@ -71,7 +71,8 @@ async def _call(page: Any, method: str, path: str, body: Any = None) -> int:
 
 
 async def _seed(page: Any) -> str:
-    """A short conversation on the talk page, a view-only record, a memory and two documents."""
+    """A short conversation on the talk page, a view-only record, a memory, two documents and
+    two tool rules."""
     await start_talking(page)
     await say(page, "hello")
     await last_answer(page, "Hello")
@@ -95,6 +96,9 @@ async def _seed(page: Any) -> str:
     # A long name without a break: at phone width it must wrap, not widen the page.
     imported = {"filename": LONG_FILENAME, "content": HANDBOOK_TEXT, "role_id": roles}
     await _call(page, "POST", "/api/documents/import", imported)
+    rules = f"/api/roles/{roles}/rules"
+    await _call(page, "POST", rules, {"text": "Order status lookups are always fine."})
+    await _call(page, "POST", rules, {"text": "Never cancel an order without asking the person."})
     return record_id
 
 
@@ -154,6 +158,9 @@ async def capture(
                 ("history-view-only", "/history.html?id=imported-1"),
                 ("memory", "/memory.html"),
                 ("knowledge", "/knowledge.html"),
+                ("roles", "/roles.html"),
+                ("tools", "/tools.html"),
+                ("system", "/system.html"),
                 ("signin", "/signin.html"),
             ]:
                 await visit(path, search=name == "knowledge")
@@ -165,6 +172,9 @@ async def capture(
                 ("history-view-only-phone", "/history.html?id=imported-1", False),
                 ("memory-phone", "/memory.html", True),
                 ("knowledge-phone", "/knowledge.html", True),
+                ("roles-phone", "/roles.html", True),
+                ("tools-phone", "/tools.html", False),
+                ("system-phone", "/system.html", True),
                 ("signin-phone", "/signin.html", False),
             ]:
                 await visit(path, search=name == "knowledge-phone")

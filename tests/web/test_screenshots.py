@@ -24,10 +24,15 @@ async def test_every_page_draws_without_script_errors(
         "history-view-only.png",
         "memory.png",
         "knowledge.png",
+        "roles.png",
+        "tools.png",
+        "system.png",
         "signin.png",
         "history-phone.png",
         "memory-phone.png",
         "knowledge-phone.png",
+        "roles-phone.png",
+        "system-phone.png",
     ]
     for path in shots:
         assert 5_000 < path.stat().st_size < 400_000
