@@ -4,28 +4,35 @@ Theory of operation
 -------------------
 Rule 1. The judge allows only when a rule clearly allows the call, denies only when a rule
         clearly forbids it, and otherwise gives no decision (the person is asked). Deny beats
-        allow: a judge that sees both denies. A wrong allow is the failure that matters, so the
-        language-model judge confirms every allow with a second, narrower question about the
-        rule it quoted (``CONFIRM_PROMPT``: does this rule explicitly permit exactly this
-        call?); anything but "yes" is no decision. A wrong deny or none only asks the person.
-Rule 2. Every allow and deny must quote a rule, and the quote is checked here, not trusted:
-        compared without white space (so a line break or a space between Chinese characters
-        does not matter, and nothing else is forgiven — not case, not punctuation) each quote
-        must be a substring of one active rule's text, at least ``MIN_QUOTE_CHARS`` long (or
-        the whole rule when it is shorter). One quote that is not real — a paraphrase, a rule
-        that is not active — and there is no decision.
+        allow. A wrong allow is the failure that matters, so what ties a rule to a call is
+        decided in code (``tools.judge_match``): a model that answers "yes" to anything cannot
+        let a tool run. A wrong deny or none only asks the person.
+Rule 2. Every allow and deny quotes the rules that back it, and the quotes are checked here,
+        not trusted: compared without white space (so a line break or a space between Chinese
+        characters does not matter, and nothing else is forgiven — not case, not punctuation)
+        each quote must be a substring of one active rule's text, at least ``MIN_QUOTE_CHARS``
+        long (or the whole rule when it is shorter). One quote that is not real — a paraphrase,
+        a rule that is not active — and there is no decision. The language-model judge quotes
+        each deciding rule whole; a rule that does not name the call never backs a decision.
 Rule 3. The judge never raises: a model error, a timeout (``JudgeLimits.timeout_s``) or an
         answer out of shape is no decision, with ``failure`` saying which (never cached).
         Without rules, or without a rules model, there is no decision either.
 Rule 4. Two kinds of rules model:
-        (a) ``LanguageModelJudge``: a ``JsonModel`` answers constrained JSON —
-            ``{"quotes": [...], "decision": "allow|deny|none", "reason": "..."}`` — rule 2
-            checks its quotes, and an allow is confirmed (rule 1).
+        (a) ``LanguageModelJudge``: a ``JsonModel`` reads each active rule on its own,
+            without the call (``tools.judge_prompts``), answering constrained JSON — its kind
+            (permits, forbids, ask_first, other) and, for a rule not in plain ASCII, an English
+            translation. Readings are kept per (tenant, rule text), at most ``max_readings``.
+            Code then gives each rule a verdict and combines them (``tools.judge_match`` rules
+            4–7): any forbidding rule that names the call denies; a rule that says to ask
+            first, bears on the call without deciding it, or permits it only outside its
+            target, limit or condition leaves no decision; otherwise a permitting rule that
+            names every word of the action allows.
         (b) ``DecisionModelJudge``: a ``DecisionModel`` answers a label (allow, deny, no_match)
             and one probability per rule; every rule at ``QUOTE_PROBABILITY`` or above is
             quoted in full. An allow or deny with no such rule is no decision.
-Rule 5. Bounded: at most ``JudgeLimits.max_rules`` active rules (the first ones) and
-        ``max_request_chars`` of the call are shown; the answer has ``max_tokens``.
+Rule 5. Bounded: at most ``JudgeLimits.max_rules`` active rules (the first ones), each cut to
+        ``MAX_RULE_CHARS``, ``max_request_chars`` of the call (decision model); each answer
+        has ``max_tokens``, and one judgement's readings together ``timeout_s``.
 Rule 6. Logs carry the judge's name, the decision, the failure and the time — never rules,
         arguments or the model's text.
 """
@@ -36,18 +43,31 @@ import asyncio
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from memory.thread_consolidation import JsonModel
 from tools.capability import Capability
-from tools.judgements import MAX_REASON_CHARS, JudgedEffect, Judgement, Quote
+from tools.judge_match import RuleKind, RuleText, RuleVerdict, combine, effective_kind, verdict
+from tools.judge_prompts import (
+    KINDS,
+    READ_AND_TRANSLATE_PROMPT,
+    READ_AND_TRANSLATE_SCHEMA,
+    READ_PROMPT,
+    READ_SCHEMA,
+)
+from tools.judgements import JudgedEffect, Judgement, Quote
 from tools.rules import Rule
 
 log = logging.getLogger(__name__)
 
 MIN_QUOTE_CHARS = 6
+MAX_RULE_CHARS = 600
+"""Of one rule as shown to the model (and of its translation kept)."""
+MAX_READINGS = 1_024
+"""Readings kept per judge (by tenant and rule text; the oldest go first)."""
 QUOTE_PROBABILITY = 0.5
 DecisionLabel = Literal["allow", "deny", "no_match"]
 
@@ -110,47 +130,16 @@ def _finish(name: str, started: float, judgement: Judgement) -> Judgement:
     return judgement
 
 
-SYSTEM_PROMPT = """\
-You decide whether an AI agent may make one tool call. Decide only from the numbered rules \
-that the agent's owner wrote; the rules may be in any language.
-- "allow": a rule clearly permits this kind of call (this action, on this target, within any \
-limit the rule sets).
-- "deny": a rule clearly forbids this call. If one rule permits and another forbids, deny.
-- "none": in every other case — no rule is about this action, a rule covers only a different \
-action or target, the arguments pass a limit, or a rule says to ask first.
-For allow or deny, copy the words of the deciding rule exactly into "quotes". For none, \
-"quotes" is empty. "reason" is a few words."""
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The model's reading of one rule (rule 4a), before the cues of ``tools.judge_match``."""
 
-ANSWER_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "quotes": {
-            "type": "array",
-            "items": {"type": "string", "maxLength": 240},
-            "maxItems": 2,
-        },
-        "decision": {"type": "string", "enum": ["allow", "deny", "none"]},
-        "reason": {"type": "string", "maxLength": 30},
-    },
-    "required": ["quotes", "decision", "reason"],
-}
-
-
-CONFIRM_PROMPT = """\
-You check one permission. Answer "yes" only if the rule explicitly permits exactly this tool \
-call: the same kind of action, on this target, within any limit the rule sets. Answer "no" if \
-the rule is about a different action, permits only something else (for example reading when \
-the call deletes or sends), says to ask first, or if you are not sure."""
-
-CONFIRM_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"answer": {"type": "string", "enum": ["no", "yes"]}},
-    "required": ["answer"],
-}
+    kind: RuleKind
+    english: str = ""
 
 
 class LanguageModelJudge:
-    """Rule 4(a): a language model's judgement, its quotes checked, its allows confirmed."""
+    """Rule 4(a): the model reads each rule on its own; code ties the rules to the call."""
 
     def __init__(
         self,
@@ -158,20 +147,23 @@ class LanguageModelJudge:
         *,
         name: str = "llm",
         limits: JudgeLimits | None = None,
-        confirm_allows: bool = True,
+        max_readings: int = MAX_READINGS,
     ) -> None:
         self.model = model
         self.name = name
         self.limits = limits or JudgeLimits()
-        self.confirm_allows = confirm_allows
+        self.max_readings = max_readings
+        self._readings: OrderedDict[tuple[str, str], Reading] = OrderedDict()
 
-    def messages(self, rules: Sequence[Rule], capability: Capability) -> list[dict[str, str]]:
-        listed = "\n".join(f"{n}. {normalise(r.text)}" for n, r in enumerate(rules, 1))
-        request = render_request(capability, self.limits.max_request_chars)
-        return [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"Rules:\n{listed}\n\nTool call:\n{request}"},
-        ]
+    @staticmethod
+    def messages(rule: Rule) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """The question about one rule — the call is not in it — and its answer's schema."""
+        text = normalise(rule.text)[:MAX_RULE_CHARS]
+        ascii_only = text.isascii()
+        system = READ_PROMPT if ascii_only else READ_AND_TRANSLATE_PROMPT
+        schema = READ_SCHEMA if ascii_only else READ_AND_TRANSLATE_SCHEMA
+        return [{"role": "system", "content": system},
+                {"role": "user", "content": f"Rule: {text}"}], schema  # fmt: skip
 
     async def judge(self, rules: Sequence[Rule], capability: Capability, *, lane: str) -> Judgement:
         started = time.perf_counter()
@@ -180,82 +172,68 @@ class LanguageModelJudge:
             return Judgement(effect="none", failure="no_rules")
         try:
             async with asyncio.timeout(self.limits.timeout_s):
-                text = await self.model.complete_json(
-                    self.messages(shown, capability), ANSWER_SCHEMA,
-                    max_tokens=self.limits.max_tokens, lane=lane,
-                )  # fmt: skip
+                readings = [await self._read(rule, lane) for rule in shown]
         except TimeoutError:
             return _finish(self.name, started, Judgement(effect="none", failure="model_timeout"))
+        except ValueError:
+            return _finish(self.name, started, Judgement(effect="none", failure="unparsable"))
         except Exception as e:  # rule 3: whatever the model raises is no decision
             log.warning("judge %s: model failed (%s)", self.name, type(e).__name__)
             return _finish(self.name, started, Judgement(effect="none", failure="model_error"))
-        judgement = self.read(text, shown)
-        if judgement.effect == "allow" and self.confirm_allows:
-            judgement = await self._confirm(judgement, shown, capability, lane, started)
-        return _finish(self.name, started, judgement)
+        return _finish(self.name, started, decide(shown, readings, capability))
 
-    async def _confirm(
-        self,
-        judgement: Judgement,
-        rules: Sequence[Rule],
-        capability: Capability,
-        lane: str,
-        started: float,
-    ) -> Judgement:
-        """Rule 1: each quoted rule, whole, must be confirmed to permit exactly this call."""
-        request = render_request(capability, self.limits.max_request_chars)
-        texts = {r.id: normalise(r.text) for r in rules}
-        left = self.limits.timeout_s - (time.perf_counter() - started)
-        try:
-            async with asyncio.timeout(max(left, 0.0)):
-                for rule_id in dict.fromkeys(q.rule_id for q in judgement.quotes):
-                    messages = [
-                        {"role": "system", "content": CONFIRM_PROMPT},
-                        {"role": "user", "content": f"Rule: {texts[rule_id]}\n\nTool call:\n"
-                                                    f"{request}\n\nDoes the rule explicitly "
-                                                    f"permit this tool call?"},
-                    ]  # fmt: skip
-                    text = await self.model.complete_json(
-                        messages, CONFIRM_SCHEMA, max_tokens=16, lane=lane
-                    )
-                    answer = json.loads(text)
-                    if not isinstance(answer, dict) or answer.get("answer") != "yes":
-                        return Judgement(effect="none", reason="allow_not_confirmed")
-        except TimeoutError:
-            return Judgement(effect="none", failure="model_timeout")
-        except ValueError:
-            return Judgement(effect="none", failure="unparsable")
-        except Exception as e:  # rule 3
-            log.warning("judge %s: model failed confirming (%s)", self.name, type(e).__name__)
-            return Judgement(effect="none", failure="model_error")
-        return judgement
+    async def _read(self, rule: Rule, lane: str) -> Reading:
+        key = (rule.tenant, rule.text)
+        cached = self._readings.get(key)
+        if cached is not None:
+            self._readings.move_to_end(key)
+            return cached
+        messages, schema = self.messages(rule)
+        text = await self.model.complete_json(
+            messages, schema, max_tokens=self.limits.max_tokens, lane=lane
+        )
+        reading = parse_reading(text, translated=schema is READ_AND_TRANSLATE_SCHEMA)
+        self._readings[key] = reading
+        while len(self._readings) > self.max_readings:
+            self._readings.popitem(last=False)
+        return reading
 
-    @staticmethod
-    def read(text: str, rules: Sequence[Rule]) -> Judgement:
-        """A model's answer as a judgement (rules 1–3)."""
-        try:
-            answer = json.loads(text)
-        except ValueError:
-            return Judgement(effect="none", failure="unparsable")
-        if not isinstance(answer, dict):
-            return Judgement(effect="none", failure="unparsable")
-        decision = answer.get("decision")
-        quotes = answer.get("quotes")
-        reason = answer.get("reason", "")
-        if (
-            decision not in ("allow", "deny", "none")
-            or not isinstance(quotes, list)
-            or not all(isinstance(q, str) for q in quotes)
-            or not isinstance(reason, str)
-        ):
-            return Judgement(effect="none", failure="unparsable")
-        reason = reason[:MAX_REASON_CHARS]
-        if decision == "none":
-            return Judgement(effect="none", reason=reason)
-        checked = checked_quotes(quotes, rules)
-        if checked is None:
-            return Judgement(effect="none", reason="quote_refused")
-        return Judgement(effect=decision, quotes=checked, reason=reason)
+
+def parse_reading(text: str, *, translated: bool) -> Reading:
+    """One reading, or ``ValueError`` when the answer is out of shape (rule 3)."""
+    answer = json.loads(text)
+    if not isinstance(answer, dict) or answer.get("kind") not in KINDS:
+        raise ValueError("reading out of shape")
+    english = answer.get("english", "") if translated else ""
+    if not isinstance(english, str):
+        raise ValueError("reading out of shape")
+    return Reading(kind=answer["kind"], english=english[:MAX_RULE_CHARS])
+
+
+def decide(rules: Sequence[Rule], readings: Sequence[Reading], capability: Capability) -> Judgement:
+    """Rules 1 and 2: each rule's verdict (``tools.judge_match``), combined; the deciding
+    rules quoted whole and the quotes checked."""
+    verdicts = []
+    for rule, reading in zip(rules, readings, strict=True):
+        matched = RuleText(normalise(rule.text), normalise(reading.english))
+        verdicts.append(verdict(effective_kind(reading.kind, matched), matched, capability))
+    effect, backing = combine(verdicts)
+    if effect == "none":
+        return Judgement(effect="none", reason=_no_decision_reason(verdicts))
+    checked = checked_quotes([rules[i].text for i in backing], rules)
+    if checked is None:
+        return Judgement(effect="none", reason="quote_refused")
+    reason = "a rule forbids this call" if effect == "deny" else "a rule permits this call"
+    return Judgement(effect=effect, quotes=checked, reason=reason)
+
+
+def _no_decision_reason(verdicts: Sequence[RuleVerdict]) -> str:
+    for found, reason in (("asks", "a rule says to ask first"),
+                          ("out_of_scope", "the call is outside a permitting rule"),
+                          ("blocks", "a rule bears on the call without deciding it")):  # fmt: skip
+        if found in verdicts:
+            return reason
+    return "no rule decides this call"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,20 +16,18 @@ from tools.capability import Capability
 from tools.decide import ToolDecider
 from tools.grants import GrantedBy, GrantStore, NewGrant
 from tools.judge import (
-    CONFIRM_SCHEMA,
     DecisionAnswer,
     DecisionModelJudge,
     JudgeLimits,
     LanguageModelJudge,
     checked_quotes,
 )
+from tools.judge_prompts import READ_AND_TRANSLATE_SCHEMA, READ_SCHEMA
 from tools.judgements import JudgementCache
 from tools.rules import Author, Rule, RuleStore
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
-READ = (
-    "The agent may read any repository of the openbot organization, but must ask before it pushes."
-)
+READ = "The agent may read any repository of the openbot organization."
 NO_MAIL = "助手绝对不能发送邮件。"
 CALL = Capability("read_repository", "openbot/web", None)
 THREAD = ThreadRef("t", "u", "th1")
@@ -44,24 +42,19 @@ RULES = [rule("r1", READ), rule("r2", NO_MAIL)]
 
 
 class ScriptedJsonModel:
-    """Answers each judging call with the next scripted text (or raises it, or sleeps forever),
-    and each confirming call with the next of ``confirms`` ("yes" when they run out)."""
+    """Answers each reading with the next scripted answer (or raises it, or sleeps forever)."""
 
-    def __init__(self, *answers: Any, confirms: Sequence[Any] = ()) -> None:
+    def __init__(self, *answers: Any) -> None:
         self.answers = list(answers)
-        self.confirms = list(confirms)
         self.calls: list[list[dict[str, str]]] = []
-        self.confirm_calls: list[list[dict[str, str]]] = []
+        self.schemas: list[dict[str, Any]] = []
 
     async def complete_json(
         self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
     ) -> str:
-        if schema == CONFIRM_SCHEMA:
-            self.confirm_calls.append(messages)
-            answer = self.confirms.pop(0) if self.confirms else {"answer": "yes"}
-        else:
-            self.calls.append(messages)
-            answer = self.answers.pop(0)
+        self.calls.append(messages)
+        self.schemas.append(schema)
+        answer = self.answers.pop(0)
         if answer == "hang":
             await asyncio.Event().wait()
         if isinstance(answer, BaseException):
@@ -69,8 +62,8 @@ class ScriptedJsonModel:
         return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
 
 
-def answer(decision: str, *quotes: str) -> dict[str, Any]:
-    return {"quotes": list(quotes), "decision": decision, "reason": "scripted"}
+def reading(kind: str, english: str | None = None) -> dict[str, Any]:
+    return {"kind": kind} if english is None else {"kind": kind, "english": english}
 
 
 @pytest.mark.parametrize(
@@ -91,60 +84,65 @@ def test_quotes_are_checked_against_the_rules(quotes: list[str], real: bool) -> 
     assert (checked_quotes(quotes, RULES) is not None) is real
 
 
-async def test_an_exact_quote_lets_the_judge_decide() -> None:
+async def test_a_permitting_rule_that_names_the_call_allows_it_quoted_whole() -> None:
     model = ScriptedJsonModel(
-        answer("allow", "may read any repository of the openbot organization")
+        reading("permits"), reading("forbids", "The agent must never send emails.")
     )
     judgement = await LanguageModelJudge(model).judge(RULES, CALL, lane="th1")
-    assert judgement.effect == "allow" and judgement.failure is None
-    assert [q.rule_id for q in judgement.quotes] == ["r1"]
-    prompt = model.calls[0][-1]["content"]
-    assert READ in prompt and NO_MAIL in prompt and "read_repository" in prompt
+    assert (judgement.effect, judgement.failure) == ("allow", None)
+    assert [(q.rule_id, q.text) for q in judgement.quotes] == [("r1", READ)]
 
 
-async def test_an_allow_stands_only_when_its_rule_is_confirmed() -> None:
-    model = ScriptedJsonModel(answer("allow", READ), answer("allow", READ), answer("allow", READ),
-                              confirms=[{"answer": "no"}, "hang", {"answer": "yes"}])  # fmt: skip
-    judge = LanguageModelJudge(model, limits=JudgeLimits(timeout_s=0.2))
-    refused = await judge.judge(RULES, CALL, lane="th1")
-    assert (refused.effect, refused.reason, refused.failure) == (
-        "none",
-        "allow_not_confirmed",
-        None,
+async def test_each_rule_is_read_alone_without_the_call() -> None:
+    model = ScriptedJsonModel(
+        reading("permits"), reading("forbids", "The agent must never send emails.")
     )
-    timed_out = await judge.judge(RULES, CALL, lane="th1")
-    assert (timed_out.effect, timed_out.failure) == ("none", "model_timeout")
-    confirmed = await judge.judge(RULES, CALL, lane="th1")
-    assert confirmed.effect == "allow"
-    # Each confirmation shows the quoted rule whole and the call.
-    asked = model.confirm_calls[0][-1]["content"]
-    assert READ in asked and "read_repository" in asked and NO_MAIL not in asked
+    await LanguageModelJudge(model).judge(RULES, CALL, lane="th1")
+    first, second = (m[-1]["content"] for m in model.calls)
+    assert READ in first and NO_MAIL not in first and NO_MAIL in second
+    assert not any("read_repository" in m["content"] or "openbot/web" in m["content"]
+                   for messages in model.calls for m in messages)  # fmt: skip
+    # A rule in plain ASCII is matched on its own words; another is translated too.
+    assert model.schemas == [READ_SCHEMA, READ_AND_TRANSLATE_SCHEMA]
 
 
-async def test_a_deny_needs_no_confirmation() -> None:
-    model = ScriptedJsonModel(answer("deny", NO_MAIL), confirms=[{"answer": "no"}])
-    assert (await LanguageModelJudge(model).judge(RULES, CALL, lane="th1")).effect == "deny"
-    assert model.confirm_calls == []
+async def test_a_reading_is_reused_for_the_same_rule_text_in_the_same_tenant_only() -> None:
+    model = ScriptedJsonModel(reading("permits"), reading("permits"))
+    judge = LanguageModelJudge(model)
+    await judge.judge([rule("r1", READ)], CALL, lane="th1")
+    await judge.judge([rule("r9", READ)], Capability("read_repository", "openbot/api"), lane="x")
+    assert len(model.calls) == 1
+    other_tenant = Rule(id="r1", tenant="t2", role_id="r", text=READ, author=Author("person", "p"),
+                        status="active", version=1, created_at=T0, updated_at=T0)  # fmt: skip
+    await judge.judge([other_tenant], CALL, lane="th1")
+    assert len(model.calls) == 2
 
 
-async def test_whitespace_differences_in_a_quote_are_accepted() -> None:
-    model = ScriptedJsonModel(answer("deny", "助手绝对不能 发送邮件。\n"))
-    judgement = await LanguageModelJudge(model).judge(RULES, CALL, lane="th1")
-    assert judgement.effect == "deny" and judgement.quotes[0].rule_id == "r2"
+async def test_a_model_that_permits_everything_cannot_allow_another_action() -> None:
+    # The model reads the rule as permitting; the rule is about reading, the call deletes.
+    model = ScriptedJsonModel(reading("permits"))
+    delete = Capability("delete_repository", "openbot/web", None)
+    judgement = await LanguageModelJudge(model).judge([rule("r1", READ)], delete, lane="th1")
+    assert (judgement.effect, judgement.quotes) == ("none", ())
 
 
-async def test_a_paraphrase_is_no_decision() -> None:
-    model = ScriptedJsonModel(answer("allow", "The agent can read openbot repositories."))
-    judgement = await LanguageModelJudge(model).judge(RULES, CALL, lane="th1")
-    assert judgement.effect == "none" and judgement.reason == "quote_refused"
-    assert judgement.failure is None  # a real answer (cached), not a failure
+async def test_a_forbidding_rule_denies_even_when_another_rule_permits() -> None:
+    rules = [rule("r1", "The agent may send emails."), rule("r2", NO_MAIL)]
+    model = ScriptedJsonModel(
+        reading("permits"), reading("forbids", "The agent must never send emails.")
+    )
+    judgement = await LanguageModelJudge(model).judge(
+        rules, Capability("send_email", "anna@example.com", {"subject": "Hi"}), lane="th1"
+    )
+    assert judgement.effect == "deny"
+    assert [q.rule_id for q in judgement.quotes] == ["r2"]
 
 
-async def test_a_quote_of_a_rule_that_is_not_active_is_no_decision() -> None:
+async def test_a_rule_that_is_not_active_is_never_read_or_quoted() -> None:
     rules = [rule("r1", READ, status="proposed"), rule("r2", NO_MAIL)]
-    model = ScriptedJsonModel(answer("allow", READ))
+    model = ScriptedJsonModel(reading("forbids", "The agent must never send emails."))
     assert (await LanguageModelJudge(model).judge(rules, CALL, lane="th1")).effect == "none"
-    assert READ not in model.calls[0][-1]["content"]  # a proposed rule is never shown
+    assert len(model.calls) == 1 and READ not in model.calls[0][-1]["content"]
 
 
 @pytest.mark.parametrize(
@@ -153,14 +151,21 @@ async def test_a_quote_of_a_rule_that_is_not_active_is_no_decision() -> None:
         (RuntimeError("the model broke"), "model_error"),
         ("hang", "model_timeout"),
         ("not json", "unparsable"),
-        ({"decision": "maybe", "quotes": [], "reason": ""}, "unparsable"),
-        ({"decision": "allow", "quotes": "not a list", "reason": ""}, "unparsable"),
+        ({"kind": "maybe"}, "unparsable"),
+        ({"english": "no kind"}, "unparsable"),
     ],
 )
 async def test_model_failures_are_no_decision(script: Any, failure: str) -> None:
     judge = LanguageModelJudge(ScriptedJsonModel(script), limits=JudgeLimits(timeout_s=0.05))
-    judgement = await judge.judge(RULES, CALL, lane="th1")
+    judgement = await judge.judge([rule("r1", READ)], CALL, lane="th1")
     assert (judgement.effect, judgement.failure) == ("none", failure)
+
+
+async def test_a_failed_reading_is_not_kept() -> None:
+    model = ScriptedJsonModel("not json", reading("permits"))
+    judge = LanguageModelJudge(model)
+    assert (await judge.judge([rule("r1", READ)], CALL, lane="th1")).failure == "unparsable"
+    assert (await judge.judge([rule("r1", READ)], CALL, lane="th1")).effect == "allow"
 
 
 async def test_no_active_rules_is_no_decision_without_asking_the_model() -> None:
@@ -217,7 +222,7 @@ async def test_decide_grants_first_then_the_cache_then_the_judge(
     grant_store: GrantStore, rule_store: RuleStore, judgement_cache: JudgementCache
 ) -> None:
     await rule_store.create("t", "r", READ, PERSON)
-    model = ScriptedJsonModel(answer("allow", READ), answer("deny", READ))
+    model = ScriptedJsonModel(reading("permits"), reading("forbids"))
     decider = ToolDecider(grant_store, rule_store, judgement_cache, LanguageModelJudge(model))
     first = await decider.decide("r", CALL, THREAD)
     assert (first.effect, first.decided_by, first.cached) == ("allow", "judgement", False)
@@ -226,7 +231,8 @@ async def test_decide_grants_first_then_the_cache_then_the_judge(
     assert again.quotes == first.quotes and len(model.calls) == 1
     # A new rule version misses the cache: the judge is asked again.
     (stored,) = await rule_store.list("t", "r")
-    await rule_store.update("t", "r", stored.id, expected_version=1, by=PERSON, text=READ + " ")
+    never = "The agent must never read any repository of the openbot organization."
+    await rule_store.update("t", "r", stored.id, expected_version=1, by=PERSON, text=never)
     changed = await decider.decide("r", CALL, THREAD)
     assert (changed.effect, changed.cached) == ("deny", False) and len(model.calls) == 2
     # A grant decides before any rule.
@@ -257,7 +263,7 @@ async def test_a_failed_judgement_is_asked_again(
     grant_store: GrantStore, rule_store: RuleStore, judgement_cache: JudgementCache
 ) -> None:
     await rule_store.create("t", "r", READ, PERSON)
-    model = ScriptedJsonModel(RuntimeError("busy"), answer("allow", READ))
+    model = ScriptedJsonModel(RuntimeError("busy"), reading("permits"))
     decider = ToolDecider(grant_store, rule_store, judgement_cache, LanguageModelJudge(model))
     failed = await decider.decide("r", CALL, THREAD)
     assert (failed.effect, failed.failure) == ("none", "model_error")

@@ -1,5 +1,5 @@
-"""The rules judge with the real local model (Qwen2.5-Coder-0.5B-Instruct) on two clear
-pairs: an allow (confirmed) and a deny, each quoting its rule.
+"""The rules judge with the real local model (Qwen2.5-Coder-0.5B-Instruct) reading the rules
+of two clear pairs: an allow and a deny, each quoting its rule.
 Loaded once for this module, as in ``tests/memory/test_thread_consolidation_llm.py``; skipped,
 with the reason, when the model's packages are not installed."""
 
