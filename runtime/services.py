@@ -403,7 +403,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
     if settings.tool_judge == "brain":
         judge_model = json_model_of(plugins.brain)
         if judge_model is not None:
-            services.tool_judge = LanguageModelJudge(judge_model, name="brain")
+            services.tool_judge = LanguageModelJudge(judge_model, name="brain-rule-readings")
     services.owns_plugins = warm
     services.knowledge = knowledge_base(settings, services.database)
     if warm and services.knowledge.embedder is not None:
