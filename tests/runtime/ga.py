@@ -10,6 +10,10 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import BaseModel, TypeAdapter
 
 from plugins.contracts import BrainDelta, BrainInput, ToolCall
+from runtime.roles import default_role
+from runtime.server import RunningServer
+from tools.capability import Capability
+from tools.grants import GrantedBy, NewGrant
 
 SERVER_EVENTS: TypeAdapter[RealtimeServerEvent] = TypeAdapter(RealtimeServerEvent)
 
@@ -69,3 +73,15 @@ WEATHER_TOOL = {
         "required": ["city"],
     },
 }
+
+
+async def allow_weather(server: RunningServer) -> None:
+    """A lifetime grant for the client's ``get_weather`` on the default role: client tools are
+    decided like any other (``runtime/tool_gate.py``), so tests of the function round trip
+    itself grant it first."""
+    principal = await server.services.accounts.authenticate(server.token)
+    assert principal is not None
+    role = await default_role(server.services.roles, principal.tenant)
+    await server.services.grants.create(principal.tenant, role.id, NewGrant(
+        capability=Capability("get_weather"), effect="allow", scope="lifetime",
+        granted_by=GrantedBy("person", principal.user)))  # fmt: skip

@@ -20,7 +20,7 @@ from plugins.fakes import FakeASR, FakeTTS
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server
 from tests.runtime.conftest import fake_plugins
-from tests.runtime.ga import WEATHER_TOOL, FunctionBrain, strict
+from tests.runtime.ga import WEATHER_TOOL, FunctionBrain, allow_weather, strict
 
 RATE = 24_000
 FRAME = RATE // 50  # 20 ms
@@ -103,6 +103,7 @@ async def test_a_scripted_ga_conversation_validates_strictly(tmp_path: Path) -> 
         tts=FakeTTS(ms_per_char=40.0),
     )
     async with running_server(settings, plugins=plugins) as server:
+        await allow_weather(server)
         headers = {"Authorization": f"Bearer {server.token}"}
         url = server.ws_url + "?model=gpt-realtime"
         async with websockets.connect(url, additional_headers=headers) as ws:

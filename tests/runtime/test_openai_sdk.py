@@ -25,7 +25,7 @@ from runtime.config import Settings
 from runtime.plugin_factory import build_plugins
 from runtime.server import RunningServer, running_server
 from tests.runtime.conftest import fake_plugins
-from tests.runtime.ga import WEATHER_TOOL, FunctionBrain, strict, unknown_fields
+from tests.runtime.ga import WEATHER_TOOL, FunctionBrain, allow_weather, strict, unknown_fields
 from tests.runtime.test_ga_conformance import silence, tone
 
 RATE = 24_000
@@ -139,6 +139,7 @@ async def test_the_sync_sdk_barges_in_and_the_journal_keeps_what_was_heard(
 async def test_the_async_sdk_calls_a_function_and_continues_the_turn(
     fake_server: RunningServer,
 ) -> None:
+    await allow_weather(fake_server)
     async with sdk(fake_server).realtime.connect(model="gpt-realtime") as conn:
         await conn.session.update(session={"type": "realtime", "tools": [WEATHER_TOOL]})  # type: ignore[list-item]
         question = [{"type": "input_text", "text": "What is the weather in Paris?"}]
@@ -166,6 +167,69 @@ async def test_the_async_sdk_calls_a_function_and_continues_the_turn(
                 break
 
 
+async def test_the_async_sdk_approves_a_client_function_the_role_may_not_call_yet(
+    fake_server: RunningServer,
+) -> None:
+    """No grant: the server asks for approval with a GA ``mcp_approval_request`` item; the SDK
+    answers with ``mcp_approval_response``; the call goes to the client, the turn goes on."""
+    async with sdk(fake_server).realtime.connect(model="gpt-realtime") as conn:
+        await conn.session.update(session={"type": "realtime", "tools": [WEATHER_TOOL]})  # type: ignore[list-item]
+        question = [{"type": "input_text", "text": "What is the weather in Paris?"}]
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": question}  # type: ignore[typeddict-item]
+        )
+        await conn.response.create()
+        request = None
+        async for event in conn:
+            checked(event)
+            added = event.type == "conversation.item.added"
+            if added and event.item.type == "mcp_approval_request":
+                request = event.item
+            if event.type == "response.output_item.done":
+                assert event.item.type != "function_call"  # not before the approval
+            if event.type == "response.done":
+                break
+        assert request is not None and request.name == "get_weather"
+        assert request.arguments == '{"city": "Paris"}'
+        await conn.conversation.item.create(
+            item={
+                "type": "mcp_approval_response",
+                "id": "mcpa_sdk_1",
+                "approval_request_id": request.id,
+                "approve": True,
+            }  # fmt: skip
+        )
+        call = None
+        async for event in conn:
+            checked(event)
+            added = event.type == "conversation.item.added"
+            if added and event.item.type == "mcp_approval_response":
+                assert event.item.approve and event.item.approval_request_id == request.id
+            if event.type == "response.output_item.done" and event.item.type == "function_call":
+                call = event.item
+            if event.type == "response.done":
+                break
+        assert call is not None and call.name == "get_weather"
+        await conn.conversation.item.create(
+            item={"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+        )
+        await conn.response.create()
+        async for event in conn:
+            checked(event)
+            if event.type == "response.done":
+                transcript = event.response.output[0].content[0].transcript  # type: ignore[union-attr]
+                assert transcript is not None and "sunny" in transcript
+                break
+    principal = await fake_server.services.accounts.authenticate(fake_server.token)
+    assert principal is not None
+    services = fake_server.services
+    grants = [g for role in await services.roles.list(principal.tenant)
+              for g in await services.grants.list(principal.tenant, role.id)]  # fmt: skip
+    assert [(g.scope, g.status, g.granted_by.id) for g in grants] == [
+        ("once", "used", principal.user)
+    ]
+
+
 @function_tool
 def get_weather(city: str) -> str:
     """The weather in a city."""
@@ -180,6 +244,7 @@ async def test_the_agents_runner_completes_typed_and_spoken_turns_with_a_tool(
     fake_server: RunningServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     WEATHER_CALLS.clear()
+    await allow_weather(fake_server)
     agent = RealtimeAgent(name="Assistant", instructions="Be brief.", tools=[get_weather])
     model_config: Any = {
         "url": f"ws://127.0.0.1:{fake_server.port}/v1/realtime?model=gpt-realtime",
