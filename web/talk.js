@@ -21,6 +21,7 @@ import { Microphone, Player } from "./audio.js";
 import { RealtimeConnection, realtimeUrl } from "./realtime.js";
 import { newRecord, RecordSaver } from "./records.js";
 import { ThreadMemoryPanel } from "./thread_memory.js";
+import { ApprovalPanel } from "./approvals.js";
 
 const $ = (id) => document.getElementById(id);
 const PLAYBACK_REPORT_MS = 250;
@@ -175,6 +176,7 @@ function showSaveStatus(status) {
 
 function onEvent(event) {
   const sid = talk.keyPrefix;
+  if (talk.approvals) talk.approvals.onEvent(event); // tool approvals (web/approvals.js)
   // Turns are journaled: the thread's head moves on (its memory maybe not).
   if (talk.threadMemory && /^(response\.(created|done)|input_audio_buffer\.committed)$/.test(event.type)) {
     talk.threadMemory.conversationMoved();
@@ -409,6 +411,7 @@ async function stopSession() {
   const { conn, mic, player } = talk;
   talk.conn = null;
   talk.session = null;
+  if (talk.approvals) talk.approvals.clear();
   if (conn) conn.close();
   if (mic) await mic.stop().catch(() => {});
   if (player) await player.stop().catch(() => {});
@@ -617,6 +620,9 @@ async function main() {
   talk.account = `${who.tenant}/${who.user}`;
   talk.saver = new RecordSaver(talk.account);
   talk.threadMemory = new ThreadMemoryPanel($("thread-memory"));
+  const approvals = el("div", { id: "approvals", class: "approvals hidden", "aria-live": "polite" });
+  $("transcript").before(approvals);
+  talk.approvals = new ApprovalPanel(approvals, (message) => Boolean(talk.conn && talk.conn.sendJson(message)));
   talk.saver.addEventListener("status", (e) => showSaveStatus(e.detail));
   talk.saver.addEventListener("storage-error", (e) =>
     notice(`This browser cannot keep unsaved messages (${e.detail}); saving to the server still works.`, "warn"),
