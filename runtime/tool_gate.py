@@ -289,7 +289,7 @@ class ToolGate:
         content = f"Error: {error}" if error is not None else task.result().body
         log.info("tool %s finished after its response was interrupted", call.name)
         await self._append(
-            f"tool_result:{call.call_id}:stale",
+            f"tool_result:{call.call_id}:stale:{generation}",
             {"call_id": call.call_id, "name": call.name, "content": content,
              "is_error": error is not None, "stale": True, "generation": generation},
         )  # fmt: skip
@@ -347,12 +347,12 @@ class ToolGate:
             self._host.continue_with(result, respond=True)
 
     def interrupted(self, generation: int, reason: str) -> None:
-        """A cancel of the response that asked withdraws its question; a barge-in leaves it to
-        the words that interrupted (Rule 3)."""
+        """A cancel of the response that asked withdraws its question; a barge-in or typed
+        text leaves it to the words that interrupted (Rule 3)."""
         pending = self._pending
         if (
             pending is not None
-            and reason != "barge_in"
+            and reason == "cancel"
             and pending.generation == generation
             and pending.settle(ConfirmState.WITHDRAWN)
         ):
