@@ -21,13 +21,17 @@ from plugins.fakes import FakeASR, FakeTTS
 from runtime.config import Settings
 from runtime.roles import default_role
 from runtime.server import RunningServer, running_server
+from tests.postgres import pg_pool, postgres_url
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.test_ga_conformance import GAConnection, journal_of, silence, tone
 from tools.capability import Capability
 from tools.grants import GrantedBy, NewGrant
 from tools.judgements import Judgement
+from tools.postgres_grants import PostgresGrantStore
 from tools.registry import HttpTool
 from tools.rules import Author, Rule
+
+__all__ = ["pg_pool", "postgres_url"]  # fixtures
 
 ORDER_SCHEMA = {
     "type": "object",
@@ -137,11 +141,15 @@ def cancel_tool(port: int, *, cancellable: bool = True) -> HttpTool:
 @asynccontextmanager
 async def started(
     tmp_path: Path, tools: ToolServer, asr: list[str], *, timeout_s: float = 30.0,
-    cancellable: bool = True, tts_ms: float = 10.0,
+    cancellable: bool = True, tts_ms: float = 10.0, database_url: str | None = None,
 ) -> AsyncIterator[Setup]:  # fmt: skip
-    settings = Settings(port=0, storage="memory", data_dir=tmp_path, silence_ms=300,
-                        min_interrupt_ms=200, tool_hosts="127.0.0.1",
-                        tool_confirm_timeout_s=timeout_s)  # fmt: skip
+    storage: dict[str, Any] = (
+        {"database_url": database_url, "knowledge_semantic": False} if database_url
+        else {"storage": "memory"}
+    )  # fmt: skip
+    settings = Settings(port=0, data_dir=tmp_path, silence_ms=300, min_interrupt_ms=200,
+                        tool_hosts="127.0.0.1", tool_confirm_timeout_s=timeout_s,
+                        **storage)  # fmt: skip
     brain = OrderBrain()
     plugins = fake_plugins(brain=brain, asr=FakeASR(asr), tts=FakeTTS(ms_per_char=tts_ms))
     async with running_server(settings, plugins=plugins) as server:
@@ -225,10 +233,12 @@ async def test_yes_runs_the_call_once_and_the_answer_uses_its_result(
 
 
 async def test_always_grants_for_life_and_the_next_call_is_not_asked(
-    tmp_path: Path, tool_server: ToolServer
+    tmp_path: Path, tool_server: ToolServer, pg_pool: Any, postgres_url: str
 ) -> None:
+    """On PostgreSQL: the grant and journal stores the runtime uses by default."""
     script = ["cancel order A10086", "always", "cancel order A10086"]
-    async with started(tmp_path, tool_server, script) as setup:
+    async with started(tmp_path, tool_server, script, database_url=postgres_url) as setup:
+        assert isinstance(setup.server.services.grants, PostgresGrantStore)
         conn, ws = await connect(setup)
         async with ws:
             await speak(conn)
