@@ -7,8 +7,8 @@ Rule 1. One ``ToolGate`` per session, built at its start: a ``ToolRegistry`` of 
         client's declared functions (``set_client_tools`` after each ``session.update``). The
         built-ins — ``knowledge_search`` (reads the person's own documents), ``confide`` (the
         agent's note to role memory) and ``end_conversation`` — are read-only or internal and
-        always allowed; a call of an unknown tool passes to the tool loop, which answers it
-        with an error.
+        always allowed; a call of a tool the registry does not hold is refused (it runs
+        nowhere, not even on the client).
 Rule 2. Every other call is bound to the generation that made it (``CallOrigin``) and decided
         before anything runs: invalid arguments → an error result, no decision; then
         ``ToolDecider.decide`` (grants, rules). ``allow`` runs it — an HTTP tool on the
@@ -205,7 +205,9 @@ class ToolGate:
         try:
             tool = self.registry.get(call.name)
         except UnknownTool:
-            return PROCEED
+            # Every tool the engine runs is registered: an unknown name runs nowhere (not even
+            # on the client, whose functions are registered as they are declared).
+            return Verdict(refused=f"Error: there is no tool named {call.name[:64]!r}.")
         if tool.kind == "builtin":
             return PROCEED
         try:
@@ -442,7 +444,11 @@ class ToolGate:
         if said == "deny":
             return await self._settled(confirmation, said, by=by, content=DECLINED,
                                        item_id=item_id)  # fmt: skip
-        decision = await self.decider.decide(self.role_id, capability, self.thread)
+        try:
+            decision = await self.decider.decide(self.role_id, capability, self.thread)
+        except ToolsUnavailable:
+            return await self._settled(confirmation, said, by=by, content=UNAVAILABLE,
+                                       item_id=item_id)  # fmt: skip
         confirmation.extra["decision"] = _decision_json(decision)
         if decision.effect != "allow":
             content = _refusal(decision) if decision.effect == "deny" else UNAVAILABLE
