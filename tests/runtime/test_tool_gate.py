@@ -12,6 +12,9 @@ from journal.events import EventKind, ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins
 from pipeline.events import ServerEvent, wire
+from pipeline.response import CallOrigin
+from plugins.brain.tool_loop import PROCEED
+from plugins.contracts import ToolCall
 from plugins.fakes import FakeASR, FakeTTS
 from plugins.vad.energy import EnergyVAD
 from runtime.tool_gate import ToolGate
@@ -22,7 +25,7 @@ from tools.decide import ToolDecider
 from tools.grants import InMemoryGrantStore
 from tools.http_tool import HttpToolExecutor, InMemorySecrets
 from tools.judgements import InMemoryJudgementCache
-from tools.rules import InMemoryRuleStore
+from tools.rules import Author, InMemoryRuleStore
 
 THREAD = ThreadRef("tenant", "user", "thread")
 
@@ -150,3 +153,46 @@ async def test_cancelling_the_response_that_asks_withdraws_the_question() -> Non
         await session.close()
     assert session.sent == []
     assert len(session.sink.items("mcp_approval_response")) == 1
+
+
+class ForbiddingJudge:
+    """Denies every call, quoting the role's first rule."""
+
+    name = "forbidding"
+
+    async def judge(self, rules: Any, capability: Any, *, lane: str) -> Any:
+        from tools.judgements import Judgement, Quote
+
+        return Judgement(effect="deny", quotes=(Quote(rules[0].id, rules[0].text),))
+
+
+async def decide(gate: ToolGate, call: ToolCall) -> Any:
+    return await gate.gate(CallOrigin(1, 1, "cancel order A10086", None))(call)
+
+
+@in_virtual_time
+async def test_a_rule_that_forbids_is_quoted_and_bad_arguments_get_no_decision() -> None:
+    session = Session()
+    await session.start()
+    rules = InMemoryRuleStore()
+    rule = await rules.create("tenant", "role", "Never cancel orders.", Author("person", "user"))
+    session.gate.decider = ToolDecider(session.grants, rules, InMemoryJudgementCache(),
+                                       ForbiddingJudge())  # fmt: skip
+    try:
+        verdict = await decide(session.gate, ToolCall("c1", "cancel_order", {"order_id": "A1"}))
+        assert verdict.refused == 'Not permitted: "Never cancel orders."'
+        fields = session.gate.journal_fields("c1")["decision"]
+        assert (fields["effect"], fields["decided_by"], fields["quotes"]) == (
+            "deny", "judgement", [rule.text]
+        )  # fmt: skip
+        verdict = await decide(session.gate, ToolCall("c2", "cancel_order", {"order_id": 7}))
+        assert verdict.refused is not None and verdict.refused.startswith("Error: invalid")
+        assert "7" not in verdict.refused  # the path is named, never the value
+        assert session.gate.journal_fields("c2")["decision"]["effect"] == "none"
+        verdict = await decide(session.gate, ToolCall("c3", "drop_tables", {}))
+        assert verdict.refused is not None and "no tool named" in verdict.refused
+        builtin = await decide(session.gate, ToolCall("c4", "knowledge_search", {"q": "x"}))
+        assert builtin == PROCEED
+    finally:
+        await session.close()
+    assert session.sent == []
