@@ -34,6 +34,12 @@ The GA conversation (``pipeline/events.py``): user items added with ``add_user_t
 ``create_response``; spoken turns are items too; every item announced is kept
 (``pipeline/items.py``) for retrieve, delete (a journal tombstone) and truncate; a client
 function call ends its response and ``add_function_output`` + ``create_response`` continue it.
+
+Tool permissions (``tool_gate``, ``runtime.tool_gate``): every call of a response is decided
+by the gate bound to that response's generation before it runs or reaches the client; a
+question for the person ends the response, the person's next words are offered to the gate
+first (``ToolGateHook.answer``), and a call settled after its response ended continues the turn
+(``continue_with``) as a client function's output does.
 """
 
 from __future__ import annotations
@@ -72,9 +78,12 @@ from pipeline.items import ConversationItems, ItemNotFound
 from pipeline.preemption import Preemption
 from pipeline.response import (
     AnswerSpeaker,
+    CallOrigin,
+    Continuation,
     PendingInput,
     Response,
     ResponseOptions,
+    ToolGateHook,
     usage,
 )
 from pipeline.response_events import ResponseEvents
@@ -92,7 +101,7 @@ from pipeline.turns import (
     UserSpeechStarted,
     UserSpeechStopped,
 )
-from plugins.brain.tool_loop import ToolHandler
+from plugins.brain.tool_loop import ToolGate, ToolHandler
 from plugins.contracts import (
     BrainDelta,
     ToolCall,
@@ -152,8 +161,11 @@ class Engine:
         thread_memory: ThreadMemoryHook | None = None,
         enrichment: InputEnrichment | None = None,
         on_turn_end: Callable[[], None] | None = None,
+        tool_gate: ToolGateHook | None = None,
     ) -> None:
         self.plugins = plugins
+        self.tool_gate = tool_gate
+        """Decides the calls of gated tools (module docstring); None: every call runs."""
         self.on_turn_end = on_turn_end
         """Called when a response ends, however it ends (role memory's learning waits for it)."""
         self.memory = memory
@@ -217,6 +229,8 @@ class Engine:
         self._pending: list[PendingInput] = []
         self._exchange: tuple[tuple[ToolCall, ...], dict[str, ToolResult], str] | None = None
         """The last response's client calls, the outputs received so far, and its input."""
+        self._settled: Continuation | None = None
+        """A gated call settled after its response ended, for the next typed response."""
         self.items = ConversationItems()
         """This session's items as announced (``retrieve``/``delete``/``truncate``)."""
         self._last_input = ""
@@ -232,6 +246,8 @@ class Engine:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: float | None = None
         self._closed = False
+        if tool_gate is not None:
+            tool_gate.bind(self)
 
     # ------------------------------------------------------------ input
 
@@ -445,6 +461,23 @@ class Engine:
     def is_current(self, generation: int) -> bool:
         return self.coordinator.is_current(generation)
 
+    def tool_gate_for(self, response: Response) -> ToolGate | None:
+        if self.tool_gate is None:
+            return None
+        origin = CallOrigin(
+            response.generation, response.turn_id, self._last_input, self._last_input_seq
+        )
+        return self.tool_gate.gate(origin)
+
+    def continue_with(self, continuation: Continuation, *, respond: bool) -> None:
+        """A tool call settled after its response ended (an approval item, a timeout): the
+        next response continues the turn from its input with the call's result, or hands the
+        call to the client (``result`` None); ``respond``: that response starts now when no
+        turn is under way."""
+        self._settled = continuation
+        if respond and self.coordinator.state is TurnState.LISTENING and not self._closed:
+            self.create_response()
+
     def adopt_last_input(self, text: str, journal_seq: int) -> None:
         """A session continued from the journal (``runtime.connection``): its last journaled
         user input is what a ``response.create`` without new input answers, as it would have
@@ -609,6 +642,7 @@ class Engine:
         )
         if typed:
             response.pending, self._pending = self._pending, []
+            response.settled, self._settled = self._settled, None
             if self._exchange is not None and self._exchange[1]:
                 calls, results, last_input = self._exchange
                 response.tool_calls = tuple(c for c in calls if c.call_id in results)
@@ -646,6 +680,8 @@ class Engine:
             return
         self._send(ev.ResponseInterrupted(response.response_id, command.generation, command.reason))
         response.cancelled = True
+        if self.tool_gate is not None:
+            self.tool_gate.interrupted(command.generation, command.reason)
         if self.echo is not None:
             self.echo.stop(self.clock())  # the client clears its playback
         if response.preemption is not None:
@@ -781,6 +817,18 @@ class Engine:
             persons_words = bool(text)
             if text:
                 self._last_input, self._last_input_seq = text, user_seq
+            settled = response.settled
+            if settled is None and text and self.tool_gate is not None:
+                settled = await self.tool_gate.answer(text, response.generation)
+            if settled is not None:  # a question was answered: continue the turn that asked
+                text, user_seq = settled.input, settled.input_seq
+                self._last_input, self._last_input_seq = text, user_seq
+                persons_words = False
+                if settled.result is None:
+                    await self._hand_to_client(response, settled.call)
+                    return
+                response.tool_calls = (*response.tool_calls, settled.call)
+                response.tool_results = (*response.tool_results, settled.result)
             elif response.tool_results or response.pending is not None:
                 # A continuation (after a function's output, or a response asked for after a
                 # spoken turn that was not answered): the turn's input is the last one.
@@ -949,7 +997,8 @@ class Engine:
     ) -> TurnContent:
         persona = self.persona
         instructions = persona.instructions if instructions is None else instructions
-        tools = (*self.tool_specs, *self.client_tools)
+        gated = await self.tool_gate.specs() if self.tool_gate is not None else ()
+        tools = (*self.tool_specs, *gated, *self.client_tools)
         thread_memory = await self._thread_memory_block(persona.language)
         if before_seq is not None:
             context = await self.history.context(
@@ -987,7 +1036,9 @@ class Engine:
         if delta.tool_call is not None:
             call = delta.tool_call
             item_id = self._new_item_id()
-            client = any(t.name == call.name for t in self.client_tools)
+            client = any(t.name == call.name for t in self.client_tools) and (
+                self.tool_gate is None or self.tool_gate.runs_on_client(call.call_id)
+            )
             if client:
                 self.send_all(
                     response.events.function_call(item_id, call.call_id, call.name, call.arguments)
@@ -1007,7 +1058,7 @@ class Engine:
                     f"{prefix}:tool_call:{call.call_id}",
                     EventKind.TOOL_CALL,
                     {"call_id": call.call_id, "name": call.name, "arguments": call.arguments,
-                     "item_id": item_id},
+                     "item_id": item_id, **self._decision_fields(call.call_id)},
                 )  # fmt: skip
         elif delta.tool_result is not None and in_conversation:
             result = delta.tool_result
@@ -1022,6 +1073,18 @@ class Engine:
                  "is_error": result.is_error, "item_id": item_id},
             )  # fmt: skip
             self._send(ev.ItemDone(output, previous))
+
+    async def _hand_to_client(self, response: Response, call: ToolCall) -> None:
+        """An approved client call: this response's one output is the call, for the client."""
+        response.events.previous_item_id = self.items.last_id
+        self.send_all(response.events.created())
+        response.created = True
+        await self.journal_tool(response, BrainDelta(tool_call=call))
+        await self._finalize(response, interrupted=False)
+        self._response_finished(response)
+
+    def _decision_fields(self, call_id: str) -> dict[str, Any]:
+        return self.tool_gate.journal_fields(call_id) if self.tool_gate is not None else {}
 
     async def _finish_interrupted(self, response: Response, reason: str) -> None:
         if response.task is not None:

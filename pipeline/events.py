@@ -75,7 +75,37 @@ class FunctionCallOutputItem:
     object: str = "realtime.item"
 
 
-Item = MessageItem | FunctionCallItem | FunctionCallOutputItem
+@dataclass(frozen=True, slots=True)
+class McpApprovalRequestItem:
+    """A tool call waiting for the person's approval (GA ``mcp_approval_request``; our tools
+    are not MCP servers: ``server_label`` is the tool's kind, ``http`` or ``client``)."""
+
+    id: str
+    name: str
+    arguments: str
+    server_label: str
+    type: str = "mcp_approval_request"
+
+
+@dataclass(frozen=True, slots=True)
+class McpApprovalResponseItem:
+    """How an approval request was settled (GA ``mcp_approval_response``): by the person's
+    item, their spoken answer, or (``approve`` false) the question's timeout."""
+
+    id: str
+    approval_request_id: str
+    approve: bool
+    reason: str | None = None
+    type: str = "mcp_approval_response"
+
+
+Item = (
+    MessageItem
+    | FunctionCallItem
+    | FunctionCallOutputItem
+    | McpApprovalRequestItem
+    | McpApprovalResponseItem
+)
 
 
 @dataclass(frozen=True, slots=True)

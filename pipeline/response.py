@@ -19,6 +19,9 @@ Rule 4. A held response (``pause``/``resume``: a candidate interruption) sends n
 Rule 5. Watchdogs: the brain may be silent at most ``brain_timeout_s`` (plus a tool's timeout,
         since tools run between a call and its result), TTS ``tts_timeout_s``; then
         ``PluginTimeout``. A failing stage cancels the others; the first failure is raised.
+Rule 6. Tool permissions: the brain of a response is run with the gate the host gives for it
+        (``SpeakerHost.tool_gate_for``, ``ToolGateHook``), so every call knows its
+        generation (``CallOrigin``); cancelling the response cancels its calls.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -44,7 +47,7 @@ from pipeline.playout import PlayoutTracker
 from pipeline.preemption import Preemption
 from pipeline.response_events import ResponseEvents
 from pipeline.sentences import SentenceSplitter
-from plugins.brain.tool_loop import ToolHandler, run_brain_with_tools
+from plugins.brain.tool_loop import ToolGate, ToolHandler, run_brain_with_tools
 from plugins.contracts import (
     BrainDelta,
     BrainInput,
@@ -70,6 +73,70 @@ class ResponseOptions:
     """Out-of-band input (a response outside the conversation answers this, not the thread)."""
 
 
+@dataclass(frozen=True, slots=True)
+class CallOrigin:
+    """The response (generation) a tool call belongs to, and the turn's input behind it."""
+
+    generation: int
+    turn_id: int
+    input: str
+    input_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """A call settled after its response ended (the person answered, or the question timed
+    out): the next response continues the turn with its result, from the input behind it."""
+
+    call: ToolCall
+    result: ToolResult | None
+    """None: the call was approved and goes to the client (a client tool)."""
+    input: str
+    input_seq: int | None
+
+
+class ToolGateHost(Protocol):
+    """What a tool gate needs from the engine."""
+
+    def send_all(self, events: list[ev.ServerEvent]) -> None: ...
+
+    def is_current(self, generation: int) -> bool: ...
+
+    def continue_with(self, continuation: Continuation, *, respond: bool) -> None:
+        """Keep ``continuation`` for the next response; ``respond``: start it now when no
+        turn is under way."""
+        ...
+
+
+class ToolGateHook(Protocol):
+    """The session's tool permissions (``runtime.tool_gate``), as the engine uses them."""
+
+    def bind(self, host: ToolGateHost) -> None: ...
+
+    async def specs(self) -> tuple[ToolSpec, ...]:
+        """The gated tools the brain is offered besides the engine's own (HTTP tools)."""
+        ...
+
+    def gate(self, origin: CallOrigin) -> ToolGate: ...
+
+    def runs_on_client(self, call_id: str) -> bool:
+        """Whether a client call was let through (else its result is the gate's)."""
+        ...
+
+    def journal_fields(self, call_id: str) -> dict[str, Any]:
+        """What the journal keeps of a call's decision (added to its ``tool_call`` event)."""
+        ...
+
+    async def answer(self, text: str, generation: int) -> Continuation | None:
+        """The person's next words while a question waits: the settled call when they answer
+        it, else None (the words are a turn of their own)."""
+        ...
+
+    def interrupted(self, generation: int, reason: str) -> None:
+        """``generation`` was interrupted (a barge-in, a cancel)."""
+        ...
+
+
 @dataclass(slots=True)
 class PendingInput:
     """A user item added with ``conversation.item.create``, waiting for ``response.create``."""
@@ -91,6 +158,8 @@ class Response:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     """A client function call answered with ``function_call_output`` (continued here)."""
+    settled: Continuation | None = None
+    """A gated call settled after the response that asked (continued here)."""
     created: bool = False
     """``response.created`` was sent."""
     prompt: tuple[str, str] = ("", "")
@@ -141,6 +210,10 @@ class SpeakerHost(Protocol):
 
     async def journal_tool(self, response: Response, delta: BrainDelta) -> None: ...
 
+    def tool_gate_for(self, response: Response) -> ToolGate | None:
+        """The permission gate for ``response``'s tool calls (Rule 6), or None."""
+        ...
+
 
 class AnswerSpeaker:
     """Brain → sentences → TTS → paced frames for one engine's responses (Rule 2)."""
@@ -189,7 +262,11 @@ class AnswerSpeaker:
         )
         response.prompt = (request.system, request.model_text)
         preempted = response.preemption
-        stream = preempted.stream() if preempted is not None else self.brain_stream(request)
+        stream = (
+            preempted.stream()
+            if preempted is not None
+            else self.brain_stream(request, self.host.tool_gate_for(response))
+        )
         events = response.events
         # Tools run between a call and its result: the brain's idle watchdog must outlast them.
         idle = self.host.settings.brain_timeout_s + self.host.settings.tool_timeout_s
@@ -220,8 +297,11 @@ class AnswerSpeaker:
             await sentences.put(sentence)
         await sentences.put(None)
 
-    def brain_stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
-        """The brain through the shared tool loop (the session's server and client tools)."""
+    def brain_stream(
+        self, request: BrainInput, gate: ToolGate | None = None
+    ) -> AsyncIterator[BrainDelta]:
+        """The brain through the shared tool loop (the session's server and client tools,
+        each call decided by ``gate`` first when there is one: Rule 6)."""
         return run_brain_with_tools(
             self.host.plugins.brain,
             request,
@@ -229,6 +309,7 @@ class AnswerSpeaker:
             max_rounds=self.host.settings.max_tool_rounds,
             tool_timeout=self.host.settings.tool_timeout_s,
             client_tools=frozenset(t.name for t in self.host.client_tools),
+            gate=gate,
         )
 
     async def _synthesize(
@@ -366,6 +447,10 @@ async def aclose(stream: object) -> None:
 
 __all__ = [
     "AnswerSpeaker",
+    "CallOrigin",
+    "Continuation",
+    "ToolGateHook",
+    "ToolGateHost",
     "PendingInput",
     "Response",
     "ResponseOptions",

@@ -201,6 +201,11 @@ class Settings(BaseSettings):
     tool_judge: Literal["brain", "none"] = "brain"
     """Who judges a role's rules when no grant decides: the brain's own model (the local LLM
     by default; none when the brain has no model) or nobody (every such call asks the person)."""
+    tool_client_undecided: Literal["allow", "ask"] = "allow"
+    """A client function (declared in ``session.update``; the client runs it) that no grant or
+    rule decides: ``allow`` hands it to the client, which runs its own functions for the person
+    in front of it — so an OpenAI SDK client works unchanged; ``ask`` asks the person first
+    like an HTTP tool. A deny (grant or rule) refuses it either way."""
     tool_confirm_timeout_s: float = Field(default=30.0, gt=0, le=600)
     """How long a question to the person ("May I …?") waits for an answer; then it is a no."""
 

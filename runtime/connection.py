@@ -86,6 +86,7 @@ from runtime.protocol import (
     ItemRetrieve,
     ItemTruncate,
     Limits,
+    McpApprovalResponseIn,
     MessageIn,
     OutputAudioBufferClear,
     PlaybackProgress,
@@ -105,6 +106,7 @@ from runtime.roles import Role
 from runtime.session import VoiceSession, initial_config
 from runtime.session_config import SessionConfig, apply_update
 from runtime.telemetry import OutboxTap
+from runtime.tool_gate import ApprovalNotFound
 from runtime.transport import SEND_FAILURES, Disconnected, Link, WebSocketLink
 
 if TYPE_CHECKING:
@@ -684,6 +686,17 @@ class RealtimeConnection:
         item = message.item
         if isinstance(item, FunctionCallOutputIn):
             engine.add_function_output(item.call_id, item.output, item.id)
+            return
+        if isinstance(item, McpApprovalResponseIn):
+            try:
+                session.tool_gate.approve(
+                    item.approval_request_id, approve=item.approve, scope=item.scope,
+                    rule=item.rule, item_id=item.id,
+                )  # fmt: skip
+            except ApprovalNotFound as e:
+                raise ProtocolError(
+                    ErrorCode.ITEM_NOT_FOUND, str(e), param="item.approval_request_id"
+                ) from None
             return
         assert isinstance(item, MessageIn)
         if item.role != "user":

@@ -211,10 +211,32 @@ class FunctionCallOutputIn(BaseModel):
     output: str
 
 
+MAX_APPROVAL_TEXT_CHARS = 1_000
+"""Of an approval's ``reason`` and ``rule`` (a rule's own limit, ``tools.rules``)."""
+
+
+class McpApprovalResponseIn(BaseModel):
+    """The person's answer to a tool call waiting for approval (GA ``mcp_approval_response``),
+    with two optional extension fields: ``scope`` (``lifetime``: "always"; default ``once``)
+    and ``rule``, a sentence to save as a proposed rule of the role."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["mcp_approval_response"]
+    id: str | None = Field(default=None, max_length=64)
+    object: Literal["realtime.item"] | None = None
+    approval_request_id: str = Field(max_length=128)
+    approve: bool
+    reason: str | None = Field(default=None, max_length=MAX_APPROVAL_TEXT_CHARS)
+    scope: Literal["once", "lifetime"] | None = None
+    rule: str | None = Field(default=None, max_length=MAX_APPROVAL_TEXT_CHARS)
+
+
 class ItemCreate(_Message):
     type: Literal["conversation.item.create"]
     previous_item_id: str | None = Field(default=None, max_length=64)
-    item: Annotated[MessageIn | FunctionCallOutputIn, Field(discriminator="type")]
+    item: Annotated[
+        MessageIn | FunctionCallOutputIn | McpApprovalResponseIn, Field(discriminator="type")
+    ]
 
 
 class ItemRetrieve(_Message):
@@ -411,8 +433,10 @@ def parse_client_message(data: str | bytes, limits: Limits) -> ClientMessage | A
         item = message.item
         if isinstance(item, MessageIn):
             size = sum(len(part.text or part.transcript or "") for part in item.content)
-        else:
+        elif isinstance(item, FunctionCallOutputIn):
             size = len(item.output)
+        else:
+            size = 0  # an approval's texts have their own bounds
         if size > limits.max_text_chars:
             raise ProtocolError(
                 ErrorCode.TEXT_TOO_LONG,
@@ -439,8 +463,9 @@ def validation_error(
 
 
 _UNION_TAGS = frozenset(
-    {"message", "function_call_output", "server_vad", "semantic_vad", "audio/pcm",
-     "audio/pcmu", "audio/pcma", "function", "str", "int", "literal['inf']", "dict[str,any]"}
+    {"message", "function_call_output", "mcp_approval_response", "server_vad", "semantic_vad",
+     "audio/pcm", "audio/pcmu", "audio/pcma", "function", "str", "int", "literal['inf']",
+     "dict[str,any]"}
 )  # fmt: skip
 
 

@@ -56,6 +56,7 @@ from runtime.tracing import tracing_from_settings
 from runtime.transport import Calls
 from tools.catalog import InMemoryToolCatalog, InMemoryToolSecrets, ToolCatalog, ToolSecrets
 from tools.grants import GrantStore, InMemoryGrantStore
+from tools.http_tool import HttpToolExecutor
 from tools.judge import Judge, LanguageModelJudge
 from tools.judgements import InMemoryJudgementCache, JudgementCache
 from tools.postgres_catalog import PostgresToolCatalog, PostgresToolSecrets
@@ -137,6 +138,8 @@ class Services:
     between ``start_background`` and ``close``."""
     calls: Calls = field(init=False)
     """WebRTC calls of this process (``runtime.webrtc``)."""
+    tool_executor: HttpToolExecutor = field(init=False)
+    """Runs the sessions' HTTP tool calls on one connection pool (``runtime.tool_gate``)."""
     write_limiter: WriteRateLimiter = field(init=False)
     """Write requests per user and minute (SPEC ACC-5, ``runtime/policy.py`` rule 4)."""
     owns_plugins: bool = False
@@ -156,6 +159,9 @@ class Services:
         if model is not None:
             model.observers.append(self.telemetry.metrics.model_request)
         self.calls = Calls(self.active_sessions)
+        self.tool_executor = HttpToolExecutor(
+            _CurrentToolSecrets(self), self.settings.tool_host_set()
+        )
         brain_model = json_model_of(self.plugins.brain)
         if brain_model is not None:
             self.memory_models.setdefault(BRAIN_MEMORY_MODEL, brain_model)
@@ -257,6 +263,7 @@ class Services:
         # Flushing the last spans may wait on the exporter's network: off the event loop.
         await asyncio.to_thread(self.telemetry.close)
         await self.calls.close()
+        await self.tool_executor.aclose()
         await self.accounts.close()
         await self.resume_tokens.close()
         for session in list(self.live_sessions.values()):
@@ -267,6 +274,17 @@ class Services:
         if self.database is not None:
             await self.database.close()
             self.database = None
+
+
+class _CurrentToolSecrets:
+    """The services' tool secrets as they are when a call reads them (the store may be
+    replaced after the services are built)."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def get(self, tenant: str, name: str) -> str | None:
+        return await self.services.tool_secrets.get(tenant, name)
 
 
 def local_model_of(brain: object) -> LocalModel | None:

@@ -84,6 +84,8 @@ from runtime.session_config import (
     session_json,
 )
 from runtime.thread_memory import ThreadMemoryHook
+from runtime.tool_gate import ToolGate
+from tools.decide import ToolDecider
 
 if TYPE_CHECKING:
     from runtime.connection import RealtimeConnection
@@ -359,6 +361,7 @@ class VoiceSession:
         self.services.live_sessions.remove(self)
         if self.engine is not None:
             await self.engine.close()
+        await self.tool_gate.close()
         self.services.role_memory.turns.end(self.thread.tenant, self.thread.thread_id)
         await self.journal.close()
         await self.outbox.close()
@@ -430,6 +433,26 @@ class VoiceSession:
             services, thread=thread, role_id=role.id, language=role.language, journal=self.journal
         )
         window, reserved = history_window(services.plugins.brain)
+        # Every call of an HTTP or client tool is decided first; the person grants as
+        # authenticated (runtime/tool_gate.py).
+        self.tool_gate = ToolGate(
+            decider=ToolDecider(
+                services.grants, services.rules, services.judgements, services.tool_judge
+            ),
+            grants=services.grants,
+            rules=services.rules,
+            catalog=services.tool_catalog,
+            executor=services.tool_executor,
+            journal=self.journal,
+            thread=thread,
+            role_id=role.id,
+            person=self.principal.user,
+            voice_session_id=self.id,
+            allowed_hosts=services.settings.tool_host_set(),
+            language=role.language,
+            confirm_timeout_s=services.settings.tool_confirm_timeout_s,
+            client_undecided=services.settings.tool_client_undecided,
+        )
         self.engine = Engine(
             plugins=services.plugins,
             sink=self.outbox,
@@ -459,6 +482,7 @@ class VoiceSession:
             tools={knowledge_spec.name: knowledge_tool, confide.spec.name: confide.handler},
             tool_specs=(knowledge_spec, confide.spec),
             on_turn_end=confide.turn_ended,
+            tool_gate=self.tool_gate,
         )
         self._configure_engine()
 
@@ -472,6 +496,7 @@ class VoiceSession:
         )
         engine.audio_out = "audio" in config.output_modalities
         engine.client_tools = config.tools if config.tool_choice != "none" else ()
+        self.tool_gate.set_client_tools(engine.client_tools)
         engine.auto_respond = config.turn_detection.create_response
         self._configure_playback()
         engine.coordinator.settings = self._turn_settings(config.turn_detection)

@@ -16,6 +16,9 @@ Theory of operation
    action is the tool's name, the target the declared argument's value as text (or ``"*"``),
    the arguments the call's exact arguments, after they are checked against the schema.
 4. ``describe`` is what the HTTP API shows of a tool: everything declared, secrets by name.
+5. ``confirm`` (optional) is how the agent names a call when it asks the person about it: a
+   short phrase whose ``{name}`` placeholders are the call's arguments ("cancel order
+   {order_id}" → "May I cancel order A10086?"); each placeholder must be a parameter.
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ class HttpTool:
     cancellable: bool = True
     """An interruption may cancel a running call (SPEC TOOL-5)."""
     target: str | None = None
+    confirm: str | None = None
+    """How the agent names a call when it asks the person (rule 5)."""
     kind: ToolKind = "http"
 
 
@@ -93,10 +98,31 @@ class ClientTool:
     parameters: Mapping[str, Any]
     cancellable: bool = True
     target: str | None = None
+    confirm: str | None = None
+    """How the agent names a call when it asks the person (rule 5)."""
     kind: ToolKind = "client"
 
 
 Tool = BuiltinTool | HttpTool | ClientTool
+
+
+MAX_CONFIRM_CHARS = 200
+
+
+def _check_confirm(confirm: str | None, parameters: Mapping[str, Any]) -> None:
+    """Rule 5."""
+    if confirm is None:
+        return
+    if not confirm.strip() or len(confirm) > MAX_CONFIRM_CHARS or "\n" in confirm:
+        raise InvalidTool(f"confirm must be one line of 1–{MAX_CONFIRM_CHARS} characters")
+    properties = parameters.get("properties", {})
+    try:
+        fields = template_fields(confirm)
+    except InvalidTool as e:
+        raise InvalidTool("confirm placeholders must be plain {name}") from e
+    unknown = [f for f in fields if f not in properties]
+    if unknown:
+        raise InvalidTool(f"confirm names {unknown[0]!r}, which is no parameter")
 
 
 def _check_common(name: str, description: str, parameters: Any, target: str | None) -> None:
@@ -161,6 +187,7 @@ def check_http_tool(
     if "{" in authority or "}" in authority or "://" not in tool.url_template:
         raise InvalidTool("url_template must start with a literal scheme and host")
     check_host(tool.url_template, allowed_hosts)
+    _check_confirm(tool.confirm, tool.parameters)
     if not 0 < tool.timeout_s <= bounds.max_timeout_s:
         raise InvalidTool(f"timeout_s must be in (0, {bounds.max_timeout_s:g}]")
     if not 0 < tool.max_response_bytes <= bounds.max_response_bytes:
@@ -179,6 +206,7 @@ def check_client_tool(tool: ClientTool) -> ClientTool:
     _check_common(tool.name, tool.description, tool.parameters, tool.target)
     if tool.name in BUILTIN_TOOLS:
         raise InvalidTool(f"{tool.name!r} is a built-in tool")
+    _check_confirm(tool.confirm, tool.parameters)
     return tool
 
 
@@ -193,6 +221,7 @@ def describe(tool: Tool) -> dict[str, Any]:
     if not isinstance(tool, BuiltinTool):
         out["description"] = tool.description
         out["parameters"] = dict(tool.parameters)
+        out["confirm"] = tool.confirm
     if isinstance(tool, HttpTool):
         out |= {
             "method": tool.method,

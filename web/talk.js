@@ -28,6 +28,7 @@ import { RealtimeConnection, realtimeUrl } from "./realtime.js";
 import { newRecord, RecordSaver } from "./records.js";
 import { ThreadMemoryPanel } from "./thread_memory.js";
 import { attachTimeline, markHeard } from "./timeline.js";
+import { ApprovalPanel } from "./approvals.js";
 
 const $ = (id) => document.getElementById(id);
 const PLAYBACK_REPORT_MS = 250;
@@ -187,6 +188,7 @@ function showSaveStatus(status) {
 function onEvent(event) {
   const sid = talk.keyPrefix;
   talk.indicator.signal(event.type);
+  if (talk.approvals) talk.approvals.onEvent(event); // tool approvals (web/approvals.js)
   // Turns are journaled: the thread's head moves on (its memory maybe not).
   if (talk.threadMemory && /^(response\.(created|done)|input_audio_buffer\.committed)$/.test(event.type)) {
     talk.threadMemory.conversationMoved();
@@ -454,6 +456,7 @@ async function stopSession() {
   const { conn, mic, player } = talk;
   talk.conn = null;
   talk.session = null;
+  if (talk.approvals) talk.approvals.clear();
   if (conn) conn.close();
   if (mic) await mic.stop().catch(() => {});
   if (player) await player.stop().catch(() => {});
@@ -669,6 +672,9 @@ async function main() {
   talk.threadMemory = new ThreadMemoryPanel($("thread-memory"));
   talk.meter = new LevelMeter($("level-meter"));
   talk.indicator = new TurnIndicator($("turn-state"));
+  const approvals = el("div", { id: "approvals", class: "approvals hidden", "aria-live": "polite" });
+  $("transcript").before(approvals);
+  talk.approvals = new ApprovalPanel(approvals, (message) => Boolean(talk.conn && talk.conn.sendJson(message)));
   talk.saver.addEventListener("status", (e) => showSaveStatus(e.detail));
   talk.saver.addEventListener("storage-error", (e) =>
     notice(`This browser cannot keep unsaved messages (${e.detail}); saving to the server still works.`, "warn"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -53,16 +54,30 @@ async def thread_events(server: RunningServer, conversation_id: str) -> list[Any
     return await server.services.journal.read(thread)
 
 
-@pytest.fixture
-async def fake_server(tmp_path: Path) -> AsyncIterator[RunningServer]:
-    settings = Settings(port=0, storage="memory", data_dir=tmp_path, silence_ms=300,
-                        min_interrupt_ms=200)  # fmt: skip
+@contextlib.asynccontextmanager
+async def scripted_server(tmp_path: Path, **settings: Any) -> AsyncIterator[RunningServer]:
+    config = Settings(port=0, storage="memory", data_dir=tmp_path, silence_ms=300,
+                      min_interrupt_ms=200, **settings)  # fmt: skip
     plugins = fake_plugins(
         brain=FunctionBrain("Once upon a time there was a small voice agent that listened."),
         asr=FakeASR(["tell me a story", "what is the weather in Paris"]),
         tts=FakeTTS(ms_per_char=40.0),
     )
-    async with running_server(settings, plugins=plugins) as server:
+    async with running_server(config, plugins=plugins) as server:
+        yield server
+
+
+@pytest.fixture
+async def fake_server(tmp_path: Path) -> AsyncIterator[RunningServer]:
+    """The default settings: a client function no grant decides goes to the client."""
+    async with scripted_server(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+async def asking_server(tmp_path: Path) -> AsyncIterator[RunningServer]:
+    """``tool_client_undecided="ask"``: the person approves a client function first."""
+    async with scripted_server(tmp_path, tool_client_undecided="ask") as server:
         yield server
 
 
@@ -164,6 +179,69 @@ async def test_the_async_sdk_calls_a_function_and_continues_the_turn(
                 transcript = event.response.output[0].content[0].transcript  # type: ignore[union-attr]
                 assert transcript is not None and "sunny" in transcript
                 break
+
+
+async def test_the_async_sdk_approves_a_client_function_the_role_may_not_call_yet(
+    asking_server: RunningServer,
+) -> None:
+    """No grant: the server asks for approval with a GA ``mcp_approval_request`` item; the SDK
+    answers with ``mcp_approval_response``; the call goes to the client, the turn goes on."""
+    async with sdk(asking_server).realtime.connect(model="gpt-realtime") as conn:
+        await conn.session.update(session={"type": "realtime", "tools": [WEATHER_TOOL]})  # type: ignore[list-item]
+        question = [{"type": "input_text", "text": "What is the weather in Paris?"}]
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": question}  # type: ignore[typeddict-item]
+        )
+        await conn.response.create()
+        request = None
+        async for event in conn:
+            checked(event)
+            added = event.type == "conversation.item.added"
+            if added and event.item.type == "mcp_approval_request":
+                request = event.item
+            if event.type == "response.output_item.done":
+                assert event.item.type != "function_call"  # not before the approval
+            if event.type == "response.done":
+                break
+        assert request is not None and request.name == "get_weather"
+        assert request.arguments == '{"city": "Paris"}'
+        await conn.conversation.item.create(
+            item={
+                "type": "mcp_approval_response",
+                "id": "mcpa_sdk_1",
+                "approval_request_id": request.id,
+                "approve": True,
+            }  # fmt: skip
+        )
+        call = None
+        async for event in conn:
+            checked(event)
+            added = event.type == "conversation.item.added"
+            if added and event.item.type == "mcp_approval_response":
+                assert event.item.approve and event.item.approval_request_id == request.id
+            if event.type == "response.output_item.done" and event.item.type == "function_call":
+                call = event.item
+            if event.type == "response.done":
+                break
+        assert call is not None and call.name == "get_weather"
+        await conn.conversation.item.create(
+            item={"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+        )
+        await conn.response.create()
+        async for event in conn:
+            checked(event)
+            if event.type == "response.done":
+                transcript = event.response.output[0].content[0].transcript  # type: ignore[union-attr]
+                assert transcript is not None and "sunny" in transcript
+                break
+    principal = await asking_server.services.accounts.authenticate(asking_server.token)
+    assert principal is not None
+    services = asking_server.services
+    grants = [g for role in await services.roles.list(principal.tenant)
+              for g in await services.grants.list(principal.tenant, role.id)]  # fmt: skip
+    assert [(g.scope, g.status, g.granted_by.id) for g in grants] == [
+        ("once", "used", principal.user)
+    ]
 
 
 @function_tool

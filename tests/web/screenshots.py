@@ -1,6 +1,6 @@
 """Screenshots of every page, drawn by Debian's Chromium against a real server with some
-content (a conversation, a view-only record, a memory, two documents, two tool rules), signed in as the local
-owner (the header says so), at laptop and phone width;
+content (a conversation, a view-only record, a memory, two documents, two tool rules), signed
+in as the local owner (the header says so), at laptop and phone width;
 at phone width nothing may stick out sideways.
 
     .venv/bin/python -m tests.web.screenshots            # writes docs/screenshots/*.png
