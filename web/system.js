@@ -57,13 +57,13 @@ function showModels(system) {
   const rows = system.models.map((m) => el(
     "tr",
     { "data-stage": m.stage, "data-plugin": m.plugin },
-    el("td", {}, m.stage),
-    el("td", {}, m.engine),
-    el("td", {}, m.model),
-    el("td", {}, size(m.size_bytes)),
-    el("td", {}, m.licence),
-    el("td", {}, m.runs === "remote" ? `remote · ${m.endpoint_host}` : "offline, in this process"),
-    el("td", { class: "muted" }, m.provenance),
+    el("td", { "data-label": "stage" }, m.stage),
+    el("td", { "data-label": "engine" }, m.engine),
+    el("td", { "data-label": "model" }, m.model),
+    el("td", { "data-label": "size" }, size(m.size_bytes)),
+    el("td", { "data-label": "licence" }, m.licence),
+    el("td", { "data-label": "runs" }, m.runs === "remote" ? `remote · ${m.endpoint_host}` : "offline, in this process"),
+    el("td", { class: "muted", "data-label": "from" }, m.provenance),
   ));
   $("models").tBodies[0].replaceChildren(...rows);
   const t = system.turn_detection;
