@@ -24,7 +24,8 @@ Rules
    its users' overrides go at once; its threads stay (their history remains readable) but can
    never be continued (``runtime/continuity.py``: ``role_not_found``); its memory pool — the
    role's shared entries and every user's long-term memories of it — and its role-memory
-   records (settings, confessions, enrichments, model call log) are purged after it. Knowledge
+   records (settings, confessions, enrichments, model call log) are purged after it, and so are
+   its tools: the declared HTTP tools, grants, rules and cached judgements. Knowledge
    documents stay; their bindings to the role are left behind and answer nothing (no role id
    is ever reused). ``/impact`` says this with the count of threads beforehand.
 4. A voice sample speaks through the configured TTS plugin (``services.plugins.tts``), the one
@@ -56,6 +57,7 @@ from runtime.api import ApiError, Caller, ServicesDep
 from runtime.policy import Policy, allow
 from runtime.roles import Role, StaleRoleRevision, default_role
 from runtime.session_config import GA_VOICES
+from tools.errors import ToolError
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +193,7 @@ async def role_deletion_impact(role_id: str, who: Caller, services: ServicesDep)
         "threads": await services.threads.count_for_role(who.tenant, role.id),
         "threads_resumable_after": False,
         "memory_purged": True,
+        "tools_removed": True,
         "documents_kept": True,
     }
 
@@ -222,6 +225,11 @@ async def delete_role(
         await services.role_records.forget_role(who.tenant, role_id)
     except MemoryStoreError as e:
         log.warning("role %s deleted; purging its memory failed (%s)", role_id, e.code)
+    try:
+        for store in (services.tool_catalog, services.grants, services.rules, services.judgements):
+            await store.forget_role(who.tenant, role_id)
+    except ToolError as e:
+        log.warning("role %s deleted; removing its tools failed (%s)", role_id, e.code)
 
 
 # ------------------------------------------------------------------ voices (rule 4)

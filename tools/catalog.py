@@ -55,6 +55,10 @@ class ToolCatalog(Protocol):
 
     async def delete(self, tenant: str, role_id: str, name: str) -> bool: ...
 
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        """Remove everything of a deleted role (``DELETE /api/roles/{id}``); how many."""
+        ...
+
 
 class ToolSecrets(Protocol):
     async def get(self, tenant: str, name: str) -> str | None: ...
@@ -140,6 +144,9 @@ class InMemoryToolCatalog:
 
     async def delete(self, tenant: str, role_id: str, name: str) -> bool:
         return self._tools.get((tenant, role_id), {}).pop(name, None) is not None
+
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        return len(self._tools.pop((tenant, role_id), {}))
 
 
 class InMemoryToolSecrets:

@@ -145,6 +145,10 @@ class GrantStore(Protocol):
         """Revoke the grant and its descendants (rule 4); the ids revoked now."""
         ...
 
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        """Remove everything of a deleted role (``DELETE /api/roles/{id}``); how many."""
+        ...
+
 
 class InMemoryGrantStore:
     """``GrantStore`` in a list per tenant (tests, ``OPENREALTIME_STORAGE=memory``). Every
@@ -215,3 +219,9 @@ class InMemoryGrantStore:
                 grants[index] = replace(g, status="revoked")
                 revoked.append(g.id)
         return revoked
+
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        grants = self._grants.get(tenant, [])
+        kept = [g for g in grants if g.role_id != role_id]
+        self._grants[tenant] = kept
+        return len(grants) - len(kept)

@@ -56,6 +56,10 @@ class JudgementCache(Protocol):
 
     async def put(self, tenant: str, role_id: str, key: str, judgement: Judgement) -> None: ...
 
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        """Remove everything of a deleted role (``DELETE /api/roles/{id}``); how many."""
+        ...
+
 
 class InMemoryJudgementCache:
     """``JudgementCache`` in one ordered dict per role (oldest first)."""
@@ -74,3 +78,6 @@ class InMemoryJudgementCache:
         role[key] = judgement
         while len(role) > self.max_per_role:
             role.popitem(last=False)
+
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        return len(self._roles.pop((tenant, role_id), {}))

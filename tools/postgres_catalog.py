@@ -160,6 +160,16 @@ class PostgresToolCatalog(_Pooled):
         )  # fmt: skip
         return bool(status != "DELETE 0")
 
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        status = await self._call(
+            lambda conn: conn.execute(
+                f"DELETE FROM {DECLARATIONS_TABLE} WHERE tenant = $1 AND role_id = $2",
+                tenant, role_id, timeout=self.query_timeout,
+            ),
+            transaction=False,
+        )  # fmt: skip
+        return int(str(status).split()[-1])
+
 
 class PostgresToolSecrets(_Pooled):
     """``ToolSecrets`` on an asyncpg pool, every value sealed with ``keyring`` (rule 3)."""

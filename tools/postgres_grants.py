@@ -204,3 +204,13 @@ class PostgresGrantStore:
             return revoked
 
         return await self._call(work, transaction=True)
+
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        status = await self._call(
+            lambda conn: conn.execute(
+                "DELETE FROM tool_grants WHERE tenant = $1 AND role_id = $2",
+                tenant, role_id, timeout=self.query_timeout,
+            ),
+            transaction=False,
+        )  # fmt: skip
+        return int(str(status).split()[-1])

@@ -168,6 +168,16 @@ class PostgresRuleStore(_Pooled):
 
         return await self._call(work, transaction=True)
 
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        status = await self._call(
+            lambda conn: conn.execute(
+                "DELETE FROM tool_rules WHERE tenant = $1 AND role_id = $2",
+                tenant, role_id, timeout=self.query_timeout,
+            ),
+            transaction=False,
+        )  # fmt: skip
+        return int(str(status).split()[-1])
+
 
 class PostgresJudgementCache(_Pooled):
     """``JudgementCache`` on ``tool_judgements``."""
@@ -221,3 +231,13 @@ class PostgresJudgementCache(_Pooled):
             )  # fmt: skip
 
         await self._call(work, transaction=True)
+
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        status = await self._call(
+            lambda conn: conn.execute(
+                "DELETE FROM tool_judgements WHERE tenant = $1 AND role_id = $2",
+                tenant, role_id, timeout=self.query_timeout,
+            ),
+            transaction=False,
+        )  # fmt: skip
+        return int(str(status).split()[-1])

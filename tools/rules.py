@@ -115,6 +115,10 @@ class RuleStore(Protocol):
         """Rule 3."""
         ...
 
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        """Remove everything of a deleted role (``DELETE /api/roles/{id}``); how many."""
+        ...
+
 
 class InMemoryRuleStore:
     """``RuleStore`` in dicts (tests, ``OPENREALTIME_STORAGE=memory``); atomic on the loop."""
@@ -169,3 +173,6 @@ class InMemoryRuleStore:
                 raise ToolLimitExceeded(f"a role holds at most {self.max_rules} rules")
         self._rules[(tenant, role_id)][rule_id] = new
         return new
+
+    async def forget_role(self, tenant: str, role_id: str) -> int:
+        return len(self._rules.pop((tenant, role_id), {}))

@@ -185,12 +185,13 @@ async def test_the_impact_counts_every_users_threads_and_says_they_end(api: Api)
         "threads": 2,
         "threads_resumable_after": False,
         "memory_purged": True,
+        "tools_removed": True,
         "documents_kept": True,
     }
     assert of_default.json()["deletable"] is False
 
 
-async def test_deleting_a_role_purges_its_memory_pool_and_records(api: Api) -> None:
+async def test_deleting_a_role_purges_its_memory_pool_records_and_tools(api: Api) -> None:
     role = await api.new_role()
     keep = await api.new_role(name="Other")
     rid = role["id"]
@@ -211,6 +212,10 @@ async def test_deleting_a_role_purges_its_memory_pool_and_records(api: Api) -> N
         headers=api.admin,
     )
     assert pinned.status_code == 201 and configured.status_code == 200, configured.text
+    ruled = await api.http.post(
+        f"/api/roles/{rid}/rules", json={"text": "Weather lookups are fine."}, headers=api.admin
+    )
+    assert ruled.status_code == 201, ruled.text
 
     deleted = await api.http.delete(f"/api/roles/{rid}", headers=api.admin)
     services = api.services
@@ -220,6 +225,7 @@ async def test_deleting_a_role_purges_its_memory_pool_and_records(api: Api) -> N
     assert deleted.status_code == 204
     assert left_in_pool == 0
     assert settings.revision == 0 and settings.instructions == ""
+    assert await services.rules.list("local", rid) == []  # its tools went with it
     assert [e["content"] for e in other_memory.json()["entries"]] == ["I like short answers"]
 
 
