@@ -47,7 +47,6 @@ import enum
 import itertools
 import logging
 import uuid
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -448,12 +447,12 @@ class RealtimeConnection:
                 )
         self._check_held(session)
         replay, missing = session.resume_stream(self, last_seq)
-        if session.continued_at is not None and last_seq <= session.continued_at:
-            # A retry of the resume that continued this session from the journal: its client
-            # never got that answer (or only now gives up waiting for it), so it gets the
-            # same one — the reconcile, after the journal's fence — then the new stream.
+        if session.owes_reconcile(last_seq):
+            # A retry of the resume that continued this session from the journal, before the
+            # new stream said anything: its client may never have got that answer, so it gets
+            # the same one — the reconcile, after the journal's fence.
             try:
-                await self._answer_from_journal(session, last_seq, token, replay)
+                await self._answer_from_journal(session, last_seq, token)
             except BaseException:
                 await session.detach(self)
                 raise
@@ -531,12 +530,11 @@ class RealtimeConnection:
         return answered
 
     async def _answer_from_journal(
-        self, session: VoiceSession, last_seq: int, token: str, replay: Sequence[str | bytes] = ()
+        self, session: VoiceSession, last_seq: int, token: str
     ) -> VoiceSession:
-        """Answer a resume of a session continued from the journal whose client has seen
-        nothing of the new stream: ``session.resumed`` with ``replayed`` false, the reconcile
-        from ``last_seq`` on and the session's configuration, then ``replay`` (what the new
-        stream sent meanwhile, for a retry: ``_attach``)."""
+        """Answer a resume of a session continued from the journal whose new stream has said
+        nothing yet: ``session.resumed`` with ``replayed`` false, the reconcile from
+        ``last_seq`` on and the session's configuration."""
         # Continuity rule 6: once the journal's fence is ours, no older copy of the session
         # adds to the thread, and everything one added is in the journal the reconcile reads.
         await session.take_over_journal()
@@ -563,13 +561,6 @@ class RealtimeConnection:
                     session=session.session_json(),
                 )
             )
-            self._check_held(session)
-            for data in replay:
-                if isinstance(data, bytes):
-                    await self.link.send_bytes(data)
-                else:
-                    await self.link.send_text(data)
-                self._check_held(session)
         self._check_held(session)
         return session
 

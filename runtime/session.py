@@ -220,6 +220,20 @@ class VoiceSession:
         session.continued_at = last_seq
         return session
 
+    def owes_reconcile(self, last_seq: int) -> bool:
+        """A resume from ``last_seq`` gets the journal's reconcile, as the continuation's own
+        answer did: the session was continued from the journal and its new stream has said
+        nothing since (no turn under way), so its client may not have had that answer. Once
+        the stream goes on, a resume replays it instead (a reconcile beside a live turn's
+        replay would have the client ask for an answer already on its way)."""
+        return (
+            self.continued_at is not None
+            and last_seq <= self.continued_at
+            and self.outbox.seq == self.continued_at
+            and self.engine is not None
+            and not self.engine.in_turn
+        )
+
     async def take_over_journal(self) -> None:
         """Rule 4: raise the journal's fence to this copy's epoch (once; every resume answering
         this continuation waits for the same step). Returns when no older copy can add to the
