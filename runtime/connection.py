@@ -570,6 +570,9 @@ class RealtimeConnection:
         """The receive loop, and what its end means for the session (module doc)."""
         self._task = asyncio.current_task()
         self.phase = Phase.SERVING
+        # Its client has had the answer to its resume: from now on a resume replays the stream
+        # (a message this connection still delivers must not cross a later reconcile).
+        session.continued_at = None
         close: _Close | None = None
         try:
             await self._receive_loop(session)

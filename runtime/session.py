@@ -170,8 +170,8 @@ class VoiceSession:
             on_fenced=self._journal_fenced,
         )
         self.continued_at: int | None = None
-        """Continued from the journal: the ``last_seq`` its new stream numbers on from. A resume
-        from there or before gets the journal's reconcile (``runtime.connection``)."""
+        """Continued from the journal and not yet served by a connection: the ``last_seq`` its
+        new stream numbers on from (``owes_reconcile``)."""
         self._journal_taken: asyncio.Future[None] | None = None
         self.state = State.LIVE
         self._expiry: asyncio.TimerHandle | None = None
@@ -222,10 +222,11 @@ class VoiceSession:
 
     def owes_reconcile(self, last_seq: int) -> bool:
         """A resume from ``last_seq`` gets the journal's reconcile, as the continuation's own
-        answer did: the session was continued from the journal and its new stream has said
-        nothing since (no turn under way), so its client may not have had that answer. Once
-        the stream goes on, a resume replays it instead (a reconcile beside a live turn's
-        replay would have the client ask for an answer already on its way)."""
+        answer did: the session was continued from the journal, no connection has served it
+        since and its new stream has said nothing (no turn under way), so its client may not
+        have had that answer. Otherwise a resume replays the stream (a reconcile beside a live
+        turn — or beside a message the dropped connection still delivers — would have the
+        client ask for an answer already on its way)."""
         return (
             self.continued_at is not None
             and last_seq <= self.continued_at
