@@ -374,15 +374,19 @@ class Fleet:
         self.servers: list[ServerProcess] = []
         self.logs: list[Path] = []
 
-    async def start(self, index: int, port: int = 0) -> ServerProcess:
+    async def launch(self, index: int, port: int = 0) -> ServerProcess:
+        """Server ``index`` started (not yet in ``servers``: ``start`` puts it there)."""
         log = self.root / f"server-{index}-{len(self.logs)}.log"
         self.logs.append(log)
         with log.open("wb") as stderr:
-            server = await ServerProcess.start(
+            return await ServerProcess.start(
                 database_url=self.database_url, data_dir=self.root / "data", env=self.env,
                 port=port, brain="queued", stderr=stderr.fileno(), name=f"p{index}",
                 extra_args=self.brain_args,
             )  # fmt: skip
+
+    async def start(self, index: int, port: int = 0) -> ServerProcess:
+        server = await self.launch(index, port)
         if index < len(self.servers):
             self.servers[index] = server
         else:
@@ -455,9 +459,8 @@ async def run(
     faults_s: dict[str, float] = {}
     rss: dict[int, list[tuple[float, float]]] = {}
     try:
-        await fleet.start(0)  # the first one migrates the database
-        for index in range(1, processes):
-            await fleet.start(index)
+        await fleet.start(0)  # the first one migrates the database; the others start at once
+        fleet.servers.extend(await asyncio.gather(*(fleet.launch(i) for i in range(1, processes))))
         nginx = await Nginx.start([s.port for s in fleet.servers], root / "nginx")
         token = fleet.servers[0].token
         conversations = [

@@ -20,6 +20,10 @@ Tables and the ``journal_append`` function live in ``journal/migrations/0001_jou
   thread whose head row is locked elsewhere, or a batch PostgreSQL refuses, is appended on its
   own with ``journal_append``. ``group_commit=False`` appends each batch in its own
   transaction.
+- Writer fences (rule 4, ``0004_writer_fences.sql``): ``fence`` raises a writer's epoch in
+  ``journal_writer_fences`` under the thread's head lock, so it waits for the appends in flight;
+  ``append_fenced`` runs ``journal_append_fenced`` on its own (never grouped), which checks the
+  fence under the same lock before appending.
 - One append (or one group) is one statement, one round trip, one transaction. If the
   connection dies (``pg_terminate_backend``, a restart, a network drop) or the call times out,
   we cannot know whether it committed — so the same batch (or group), with the same event ids,
@@ -44,15 +48,17 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from journal.errors import EventConflict, JournalUnavailable
+from journal.errors import EventConflict, JournalUnavailable, WriterFenced
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef, canonical_json
 from journal.group_commit import Batch, GroupCommit, Stored
+from journal.store import WriterFence
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 CONFLICT_SQLSTATE = "OR409"
+FENCED_SQLSTATE = "OR412"
 
 _TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
@@ -127,6 +133,12 @@ class PostgresJournalStore:
             stored = await self._groups.submit(batch)
         else:
             stored = await self._append_alone(batch)
+        return self._stored(thread, events, stored)
+
+    @staticmethod
+    def _stored(
+        thread: ThreadRef, events: Sequence[NewEvent], stored: Stored
+    ) -> list[JournalEvent]:
         out: list[JournalEvent] = []
         for event in events:
             seq, created_at = stored[event.event_id]
@@ -170,10 +182,31 @@ class PostgresJournalStore:
             sessions=[e.voice_session_id for e in kept],
         )
 
-    async def _append_alone(self, batch: Batch) -> Stored:
-        """One batch, one ``journal_append`` transaction (no group)."""
+    async def append_fenced(
+        self, thread: ThreadRef, events: Sequence[NewEvent], fence: WriterFence
+    ) -> list[JournalEvent]:
+        batch = self._prepare(thread, events)
+        if batch is None:
+            return []
+        # Never grouped: the fence is checked under the thread's head lock, in the append's
+        # own transaction (``journal_append_fenced``).
+        return self._stored(thread, events, await self._append_alone(batch, fence))
+
+    async def fence(self, thread: ThreadRef, fence: WriterFence) -> None:
+        async def call(conn: Any) -> None:
+            await conn.execute(
+                "SELECT journal_fence($1, $2, $3, $4, $5)",
+                thread.tenant, thread.user, thread.thread_id, fence.writer, fence.epoch,
+                timeout=self._query_timeout,
+            )  # fmt: skip
+
+        await self._run("fence", call)  # idempotent: the fence only ever rises
+
+    async def _append_alone(self, batch: Batch, fence: WriterFence | None = None) -> Stored:
+        """One batch, one ``journal_append`` transaction (no group); ``journal_append_fenced``
+        with a fence."""
         thread = batch.thread
-        args = (
+        args: tuple[Any, ...] = (
             thread.tenant,
             thread.user,
             thread.thread_id,
@@ -183,11 +216,14 @@ class PostgresJournalStore:
             batch.fingerprints,
             batch.sessions,
         )
+        function = "journal_append($1, $2, $3, $4, $5, $6::jsonb[], $7, $8)"
+        if fence is not None:
+            args = (*args, fence.writer, fence.epoch)
+            function = "journal_append_fenced($1, $2, $3, $4, $5, $6::jsonb[], $7, $8, $9, $10)"
 
         async def call(conn: Any) -> list[Any]:
             rows: list[Any] = await conn.fetch(
-                "SELECT o_event_id, o_seq, o_created_at"
-                " FROM journal_append($1, $2, $3, $4, $5, $6::jsonb[], $7, $8)",
+                f"SELECT o_event_id, o_seq, o_created_at FROM {function}",
                 *args,
                 timeout=self._query_timeout,
             )
@@ -198,6 +234,8 @@ class PostgresJournalStore:
         except asyncpg.PostgresError as e:
             if e.sqlstate == CONFLICT_SQLSTATE:
                 raise EventConflict(str(e)) from e
+            if e.sqlstate == FENCED_SQLSTATE:
+                raise WriterFenced(str(e)) from e
             if isinstance(e, asyncpg.DataError):
                 # e.g. a NUL character or NaN in a payload: PostgreSQL's jsonb cannot hold it.
                 raise ValueError(f"event payload cannot be stored: {e}") from e

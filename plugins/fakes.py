@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -86,6 +87,19 @@ class FakeASR:
         return Transcript(text=text, language=language or "en")
 
 
+T = TypeVar("T")
+
+RECORDED_MAX = 1000
+"""A fake keeps the last this many requests it was given (``requests``, ``texts``) for tests to
+look at: a fake serving a benchmark for minutes must not keep every one."""
+
+
+def _record(log: list[T], item: T) -> None:
+    log.append(item)
+    if len(log) > RECORDED_MAX:
+        del log[: len(log) - RECORDED_MAX]
+
+
 class FakeBrain:
     """Streams scripted replies token by token (one reply per call, the last one repeats)."""
 
@@ -102,7 +116,7 @@ class FakeBrain:
         self.requests: list[BrainInput] = []
 
     async def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
-        self.requests.append(request)
+        _record(self.requests, request)
         await self.faults.apply("brain")
         reply = self._replies.pop(0) if len(self._replies) > 1 else self._replies[0]
         for token in _tokens(reply):
@@ -137,7 +151,7 @@ class FakeTTS:
     async def stream(
         self, text: str, *, voice: str | None, language: str | None
     ) -> AsyncIterator[SpeechChunk]:
-        self.texts.append(text)
+        _record(self.texts, text)
         await self.faults.apply("tts")
         total_ms = max(len(text), 1) * self.ms_per_char
         words = _word_spans(text)

@@ -83,10 +83,6 @@ class Settings(BaseSettings):
     max_unsaved_events: int = Field(default=256, ge=1)
     """Journal events a session keeps while the database is unreachable (then close 4011)."""
     start_timeout_s: float = Field(default=10.0, gt=0)
-    continuation_grace_s: float = Field(default=0.5, ge=0, le=10)
-    """A resume continued from the journal waits this long after its claim before reading the
-    journal, so a copy fenced on another process has stopped and flushed what it was writing
-    (``runtime/continuity.py`` rule 6)."""
     drain_timeout_s: float = Field(default=20.0, gt=0, le=600)
     """SIGTERM: how long live turns may take to finish and clients to acknowledge before their
     connections close with 1012 (``runtime/drain.py``)."""

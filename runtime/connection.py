@@ -44,6 +44,7 @@ import base64
 import binascii
 import contextlib
 import enum
+import itertools
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -149,6 +150,9 @@ class Phase(enum.Enum):
     ENDED = "ended"
 
 
+_ARRIVALS = itertools.count(1)
+
+
 def _no_generation(generation: int) -> bool:
     return False  # no engine yet; the session that adopts the outbox says what is current
 
@@ -167,6 +171,10 @@ class RealtimeConnection:
             max_audio_frame_ms=settings.max_audio_frame_ms,
         )
         self.id = f"conn_{uuid.uuid4().hex}"
+        self.arrival = next(_ARRIVALS)
+        """This connection's place in the order connections reached this process: of two
+        resumes of one session, the one that arrived later is the client's retry
+        (``runtime/live.py`` rule 3)."""
         self.principal: Principal | None = None
         self.session: VoiceSession | None = None
         """The session this connection opened, continued or resumed (``VoiceSession.holds``
@@ -441,6 +449,18 @@ class RealtimeConnection:
                 )
         self._check_held(session)
         replay, missing = session.resume_stream(self, last_seq)
+        if session.owes_reconcile(last_seq):
+            # A retry of the resume that continued this session from the journal, before the
+            # new stream said anything: its client may never have got that answer, so it gets
+            # the same one — the reconcile, after the journal's fence.
+            try:
+                await self._answer_from_journal(session, last_seq, token)
+            except BaseException:
+                await session.detach(self)
+                raise
+            session.go_live()
+            self.services.telemetry.metrics.resumes.labels("journal").inc()
+            return session
         try:
             reconcile = None
             if missing is not None:
@@ -501,10 +521,26 @@ class RealtimeConnection:
         self.services.live_sessions.take_over(session)
         self.session = session
         _name_in_telemetry(session)
-        grace = self.services.settings.continuation_grace_s
-        if grace:  # continuity rule 6: a fenced copy elsewhere finishes its writes first
-            await asyncio.sleep(grace)
-            self._check_held(session)
+        try:
+            answered = await self._answer_from_journal(session, last_seq, token)
+        except BaseException:
+            # Not answered (a store failed, or a later resume took over): the session waits
+            # for its client's next resume like any dropped one, expiry included.
+            await session.detach(self)
+            raise
+        self.services.telemetry.metrics.resumes.labels("journal").inc()
+        return answered
+
+    async def _answer_from_journal(
+        self, session: VoiceSession, last_seq: int, token: str
+    ) -> VoiceSession:
+        """Answer a resume of a session continued from the journal whose new stream has said
+        nothing yet: ``session.resumed`` with ``replayed`` false, the reconcile from
+        ``last_seq`` on and the session's configuration."""
+        # Continuity rule 6: once the journal's fence is ours, no older copy of the session
+        # adds to the thread, and everything one added is in the journal the reconcile reads.
+        await session.take_over_journal()
+        self._check_held(session)
         reconcile = await session.reconcile(last_seq + 1, None)
         self._check_held(session)  # fenced meanwhile, or taken over by a still later resume
         items = reconcile.get("items")
@@ -528,7 +564,6 @@ class RealtimeConnection:
                 )
             )
         self._check_held(session)
-        self.services.telemetry.metrics.resumes.labels("journal").inc()
         return session
 
     # ------------------------------------------------------------ serve
@@ -537,6 +572,9 @@ class RealtimeConnection:
         """The receive loop, and what its end means for the session (module doc)."""
         self._task = asyncio.current_task()
         self.phase = Phase.SERVING
+        # Its client has had the answer to its resume: from now on a resume replays the stream
+        # (a message this connection still delivers must not cross a later reconcile).
+        session.continued_at = None
         close: _Close | None = None
         try:
             await self._receive_loop(session)

@@ -37,12 +37,17 @@ this session's user/assistant items as the journal has them (``reconcile_from_jo
 item amendments among those folded in (``journal/amendments.py``): a deleted item is not there,
 a truncated answer shows what was heard, marked interrupted.
 
-Rule 6 — grace: a journal continuation waits ``continuation_grace_s`` after its claim (and its
-registration) before it reads the journal for the reconcile. The claim fences the older copy on
-another process at once (``resume_tokens.watch``), but that copy may be writing a user input or
-an answer right then; reading too early would tell the client the turn never reached the
-journal, and it would take it again. The wait is bounded, not a handshake: a copy slower than it
-can still land late (``benchmarks/fleet.py`` counts what that costs).
+Rule 6 — the journal handshake: a journal continuation raises the journal's writer fence to
+its epoch (``VoiceSession.take_over_journal``, ``journal/store.py`` rule 4) before it reads the
+journal for the reconcile. The fence waits, in PostgreSQL, for every append in flight to the
+thread, and from then on the journal refuses every append of an older copy of the session
+(``WriterFenced``; the refused copy fences itself). So the reconcile shows exactly what older
+copies wrote, and an answer an older copy was still generating is never journaled (nor, once the
+copy is fenced, spoken): only the holder of the current epoch continues a turn. No wait, no
+timing: the claim's notification (``resume_tokens.watch``) only makes the old copy stop sooner.
+A retry of the resume that lands on the process holding the continuation (its client never got
+the answer) waits for the same fence and gets the same reconcile (``runtime.connection``); of
+two resumes there, the later-arrived one holds the session (``runtime/live.py`` rule 3).
 
 Refusals are ``ContinuityRefused``: the ``error`` event to send and the close code that follows.
 ``resumed_message`` builds the answer to a resume, ``openrealtime.session.resumed``, for both ways.

@@ -13,6 +13,13 @@ timed out but did commit is not duplicated by its retry. When the buffer would e
 ``max_buffered`` events ``on_overflow`` is called (the session closes with 4011) — events are
 never dropped silently.
 
+Fencing (``journal/store.py`` rule 4): a buffer made with ``fence`` (its session's id and
+epoch) appends with ``append_fenced``. When the store refuses (``WriterFenced``: another process
+continued the session under a later epoch) the buffer stops for good: ``on_fenced`` is called
+once, whatever is buffered is given up (the session's new copy owns the thread now), and every
+later append raises ``WriterFenced`` without trying. ``take_over`` raises the fence to this
+buffer's epoch — the new copy's first step, before it reads the journal.
+
 ``read_tail`` merges the buffered events (with provisional seqs) after what the store returns,
 so the brain still sees the latest turns during an outage; if the store cannot be read at all,
 only the buffer's events are returned (with nothing buffered that is ``JournalUnavailable``).
@@ -27,9 +34,9 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from journal.errors import JournalUnavailable
+from journal.errors import JournalUnavailable, WriterFenced
 from journal.events import JournalEvent, NewEvent, ThreadRef
-from journal.store import JournalStore
+from journal.store import JournalStore, WriterFence
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +58,14 @@ class BufferedJournal:
         append_timeout: float = 3.0,
         retry_initial: float = 0.2,
         retry_max: float = 5.0,
+        fence: WriterFence | None = None,
+        on_fenced: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
+        self.fence_as = fence
+        self.on_fenced = on_fenced
+        self.fenced = False
+        """The store refused this writer's epoch: nothing more is written (module doc)."""
         self.on_outage = on_outage
         self.on_recovered = on_recovered
         self.on_overflow = on_overflow
@@ -72,10 +85,15 @@ class BufferedJournal:
         # One direct write at a time: an append made while an earlier one is still in flight
         # waits for it, so if that one fails and is buffered, this one queues behind it.
         async with self._in_flight:
+            if self.fenced:
+                raise WriterFenced("this session was continued elsewhere")
             if not self._buffer:
                 try:
                     async with asyncio.timeout(self.append_timeout):
-                        return await self.store.append(thread, events)
+                        return await self._write(thread, events)
+                except WriterFenced:
+                    self._fenced()
+                    raise
                 except (JournalUnavailable, TimeoutError) as e:
                     log.warning("journal unavailable, buffering: %s", e)
                     self.on_outage(str(e) or "the journal did not answer in time")
@@ -83,6 +101,36 @@ class BufferedJournal:
         if self._retry is None or self._retry.done():
             self._retry = asyncio.create_task(self._flush(), name="journal-retry")
         return [self._provisional(thread, e, i) for i, e in enumerate(events)]
+
+    async def append_fenced(
+        self, thread: ThreadRef, events: Sequence[NewEvent], fence: WriterFence
+    ) -> list[JournalEvent]:
+        """Straight to the store (not buffered): for a writer other than this buffer's."""
+        return await self.store.append_fenced(thread, events, fence)
+
+    async def fence(self, thread: ThreadRef, fence: WriterFence) -> None:
+        await self.store.fence(thread, fence)
+
+    async def take_over(self, thread: ThreadRef) -> None:
+        """Raise the store's fence to this buffer's epoch (module doc): returns once every
+        append of an older copy of the session has landed or can no longer land."""
+        assert self.fence_as is not None, "a buffer without a fence takes nothing over"
+        await self.store.fence(thread, self.fence_as)
+
+    async def _write(self, thread: ThreadRef, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        if self.fence_as is None:
+            return await self.store.append(thread, events)
+        return await self.store.append_fenced(thread, events, self.fence_as)
+
+    def _fenced(self) -> None:
+        if self.fenced:
+            return
+        self.fenced = True
+        if self._buffer:
+            log.info("journal writer fenced: %d buffered events given up", len(self._buffer))
+            self._buffer.clear()
+        if self.on_fenced is not None:
+            self.on_fenced()
 
     def _keep(self, thread: ThreadRef, events: Sequence[NewEvent]) -> None:
         if len(self._buffer) + len(events) > self.max_buffered:
@@ -97,7 +145,10 @@ class BufferedJournal:
             batch = [e for t, e in self._buffer if t == thread]
             try:
                 async with asyncio.timeout(self.append_timeout):
-                    await self.store.append(thread, batch[:100])
+                    await self._write(thread, batch[:100])
+            except WriterFenced:
+                self._fenced()
+                return
             except (JournalUnavailable, TimeoutError) as e:
                 log.info("journal still unavailable, retrying in %.1fs: %s", delay, e)
                 await asyncio.sleep(delay)

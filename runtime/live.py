@@ -21,7 +21,10 @@ with ``claim``: the session must still be ``LIVE`` at that epoch (a session whos
 is refused like a gone one: ``resume_refused``, 4003), and the connection holds it from that
 step on. Two resumes of one session at once are two claims one after the other: the later holds
 the session, and the earlier one's connection is closed with 4012 (``runtime.session`` rule 1),
-after ``resume_refused`` if it had not been answered yet.
+after ``resume_refused`` if it had not been answered yet. "Later" is the order the resumes'
+connections reached this process (``RealtimeConnection.arrival``), not the order their slow
+handshakes got here: a client's attempt it gave up on, still redeeming its token, never takes
+the session from the retry that followed it (that attempt is refused instead, 4012).
 
 Rule 4 — a session leaves with ``remove`` when it shuts down, unless another copy took its id
 over (rule 2).
@@ -37,7 +40,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from runtime.continuity import BAD_TOKEN, refuse_resume
+from runtime.continuity import BAD_TOKEN, refuse_resume, resumed_meanwhile
 from runtime.protocol import CloseCode, ErrorCode, Refused
 from runtime.session import State
 
@@ -137,6 +140,9 @@ class LiveSessions(Mapping[str, "VoiceSession"]):
         session = self._sessions.get(session_id)
         if session is None or session.state is not State.LIVE or session.epoch != epoch:
             raise refuse_resume(BAD_TOKEN)
+        holder = session.connection
+        if holder is not None and holder is not connection and holder.arrival > connection.arrival:
+            raise resumed_meanwhile()
         return Claim(session, session.hold(connection))
 
     def remove(self, session: VoiceSession) -> None:

@@ -31,6 +31,9 @@ is gone (``resume_refused``, 4003).
 Rule 4 — fencing. ``epoch`` counts continuations from the journal (``runtime/continuity.py``
 rule 3). When the session was continued at a later epoch elsewhere, ``fence`` ends this copy
 and closes the connection it still serves with 4012, leaving the token (the new copy's) alone.
+Its journal writer carries the epoch (``journal/store.py`` rule 4): once the new copy has
+raised the journal's fence (``BufferedJournal.take_over``) nothing this copy appends lands, and
+a refused append fences it too — whether or not the claim's notification has arrived.
 When the credentials that opened it are revoked, ``revoke_credentials`` ends it with 4013.
 
 Rule 5 — one end. Every way a session finishes goes through ``shutdown`` (→ ``ENDED``):
@@ -50,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from journal.errors import JournalUnavailable
 from journal.events import ThreadRef
+from journal.store import WriterFence
 from knowledge.tool import make_knowledge_tool
 from pipeline import events as ev
 from pipeline.audio import PCM
@@ -163,7 +167,14 @@ class VoiceSession:
             on_recovered=self._journal_recovered,
             on_overflow=self._journal_overflow,
             max_buffered=settings.max_unsaved_events,
+            # Only the copy holding the session's current epoch adds to its thread (rule 4).
+            fence=WriterFence(self.id, epoch),
+            on_fenced=self._journal_fenced,
         )
+        self.continued_at: int | None = None
+        """Continued from the journal and not yet served by a connection: the ``last_seq`` its
+        new stream numbers on from (``owes_reconcile``)."""
+        self._journal_taken: asyncio.Future[None] | None = None
         self.state = State.LIVE
         self._expiry: asyncio.TimerHandle | None = None
         self._ending: asyncio.Task[None] | None = None
@@ -195,7 +206,7 @@ class VoiceSession:
         if isinstance(stored, dict):
             with contextlib.suppress(ProtocolError):
                 config = apply_update(config, stored)
-        return cls(
+        session = cls(
             services,
             connection=connection,
             outbox=outbox,
@@ -208,6 +219,33 @@ class VoiceSession:
             epoch=claimed.record.epoch,
             errors=errors,
         )
+        session.continued_at = last_seq
+        return session
+
+    def owes_reconcile(self, last_seq: int) -> bool:
+        """A resume from ``last_seq`` gets the journal's reconcile, as the continuation's own
+        answer did: the session was continued from the journal, no connection has served it
+        since and its new stream has said nothing (no turn under way), so its client may not
+        have had that answer. Otherwise a resume replays the stream (a reconcile beside a live
+        turn — or beside a message the dropped connection still delivers — would have the
+        client ask for an answer already on its way)."""
+        return (
+            self.continued_at is not None
+            and last_seq <= self.continued_at
+            and self.outbox.seq == self.continued_at
+            and self.engine is not None
+            and not self.engine.in_turn
+        )
+
+    async def take_over_journal(self) -> None:
+        """Rule 4: raise the journal's fence to this copy's epoch (once; every resume answering
+        this continuation waits for the same step). Returns when no older copy can add to the
+        thread any more and what they added is readable."""
+        if self._journal_taken is None or (
+            self._journal_taken.done() and self._journal_taken.exception() is not None
+        ):
+            self._journal_taken = asyncio.ensure_future(self.journal.take_over(self.thread))
+        await asyncio.shield(self._journal_taken)
 
     @property
     def closed(self) -> bool:
@@ -540,6 +578,11 @@ class VoiceSession:
 
     def _journal_recovered(self) -> None:
         self.outbox.send(ev.JournalRecovered())
+
+    def _journal_fenced(self) -> None:
+        """Rule 4: the journal refused this copy's epoch — the session was continued later
+        elsewhere (before the fence's notification reached this process, or without one)."""
+        self.fence(self.epoch + 1)
 
     def _journal_overflow(self) -> None:
         if self.connection is not None:

@@ -11,7 +11,15 @@ from tests.fleet import have_nginx
 
 @pytest.mark.skipif(not have_nginx(), reason="needs /usr/sbin/nginx")
 async def test_a_small_fleet_loses_and_repeats_nothing_through_kill_drain_and_restart() -> None:
-    result = await run(processes=2, sessions=20, seconds=15, soak_minutes=0, seed=11, drop_p=0.1)
+    result = await run(
+        processes=2,
+        sessions=20,
+        seconds=10,
+        soak_minutes=0,
+        seed=11,
+        drop_p=0.1,
+        think_s=(1.0, 3.0),
+    )
     assert (result["killed"], result["drained"], result["postgres_restarts"]) == (1, 1, 1)
     assert result["drain_exit_status"] == 0
     assert result["drops"] > 0 and result["continued_from_journal"] > 0

@@ -1,4 +1,4 @@
-"""The journal store contract (rules 1–3 of ``journal/store.py``), one suite for every backend.
+"""The journal store contract (rules 1–4 of ``journal/store.py``), one suite for every backend.
 
 Subclass ``JournalStoreContract`` with a ``store`` fixture; ``test_store_contract.py`` does so
 for each store.
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from journal.errors import EventConflict
+from journal.errors import EventConflict, WriterFenced
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
-from journal.store import JournalStore
+from journal.store import JournalStore, WriterFence
 
 THREAD = ThreadRef("acme", "alice", "t1")
 
@@ -227,3 +227,47 @@ class JournalStoreContract:
         assert await store.delete_thread(THREAD) == 0
         # A thread appended to after deletion starts again at seq 1; old ids are free.
         assert seqs(await store.append(THREAD, [assistant("e2"), user_input("e9")])) == [1, 2]
+
+    # ------------------------------------------------------------ rule 4: writer fences
+
+    async def test_a_fenced_writer_s_older_epoch_appends_nothing(self, store: JournalStore) -> None:
+        old, new = WriterFence("vs_1", 0), WriterFence("vs_1", 1)
+        await store.append_fenced(THREAD, [user_input("a", session="vs_1")], old)
+        await store.fence(THREAD, new)
+        with pytest.raises(WriterFenced):
+            await store.append_fenced(THREAD, [assistant("b"), assistant("c")], old)
+        stored = await store.append_fenced(THREAD, [assistant("d")], new)
+        assert seqs(stored) == [2]
+        assert [e.event_id for e in await store.read(THREAD)] == ["a", "d"]
+
+    async def test_a_fence_only_rises_and_binds_only_its_writer_and_thread(
+        self, store: JournalStore
+    ) -> None:
+        await store.fence(THREAD, WriterFence("vs_1", 3))
+        await store.fence(THREAD, WriterFence("vs_1", 1))  # lower: changes nothing
+        with pytest.raises(WriterFenced):
+            await store.append_fenced(THREAD, [user_input("a")], WriterFence("vs_1", 2))
+        await store.append_fenced(THREAD, [user_input("b")], WriterFence("vs_1", 3))
+        await store.append_fenced(THREAD, [user_input("c")], WriterFence("vs_2", 0))
+        other = ThreadRef(THREAD.tenant, THREAD.user, "t2")
+        await store.append_fenced(other, [user_input("d")], WriterFence("vs_1", 0))
+        await store.append(THREAD, [user_input("e")])  # a plain append is never fenced
+        assert [e.event_id for e in await store.read(THREAD)] == ["b", "c", "e"]
+
+    async def test_a_fenced_retry_of_an_append_that_landed_returns_what_is_stored(
+        self, store: JournalStore
+    ) -> None:
+        old = WriterFence("vs_1", 0)
+        first = await store.append_fenced(THREAD, [user_input("a")], old)
+        await store.fence(THREAD, WriterFence("vs_1", 1))
+        again = await store.append_fenced(THREAD, [user_input("a")], old)
+        assert seqs(again) == seqs(first) == [1]
+        with pytest.raises(WriterFenced):  # one new event in the batch: refused whole
+            await store.append_fenced(THREAD, [user_input("a"), assistant("b")], old)
+        assert len(await store.read(THREAD)) == 1
+
+    async def test_a_fence_on_a_thread_with_no_events_holds(self, store: JournalStore) -> None:
+        await store.fence(THREAD, WriterFence("vs_1", 1))
+        with pytest.raises(WriterFenced):
+            await store.append_fenced(THREAD, [user_input("a")], WriterFence("vs_1", 0))
+        assert await store.read(THREAD) == []

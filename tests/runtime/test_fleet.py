@@ -2,13 +2,15 @@
 
 Servers are real processes (``tests/fleet.py``: ``benchmarks.fake_server`` on the test database,
 instant fake speech plugins); nginx runs the shipped ``deploy/nginx/openrealtime.conf``. The
-in-process tests cover the drain's rules on ``running_server`` directly.
+in-process tests cover the drain's rules on ``running_server`` directly, and what sessions that
+ended leave behind in a process (nothing: the soak's RSS bound).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,14 +21,20 @@ import httpx
 import pytest
 import websockets
 
+import plugins.fakes
 from journal.events import JournalEvent, ThreadRef
 from journal.postgres_store import PostgresJournalStore
+from pipeline.engine import Engine
+from plugins.fakes import FakeBrain, FakeTTS
 from runtime.accounts import LOCAL_PRINCIPAL
 from runtime.client import RealtimeClient
 from runtime.config import Settings
+from runtime.connection import RealtimeConnection
 from runtime.drain import DRAINING_CODE
+from runtime.outbox import Outbox
 from runtime.protocol import CloseCode
 from runtime.server import running_server
+from runtime.session import VoiceSession
 from tests.fleet import Nginx, ServerProcess, have_nginx
 from tests.postgres import pg_pool, postgres_url
 from tests.runtime.conftest import fake_plugins
@@ -243,3 +251,45 @@ async def test_drain_cuts_at_its_deadline_a_client_that_never_acknowledges(
                     received.append(json.loads(await ws.recv())["type"])
             assert "openrealtime.server.draining" in received
             assert ws.close_code == CloseCode.SERVER_SHUTDOWN
+
+
+async def test_sessions_that_came_and_went_leave_nothing_behind_in_the_process(
+    postgres_url: str, pg_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak's RSS bound, as a rule: sessions opened, resumed here, continued on the other
+    process (their copy here fenced) and ended leave no session, engine, outbox or connection
+    alive in either process, and the fake plugins keep only their last few requests."""
+    monkeypatch.setattr(plugins.fakes, "RECORDED_MAX", 3)
+    settings = Settings(port=0, data_dir=tmp_path / "data", database_url=postgres_url)
+    fakes = [fake_plugins(), fake_plugins()]
+    async with (
+        running_server(settings, plugins=fakes[0]) as a,
+        running_server(settings, plugins=fakes[1]) as b,
+    ):
+        for n in range(9):
+            async with RealtimeClient(a.ws_url, a.token) as client:
+                await client.connect()
+                await turn(client, f"turn {n}")
+                await client.drop()
+                client.url = b.ws_url if n % 3 == 0 else a.ws_url
+                await client.reconnect()
+                await turn(client, "and again")
+                await client.end_session()
+                assert await client.wait_closed() == CloseCode.NORMAL
+        for server in (a, b):
+            for _ in range(500):
+                if not server.services.live_sessions:
+                    break
+                await asyncio.sleep(0.01)
+            assert not server.services.live_sessions
+        gc.collect()
+        kept = Counter(
+            type(o).__name__
+            for o in gc.get_objects()
+            if isinstance(o, VoiceSession | Engine | Outbox | RealtimeConnection)
+        )
+        assert kept == Counter()
+        for plugins_of in fakes:
+            assert isinstance(plugins_of.brain, FakeBrain) and isinstance(plugins_of.tts, FakeTTS)
+            assert len(plugins_of.brain.requests) == 3
+            assert len(plugins_of.tts.texts) == 3

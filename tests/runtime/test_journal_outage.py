@@ -9,7 +9,7 @@ from pathlib import Path
 
 from journal.errors import JournalUnavailable
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
-from journal.store import InMemoryJournalStore
+from journal.store import InMemoryJournalStore, WriterFence
 from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.protocol import CloseCode
@@ -27,6 +27,13 @@ class FlakyStore(InMemoryJournalStore):
         if self.down:
             raise JournalUnavailable("database unreachable (test)")
         return await super().append(thread, events)
+
+    async def append_fenced(
+        self, thread: ThreadRef, events: Sequence[NewEvent], fence: WriterFence
+    ) -> list[JournalEvent]:
+        if self.down:  # how a session appends (journal/store.py rule 4)
+            raise JournalUnavailable("database unreachable (test)")
+        return await super().append_fenced(thread, events, fence)
 
     async def read_tail(self, thread: ThreadRef, count: int) -> list[JournalEvent]:
         if self.down:

@@ -39,13 +39,7 @@ async def two_servers(
 ) -> AsyncIterator[tuple[RunningServer, RunningServer, FakeBrain]]:
     """A and B on one database (``pg_pool`` empties its tables first). B's brain is kept to
     see what history it was given."""
-    # No continuation grace (continuity rule 6): these tests hand a session between two live
-    # processes at once, and a retry that lands inside the other's grace can be refused as
-    # "resumed again meanwhile" (seen 1 in 4 runs; an open defect of the grace, issue 20).
-    settings = Settings(
-        port=0, data_dir=tmp_path, database_url=postgres_url, resume_ttl_s=30,
-        continuation_grace_s=0,
-    )  # fmt: skip
+    settings = Settings(port=0, data_dir=tmp_path, database_url=postgres_url, resume_ttl_s=30)
     brain_b = FakeBrain([ANSWER])
     async with AsyncExitStack() as stack:
         a = await stack.enter_async_context(
