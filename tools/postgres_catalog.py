@@ -42,6 +42,7 @@ from tools.catalog import (
     tool_record,
 )
 from tools.errors import ToolLimitExceeded, ToolsUnavailable, UnknownTool
+from tools.postgres_common import forget_role_rows
 from tools.registry import HttpTool, HttpToolBounds, check_http_tool
 
 T = TypeVar("T")
@@ -161,14 +162,9 @@ class PostgresToolCatalog(_Pooled):
         return bool(status != "DELETE 0")
 
     async def forget_role(self, tenant: str, role_id: str) -> int:
-        status = await self._call(
-            lambda conn: conn.execute(
-                f"DELETE FROM {DECLARATIONS_TABLE} WHERE tenant = $1 AND role_id = $2",
-                tenant, role_id, timeout=self.query_timeout,
-            ),
-            transaction=False,
-        )  # fmt: skip
-        return int(str(status).split()[-1])
+        return await forget_role_rows(
+            self._call, DECLARATIONS_TABLE, tenant, role_id, self.query_timeout
+        )
 
 
 class PostgresToolSecrets(_Pooled):

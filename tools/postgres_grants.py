@@ -38,6 +38,7 @@ from tools.grants import (
     grant_policy,
     new_grant_id,
 )
+from tools.postgres_common import forget_role_rows
 
 T = TypeVar("T")
 MAX_DECIDE_ROUNDS = 16
@@ -206,11 +207,6 @@ class PostgresGrantStore:
         return await self._call(work, transaction=True)
 
     async def forget_role(self, tenant: str, role_id: str) -> int:
-        status = await self._call(
-            lambda conn: conn.execute(
-                "DELETE FROM tool_grants WHERE tenant = $1 AND role_id = $2",
-                tenant, role_id, timeout=self.query_timeout,
-            ),
-            transaction=False,
-        )  # fmt: skip
-        return int(str(status).split()[-1])
+        return await forget_role_rows(
+            self._call, "tool_grants", tenant, role_id, self.query_timeout
+        )

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from runtime.database import on_connection
 from tools.errors import RuleNotFound, RuleVersionConflict, ToolLimitExceeded, ToolsUnavailable
 from tools.judgements import MAX_JUDGEMENTS_PER_ROLE, Judgement, Quote
+from tools.postgres_common import forget_role_rows
 from tools.rules import (
     MAX_RULES,
     Author,
@@ -169,14 +170,7 @@ class PostgresRuleStore(_Pooled):
         return await self._call(work, transaction=True)
 
     async def forget_role(self, tenant: str, role_id: str) -> int:
-        status = await self._call(
-            lambda conn: conn.execute(
-                "DELETE FROM tool_rules WHERE tenant = $1 AND role_id = $2",
-                tenant, role_id, timeout=self.query_timeout,
-            ),
-            transaction=False,
-        )  # fmt: skip
-        return int(str(status).split()[-1])
+        return await forget_role_rows(self._call, "tool_rules", tenant, role_id, self.query_timeout)
 
 
 class PostgresJudgementCache(_Pooled):
@@ -233,11 +227,6 @@ class PostgresJudgementCache(_Pooled):
         await self._call(work, transaction=True)
 
     async def forget_role(self, tenant: str, role_id: str) -> int:
-        status = await self._call(
-            lambda conn: conn.execute(
-                "DELETE FROM tool_judgements WHERE tenant = $1 AND role_id = $2",
-                tenant, role_id, timeout=self.query_timeout,
-            ),
-            transaction=False,
-        )  # fmt: skip
-        return int(str(status).split()[-1])
+        return await forget_role_rows(
+            self._call, "tool_judgements", tenant, role_id, self.query_timeout
+        )
