@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from memory.crypto import Keyring, Sealed, row_context
-from runtime.database import on_connection
 from tools.catalog import (
     MAX_DECLARED_TOOLS,
     MAX_SECRETS_PER_TENANT,
@@ -41,8 +40,8 @@ from tools.catalog import (
     tool_from_record,
     tool_record,
 )
-from tools.errors import ToolLimitExceeded, ToolsUnavailable, UnknownTool
-from tools.postgres_common import forget_role_rows
+from tools.errors import ToolLimitExceeded, UnknownTool
+from tools.postgres_common import PooledStore, forget_role_rows
 from tools.registry import HttpTool, HttpToolBounds, check_http_tool
 
 T = TypeVar("T")
@@ -57,17 +56,8 @@ def secret_context(tenant: str, name: str) -> bytes:
     return row_context(SECRETS_TABLE, "value", tenant, name)
 
 
-class _Pooled:
-    def __init__(self, pool: Any, *, query_timeout: float, acquire_timeout: float) -> None:
-        self.pool = pool
-        self.query_timeout = query_timeout
-        self.acquire_timeout = acquire_timeout
-
-    async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        return await on_connection(
-            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
-            unavailable=ToolsUnavailable, what="tool catalog",
-        )  # fmt: skip
+class _Pooled(PooledStore):
+    WHAT = "tool catalog"
 
     async def _lock(self, conn: Any, table: str, *parts: str) -> None:
         """Rule 2's advisory lock for the rest of the transaction."""

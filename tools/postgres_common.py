@@ -4,7 +4,31 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar, TypeVar
+
+from runtime.database import on_connection
+from tools.errors import ToolsUnavailable
+
+T = TypeVar("T")
+
+
+class PooledStore:
+    """A tool store on an asyncpg pool: ``_call`` runs work on one connection, a database that
+    cannot be reached raises ``ToolsUnavailable`` naming ``WHAT``."""
+
+    WHAT: ClassVar[str] = "tool store"
+
+    def __init__(self, pool: Any, *, query_timeout: float, acquire_timeout: float) -> None:
+        self.pool = pool
+        self.query_timeout = query_timeout
+        self.acquire_timeout = acquire_timeout
+
+    async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
+        return await on_connection(
+            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
+            unavailable=ToolsUnavailable, what=self.WHAT,
+        )  # fmt: skip
+
 
 Call = Callable[..., Awaitable[Any]]
 """A store's ``_call(work, *, transaction)``."""

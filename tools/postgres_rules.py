@@ -16,14 +16,12 @@ Theory of operation
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from runtime.database import on_connection
-from tools.errors import RuleNotFound, RuleVersionConflict, ToolLimitExceeded, ToolsUnavailable
+from tools.errors import RuleNotFound, RuleVersionConflict, ToolLimitExceeded
 from tools.judgements import MAX_JUDGEMENTS_PER_ROLE, Judgement, Quote
-from tools.postgres_common import forget_role_rows
+from tools.postgres_common import PooledStore, forget_role_rows
 from tools.rules import (
     MAX_RULES,
     Author,
@@ -50,17 +48,8 @@ def rule_of(row: Any) -> Rule:
     )  # fmt: skip
 
 
-class _Pooled:
-    def __init__(self, pool: Any, *, query_timeout: float, acquire_timeout: float) -> None:
-        self.pool = pool
-        self.query_timeout = query_timeout
-        self.acquire_timeout = acquire_timeout
-
-    async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        return await on_connection(
-            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
-            unavailable=ToolsUnavailable, what="tool rules",
-        )  # fmt: skip
+class _Pooled(PooledStore):
+    WHAT = "tool rules"
 
 
 class PostgresRuleStore(_Pooled):
