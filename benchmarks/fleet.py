@@ -30,7 +30,11 @@ Faults during the ``--seconds`` run, at fixed fractions:
 A client's turn is done when its answer arrives; when the session had to be continued from the
 journal (``replayed`` false), the resume's ``reconcile`` says whether the turn reached the journal
 and was answered, so the client re-sends it, asks for the answer (``response.create``), or
-moves on — never taking a turn twice. At the end, per client:
+moves on — never taking a turn twice. The journal's account replaces the old stream's, so what
+that stream said and the client had not read yet is skipped (``RealtimeClient.skip_through``):
+a ``response.done`` of a request refused ``model_busy`` just before the drop is not the answer
+to the request sent after the resume (taking it for one made the client ask twice, and then
+take that second answer for its next turn's). At the end, per client:
 
 - ``lost_events``: ``seq`` gaps in what the client received (``RealtimeClient.gaps``), ranges a
   resume reported ``missing``, turns never answered, and answered turns the journal lacks (no
@@ -47,6 +51,9 @@ moves on — never taking a turn twice. At the end, per client:
 After the run, ``--soak-minutes`` keeps the load on (drops only) and samples each server's RSS
 every ``--rss-every-s``; ``rss_slope_mb_per_min`` is the largest least-squares slope over the
 processes, from the soak's second minute on.
+
+``--explain`` prints, for every session with a lost or duplicated event, what its client did
+and saw and the thread's journal (stderr); ``--keep-dir`` keeps the servers' logs.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +112,8 @@ class Tally:
     cancelled: int = 0
     """Responses of a turn cancelled by a newer one of the same turn (waited past)."""
     connect_retries: int = 0
+    superseded: int = 0
+    """Messages of an old stream left unread when a resume's reconcile replaced it."""
     sessions_ended: int = 0
     connect_timeouts: int = 0
     """Sessions that never opened: every attempt timed out (not an answer of the server)."""
@@ -121,6 +131,12 @@ class Segment:
     client: RealtimeClient
     answered: list[str] = field(default_factory=list)
     response_ids: Counter[str] = field(default_factory=Counter)
+    trace: list[str] | None = None
+    """With ``--explain``: what the client did and saw (sends, asks, drops, resumes, answers)."""
+
+    def note(self, what: str) -> None:
+        if self.trace is not None:
+            self.trace.append(f"{datetime.now().time()} {what}")
 
 
 class Conversation:
@@ -136,6 +152,7 @@ class Conversation:
         tally: Tally,
         *,
         turns_per_session: int,
+        explain: bool = False,
     ):
         self.name = f"s{index}"
         self.url = url
@@ -143,6 +160,7 @@ class Conversation:
         self.rng = rng
         self.tally = tally
         self.turns_per_session = turns_per_session
+        self.explain = explain
         self.segments: list[Segment] = []
         self.failed = False
 
@@ -184,7 +202,7 @@ class Conversation:
             client = RealtimeClient(self.url, self.token, max_messages=4_000)
             try:
                 await client.connect(timeout=30)
-                self.segments.append(Segment(client))
+                self.segments.append(Segment(client, trace=[] if self.explain else None))
                 return True
             except (ClientClosed, OSError, TimeoutError, ConnectionClosed) as e:
                 with contextlib.suppress(Exception):
@@ -209,19 +227,24 @@ class Conversation:
                 if client.draining:
                     await client.wait_closed(timeout=60)
                     raise ClientClosed("drained")
+                segment = self.segments[-1]
                 if need == "send":
                     await client.send_text(text)
                 elif need == "ask":
                     await client.send_json({"type": "response.create"})
+                segment.note(f"{need} {text!r}")
                 need = "wait"
                 if self.rng.random() < drop_p:
                     await asyncio.sleep(self.rng.uniform(0, 0.05))
                     self.tally.drops += 1
+                    segment.note("drop")
                     await client.drop()
                     raise ClientClosed("dropped")
                 done = await client.wait_for(self._answer_or_failure, timeout=TURN_TIMEOUT_S)
                 assert done.event is not None
                 response = done.event["response"]
+                segment.note(f"done {response.get('id')} {response.get('status')} "
+                             f"{(response.get('status_details') or {}).get('error')}")  # fmt: skip
                 if response.get("status") == "completed" and response.get("output_text"):
                     self.segments[-1].response_ids[str(response.get("id"))] += 1
                     return True
@@ -248,7 +271,17 @@ class Conversation:
                 if resumed is None:
                     return False
                 if resumed.get("replayed") is False or resumed.get("missing"):
-                    need = _after_reconcile(resumed.get("reconcile") or {}, text)
+                    # The journal's account replaces the old stream's: what it said unread
+                    # (a refusal of a request sent just before the drop) answers nothing now.
+                    reconcile = resumed.get("reconcile") or {}
+                    self.tally.superseded += await client.skip_through(
+                        int(reconcile.get("from_seq") or 1) - 1
+                    )
+                    need = _after_reconcile(reconcile, text)
+                    self.segments[-1].note(f"resumed, reconcile from {reconcile.get('from_seq')}: "
+                                           f"{need}")  # fmt: skip
+                else:
+                    self.segments[-1].note("resumed replayed")
                     if need == "done":
                         return True
         return False
@@ -263,6 +296,10 @@ class Conversation:
             if code not in EXPECTED_ERRORS:
                 self.tally.unexpected[f"error:{code}"] += 1
             return False
+        if kind in ("response.created", "response.done"):
+            response = event.get("response") or {}
+            self.segments[-1].note(f"  saw seq={message.seq} {kind} {response.get('id')} "
+                                   f"{response.get('status')}")  # fmt: skip
         return kind == "response.done"
 
     async def _resume(self) -> dict[str, Any] | None:
@@ -307,7 +344,7 @@ def _after_reconcile(reconcile: dict[str, Any], text: str) -> str:
 
 
 def journal_accounting(
-    segment: Segment, events: list[JournalEvent], tally: Tally
+    segment: Segment, events: list[JournalEvent], tally: Tally, *, explain: bool = False
 ) -> tuple[int, int]:
     """(lost, duplicated) for one session's thread (module doc); the kinds go to ``tally``."""
     lost: Counter[str] = Counter()
@@ -333,7 +370,27 @@ def journal_accounting(
     lost["seq_gaps"] += segment.client.gaps
     tally.lost.update(+lost)
     tally.duplicated.update(+duplicated)
+    if explain and (+lost or +duplicated):
+        _explain(segment, events, lost, duplicated)
     return sum(lost.values()), sum(duplicated.values())
+
+
+def _explain(
+    segment: Segment, events: list[JournalEvent], lost: Counter[str], duplicated: Counter[str]
+) -> None:
+    """One anomalous session on stderr: what it counted, the turns the client had answered,
+    and the thread's journal (kind, session, time, text) — to find the cause, not to score."""
+    print(f"--- {segment.client.session.get('thread_id')} lost={dict(+lost)} "
+          f"dup={dict(+duplicated)} answered={segment.answered}", file=sys.stderr)  # fmt: skip
+    for line in segment.trace or ():
+        print(f"  client {line}", file=sys.stderr)
+    for event in events:
+        payload = event.payload
+        what = payload.get("text") or payload.get("response_id") or ""
+        extra = {k: v for k, v in payload.items() if k not in ("text", "heard_text")}
+        print(f"  {event.seq:4d} {event.created_at.time()} {event.kind.value:24s} "
+              f"{str(event.voice_session_id)[-8:]} {str(what)[:40]!r} {extra}",
+              file=sys.stderr)  # fmt: skip
 
 
 def rss_mb(pid: int) -> float | None:
@@ -439,6 +496,7 @@ async def run(
     model_queue_max: int = 16,
     keep_dir: bool = False,
     turns_per_session: int = 20,
+    explain: bool = False,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     tally = Tally()
@@ -471,6 +529,7 @@ async def run(
                 random.Random(rng.random()),
                 tally,
                 turns_per_session=turns_per_session,
+                explain=explain,
             )
             for i in range(sessions)
         ]
@@ -531,7 +590,9 @@ async def run(
                 if not thread_id:
                     continue
                 thread = ThreadRef(LOCAL_PRINCIPAL.tenant, LOCAL_PRINCIPAL.user, str(thread_id))
-                c_lost, c_dup = journal_accounting(segment, await store.read(thread), tally)
+                c_lost, c_dup = journal_accounting(
+                    segment, await store.read(thread), tally, explain=explain
+                )
                 lost += c_lost
                 duplicated += c_dup
         finally:
@@ -564,6 +625,7 @@ async def run(
             "lost_kinds": dict(tally.lost),
             "duplicated_kinds": dict(tally.duplicated),
             "connect_retries": tally.connect_retries,
+            "superseded_unread": tally.superseded,
             "sessions_ended": tally.sessions_ended,
             "sessions_never_opened": tally.connect_timeouts,
             "server_errors": unexpected,
@@ -599,6 +661,10 @@ def main() -> None:
     parser.add_argument("--drop-p", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--turns-per-session", type=int, default=20)
+    parser.add_argument(
+        "--explain", action="store_true", help="print each anomalous thread's journal to stderr"
+    )
+    parser.add_argument("--keep-dir", action="store_true", help="keep the servers' logs")
     args = parser.parse_args()
     install_uvloop()
     result = asyncio.run(
@@ -610,6 +676,8 @@ def main() -> None:
             seed=args.seed,
             drop_p=args.drop_p,
             turns_per_session=args.turns_per_session,
+            explain=args.explain,
+            keep_dir=args.keep_dir,
         )
     )
     emit(result)

@@ -350,6 +350,20 @@ class RealtimeClient:
         """The next message after the cursor, whatever it is (for a client's own event loop)."""
         return await self.wait_for(lambda m: True, timeout)
 
+    async def skip_through(self, seq: int) -> int:
+        """Move the cursor past the unread messages numbered up to ``seq``; returns how many.
+        After a resume answered with a ``reconcile`` from ``seq + 1`` on, the journal's account
+        replaces what the old stream said: an unread ``response.done`` from before the drop
+        (a request refused ``model_busy`` just before the connection was cut, say) is not the
+        answer to a request sent after the resume."""
+        async with self._arrived:
+            start = self._cursor
+            while self._cursor < len(self.messages) and self.messages[self._cursor].seq <= seq:
+                self._cursor += 1
+            if self.max_messages is not None:
+                self._arrived.notify_all()  # a reader may wait for room
+            return self._cursor - start
+
     async def wait_for_seq(self, seq: int, timeout: float = 10.0) -> None:
         """Until every message up to ``seq`` has arrived (or the connection closed)."""
         async with asyncio.timeout(timeout):
