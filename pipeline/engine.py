@@ -53,7 +53,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from journal.errors import JournalError
+from journal.errors import JournalError, WriterFenced
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.projection import render_context
 from journal.store import JournalStore
@@ -1238,7 +1238,11 @@ class Engine:
         if task.cancelled():
             return
         error = task.exception()
-        if error is not None:
+        if isinstance(error, WriterFenced):
+            # Another process continued this session: this copy stops (the journal buffer
+            # fences it), nothing it wrote after the fence was kept. Expected, not a bug.
+            log.info("engine task %s stopped: the session was continued elsewhere", task.get_name())
+        elif error is not None:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
 
 

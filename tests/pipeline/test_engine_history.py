@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Sequence
 
+import pytest
+
 from journal.checkpoints import InMemoryCheckpointStore
+from journal.errors import WriterFenced
 from journal.events import JournalEvent, NewEvent, ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, Persona, Plugins
@@ -121,3 +125,34 @@ async def test_with_the_journal_down_the_brain_gets_the_buffered_history_as_turn
         HistoryTurn("user", "My dog is called Rex."),
         HistoryTurn("assistant", "Noted."),
     )
+
+
+class FencedJournal(InMemoryJournalStore):
+    """A journal that refuses this copy's writes: another process continued the session."""
+
+    async def append(self, thread: ThreadRef, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        raise WriterFenced("writer vs_hist was fenced past epoch 0")
+
+
+async def test_a_fenced_copy_s_refused_write_is_logged_as_expected_not_as_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An old copy of a session continued elsewhere has its user item refused by the journal's
+    fence: its background write ends quietly (info, no traceback), nothing is journaled."""
+    journal = FencedJournal()
+    engine = Engine(
+        plugins=Plugins(EnergyVAD(), FakeASR(), FakeBrain(["unused"]), FakeTTS(ms_per_char=0.1)),
+        sink=Sink(),
+        journal=journal,
+        thread=THREAD,
+        persona=Persona("Be brief."),
+        voice_session_id="vs_hist",
+    )
+    with caplog.at_level(logging.INFO, logger="pipeline.engine"):
+        engine.add_user_text("hello")
+        await asyncio.sleep(0.05)
+        await engine.close()
+    fenced = [r for r in caplog.records if "continued elsewhere" in r.getMessage()]
+    assert fenced and all(r.levelno == logging.INFO and r.exc_info is None for r in fenced)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert await journal.read(THREAD) == []
