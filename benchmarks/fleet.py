@@ -131,6 +131,8 @@ class Segment:
     client: RealtimeClient
     answered: list[str] = field(default_factory=list)
     response_ids: Counter[str] = field(default_factory=Counter)
+    unanswered: str | None = None
+    """The turn this session gave up on (``GIVE_UP_S`` without an answer), if any."""
     trace: list[str] | None = None
     """With ``--explain``: what the client did and saw (sends, asks, drops, resumes, answers)."""
 
@@ -182,6 +184,7 @@ class Conversation:
                     text = f"{self.name} turn {turn}"
                     if not await self._turn(text, drop_p):
                         self.tally.unanswered += 1
+                        self.segments[-1].unanswered = text
                         self.failed = True
                         break
                     segment.answered.append(text)
@@ -370,7 +373,7 @@ def journal_accounting(
     lost["seq_gaps"] += segment.client.gaps
     tally.lost.update(+lost)
     tally.duplicated.update(+duplicated)
-    if explain and (+lost or +duplicated):
+    if explain and (+lost or +duplicated or segment.unanswered):
         _explain(segment, events, lost, duplicated)
     return sum(lost.values()), sum(duplicated.values())
 

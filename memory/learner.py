@@ -279,8 +279,12 @@ class Learner(Generic[E, R]):
         """Stop claiming, cancel the workers and release their runs."""
         if self._dispatcher is not None:
             self._dispatcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._dispatcher
+            except asyncio.CancelledError:
+                pass
+            except Exception as e:  # it failed before the cancel reached it: closing goes on
+                logger.warning("learning dispatcher failed while closing: %s", type(e).__name__)
             self._dispatcher = None
         held = list(self._workers.items())
         for task, _ in held:

@@ -58,6 +58,9 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.OperatorInterventionError,  # 57: admin shutdown, cannot connect now
     asyncpg.exceptions.InsufficientResourcesError,  # 53: too many connections
     asyncpg.InterfaceError,
+    # A backend that went away (a restart) while its connection sat in the pool can leave
+    # asyncpg's protocol stuck ("another operation is in progress") until the socket closes.
+    asyncpg.InternalClientError,
 )
 """Failures that mean "the database cannot be reached", as opposed to a bad query."""
 
@@ -79,10 +82,17 @@ async def on_connection(
     names the error's type only (its text may quote a query's values)."""
     try:
         async with pool.acquire(timeout=acquire_timeout) as conn:
-            if not transaction:
-                return await work(conn)
-            async with conn.transaction():
-                return await work(conn)
+            try:
+                if not transaction:
+                    return await work(conn)
+                async with conn.transaction():
+                    return await work(conn)
+            except CONNECTION_ERRORS:
+                # Such a failure may leave the connection stuck for good: the pool must not
+                # hand it out again (it opens a new one).
+                with contextlib.suppress(asyncpg.InterfaceError):  # already gone
+                    conn.terminate()
+                raise
     except CONNECTION_ERRORS as e:
         raise unavailable(f"{what} unavailable: {type(e).__name__}") from e
 
