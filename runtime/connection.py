@@ -572,6 +572,13 @@ class RealtimeConnection:
         """The receive loop, and what its end means for the session (module doc)."""
         self._task = asyncio.current_task()
         self.phase = Phase.SERVING
+        if not session.holds(self):
+            # Fenced (continued elsewhere), expired or taken over after its client had the
+            # answer but before this loop began: the session's end closed no connection (none
+            # was serving yet), so this one would stay open and answer nothing. The client
+            # resumes again, wherever the session is now.
+            await self._close(_Close(CloseCode.SUPERSEDED, "resumed by another connection"))
+            return
         # Its client has had the answer to its resume: from now on a resume replays the stream
         # (a message this connection still delivers must not cross a later reconcile).
         session.continued_at = None

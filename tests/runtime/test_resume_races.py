@@ -24,6 +24,7 @@ from plugins.contracts import BrainDelta, BrainInput
 from plugins.fakes import FakeBrain
 from runtime.client import RealtimeClient
 from runtime.config import Settings
+from runtime.connection import RealtimeConnection
 from runtime.protocol import CloseCode
 from runtime.server import RunningServer, running_server
 from runtime.session import VoiceSession
@@ -236,3 +237,34 @@ async def test_an_attempt_the_client_gave_up_on_never_takes_the_session_from_its
         await refused_and_closed(first)
         await client.send_text("again")
         assert (await client.wait_type("response.done"))["response"]["status"] == "completed"
+
+
+async def test_a_copy_fenced_between_its_answer_and_its_loop_closes_its_connection(
+    servers: tuple[RunningServer, RunningServer, GatedBrain],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The continuation on B has answered its client, and B's copy is fenced (a later resume
+    continued the session elsewhere) and ended before B's receive loop starts: no connection
+    was serving, so the fence closed none. The loop must not serve an ended copy — a client on
+    it would wait for answers forever — it closes 4012, and the client resumes again. (Today no
+    await separates the answer from the loop; the test makes one, as a later change might.)"""
+    a, b, brain_a = servers
+    brain_a.gate.set()
+    serve = RealtimeConnection.serve
+
+    async def fenced_first(self: RealtimeConnection, session: VoiceSession) -> None:
+        if self.services is b.services:
+            session.fence(session.epoch + 1)  # what a later claim's notification does
+            await until(lambda: session.outbox.failed)  # its end is over: nothing was closed
+        await serve(self, session)
+
+    monkeypatch.setattr(RealtimeConnection, "serve", fenced_first)
+    async with RealtimeClient(a.ws_url, a.token) as client:
+        await client.connect()
+        await client.send_text("hello")
+        await client.wait_type("response.done")
+        await client.drop()
+        client.url = b.ws_url
+        resumed = await client.reconnect()
+        assert resumed["replayed"] is False
+        assert await client.wait_closed(timeout=5) == CloseCode.SUPERSEDED
