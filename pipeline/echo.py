@@ -100,6 +100,8 @@ from plugins.audio import INPUT_SAMPLE_RATE, PCM
 from plugins.contracts import VADEvent, VADEventKind
 
 Floats = npt.NDArray[np.float64]
+Samples = Floats | PCM
+"""One step of microphone samples, as floats or as the frame's int16."""
 
 HOP_MS = 10
 """Spacing of the output's history (and of the delays searched)."""
@@ -207,7 +209,7 @@ class EchoJudgement:
 _EMPTY: Floats = np.zeros(0)
 _NO_ECHO = EchoJudgement(0, False, True, None, -100.0, 0.0, 0.0)
 _NO_ECHO_STEP = EchoJudgement(_STEP, False, True, None, -100.0, 0.0, 0.0)
-_NO_LOCK = EchoJudgement(0, True, True, None, -100.0, 0.0, 0.0)
+_NO_LOCK_STEP = EchoJudgement(_STEP, True, True, None, -100.0, 0.0, 0.0)
 
 
 def _mel(hz: Floats) -> Floats:
@@ -222,6 +224,12 @@ def _band_matrix(rate: int, size: int, edges: Floats, window: Floats) -> Floats:
     for band in range(edges.size - 1):
         matrix[(freqs >= edges[band]) & (freqs < edges[band + 1]), band] = 1.0
     return matrix * (2.0 / (size * float(np.sum(window * window))))
+
+
+def _power(spectrum: npt.NDArray[np.complex128]) -> Floats:
+    """|X|² of each bin: real² + imag², squared in one call over the interleaved floats."""
+    squares = np.square(spectrum.view(np.float64))
+    return np.asarray(squares[..., 0::2] + squares[..., 1::2])
 
 
 def _dbfs(power: float) -> float:
@@ -259,6 +267,7 @@ class EchoGuard:
         self._hop_tau = 1.0 - math.exp(-HOP_MS / s.correlation_tau_ms)
         self._acquire_steps = math.ceil(s.acquire_ms / STEP_MS)
         self._offsets = np.arange(-self._lags + 1 - _NEIGHBOURS, _NEIGHBOURS + 1)
+        self._rises: Floats = np.zeros((2, s.bands))  # scratch of _step
         self._lag_range = np.arange(self._lags)
         # decay**k for k = 0…_CHUNK_HOPS, as _write_some_hops scales a chunk (a column).
         self._scales = self._decay ** np.arange(_CHUNK_HOPS + 1, dtype=np.float64)[:, None]
@@ -296,14 +305,20 @@ class EchoGuard:
         self._mic_mean: Floats | None = None
         self._noise: Floats | None = None
         # Correlation averages, row 0 slow (the lock), row 1 fast (a delay that jumped).
-        self._products: Floats = np.zeros((2, self._lags))
-        self._mic_energy: Floats = np.zeros((2, 1))
-        self._out_energy: Floats = np.zeros((2, self._lags))
+        # They move together: one array, updated in one go, and views of it by name.
+        lags = self._lags
+        self._averages: Floats = np.zeros((2, 2 * lags + 1))
+        self._products = self._averages[:, :lags]
+        self._out_energy = self._averages[:, lags : 2 * lags]
+        self._mic_energy = self._averages[:, 2 * lags :]
+        # This step's values, in the same layout (products, output energies, mic energy).
+        self._latest: Floats = np.zeros(2 * lags + 1)
         self._candidate: int | None = None
         self._jumped = False
         self._steps_heard = 0  # steps with audible output (warm-up and acquisition)
         self._gains: Floats = np.zeros(bands)  # log10 echo gain per band
         self._gain_updates = np.zeros(bands)
+        self._gains_settled = False  # every band has had 100 updates (the step is 0.05)
         self.delay_hops: int | None = None
         self._last = _NO_ECHO
 
@@ -350,7 +365,7 @@ class EchoGuard:
             # The hops follow each other: one window every ``step`` samples after the first.
             windows = sliding_window_view(raw, self._out_window_len)[step::step][:hops]
             spectra = np.fft.rfft(windows * self._out_window)
-            spectral = spectra.real**2 + spectra.imag**2
+            spectral = _power(spectra)
             powers = np.empty((hops, self.settings.bands))
             first = 0
             for count in self._queued_frames:
@@ -500,15 +515,16 @@ class EchoGuard:
     def judge(self, pcm: PCM, now: float) -> EchoJudgement:
         """Judge one microphone frame (16 kHz, any length) heard at ``now``."""
         self._mic_now = now
+        if pcm.size == _STEP and not self._mic_pending.size:
+            # The engine's frame, in step with the guard (its samples become floats where
+            # they are copied, exactly).
+            self._last = self._step(pcm)
+            return self._last
         samples = pcm.astype(np.float64)
         pending = (
             np.concatenate((self._mic_pending, samples)) if self._mic_pending.size else samples
         )
         steps = pending.size // _STEP
-        if steps == 1 and pending.size == _STEP:  # the engine's frame, in step with the guard
-            self._mic_pending = _EMPTY
-            self._last = self._step(pending)
-            return _with_samples(self._last, pcm.size)
         if steps == 0:
             self._mic_pending = pending
             return _with_samples(self._last, pcm.size)
@@ -530,7 +546,7 @@ class EchoGuard:
             )
         return _with_samples(self._last, pcm.size)
 
-    def _step(self, samples: Floats) -> EchoJudgement:
+    def _step(self, samples: Samples) -> EchoJudgement:
         self._mic_position += _STEP
         hop = self._mic_position // _HOP
         if self._queued_hops and (
@@ -543,7 +559,7 @@ class EchoGuard:
             # The judgement needs no spectrum; the state it would have updated (the noise floor,
             # the microphone's mean) waits for the next audible step, in one batch.
             self._defer(samples)
-            return _NO_ECHO
+            return _NO_ECHO_STEP
         self._analyse_idle_steps()
         mic, noise, centred = self._analyse(samples)
         envelope, valid = self._envelope_around(hop)
@@ -555,7 +571,7 @@ class EchoGuard:
         mic_floor = mic + _POWER_FLOOR
         if locked is None:
             if self._steps_heard > self._acquire_steps:
-                return _NO_LOCK
+                return _NO_LOCK_STEP
             bound = in_range.max(axis=0)  # anything in range, at full level
         else:
             near = self._output_near(envelope, locked)
@@ -571,13 +587,18 @@ class EchoGuard:
             # A speaker's distortion spreads the loudest band's energy to the others.
             bound = np.maximum(bound, self._spread * float(bound.max()))
         threshold = self._margin * bound + 2.0 * noise
-        # The mean over the bands, as np.mean has it (a sum, divided), without its overhead.
-        excess = float(np.maximum(np.log10(mic_floor / threshold), 0.0).sum()) / mic.size
+        # Per band, how far the microphone rises above the threshold: in log10 units (their
+        # mean, the excess) and in power (their sum); in one array, for fewer calls.
+        rises = self._rises
+        np.log10(np.divide(mic_floor, threshold, out=rises[0]), out=rises[0])
+        np.subtract(mic, threshold, out=rises[1])
+        np.maximum(rises, 0.0, out=rises)
+        log_sum, above = rises.sum(axis=1).tolist()
+        excess = log_sum / mic.size  # the mean, as np.mean has it: the sum, divided
         mic_power = float(mic.sum())
-        above = float(np.maximum(mic - threshold, 0.0).sum())
         residual = 10.0 * math.log10(above / mic_power) if above > 0 and mic_power > 0 else -100.0
         return EchoJudgement(
-            0,
+            _STEP,
             True,
             excess >= self._near_end,
             self.delay_ms,
@@ -622,11 +643,15 @@ class EchoGuard:
         """The output's envelope at the hops around the delay range at ``hop`` (oldest first:
         lag max+neighbours … −neighbours), its room tail past the output's end, and which of
         those hops hold output (None: all)."""
+        written, ring = self._written, self._ring
+        first, last = hop + int(self._offsets[0]), hop + int(self._offsets[-1])
+        if first > written - ring and last <= written and first % ring <= last % ring:
+            # All of them hold output, in one run of the ring: a view (read only, as it is).
+            return self._envelope[first % ring : last % ring + 1], None
         hops = hop + self._offsets
-        written = self._written
         envelope = self._envelope.take(hops, axis=0, mode="wrap")
         valid: npt.NDArray[np.bool_] | None = None
-        if int(hops[0]) <= written - self._ring or int(hops[-1]) > written:
+        if first <= written - ring or last > written:
             valid = (hops <= written) & (hops > written - self._ring)
             envelope[~valid] = 0.0
             future = hops > written
@@ -636,14 +661,14 @@ class EchoGuard:
                 envelope[future] = self._envelope[written % self._ring] * tail[:, None]
         return envelope, valid
 
-    def _analyse(self, samples: Floats) -> tuple[Floats, Floats, Floats]:
+    def _analyse(self, samples: Samples) -> tuple[Floats, Floats, Floats]:
         """One step's microphone band powers, noise floor and log-powers minus their mean."""
         step = _STEP
         frame = self._mic_frame
         frame[:-step] = frame[step:]
         frame[-step:] = samples
         spectrum = np.fft.rfft(frame * self._mic_window)
-        mic = (spectrum.real**2 + spectrum.imag**2) @ self._mic_bands
+        mic = _power(spectrum) @ self._mic_bands
         noise = self._track_noise(mic)
         log_mic = np.log10(mic + noise)
         if self._mic_mean is None:
@@ -651,7 +676,7 @@ class EchoGuard:
         self._mic_mean += self._tau * (log_mic - self._mic_mean)
         return mic, noise, log_mic - self._mic_mean
 
-    def _defer(self, samples: Floats) -> None:
+    def _defer(self, samples: Samples) -> None:
         """Keep an idle step's samples for ``_analyse_idle_steps``."""
         window = self._mic_window.size
         if self._idle_steps == 0:
@@ -674,50 +699,57 @@ class EchoGuard:
         samples = self._idle[: window + count * _STEP]
         frames = sliding_window_view(samples[_STEP:], window)[::_STEP]  # step k's frame
         spectra = np.fft.rfft(frames * self._mic_window)
-        powers = spectra.real**2 + spectra.imag**2
+        powers = _power(spectra)
         mics = np.empty((count, self.settings.bands))
-        noises = np.empty_like(mics)
         for k in range(count):
             # One row at a time: a matrix product of many rows rounds differently.
-            mics[k] = mic = powers[k] @ self._mic_bands
-            noises[k] = self._track_noise(mic)
+            np.matmul(powers[k], self._mic_bands, out=mics[k])
+        shares = 0.3 * mics  # _track_noise's, for every step at once
+        noises = np.empty_like(mics)
+        for k in range(count):
+            noises[k] = self._track_noise(mics[k], shares[k])
         for log_mic in np.log10(mics + noises):
             if self._mic_mean is None:
                 self._mic_mean = log_mic.copy()
             self._mic_mean += self._tau * (log_mic - self._mic_mean)
         self._mic_frame[:] = samples[-window:]
 
-    def _track_noise(self, mic: Floats) -> Floats:
-        """Per-band noise floor: follows dips at once, rises by ≈ 2 dB/s."""
+    def _track_noise(self, mic: Floats, share: Floats | None = None) -> Floats:
+        """Per-band noise floor: follows dips at once, rises by ≈ 2 dB/s (``share``: 0.3 * mic,
+        if it is at hand)."""
         if self._noise is None:
             self._noise = np.maximum(mic, _POWER_FLOOR)
         noise = self._noise
+        share = 0.3 * mic if share is None else share
         self._noise = np.maximum(
-            np.where(mic < noise, 0.7 * noise + 0.3 * mic, noise * 1.01), _POWER_FLOOR
+            np.where(mic < noise, 0.7 * noise + share, noise * 1.01), _POWER_FLOOR
         )
         return self._noise
 
     def _correlate(self, mic: Floats, hop: int, valid: npt.NDArray[np.bool_] | None) -> None:
         """Rule 3: update the per-lag correlations and the lock (``valid``: which of the hops
         around ``hop`` hold output, None for all)."""
+        lags = self._lags
         hops = hop - self._lag_range
         lagged = self._features.take(hops, axis=0, mode="wrap")
-        energies = self._feature_energies.take(hops, mode="wrap")  # (lagged * lagged).sum(1)
+        latest = self._latest
+        energies = latest[lags : 2 * lags]
+        self._feature_energies.take(hops, mode="wrap", out=energies)  # (lagged**2).sum(1)
         if valid is not None:
-            silent = ~valid[_NEIGHBOURS : _NEIGHBOURS + self._lags][::-1]
+            silent = ~valid[_NEIGHBOURS : _NEIGHBOURS + lags][::-1]
             lagged[silent] = 0.0
             energies[silent] = 0.0
-        taus = self._taus
-        self._products += taus * (lagged @ mic - self._products)
-        self._mic_energy += taus * (float(mic @ mic) - self._mic_energy)
-        self._out_energy += taus * (energies - self._out_energy)
+        np.matmul(lagged, mic, out=latest[:lags])
+        latest[2 * lags] = float(mic @ mic)
+        # The products, the output's and the microphone's energies, each row at its own rate.
+        self._averages += self._taus * (latest - self._averages)
         if self._steps_heard < _WARM_UP_STEPS:
             return
         correlations = self._products / np.sqrt(self._mic_energy * self._out_energy + 1e-12)
         slow, fast = correlations
         self._relock(slow)
         locked = self.delay_hops
-        best = int(np.argmax(fast))
+        best = int(fast.argmax())
         self._candidate = None
         self._jumped = False
         if locked is not None and best != locked and self._lockable(fast, best):
@@ -738,7 +770,7 @@ class EchoGuard:
         locked = self.delay_hops
         if locked is not None and float(correlation[locked]) < self.settings.release_correlation:
             self.delay_hops = locked = None
-        best = int(np.argmax(correlation))
+        best = int(correlation.argmax())
         if best == locked:
             return
         if locked is not None and float(correlation[best]) <= float(correlation[locked]) + 0.05:
@@ -759,7 +791,11 @@ class EchoGuard:
             ratio = np.log10(mic_floor) - np.log10(output)
             updates = self._gain_updates
             updates += 1.0
-            step = np.maximum(0.05, 0.5 / np.sqrt(updates))
+            if self._gains_settled:
+                step: Floats | float = 0.05  # what the formula gives from 100 updates on
+            else:
+                step = np.maximum(0.05, 0.5 / np.sqrt(updates))
+                self._gains_settled = bool(updates.min() >= 100.0)
             self._gains += step * np.sign(ratio - self._gains)
             return
         if not loud.any():
@@ -779,8 +815,8 @@ def no_reference(samples: int) -> EchoJudgement:
 
 
 def _with_samples(judgement: EchoJudgement, samples: int) -> EchoJudgement:
-    if judgement is _NO_ECHO and samples == _STEP:
-        return _NO_ECHO_STEP  # the usual idle frame: judgements are immutable, share it
+    if judgement.samples == samples:
+        return judgement  # judgements are immutable: share it
     return EchoJudgement(
         samples,
         judgement.reference,
