@@ -72,9 +72,20 @@ otherwise it is held (ECHO). In ECHO, near frames adding up to ``confirm_ms`` wi
 frame ends the speech at the last near frame (back to ECHO). The voiced flag the coordinator sees
 is the near flag: echo frames never hold a barge-in candidate alive.
 
-Cost: one 512-point FFT and a 41-lag correlation per 20 ms step, one 768-point FFT per 10 ms of
-output — about 1.3× the Silero VAD's time per frame (``benchmarks/echo.py``: p50 0.28 ms per
-20 ms frame against Silero's 0.21 ms on the loaded 2-vCPU VM), so it runs inline on the loop.
+Cost: a step with output audible in the delay range takes one 512-point FFT and a 41-lag
+correlation, in about 60 small numpy calls (their fixed cost, not the arithmetic, is most of it).
+An idle step (nothing audible: its judgement needs no spectrum) only keeps its samples; the idle
+steps' spectra go through one FFT and their noise floor and mean are replayed in order when an
+audible step comes or 50 steps wait. Output frames are queued and analysed together (one
+768-point FFT per 10 ms hop, the ring updated frame by frame as before) when the microphone
+reaches them or 64 hops wait. Both batches do the same operations on the same values, so the
+state and every judgement are exactly those of analysing each step and frame when it comes
+(``tests/pipeline/echo_reference.py`` keeps that version; 239 446 judgements of the echo
+benchmark's runs agree bit for bit). Measured on the loaded 2-vCPU VM (2026-12-02, µs per 20 ms,
+before → after the batching): idle 35 → 11; while output plays, ``judge`` + ``played`` 135 → 95
+(the queued output's FFTs now run inside ``judge``: the active step itself gained little);
+``benchmarks/echo.py`` p50 per 20 ms frame 0.115 → 0.070 ms, Silero's 0.16–0.18 ms in the same
+runs, so it runs inline on the loop.
 
 Wiring (the engine): ``guard.played(frame, now)`` where the pacer sends a response's audio;
 ``judgement = guard.judge(pcm, now)`` first thing for every microphone frame; the VAD's events
