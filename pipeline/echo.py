@@ -72,9 +72,20 @@ otherwise it is held (ECHO). In ECHO, near frames adding up to ``confirm_ms`` wi
 frame ends the speech at the last near frame (back to ECHO). The voiced flag the coordinator sees
 is the near flag: echo frames never hold a barge-in candidate alive.
 
-Cost: one 512-point FFT and a 41-lag correlation per 20 ms step, one 768-point FFT per 10 ms of
-output — about 1.3× the Silero VAD's time per frame (``benchmarks/echo.py``: p50 0.28 ms per
-20 ms frame against Silero's 0.21 ms on the loaded 2-vCPU VM), so it runs inline on the loop.
+Cost: a step with output audible in the delay range takes one 512-point FFT and a 41-lag
+correlation, in about 60 small numpy calls (their fixed cost, not the arithmetic, is most of it).
+An idle step (nothing audible: its judgement needs no spectrum) only keeps its samples; the idle
+steps' spectra go through one FFT and their noise floor and mean are replayed in order when an
+audible step comes or 50 steps wait. Output frames are queued and analysed together (one
+768-point FFT per 10 ms hop, the ring updated frame by frame as before) when the microphone
+reaches them or 64 hops wait. Both batches do the same operations on the same values, so the
+state and every judgement are exactly those of analysing each step and frame when it comes
+(``tests/pipeline/echo_reference.py`` keeps that version; 239 446 judgements of the echo
+benchmark's runs agree bit for bit). Measured on the loaded 2-vCPU VM (2026-12-02, µs per 20 ms,
+before → after the batching): idle 35 → 11; while output plays, ``judge`` + ``played`` 135 → 95
+(the queued output's FFTs now run inside ``judge``: the active step itself gained little);
+``benchmarks/echo.py`` p50 per 20 ms frame 0.115 → 0.070 ms, Silero's 0.16–0.18 ms in the same
+runs, so it runs inline on the loop.
 
 Wiring (the engine): ``guard.played(frame, now)`` where the pacer sends a response's audio;
 ``judgement = guard.judge(pcm, now)`` first thing for every microphone frame; the VAD's events
@@ -94,11 +105,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
 
 from plugins.audio import INPUT_SAMPLE_RATE, PCM
 from plugins.contracts import VADEvent, VADEventKind
 
 Floats = npt.NDArray[np.float64]
+Samples = Floats | PCM
+"""One step of microphone samples, as floats or as the frame's int16."""
 
 HOP_MS = 10
 """Spacing of the output's history (and of the delays searched)."""
@@ -121,6 +135,15 @@ _WARM_UP_STEPS = 15
 """Correlation averages need this many steps before a lag may lock."""
 _NEIGHBOURS = 2
 """The echo bound takes the loudest output within ±2 hops of the locked lag."""
+_CHUNK_HOPS = 64
+"""Output hops are appended to the ring at most this many at a time (decay**64 stays far from 0)."""
+_QUEUED_HOPS = 64
+"""Output is analysed at the latest when this many hops wait (the pacer's lead is 30)."""
+_IDLE_STEPS = 50
+"""Idle steps (nothing audible) whose spectra wait for one batched FFT: at most 1 s of audio."""
+_QUIET_MARGIN = 1.0 - 1e-9
+"""An estimate of the output's loudness this far below ``_AUDIBLE`` is inaudible for certain
+(the estimate differs from the exact figure by rounding only, ~1e-15)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,7 +217,10 @@ class EchoJudgement:
     """Mean excess over the echo bound across bands (compared with ``near_end_db``)."""
 
 
+_EMPTY: Floats = np.zeros(0)
 _NO_ECHO = EchoJudgement(0, False, True, None, -100.0, 0.0, 0.0)
+_NO_ECHO_STEP = EchoJudgement(_STEP, False, True, None, -100.0, 0.0, 0.0)
+_NO_LOCK_STEP = EchoJudgement(_STEP, True, True, None, -100.0, 0.0, 0.0)
 
 
 def _mel(hz: Floats) -> Floats:
@@ -209,6 +235,12 @@ def _band_matrix(rate: int, size: int, edges: Floats, window: Floats) -> Floats:
     for band in range(edges.size - 1):
         matrix[(freqs >= edges[band]) & (freqs < edges[band + 1]), band] = 1.0
     return matrix * (2.0 / (size * float(np.sum(window * window))))
+
+
+def _power(spectrum: npt.NDArray[np.complex128]) -> Floats:
+    """|X|² of each bin: real² + imag², squared in one call over the interleaved floats."""
+    squares = np.square(spectrum.view(np.float64))
+    return np.asarray(squares[..., 0::2] + squares[..., 1::2])
 
 
 def _dbfs(power: float) -> float:
@@ -246,7 +278,10 @@ class EchoGuard:
         self._hop_tau = 1.0 - math.exp(-HOP_MS / s.correlation_tau_ms)
         self._acquire_steps = math.ceil(s.acquire_ms / STEP_MS)
         self._offsets = np.arange(-self._lags + 1 - _NEIGHBOURS, _NEIGHBOURS + 1)
+        self._rises: Floats = np.zeros((2, s.bands))  # scratch of _step
         self._lag_range = np.arange(self._lags)
+        # decay**k for k = 0…_CHUNK_HOPS, as _write_some_hops scales a chunk (a column).
+        self._scales = self._decay ** np.arange(_CHUNK_HOPS + 1, dtype=np.float64)[:, None]
         self.reset()
 
     # ------------------------------------------------------------ state
@@ -258,25 +293,43 @@ class EchoGuard:
         self._powers: Floats = np.zeros((ring, bands))
         self._held: tuple[Floats, Floats] | None = None  # hop powers, raw tail (a paused answer)
         self._features: Floats = np.zeros((ring, bands))
+        # Per ring row, kept with the rows: the envelope's sum over the bands (the audibility
+        # test) and the features' energy (the correlation's normalisation).
+        self._envelope_sums: Floats = np.zeros(ring)
+        self._feature_energies: Floats = np.zeros(ring)
         self._out_mean: Floats | None = None
         self._written = -1  # last hop whose band powers are in the ring
         self._out_end = -math.inf  # where the scheduled output ends, in hops
         self._raw: Floats = np.zeros(0)
+        self._raw_size = 0  # of ``_raw`` once the queued frames are in hops
+        # Output frames whose hops are not yet in the ring, and their hop counts (_write_queued).
+        self._queue: list[Floats] = []
+        self._queued_frames: list[int] = []
+        self._queued_hops = 0
         self._mic_position = 0
         self._mic_now: float | None = None
         self._mic_frame: Floats = np.zeros(self._mic_window.size)
+        # Idle steps not yet analysed: the frame before the first of them, then their samples.
+        self._idle: Floats = np.zeros(self._mic_window.size + _IDLE_STEPS * _STEP)
+        self._idle_steps = 0
         self._mic_pending: Floats = np.zeros(0)
         self._mic_mean: Floats | None = None
         self._noise: Floats | None = None
         # Correlation averages, row 0 slow (the lock), row 1 fast (a delay that jumped).
-        self._products: Floats = np.zeros((2, self._lags))
-        self._mic_energy: Floats = np.zeros((2, 1))
-        self._out_energy: Floats = np.zeros((2, self._lags))
+        # They move together: one array, updated in one go, and views of it by name.
+        lags = self._lags
+        self._averages: Floats = np.zeros((2, 2 * lags + 1))
+        self._products = self._averages[:, :lags]
+        self._out_energy = self._averages[:, lags : 2 * lags]
+        self._mic_energy = self._averages[:, 2 * lags :]
+        # This step's values, in the same layout (products, output energies, mic energy).
+        self._latest: Floats = np.zeros(2 * lags + 1)
         self._candidate: int | None = None
         self._jumped = False
         self._steps_heard = 0  # steps with audible output (warm-up and acquisition)
         self._gains: Floats = np.zeros(bands)  # log10 echo gain per band
         self._gain_updates = np.zeros(bands)
+        self._gains_settled = False  # every band has had 100 updates (the step is 0.05)
         self.delay_hops: int | None = None
         self._last = _NO_ECHO
 
@@ -293,29 +346,66 @@ class EchoGuard:
         now_hop = self._hop_at(now)
         if self._out_end < now_hop:
             # The client's buffer ran dry (or this is the first output): the frame plays now.
+            self._write_queued()
             start = math.ceil(now_hop)
             self._silence_until(start)
-            self._raw = np.zeros(self._out_window_len)
-        self._raw = np.concatenate((self._raw, pcm.astype(np.float64)))
-        hops = (self._raw.size - self._out_window_len) // self._out_hop
+            self._set_raw(np.zeros(self._out_window_len))
+        # The frame's hops are analysed when the microphone reaches them (_write_queued): the
+        # pacer sends ahead, so several frames go through one FFT.
+        self._queue.append(pcm.astype(np.float64))
+        self._raw_size += pcm.size
+        hops = (self._raw_size - self._out_window_len) // self._out_hop
         if hops > 0:
-            starts = (np.arange(hops) + 1) * self._out_hop
-            windows = self._raw[starts[:, None] + self._out_taps]
-            spectrum = np.fft.rfft(windows * self._out_window)
-            self._write_hops((spectrum.real**2 + spectrum.imag**2) @ self._out_bands)
-            self._raw = self._raw[hops * self._out_hop :]
-        self._out_end = self._written + (self._raw.size - self._out_window_len) / self._out_hop
+            self._queued_frames.append(hops)
+            self._queued_hops += hops
+            self._raw_size -= hops * self._out_hop
+        scheduled = self._written + self._queued_hops
+        self._out_end = scheduled + (self._raw_size - self._out_window_len) / self._out_hop
+        if self._queued_hops >= _QUEUED_HOPS:
+            self._write_queued()
+
+    def _write_queued(self) -> None:
+        """Analyse the queued frames' hops into the ring, frame by frame as ``played`` did
+        before the queue (the same products, chunks and mean updates: the same ring)."""
+        if not self._queue:
+            return
+        raw = np.concatenate((self._raw, *self._queue))
+        self._queue.clear()
+        hops, step = self._queued_hops, self._out_hop
+        if hops > 0:
+            # The hops follow each other: one window every ``step`` samples after the first.
+            windows = sliding_window_view(raw, self._out_window_len)[step::step][:hops]
+            spectra = np.fft.rfft(windows * self._out_window)
+            spectral = _power(spectra)
+            powers = np.empty((hops, self.settings.bands))
+            first = 0
+            for count in self._queued_frames:
+                # One product per frame: a product of more rows may round differently.
+                end = first + count
+                np.matmul(spectral[first:end], self._out_bands, out=powers[first:end])
+                first = end
+            self._write_hops(powers, self._queued_frames)
+        self._queued_frames.clear()
+        self._queued_hops = 0
+        self._set_raw(raw[hops * step :])
+
+    def _set_raw(self, raw: Floats) -> None:
+        """The output's samples not yet in hops (the last window's, then the rest)."""
+        self._raw = raw
+        self._raw_size = raw.size
 
     def stop(self, now: float) -> None:
         """The client was told to clear its playback: forget output scheduled after
         ``now + stop_margin_ms`` (what already played still echoes)."""
         self._held = None
+        self._write_queued()
         self._cut(math.ceil(self._hop_at(now) + self.settings.stop_margin_ms / HOP_MS))
 
     def pause(self, now: float) -> None:
         """The client was told to pause its playback and keep its buffer (a held answer):
         output scheduled after ``now`` waits for ``resume``; what plays until the client has
         paused (``stop_margin_ms``) is kept where it is as well (Rule 2)."""
+        self._write_queued()
         start = math.floor(self._hop_at(now))
         first = max(start + 1, self._written - self._ring + 1)
         rows = np.arange(first, self._written + 1) % self._ring
@@ -329,10 +419,11 @@ class EchoGuard:
         if held is None:
             return
         powers, tail = held
+        self._write_queued()
         self._silence_until(max(math.ceil(self._hop_at(now)), self._written))
         if powers.size:
-            self._write_hops(powers)
-        self._raw = np.concatenate((np.zeros(self._out_window_len), tail))
+            self._write_hops(powers, [powers.shape[0]])
+        self._set_raw(np.concatenate((np.zeros(self._out_window_len), tail)))
         self._out_end = self._written + tail.size / self._out_hop
 
     def _cut(self, cut: int) -> None:
@@ -341,9 +432,9 @@ class EchoGuard:
             return
         if self._written > cut:
             self._written = cut  # the hops after it no longer count (Rule 2)
-            self._raw = np.zeros(self._out_window_len)
+            self._set_raw(np.zeros(self._out_window_len))
         else:
-            self._raw = self._raw[: self._out_window_len + (cut - self._written) * self._out_hop]
+            self._set_raw(self._raw[: self._out_window_len + (cut - self._written) * self._out_hop])
         self._out_end = self._written + (self._raw.size - self._out_window_len) / self._out_hop
 
     def _hop_at(self, now: float) -> float:
@@ -363,38 +454,71 @@ class EchoGuard:
             self._envelope[:] = 0.0
             self._features[:] = 0.0
             self._powers[:] = 0.0
+            self._envelope_sums[:] = 0.0
+            self._feature_energies[:] = 0.0
         else:
             rows = (written + 1 + np.arange(count)) % ring
             decay = self._decay ** (1.0 + np.arange(count))
-            self._envelope[rows] = self._envelope[written % ring] * decay[:, None]
+            envelope = self._envelope[written % ring] * decay[:, None]
+            self._envelope[rows] = envelope
+            self._envelope_sums[rows] = envelope.sum(axis=1)
             self._powers[rows] = 0.0
             mean = self._out_mean if self._out_mean is not None else math.log10(_OUTPUT_FLOOR)
             self._features[rows] = math.log10(_OUTPUT_FLOOR) - mean
+            features = self._features[rows]
+            self._feature_energies[rows] = (features * features).sum(axis=1)
         self._written = hop
 
-    def _write_hops(self, powers: Floats) -> None:
-        """Append the band powers of consecutive hops (rows of ``powers``) to the ring."""
-        for first in range(0, powers.shape[0], 64):  # 64 hops: decay**64 stays far from 0
-            self._write_some_hops(powers[first : first + 64])
+    def _write_hops(self, powers: Floats, frames: Sequence[int]) -> None:
+        """Append the band powers of consecutive hops (rows of ``powers``) to the ring;
+        ``frames``: how many of them each call of ``played`` gave (one count for ``resume``).
 
-    def _write_some_hops(self, powers: Floats) -> None:
-        count = powers.shape[0]
-        rows = (self._written + 1 + np.arange(count)) % self._ring
-        self._powers[rows] = powers
-        # envelope[h] = max(power[h], decay * envelope[h - 1]), as a running maximum.
-        scale = self._decay ** np.arange(count + 1, dtype=np.float64)[:, None]
-        previous = self._envelope[self._written % self._ring]
-        scaled = np.vstack((previous, powers / scale[1:]))
-        self._envelope[rows] = (np.maximum.accumulate(scaled, axis=0) * scale)[1:]
+        The envelope's scaling and the output's running mean go chunk by chunk (a frame's hops,
+        at most ``_CHUNK_HOPS`` at a time), as they did when each frame was written on its own:
+        their rounding depends on the chunks. The rest is computed for all hops at once."""
+        chunks = [min(_CHUNK_HOPS, n - i) for n in frames for i in range(0, n, _CHUNK_HOPS)]
+        count, ring = powers.shape[0], self._ring
         log_powers = np.log10(powers + _OUTPUT_FLOOR)
+        audible = powers.sum(axis=1) > 100.0 * _OUTPUT_FLOOR
+        # envelope[h] = max(power[h], decay * envelope[h - 1]): in each chunk, a running
+        # maximum of the powers scaled by decay**-k (k from 1 at the chunk's first hop) after
+        # the previous hop's envelope, scaled back.
+        scale = np.concatenate([self._scales[1 : n + 1] for n in chunks])
+        envelope = powers / scale
+        previous = self._envelope[self._written % ring]
+        features = np.empty_like(powers)
         if self._out_mean is None:
             self._out_mean = log_powers[0].copy()
         mean = self._out_mean
-        self._features[rows] = log_powers - mean
-        audible = powers.sum(axis=1) > 100.0 * _OUTPUT_FLOOR
-        if audible.any():  # the running mean moves once per call (≤ a few hops)
-            weight = 1.0 - (1.0 - self._hop_tau) ** int(audible.sum())
-            mean += weight * (log_powers[audible].mean(axis=0) - mean)
+        start = 0
+        for n in chunks:
+            end = start + n
+            chunk = envelope[start:end]
+            np.maximum(chunk[0], previous, out=chunk[0])
+            np.maximum.accumulate(chunk, axis=0, out=chunk)
+            previous = chunk[-1] * scale[end - 1]
+            np.subtract(log_powers[start:end], mean, out=features[start:end])
+            heard = int(np.count_nonzero(audible[start:end]))
+            if heard:  # the running mean moves once per chunk (≤ a few hops)
+                loud = log_powers[start:end]
+                if heard < n:
+                    loud = loud[audible[start:end]]
+                weight = 1.0 - (1.0 - self._hop_tau) ** heard
+                mean += weight * (loud.sum(axis=0) / heard - mean)  # loud.mean(axis=0)
+            start = end
+        envelope *= scale
+        first = (self._written + 1) % ring
+        # A slice where the rows do not wrap around the ring (the same rows, fewer calls).
+        rows = (
+            slice(first, first + count)
+            if first + count <= ring
+            else (first + np.arange(count)) % ring
+        )
+        self._powers[rows] = powers
+        self._envelope[rows] = envelope
+        self._envelope_sums[rows] = envelope.sum(axis=1)
+        self._features[rows] = features
+        self._feature_energies[rows] = (features * features).sum(axis=1)
         self._written += count
 
     # ------------------------------------------------------------ microphone
@@ -402,7 +526,15 @@ class EchoGuard:
     def judge(self, pcm: PCM, now: float) -> EchoJudgement:
         """Judge one microphone frame (16 kHz, any length) heard at ``now``."""
         self._mic_now = now
-        pending = np.concatenate((self._mic_pending, pcm.astype(np.float64)))
+        if pcm.size == _STEP and not self._mic_pending.size:
+            # The engine's frame, in step with the guard (its samples become floats where
+            # they are copied, exactly).
+            self._last = self._step(pcm)
+            return self._last
+        samples = pcm.astype(np.float64)
+        pending = (
+            np.concatenate((self._mic_pending, samples)) if self._mic_pending.size else samples
+        )
         steps = pending.size // _STEP
         if steps == 0:
             self._mic_pending = pending
@@ -425,64 +557,59 @@ class EchoGuard:
             )
         return _with_samples(self._last, pcm.size)
 
-    def _step(self, samples: Floats) -> EchoJudgement:
-        step = _STEP
-        frame = self._mic_frame
-        frame[:-step] = frame[step:]
-        frame[-step:] = samples
-        self._mic_position += step
-        spectrum = np.fft.rfft(frame * self._mic_window)
-        mic = (spectrum.real**2 + spectrum.imag**2) @ self._mic_bands
-        noise = self._track_noise(mic)
-        log_mic = np.log10(mic + noise)
-        if self._mic_mean is None:
-            self._mic_mean = log_mic.copy()
-        self._mic_mean += self._tau * (log_mic - self._mic_mean)
-
+    def _step(self, samples: Samples) -> EchoJudgement:
+        self._mic_position += _STEP
         hop = self._mic_position // _HOP
-        hops = hop + self._offsets  # oldest first: lag max+neighbours … −neighbours
-        written = self._written
-        envelope = self._envelope.take(hops, axis=0, mode="wrap")
-        valid: npt.NDArray[np.bool_] | None = None
-        if int(hops[0]) <= written - self._ring or int(hops[-1]) > written:
-            valid = (hops <= written) & (hops > written - self._ring)
-            envelope[~valid] = 0.0
-            future = hops > written
-            if written >= 0:
-                # Past the end of the output: its room tail (Rule 4).
-                tail = self._decay ** (hops[future] - written).astype(np.float64)
-                envelope[future] = self._envelope[written % self._ring] * tail[:, None]
+        if self._queued_hops and (
+            hop + _NEIGHBOURS > self._written
+            or hop - self._lags + 1 - _NEIGHBOURS <= self._written + self._queued_hops - self._ring
+        ):
+            # The step needs queued hops, or they overwrite hops it needs: all of them, now.
+            self._write_queued()
+        if not self._audible(hop):
+            # The judgement needs no spectrum; the state it would have updated (the noise floor,
+            # the microphone's mean) waits for the next audible step, in one batch.
+            self._defer(samples)
+            return _NO_ECHO_STEP
+        self._analyse_idle_steps()
+        mic, noise, centred = self._analyse(samples)
+        envelope, valid = self._envelope_around(hop)
         in_range = envelope[_NEIGHBOURS : _NEIGHBOURS + self._lags]
-        if float(in_range.sum(axis=1).max()) < _AUDIBLE:
-            return _NO_ECHO
         self._steps_heard += 1
-        self._correlate(log_mic - self._mic_mean, hop, valid)
+        self._correlate(centred, hop, valid)
 
         locked = self.delay_hops
+        mic_floor = mic + _POWER_FLOOR
         if locked is None:
             if self._steps_heard > self._acquire_steps:
-                return EchoJudgement(0, True, True, None, -100.0, 0.0, 0.0)
+                return _NO_LOCK_STEP
             bound = in_range.max(axis=0)  # anything in range, at full level
         else:
             near = self._output_near(envelope, locked)
             candidate = self._candidate
             if candidate is None:
-                self._learn_gains(mic, near)
+                self._learn_gains(mic_floor, near)
             else:
                 # The delay may have jumped: the echo may come from either lag.
                 other = self._output_near(envelope, candidate)
-                self._learn_gains(mic, other if self._jumped else near)
+                self._learn_gains(mic_floor, other if self._jumped else near)
                 near = np.maximum(near, other)
             bound = near * 10.0**self._gains
             # A speaker's distortion spreads the loudest band's energy to the others.
             bound = np.maximum(bound, self._spread * float(bound.max()))
         threshold = self._margin * bound + 2.0 * noise
-        excess = float(np.maximum(np.log10((mic + _POWER_FLOOR) / threshold), 0.0).mean())
+        # Per band, how far the microphone rises above the threshold: in log10 units (their
+        # mean, the excess) and in power (their sum); in one array, for fewer calls.
+        rises = self._rises
+        np.log10(np.divide(mic_floor, threshold, out=rises[0]), out=rises[0])
+        np.subtract(mic, threshold, out=rises[1])
+        np.maximum(rises, 0.0, out=rises)
+        log_sum, above = rises.sum(axis=1).tolist()
+        excess = log_sum / mic.size  # the mean, as np.mean has it: the sum, divided
         mic_power = float(mic.sum())
-        above = float(np.maximum(mic - threshold, 0.0).sum())
         residual = 10.0 * math.log10(above / mic_power) if above > 0 and mic_power > 0 else -100.0
         return EchoJudgement(
-            0,
+            _STEP,
             True,
             excess >= self._near_end,
             self.delay_ms,
@@ -491,33 +618,149 @@ class EchoGuard:
             10.0 * excess,
         )
 
-    def _track_noise(self, mic: Floats) -> Floats:
-        """Per-band noise floor: follows dips at once, rises by ≈ 2 dB/s."""
+    def _audible(self, hop: int) -> bool:
+        """Rule 4's first test, on the output alone: is anything audible in the delay range at
+        ``hop``? Exact; the ring's envelope sums answer the usual cases without the envelope."""
+        written, ring = self._written, self._ring
+        if written < 0:
+            return False  # nothing was ever played (the ring is silence)
+        first = hop - self._lags + 1  # the delay range's oldest hop
+        if first - _NEIGHBOURS > written - ring and hop + _NEIGHBOURS <= written:
+            # All of _envelope_around's hops hold output: its sums are the ring's.
+            return self._loudest(first, hop) >= _AUDIBLE
+        # The output ends in the range, or before it: an upper bound, its room tail at its
+        # loudest (the first hop after the end) beside what the ring holds in the range.
+        loudest = float(self._envelope_sums[written % ring]) * self._decay ** max(
+            1, first - written
+        )
+        oldest, newest = max(first, written - ring + 1), min(hop, written)
+        if oldest <= newest:
+            loudest = max(loudest, self._loudest(oldest, newest))
+        if loudest < _AUDIBLE * _QUIET_MARGIN:
+            return False
+        envelope, _ = self._envelope_around(hop)  # near the threshold: exactly as judged
+        in_range = envelope[_NEIGHBOURS : _NEIGHBOURS + self._lags]
+        return float(in_range.sum(axis=1).max()) >= _AUDIBLE
+
+    def _loudest(self, first: int, last: int) -> float:
+        """The largest envelope sum over the bands of hops ``first``…``last`` (in the ring)."""
+        ring, sums = self._ring, self._envelope_sums
+        low, high = first % ring, last % ring
+        if low <= high:
+            return float(sums[low : high + 1].max())
+        return max(float(sums[low:].max()), float(sums[: high + 1].max()))
+
+    def _envelope_around(self, hop: int) -> tuple[Floats, npt.NDArray[np.bool_] | None]:
+        """The output's envelope at the hops around the delay range at ``hop`` (oldest first:
+        lag max+neighbours … −neighbours), its room tail past the output's end, and which of
+        those hops hold output (None: all)."""
+        written, ring = self._written, self._ring
+        first, last = hop + int(self._offsets[0]), hop + int(self._offsets[-1])
+        if first > written - ring and last <= written and first % ring <= last % ring:
+            # All of them hold output, in one run of the ring: a view (read only, as it is).
+            return self._envelope[first % ring : last % ring + 1], None
+        hops = hop + self._offsets
+        envelope = self._envelope.take(hops, axis=0, mode="wrap")
+        valid: npt.NDArray[np.bool_] | None = None
+        if first <= written - ring or last > written:
+            valid = (hops <= written) & (hops > written - self._ring)
+            envelope[~valid] = 0.0
+            future = hops > written
+            if written >= 0:
+                # Past the end of the output: its room tail (Rule 4).
+                tail = self._decay ** (hops[future] - written).astype(np.float64)
+                envelope[future] = self._envelope[written % self._ring] * tail[:, None]
+        return envelope, valid
+
+    def _analyse(self, samples: Samples) -> tuple[Floats, Floats, Floats]:
+        """One step's microphone band powers, noise floor and log-powers minus their mean."""
+        step = _STEP
+        frame = self._mic_frame
+        frame[:-step] = frame[step:]
+        frame[-step:] = samples
+        spectrum = np.fft.rfft(frame * self._mic_window)
+        mic = _power(spectrum) @ self._mic_bands
+        noise = self._track_noise(mic)
+        log_mic = np.log10(mic + noise)
+        if self._mic_mean is None:
+            self._mic_mean = log_mic.copy()
+        self._mic_mean += self._tau * (log_mic - self._mic_mean)
+        return mic, noise, log_mic - self._mic_mean
+
+    def _defer(self, samples: Samples) -> None:
+        """Keep an idle step's samples for ``_analyse_idle_steps``."""
+        window = self._mic_window.size
+        if self._idle_steps == 0:
+            self._idle[:window] = self._mic_frame
+        start = window + self._idle_steps * _STEP
+        self._idle[start : start + _STEP] = samples
+        self._idle_steps += 1
+        if self._idle_steps == _IDLE_STEPS:
+            self._analyse_idle_steps()
+
+    def _analyse_idle_steps(self) -> None:
+        """What ``_analyse`` would have done for the deferred idle steps, in order: their
+        spectra in one FFT (the costly part), the noise floor and the mean step by step, with
+        the same operations on the same values (the state is exactly the eager one)."""
+        count = self._idle_steps
+        if count == 0:
+            return
+        self._idle_steps = 0
+        window = self._mic_window.size
+        samples = self._idle[: window + count * _STEP]
+        frames = sliding_window_view(samples[_STEP:], window)[::_STEP]  # step k's frame
+        spectra = np.fft.rfft(frames * self._mic_window)
+        powers = _power(spectra)
+        mics = np.empty((count, self.settings.bands))
+        for k in range(count):
+            # One row at a time: a matrix product of many rows rounds differently.
+            np.matmul(powers[k], self._mic_bands, out=mics[k])
+        shares = 0.3 * mics  # _track_noise's, for every step at once
+        noises = np.empty_like(mics)
+        for k in range(count):
+            noises[k] = self._track_noise(mics[k], shares[k])
+        for log_mic in np.log10(mics + noises):
+            if self._mic_mean is None:
+                self._mic_mean = log_mic.copy()
+            self._mic_mean += self._tau * (log_mic - self._mic_mean)
+        self._mic_frame[:] = samples[-window:]
+
+    def _track_noise(self, mic: Floats, share: Floats | None = None) -> Floats:
+        """Per-band noise floor: follows dips at once, rises by ≈ 2 dB/s (``share``: 0.3 * mic,
+        if it is at hand)."""
         if self._noise is None:
             self._noise = np.maximum(mic, _POWER_FLOOR)
         noise = self._noise
+        share = 0.3 * mic if share is None else share
         self._noise = np.maximum(
-            np.where(mic < noise, 0.7 * noise + 0.3 * mic, noise * 1.01), _POWER_FLOOR
+            np.where(mic < noise, 0.7 * noise + share, noise * 1.01), _POWER_FLOOR
         )
         return self._noise
 
     def _correlate(self, mic: Floats, hop: int, valid: npt.NDArray[np.bool_] | None) -> None:
         """Rule 3: update the per-lag correlations and the lock (``valid``: which of the hops
         around ``hop`` hold output, None for all)."""
-        lagged = self._features.take(hop - self._lag_range, axis=0, mode="wrap")
+        lags = self._lags
+        hops = hop - self._lag_range
+        lagged = self._features.take(hops, axis=0, mode="wrap")
+        latest = self._latest
+        energies = latest[lags : 2 * lags]
+        self._feature_energies.take(hops, mode="wrap", out=energies)  # (lagged**2).sum(1)
         if valid is not None:
-            lagged[~valid[_NEIGHBOURS : _NEIGHBOURS + self._lags][::-1]] = 0.0
-        taus = self._taus
-        self._products += taus * (lagged @ mic - self._products)
-        self._mic_energy += taus * (float(mic @ mic) - self._mic_energy)
-        self._out_energy += taus * ((lagged * lagged).sum(axis=1) - self._out_energy)
+            silent = ~valid[_NEIGHBOURS : _NEIGHBOURS + lags][::-1]
+            lagged[silent] = 0.0
+            energies[silent] = 0.0
+        np.matmul(lagged, mic, out=latest[:lags])
+        latest[2 * lags] = float(mic @ mic)
+        # The products, the output's and the microphone's energies, each row at its own rate.
+        self._averages += self._taus * (latest - self._averages)
         if self._steps_heard < _WARM_UP_STEPS:
             return
         correlations = self._products / np.sqrt(self._mic_energy * self._out_energy + 1e-12)
         slow, fast = correlations
         self._relock(slow)
         locked = self.delay_hops
-        best = int(np.argmax(fast))
+        best = int(fast.argmax())
         self._candidate = None
         self._jumped = False
         if locked is not None and best != locked and self._lockable(fast, best):
@@ -538,7 +781,7 @@ class EchoGuard:
         locked = self.delay_hops
         if locked is not None and float(correlation[locked]) < self.settings.release_correlation:
             self.delay_hops = locked = None
-        best = int(np.argmax(correlation))
+        best = int(correlation.argmax())
         if best == locked:
             return
         if locked is not None and float(correlation[best]) <= float(correlation[locked]) + 0.05:
@@ -551,12 +794,24 @@ class EchoGuard:
         centre = self._lags - 1 + _NEIGHBOURS - lag
         return np.asarray(envelope[centre - _NEIGHBOURS : centre + _NEIGHBOURS + 1].max(axis=0))
 
-    def _learn_gains(self, mic: Floats, output: Floats) -> None:
-        """Running median of log10(mic / output) per band, with a step that starts large."""
+    def _learn_gains(self, mic_floor: Floats, output: Floats) -> None:
+        """Running median of log10(mic / output) per band, with a step that starts large
+        (``mic_floor``: the microphone's band powers plus ``_POWER_FLOOR``)."""
         loud = output > _GAIN_MIN_POWER
+        if loud.all():  # usually, while the output speaks: the same steps, in place
+            ratio = np.log10(mic_floor) - np.log10(output)
+            updates = self._gain_updates
+            updates += 1.0
+            if self._gains_settled:
+                step: Floats | float = 0.05  # what the formula gives from 100 updates on
+            else:
+                step = np.maximum(0.05, 0.5 / np.sqrt(updates))
+                self._gains_settled = bool(updates.min() >= 100.0)
+            self._gains += step * np.sign(ratio - self._gains)
+            return
         if not loud.any():
             return
-        ratio = np.log10(mic[loud] + _POWER_FLOOR) - np.log10(output[loud])
+        ratio = np.log10(mic_floor[loud]) - np.log10(output[loud])
         updates = self._gain_updates[loud] + 1.0
         self._gain_updates[loud] = updates
         step = np.maximum(0.05, 0.5 / np.sqrt(updates))
@@ -571,6 +826,8 @@ def no_reference(samples: int) -> EchoJudgement:
 
 
 def _with_samples(judgement: EchoJudgement, samples: int) -> EchoJudgement:
+    if judgement.samples == samples:
+        return judgement  # judgements are immutable: share it
     return EchoJudgement(
         samples,
         judgement.reference,

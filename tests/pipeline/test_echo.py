@@ -24,6 +24,7 @@ from pipeline.echo import (
 from pipeline.turns import Interrupt, TurnCoordinator, TurnSettings
 from plugins.audio import PCM
 from plugins.contracts import VADEvent, VADEventKind
+from tests.pipeline.echo_reference import StepByStepEchoGuard
 
 Floats = npt.NDArray[np.float64]
 MIC = 16_000
@@ -255,6 +256,94 @@ def test_reset_forgets_the_path() -> None:
 def test_bad_settings_are_refused(settings: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="EchoSettings"):
         EchoSettings(**settings)
+
+
+Call = tuple[str, PCM | None, float]
+"""("judge" | "played" | "stop" | "pause" | "resume" | "reset", audio, now)."""
+
+
+def scripted_session() -> list[Call]:
+    """A session's calls: silence, an answer played with its echo (40 ms frames sent like the
+    pacer, with 120 ms, 10 ms and odd-sized ones among them) that a person talks over and that
+    is stopped, a long idle gap, a second answer sent as one frame longer than the ring holds,
+    paused and resumed, then a reset; microphone frames of several lengths, odd ones too."""
+    seconds = 15.0
+    mic = noise(seconds, dbfs=-62, seed=7)
+    first, second = round(1.0 * MIC), round(9.0 * MIC)
+    mic[first : first + round(SECONDS * MIC)] += room(answer_at(0.12), 12)
+    person = render(syllables(1.0, seed=8, f0=(180, 260)), 1.0, MIC)
+    mic[round(2.6 * MIC) : round(3.6 * MIC)] += person
+    mic[second : second + round(SECONDS * MIC)] += room(answer_at(0.06), 18)
+    mic_frames = [320, 320, 160, 480, 113, 1600, 320, 700, 207]
+    out_frames = [960, 960, 2880, 240, 960, 37, 1200]
+    # One-off calls at these times (the first judged frame from then on).
+    events: list[Call] = [
+        ("stop", None, 4.0),  # the first answer interrupted
+        ("played", pcm(OUTPUT[: round(2.7 * OUT)]), 9.0),  # the second, all at once
+        ("pause", None, 11.0),
+        ("resume", None, 11.5),
+        ("reset", None, 14.0),
+    ]
+    calls: list[Call] = []
+    position = sent = index = 0
+    while position < mic.size - 1600:
+        size = mic_frames[index % len(mic_frames)]
+        index += 1
+        position += size
+        now = position / MIC
+        calls.append(("judge", pcm(mic[position - size : position]), now))
+        while 1.0 <= now < 4.0 and sent < OUTPUT.size and sent / OUT - (now - 1.0) <= 0.3:
+            size = out_frames[(sent // 960) % len(out_frames)]
+            calls.append(("played", pcm(OUTPUT[sent : sent + size]), now))
+            sent += size
+        while events and now >= events[0][2]:
+            kind, audio, _ = events.pop(0)
+            calls.append((kind, audio, now))
+    return calls
+
+
+def test_the_guard_judges_as_the_step_by_step_version() -> None:
+    """The optimised guard (idle steps put off, output frames analysed together) against the
+    straightforward one it replaced (tests/pipeline/echo_reference.py), on the same calls."""
+    optimised, reference = EchoGuard(), StepByStepEchoGuard()
+    judged = []
+    for kind, audio, now in scripted_session():
+        for guard in (optimised, reference):
+            if kind == "judge":
+                assert audio is not None
+                judged.append(guard.judge(audio, now))
+            elif kind == "played":
+                assert audio is not None
+                guard.played(audio, now)
+            elif kind == "reset":
+                guard.reset()
+            else:
+                getattr(guard, kind)(now)
+        if kind == "judge" and judged[-1].reference:
+            # An audible step brings the put-off work up to date: the state the judgements
+            # do not show (the lock's correlations, the mean, the noise floor) agrees as well.
+            for name in ("_products", "_out_energy", "_mic_mean", "_noise", "_gains"):
+                np.testing.assert_allclose(
+                    getattr(optimised, name), getattr(reference, name), rtol=1e-9, atol=1e-12
+                )
+
+    pairs = list(zip(judged[::2], judged[1::2], strict=True))
+    for got, expected in pairs:
+        assert (got.samples, got.reference, got.near_end, got.delay_ms) == (
+            expected.samples,
+            expected.reference,
+            expected.near_end,
+            expected.delay_ms,
+        )
+        floats = (got.echo_dbfs, got.residual_db, got.excess_db)
+        assert floats == pytest.approx(
+            (expected.echo_dbfs, expected.residual_db, expected.excess_db), rel=1e-9, abs=1e-12
+        )
+    # The session went through every path worth comparing.
+    assert sum(not e.reference for _, e in pairs) > 200  # idle, the long gap among them
+    assert sum(e.delay_ms is not None for _, e in pairs) > 150  # locked
+    assert sum(e.reference and e.near_end for _, e in pairs) > 40  # the person, over the echo
+    assert sum(e.reference and e.delay_ms is None for _, e in pairs) > 20  # not yet locked
 
 
 def test_a_frame_costs_well_under_half_a_millisecond() -> None:
