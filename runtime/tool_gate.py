@@ -174,6 +174,9 @@ class ToolGate:
     async def specs(self) -> tuple[ToolSpec, ...]:
         if self._loaded is None:
             self._loaded = asyncio.ensure_future(self._load())
+            # A turn cancelled while the read is under way leaves nobody awaiting it: its
+            # failure is retrieved here, not reported as "never retrieved" when collected.
+            self._loaded.add_done_callback(_retrieved)
         try:
             await asyncio.shield(self._loaded)
         except ToolsUnavailable:
@@ -542,6 +545,11 @@ class ToolGate:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 __all__ = ["ApprovalNotFound", "ToolGate"]

@@ -4,6 +4,7 @@ timeout, an answer typed over the question, and a cancel of the response that as
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from tests.virtual_time import in_virtual_time
 from tools.capability import Capability
 from tools.catalog import InMemoryToolCatalog
 from tools.decide import ToolDecider
+from tools.errors import ToolsUnavailable
 from tools.grants import GrantedBy, InMemoryGrantStore, NewGrant
 from tools.http_tool import HttpToolExecutor, InMemorySecrets
 from tools.judgements import InMemoryJudgementCache
@@ -228,3 +230,42 @@ async def test_a_client_function_no_grant_decides_goes_to_the_client_unless_deni
         assert verdict.refused is not None  # the deny grant decides before anyone is asked
     finally:
         await session.close()
+
+
+class SlowFailingCatalog(InMemoryToolCatalog):
+    """A catalog whose read fails (the database unreachable) after ``gate`` opens."""
+
+    def __init__(self) -> None:
+        super().__init__({"127.0.0.1"})
+        self.gate = asyncio.Event()
+
+    async def list(self, tenant: str, role_id: str) -> list[Any]:
+        await self.gate.wait()
+        raise ToolsUnavailable("tool catalog unavailable: TimeoutError")
+
+
+async def test_a_catalog_read_that_fails_after_its_turn_was_cancelled_is_not_left_unretrieved() -> (
+    None
+):
+    """The turn that started the role's tools' read is cancelled (a barge-in); the read then
+    fails, and the session ends before another turn asks. Nobody awaited the failure: it must
+    not surface as an asyncio "exception was never retrieved" traceback when collected."""
+    session = Session()
+    catalog = SlowFailingCatalog()
+    session.gate.catalog = catalog
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: unhandled.append(context))
+    try:
+        turn = asyncio.ensure_future(session.gate.specs())
+        await asyncio.sleep(0.01)
+        turn.cancel()
+        catalog.gate.set()
+        await asyncio.sleep(0.01)
+        await session.close()
+        del turn, session
+        gc.collect()
+        await asyncio.sleep(0)
+        assert unhandled == []
+    finally:
+        loop.set_exception_handler(None)
