@@ -299,7 +299,7 @@ class Conversation:
             if code not in EXPECTED_ERRORS:
                 self.tally.unexpected[f"error:{code}"] += 1
             return False
-        if kind in ("response.created", "response.done"):
+        if self.explain and kind in ("response.created", "response.done"):  # per message
             response = event.get("response") or {}
             self.segments[-1].note(f"  saw seq={message.seq} {kind} {response.get('id')} "
                                    f"{response.get('status')}")  # fmt: skip
