@@ -61,7 +61,13 @@ class InstantJsonModel:
     nothing (refused)."""
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str:
         ids = schema["properties"]["changes"]["items"]["properties"]["sources"]["items"]["enum"]
         user = next(i for i in ids if int(i[2:]) % 2 == 1)
@@ -143,7 +149,13 @@ class RecallModel:
     (cited), as a good model would; what is measured is whether the runtime carries it."""
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str:
         import re
 

@@ -77,10 +77,17 @@ Failure = Literal["model_error", "model_timeout", "unparsable"]
 
 class JsonModel(Protocol):
     """A model that answers one chat with JSON constrained by ``schema`` (the text returned).
-    ``lane``: whose request it is (the local model's fair queue)."""
+    ``lane``: whose request it is (the local model's fair queue); ``background``: nobody waits
+    for it — it runs in the pauses and yields to a person's turn (SPEC RT-11)."""
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str: ...
 
 
@@ -94,6 +101,10 @@ class ConsolidationLimits:
     max_changes: int = 4
     max_tokens: int = 320
     timeout_s: float = 20.0
+    background: bool = True
+    """The model call is background work (SPEC RT-11): it waits for a pause, up to
+    ``queue_s`` more than ``timeout_s``; a person's Refresh is not."""
+    queue_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,9 +339,15 @@ class Consolidator:
         messages, shown = build_prompt(items, current, self.limits)
         schema = change_schema([item.id for item in shown], max_changes=self.limits.max_changes)
         try:
-            async with asyncio.timeout(self.limits.timeout_s):
+            limits = self.limits
+            bound = limits.timeout_s + (limits.queue_s if limits.background else 0.0)
+            async with asyncio.timeout(bound):
                 text = await self.model.complete_json(
-                    messages, schema, max_tokens=self.limits.max_tokens, lane=lane
+                    messages,
+                    schema,
+                    max_tokens=limits.max_tokens,
+                    lane=lane,
+                    background=limits.background,
                 )
         except TimeoutError:
             return self._failed(shown, "model_timeout", None)

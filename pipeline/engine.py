@@ -67,6 +67,7 @@ from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.engine_config import (
     EngineSettings,
     InputEnrichment,
+    ModelHold,
     OutputSink,
     Persona,
     Plugins,
@@ -162,8 +163,14 @@ class Engine:
         enrichment: InputEnrichment | None = None,
         on_turn_end: Callable[[], None] | None = None,
         tool_gate: ToolGateHook | None = None,
+        model_hold: ModelHold | None = None,
     ) -> None:
         self.plugins = plugins
+        self.model_hold = model_hold
+        """Told when this session's person is mid-turn (background model work yields)."""
+        self._held = False
+        self._thinking: set[int] = set()
+        """Generations whose brain is still at work (the model is theirs)."""
         self.tool_gate = tool_gate
         """Decides the calls of gated tools (module docstring); None: every call runs."""
         self.on_turn_end = on_turn_end
@@ -504,6 +511,7 @@ class Engine:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+        self._sync_model_hold()  # closed: the model is not this session's any more
 
     # ------------------------------------------------------------ commands
 
@@ -531,6 +539,7 @@ class Engine:
             elif isinstance(command, ResumeResponse):
                 self._on_resume(command)
         self._arm_timer()
+        self._sync_model_hold()
 
     def _reset_vad(self) -> None:
         self._vad.reset()
@@ -715,8 +724,6 @@ class Engine:
         text = speculation.result().text.strip()
         if not text or not self._endpointing(turn_id):
             return
-        if self.thread_memory is not None:
-            self.thread_memory.yield_model()  # the answer needs the model more than learning
         memory = self._spawn(self.memory.read(), "memory-read") if self.memory else None
         try:
             content = await self._turn_content(text, before_seq=ALL_HISTORY, memory=memory)
@@ -801,8 +808,8 @@ class Engine:
     async def _respond(
         self, response: Response, text: str | None, utterance: Utterance | None
     ) -> None:
-        if self.thread_memory is not None:
-            self.thread_memory.yield_model()  # the answer needs the model more than learning
+        self._thinking.add(response.generation)  # the model is the answer's (SPEC RT-11)
+        self._sync_model_hold()
         # Long-term memory is read while the input is transcribed and journaled.
         memory_read = self._spawn(self.memory.read(), "memory-read") if self.memory else None
         options = response.options
@@ -863,6 +870,8 @@ class Engine:
             self.send_all(events.created())
             response.created = True
             await self.speaker.speak(response, content)
+            self._thinking.discard(response.generation)
+            self._sync_model_hold()  # playing out needs no model: background work may run
             self.send_all(events.audio_done())
             await self.speaker.await_playout(response)
             await self._finalize(response, interrupted=False)
@@ -887,6 +896,25 @@ class Engine:
         finally:
             if memory_read is not None and not memory_read.done():
                 memory_read.cancel()
+            self._thinking.discard(response.generation)
+            self._sync_model_hold()
+
+    def _sync_model_hold(self) -> None:
+        """Hold the shared model while the person speaks, the turn is being decided or an
+        answer is generated; release it otherwise (``ModelHold``)."""
+        if self.model_hold is None:
+            return
+        state = self.coordinator.state
+        busy = not self._closed and (
+            bool(self._thinking)
+            or state in (TurnState.USER_SPEAKING, TurnState.ENDPOINTING, TurnState.THINKING)
+        )
+        if busy != self._held:
+            self._held = busy
+            if busy:
+                self.model_hold.hold(self.voice_session_id)
+            else:
+                self.model_hold.release(self.voice_session_id)
 
     async def _enriched(self, text: str, seq: int | None) -> str:
         """The person's input as the brain sees it: rewritten by the session's

@@ -49,10 +49,17 @@ class ThreadMemoryHook(Protocol):
 
     def after_turn(self) -> object: ...
 
-    def yield_model(self) -> None:
-        """A turn needs the model now: stop learning (what was not read is read later)."""
-
     async def close(self) -> None: ...
+
+
+class ModelHold(Protocol):
+    """The shared model's foreground signal (``LocalModel.hold``/``release``, SPEC RT-11): the
+    session's person is mid-turn — speaking, waiting or being answered — so background model
+    work yields and none starts; ``release`` when the answer is generated."""
+
+    def hold(self, lane: str) -> None: ...
+
+    def release(self, lane: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,6 +160,9 @@ class RoleMemoryModels:
                         dict(schema),
                         max_tokens=max_tokens,
                         lane=thread_id or f"role-memory:{role_id}",
+                        # Learning is background work (SPEC RT-11); confide and enrichment
+                        # answer a person who is waiting.
+                        background=purpose == "learn",
                     )
             result: str | None = text
         except TimeoutError:

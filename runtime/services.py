@@ -34,7 +34,7 @@ from memory.store import MemoryStore
 from memory.thread_consolidation import JsonModel
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
-from plugins.brain.local_model import LocalModel
+from plugins.brain.local_model import local_model_of
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
 from runtime.database import Database, open_database
@@ -268,6 +268,7 @@ class Services:
         await self.resume_tokens.close()
         for session in list(self.live_sessions.values()):
             await session.shutdown()
+        await self.thread_memory_service.close()
         brain_close = getattr(self.plugins.brain, "aclose", None)
         if self.owns_plugins and brain_close is not None:
             await brain_close()
@@ -285,15 +286,6 @@ class _CurrentToolSecrets:
 
     async def get(self, tenant: str, name: str) -> str | None:
         return await self.services.tool_secrets.get(tenant, name)
-
-
-def local_model_of(brain: object) -> LocalModel | None:
-    """The process's local language model behind ``brain`` (the default brain wraps it), or
-    None for a brain without one (a provider, the rules, a test's fake)."""
-    for candidate in (brain, getattr(brain, "model", None)):
-        if isinstance(candidate, LocalModel):
-            return candidate
-    return None
 
 
 def bearer_token(header: str | None) -> str | None:

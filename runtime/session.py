@@ -61,6 +61,7 @@ from pipeline.audio_formats import AudioFormat, InboundAudio
 from pipeline.engine import Engine, EngineSettings, Persona
 from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
+from plugins.brain.local_model import local_model_of
 from runtime.accounts import Principal
 from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideTool
 from runtime.continuity import ContinueHere, reconcile_from_journal
@@ -516,6 +517,7 @@ class VoiceSession:
             thread_memory=ThreadMemoryHook(
                 services.thread_memory_service, thread, services.plugins.brain, lane=self.id
             ),
+            model_hold=local_model_of(services.plugins.brain),
             enrichment=session_enrichment(services, thread, role),
             tools={knowledge_spec.name: knowledge_tool, confide.spec.name: confide.handler},
             tool_specs=(knowledge_spec, confide.spec),

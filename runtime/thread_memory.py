@@ -29,8 +29,10 @@ Rule 4. Consolidation (``consolidate``): after a finished turn when ``generate``
         memory. A brain with no model (the rules brain, a fake), or a turn the local model took
         no part in (code answered it), runs nothing and changes nothing. A failure is recorded
         in ``last_failure`` and retried after the next turn; it never fails the turn. The voice
-        path comes first: when the next turn needs the model, a consolidation still running is
-        cancelled (``yield_model``) and its items wait for a later pause.
+        path comes first (SPEC RT-11): the model call is background work — it waits for a pause
+        and yields to any person's turn in the model's queue (``plugins.brain.model_queue``),
+        and a session that ends leaves its consolidation running to the end (the service owns
+        it; the server's shutdown cancels it).
 Rule 5. Every change is announced to the live sessions of the thread in this process as
         ``openrealtime.thread_memory.updated`` (an extension event); their next turn reads it.
 """
@@ -38,6 +40,7 @@ Rule 5. Every change is announced to the live sessions of the thread in this pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -156,6 +159,21 @@ class ThreadMemoryService:
         self.services = services
         self._consolidating: dict[ThreadRef, tuple[asyncio.Lock, int]] = {}
         """One consolidation per thread at a time: its lock and how many hold or await it."""
+        self._kept: set[asyncio.Task[None]] = set()
+        """Consolidations of sessions that ended, finishing in the background (rule 4)."""
+
+    def keep(self, task: asyncio.Task[None]) -> None:
+        """Let a consolidation outlive its session; ``close`` cancels what is left."""
+        self._kept.add(task)
+        task.add_done_callback(self._kept.discard)
+
+    async def close(self) -> None:
+        tasks = list(self._kept)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
 
     # ------------------------------------------------------------ reading
 
@@ -265,7 +283,9 @@ class ThreadMemoryService:
             return None
         events = await self.services.journal.read_tail(thread, HISTORY_READ)
         timeout_s = self.services.settings.thread_memory_model_timeout_s
-        consolidator = Consolidator(model, limits=ConsolidationLimits(timeout_s=timeout_s))
+        # A person's Refresh waits for its answer; consolidation after a turn does not.
+        limits = ConsolidationLimits(timeout_s=timeout_s, background=not force)
+        consolidator = Consolidator(model, limits=limits)
         result = await consolidator.consolidate(events, current, lane=thread.thread_id)
         saved = await save_consolidation(
             self.services.thread_memory,
@@ -327,15 +347,6 @@ class ThreadMemoryHook:
         self._task = asyncio.ensure_future(self._consolidate(self.model))
         return self._task
 
-    def yield_model(self) -> None:
-        """A new turn needs the model: a consolidation still running is cancelled (the
-        model's queue cannot preempt a generation, and the voice path comes first). Its
-        items stay unprocessed and are read after a later turn, in a pause long enough."""
-        task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            self._seen = -1  # what it was reading is read after the next turn
-
     async def _consolidate(self, model: JsonModel) -> None:
         try:
             await self.service.consolidate(self.thread, model)
@@ -343,10 +354,7 @@ class ThreadMemoryHook:
             log.warning("thread memory consolidation failed: %s", type(e).__name__)
 
     async def close(self) -> None:
+        """The session ended: a consolidation still running finishes in the service (rule 4)."""
         task, self._task = self._task, None
         if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except BaseException:
-                pass
+            self.service.keep(task)

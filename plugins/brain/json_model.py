@@ -9,7 +9,8 @@ brains already send for constrained answers (``response_format`` of type ``json_
 
 1. ``LocalJsonModel`` wraps the process's ``LocalModel``: llama.cpp turns the schema into a
    grammar, so the answer is valid JSON of that shape (when it is not cut by ``max_tokens``).
-   The request goes through the model's fair queue under ``lane``, like any other.
+   The request goes through the model's fair queue under ``lane``, like any other, in the
+   background class when ``background`` (SPEC RT-11: it runs in the pauses).
 2. ``OpenAIBrain.complete_json`` (``plugins/brain/openai_brain.py``) is the same call over
    HTTP with the brain's client, timeout and error mapping; the brain satisfies ``JsonModel``
    as it is. Servers that ignore ``response_format`` may answer free text: the consolidator
@@ -50,7 +51,14 @@ class LocalJsonModel:
         self.model = model
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str:
         payload = json_payload(messages, schema, max_tokens=max_tokens)
-        return "".join([piece async for piece in self.model.chat(payload, lane=lane)])
+        pieces = self.model.chat(payload, lane=lane, background=background)
+        return "".join([piece async for piece in pieces])

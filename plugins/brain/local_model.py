@@ -23,6 +23,12 @@ Rule 5. llama.cpp installs its own SIGINT/SIGTERM handlers when it starts; the P
         force before are put back right after, so the server's own shutdown keeps working.
 Rule 6. Logs: llama.cpp's own logging is silenced (it could print prompts at high verbosity);
         we log only sizes and timings, never prompt or output text.
+Rule 7. Foreground first (SPEC RT-11; the queue's Rules 5–7). ``chat(background=True)`` is
+        work nobody is waiting on: it starts only in a pause (``hold``/``release`` mark a
+        session mid-turn), and when foreground work arrives it is stopped at its next token
+        or prompt batch (llama.cpp reports prompt progress every ``prefill_batch_tokens``)
+        and put back in the queue; its text is handed over only once it is complete, so a
+        preempted run is simply run again (the prompt cache keeps most of its prefix).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from plugins.brain.model_files import QWEN_05B, ModelFile, ensure_model_file, missing_packages
-from plugins.brain.model_queue import FairModelQueue, ModelQueueFull, Ticket
+from plugins.brain.model_queue import BackgroundPolicy, FairModelQueue, ModelQueueFull, Ticket
 from plugins.errors import PluginTimeout, PluginUnavailable, ProviderError
 
 log = logging.getLogger(__name__)
@@ -63,6 +69,12 @@ class LocalModelSettings:
     """A request that cannot start within this time fails (``PluginTimeout``)."""
     max_generation_s: float = 30.0
     cache_dir: Path | None = None
+    prefill_batch_tokens: int = 64
+    """llama.cpp's prompt batch: a background request can be stopped after each one (Rule 7);
+    smaller is quicker to preempt and slower to prefill."""
+    background: BackgroundPolicy = field(default_factory=BackgroundPolicy)
+    background_start_deadline_s: float = 600.0
+    """A background request that could not start in this long fails (its owner retries)."""
 
 
 class ChatBackend(Protocol):
@@ -106,6 +118,13 @@ class ModelStats:
     """(ms from start to first token, prompt tokens taken from the cache)."""
     tokens_per_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     requests: int = 0
+    background_started: int = 0
+    """Background requests submitted (each is counted once, however often it was preempted)."""
+    background_completed: int = 0
+    background_failed: int = 0
+    background_preempted: int = 0
+    background_busy_s: float = 0.0
+    foreground_busy_s: float = 0.0
     stopped_early: int = 0
     expired: int = 0
     rejected: int = 0
@@ -116,13 +135,21 @@ _END = object()
 
 
 class _Job:
-    def __init__(self, loop: asyncio.AbstractEventLoop, payload: dict[str, Any], lane: str):
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        payload: dict[str, Any],
+        lane: str,
+        *,
+        background: bool = False,
+    ):
         self.loop = loop
         self.payload = payload
         self.items: asyncio.Queue[Any] = asyncio.Queue()
         self.gone = threading.Event()  # the consumer stopped listening
         self.generation = Generation(lane)
         self.expired = False
+        self.background = background
 
     def push(self, item: Any) -> None:
         try:
@@ -157,8 +184,13 @@ class LocalModel:
         self._backend_factory = backend_factory or _xllamacpp_backend
         self._backend: ChatBackend | None = None
         self._queue: FairModelQueue[_Job] = FairModelQueue(
-            max_waiting=self.settings.max_waiting, max_per_lane=self.settings.max_per_lane
+            max_waiting=self.settings.max_waiting,
+            max_per_lane=self.settings.max_per_lane,
+            background=self.settings.background,
         )
+        self._queue.on_foreground = self._preempt_background
+        self._running_background = False
+        self._preempt = threading.Event()
         self.observers: list[Callable[[Generation], None]] = []
         """Called with each finished request's ``Generation`` (on the worker thread): the
         process's metrics (``runtime/metrics.py``). Sizes and timings only, never text."""
@@ -183,6 +215,22 @@ class LocalModel:
     def waiting(self) -> int:
         """Requests waiting in the queue for the model now."""
         return len(self._queue)
+
+    @property
+    def queue(self) -> FairModelQueue[_Job]:
+        return self._queue
+
+    def hold(self, lane: str) -> None:
+        """``lane``'s person is mid-turn: background work yields and none starts (Rule 7)."""
+        self._queue.hold(lane, time.monotonic())
+
+    def release(self, lane: str) -> None:
+        """``lane``'s answer is generated (or its turn ended otherwise)."""
+        self._queue.release(lane, time.monotonic())
+
+    def _preempt_background(self) -> None:
+        if self._running_background:
+            self._preempt.set()
 
     async def load(self) -> None:
         async with self._load_lock:
@@ -220,25 +268,39 @@ class LocalModel:
         lane: str,
         generation: Generation | None = None,
         start_deadline_s: float | None = None,
+        background: bool = False,
     ) -> AsyncGenerator[str, None]:
         """Stream the text of one chat completion (OpenAI chat-completions fields in
         ``payload``; ``stream`` is set here). ``generation`` receives its timings. Close the
-        generator to stop generating (Rule 3)."""
+        generator to stop generating (Rule 3). ``background``: work nobody waits on, run in
+        the pauses and preempted by foreground work; its text comes in one piece (Rule 7)."""
         await self.load()
         self._calls[lane] = self._calls.pop(lane, 0) + 1
         while len(self._calls) > _CALL_LANES:
             del self._calls[next(iter(self._calls))]
-        job = _Job(asyncio.get_running_loop(), {**payload, "stream": True}, lane)
+        job = _Job(
+            asyncio.get_running_loop(), {**payload, "stream": True}, lane, background=background
+        )
+        if background:
+            job.payload["return_progress"] = True  # a progress chunk per prompt batch
         if generation is not None:
             job.generation = generation
         now = time.monotonic()
-        wait = self.settings.start_deadline_s if start_deadline_s is None else start_deadline_s
-        deadline = now + wait
+        default = (
+            self.settings.background_start_deadline_s
+            if background
+            else self.settings.start_deadline_s
+        )
+        deadline = now + (default if start_deadline_s is None else start_deadline_s)
         try:
-            ticket = self._queue.submit(lane, job, now=now, deadline=deadline, on_expire=job.expire)
+            ticket = self._queue.submit(
+                lane, job, now=now, deadline=deadline, on_expire=job.expire, background=background
+            )
         except ModelQueueFull:
             self.stats.rejected += 1
             raise
+        if background:
+            self.stats.background_started += 1
         try:
             while True:
                 if ticket.state == "waiting" and job.items.empty():
@@ -257,10 +319,14 @@ class LocalModel:
                 else:
                     item = await job.items.get()
                 if item is _END:
+                    if background:
+                        self.stats.background_completed += 1
                     return
                 if isinstance(item, BaseException):
                     if job.expired:
                         self.stats.expired += 1
+                    if background:
+                        self.stats.background_failed += 1
                     raise item
                 yield item
         finally:
@@ -298,7 +364,8 @@ class LocalModel:
         job = ticket.item
         generation = job.generation
         generation.queue_wait_s = ticket.queue_wait
-        self.stats.queue_waits_ms.append((ticket.queue_wait or 0.0) * 1000)
+        if not job.background:
+            self.stats.queue_waits_ms.append((ticket.queue_wait or 0.0) * 1000)
         self.stats.requests += 1
         started = time.monotonic()
         stop_at = started + self.settings.max_generation_s
@@ -306,21 +373,36 @@ class LocalModel:
         if backend is None or job.gone.is_set():
             job.push(_END)
             return
+        text: list[str] = []  # a background request's output, handed over whole (Rule 7)
+        preempted = False
+        self._preempt.clear()
+        self._running_background = job.background
+        if job.background and (self._queue.foreground_waiting or self._queue.held(started)):
+            self._preempt.set()  # foreground work came between the take and now
 
         def on_chunk(chunk: dict[str, Any]) -> bool:
+            nonlocal preempted
             if job.gone.is_set():
                 generation.stopped = True
                 return True
+            if job.background and self._preempt.is_set():
+                preempted = True
+                return True
+            if "prompt_progress" in chunk and not chunk.get("choices"):
+                return False
             error = _error_of(chunk)
             if error is not None:
                 job.push(ProviderError(f"local model: {error}", retryable=False))
                 return True
             for choice in chunk.get("choices") or ():
-                text = (choice.get("delta") or {}).get("content") or ""
-                if text:
+                piece = (choice.get("delta") or {}).get("content") or ""
+                if piece:
                     if generation.first_token_s is None:
                         generation.first_token_s = time.monotonic() - started
-                    job.push(text)
+                    if job.background:
+                        text.append(piece)
+                    else:
+                        job.push(piece)
             timings = chunk.get("timings")
             if isinstance(timings, dict):
                 generation.timings = _timings(timings)
@@ -330,14 +412,30 @@ class LocalModel:
                 return True
             return False
 
+        failed = False
         try:
             backend.chat(job.payload, on_chunk)
         except Exception as e:  # the runtime's errors reach the consumer as plugin errors
+            failed = True
             log.warning("local model request failed: %s", type(e).__name__)
             job.push(ProviderError(f"local model failed: {type(e).__name__}", retryable=True))
-        finally:
-            self._record(generation)
-            job.push(_END)
+        self._running_background = False
+        ended = time.monotonic()
+        self._queue.ran(started, ended, background=job.background)
+        if job.background:
+            self.stats.background_busy_s += ended - started
+        else:
+            self.stats.foreground_busy_s += ended - started
+        if preempted and not failed and not job.gone.is_set():
+            self.stats.background_preempted += 1
+            generation.first_token_s = None
+            if self._queue.requeue(ticket):
+                return  # it runs again from the start in the next pause
+            job.push(PluginUnavailable("the local model was shut down"))
+        self._record(generation)
+        if text and not failed:
+            job.push("".join(text))
+        job.push(_END)
 
     def _record(self, generation: Generation) -> None:
         if generation.stopped:
@@ -353,6 +451,15 @@ class LocalModel:
                 observe(generation)
             except Exception:  # a metric must never stop the model's worker
                 log.exception("local model observer failed")
+
+
+def local_model_of(brain: object) -> LocalModel | None:
+    """The process's local language model behind ``brain`` (the default brain wraps it), or
+    None for a brain without one (a provider, the rules, a test's fake)."""
+    for candidate in (brain, getattr(brain, "model", None)):
+        if isinstance(candidate, LocalModel):
+            return candidate
+    return None
 
 
 def _error_of(chunk: dict[str, Any]) -> str | None:
@@ -407,6 +514,7 @@ class _XllamacppBackend:
         params.cpuparams.n_threads = settings.threads
         params.cpuparams_batch.n_threads = settings.threads
         params.cache_ram_mib = settings.cache_ram_mib
+        params.n_batch = params.n_ubatch = settings.prefill_batch_tokens
         params.verbosity = -1
         params.hostnames = [str(self._socket_dir / "llm.sock")]
         params.api_keys = [secrets.token_urlsafe(32)]

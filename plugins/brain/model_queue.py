@@ -1,4 +1,5 @@
-"""The queue in front of the one local model: bounded, fair across sessions, with deadlines.
+"""The queue in front of the one local model: bounded, fair across sessions, with deadlines,
+and two classes of work — a person's answers first, background work in the pauses.
 
 Theory of operation
 -------------------
@@ -6,10 +7,10 @@ One model serves every session of the process, one request at a time (on a 2-cor
 requests decoded together are no faster than one after the other, and each would wait twice as
 long for its first token). Requests wait here until the model is free.
 
-Rule 1. Every request belongs to a *lane* (the voice session that made it). Lanes are served
-        round robin: after a request of lane A, the next one comes from the next lane that has
-        work, so one chatty session cannot starve the others. Within a lane, first come first
-        served.
+Rule 1. Every request belongs to a *lane* (the voice session that made it, or for background
+        work the thread or role it is for). Lanes are served round robin: after a request of
+        lane A, the next one comes from the next lane that has work, so one chatty session
+        cannot starve the others. Within a lane, first come first served.
 Rule 2. Bounded: at most ``max_waiting`` requests wait in all, at most ``max_per_lane`` per lane.
         ``submit`` beyond either bound raises ``ModelQueueFull`` (retryable) and queues nothing.
 Rule 3. Every request carries a deadline for *starting*. ``take`` never hands out a request whose
@@ -17,6 +18,22 @@ Rule 3. Every request carries a deadline for *starting*. ``take`` never hands ou
         and the queue wait of every request handed out is recorded.
 Rule 4. A request cancelled while it waits (``cancel``) leaves the queue at once; one cancelled
         after it was taken is the runner's business (it stops generating at the next token).
+Rule 5. Two classes (SPEC RT-11). *Foreground* is what a person waits for (an answer, a tool
+        judgement a pending call waits on); *background* is everything else (memory
+        consolidation, learning, summaries, evals). Each class has its own rotation. ``take``
+        hands out a background request only when no foreground request waits and
+        ``BackgroundPolicy`` allows it (Rule 6); otherwise it waits, however long it has waited.
+Rule 6. A background request may start only when (a) no session is *mid-turn* (``hold``
+        from the moment a person starts speaking or typing until their answer is generated;
+        a hold lapses after ``hold_max_s`` so a lost ``release`` cannot starve background work
+        for ever), (b) no foreground work was seen for ``idle_before_s`` (the gap between a
+        typed answer and the next question is not a pause), and (c) while sessions are active
+        (any foreground work in the last ``window_s``), background model time in that window is
+        below ``share`` of it (``ran`` reports the runner's busy time).
+Rule 7. Preemption: a foreground ``submit`` or a ``hold`` calls ``on_foreground`` (outside the
+        lock). The runner stops a running background request at its next token or prompt batch
+        and puts it back with ``requeue`` (first in its lane, its deadline unchanged, counted
+        in ``preempted``): background work restarts from what it stored, it is never lost.
 
 The queue is plain data behind one lock: ``now`` is passed in, so tests run it in virtual time.
 ``take`` may be called from the model's worker thread while the event loop submits.
@@ -42,6 +59,26 @@ class ModelQueueFull(PluginError):
         super().__init__(message, retryable=True)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackgroundPolicy:
+    """When background work may use the model (Rule 6)."""
+
+    idle_before_s: float = 0.5
+    """Foreground quiet this long before a background request starts."""
+    share: float = 0.5
+    """The most of the model's time background work may take while sessions are active."""
+    window_s: float = 60.0
+    """The window the share is measured over (and in which sessions count as active)."""
+    hold_max_s: float = 120.0
+    """A session's mid-turn hold lapses after this long without a release."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError("share must be between 0 and 1")
+        if self.idle_before_s < 0 or self.window_s <= 0 or self.hold_max_s <= 0:
+            raise ValueError("idle_before_s >= 0, window_s > 0 and hold_max_s > 0")
+
+
 @dataclass(eq=False)
 class Ticket(Generic[T]):
     """One waiting request. ``on_expire`` is called (outside the lock) when its start deadline
@@ -54,32 +91,114 @@ class Ticket(Generic[T]):
     on_expire: Callable[[], None] = lambda: None
     started_at: float | None = None
     state: str = field(default="waiting")  # waiting | taken | expired | cancelled
+    background: bool = False
+    preempted: int = 0
+    """How often the runner stopped it for foreground work and put it back (Rule 7)."""
 
     @property
     def queue_wait(self) -> float | None:
         return None if self.started_at is None else self.started_at - self.enqueued_at
 
 
-class FairModelQueue(Generic[T]):
-    """Round-robin lanes of waiting requests (see the module's rules)."""
+class _Rotation(Generic[T]):
+    """One class's lanes in round-robin order (Rule 1)."""
 
-    def __init__(self, *, max_waiting: int = 32, max_per_lane: int = 2, waits_kept: int = 1024):
+    def __init__(self) -> None:
+        self.lanes: dict[str, deque[Ticket[T]]] = {}
+        self.order: deque[str] = deque()  # lanes with work, next to serve first
+        self.waiting = 0
+
+    def add(self, ticket: Ticket[T], *, first: bool = False) -> None:
+        queue = self.lanes.get(ticket.lane)
+        if queue is None:
+            queue = self.lanes[ticket.lane] = deque()
+            if first:
+                self.order.appendleft(ticket.lane)
+            else:
+                self.order.append(ticket.lane)
+        if first:
+            queue.appendleft(ticket)
+        else:
+            queue.append(ticket)
+        self.waiting += 1
+
+    def pop(self) -> Ticket[T] | None:
+        if not self.order:
+            return None
+        lane = self.order.popleft()
+        queue = self.lanes[lane]
+        ticket = queue.popleft()
+        self.waiting -= 1
+        if queue:
+            self.order.append(lane)  # the lane goes to the back of the rotation
+        else:
+            del self.lanes[lane]
+        return ticket
+
+    def remove(self, ticket: Ticket[T]) -> None:
+        queue = self.lanes.get(ticket.lane)
+        if queue is None:
+            return
+        try:
+            queue.remove(ticket)
+        except ValueError:
+            return
+        self.waiting -= 1
+        if not queue:
+            del self.lanes[ticket.lane]
+            self.order.remove(ticket.lane)
+
+    def clear(self) -> list[Ticket[T]]:
+        left = [ticket for lane in self.order for ticket in self.lanes[lane]]
+        self.lanes.clear()
+        self.order.clear()
+        self.waiting = 0
+        return left
+
+
+class FairModelQueue(Generic[T]):
+    """Round-robin lanes of waiting requests in two classes (see the module's rules)."""
+
+    def __init__(
+        self,
+        *,
+        max_waiting: int = 32,
+        max_per_lane: int = 2,
+        waits_kept: int = 1024,
+        background: BackgroundPolicy | None = None,
+    ):
         if max_waiting < 1 or max_per_lane < 1:
             raise ValueError("max_waiting and max_per_lane must be at least 1")
         self.max_waiting = max_waiting
         self.max_per_lane = max_per_lane
-        self._lanes: dict[str, deque[Ticket[T]]] = {}
-        self._order: deque[str] = deque()  # lanes with work, next to serve first
-        self._waiting = 0
+        self.policy = background or BackgroundPolicy()
+        self._foreground: _Rotation[T] = _Rotation()
+        self._background: _Rotation[T] = _Rotation()
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self.waits: deque[float] = deque(maxlen=waits_kept)
-        """Queue waits (seconds) of the latest requests handed to the model."""
+        """Queue waits (seconds) of the latest foreground requests handed to the model."""
+        self.background_waits: deque[float] = deque(maxlen=waits_kept)
         self.expired = 0
+        self.preempted = 0
+        """Background requests stopped for foreground work and put back (Rule 7)."""
+        self.on_foreground: Callable[[], None] = lambda: None
+        """Called (outside the lock) when foreground work arrives: the runner preempts."""
+        self._holds: dict[str, float] = {}  # lane → when its hold lapses
+        self._last_foreground = -1e18
+        self._busy: deque[tuple[float, float, bool]] = deque()  # (start, end, background)
         self._closed = False
 
     def __len__(self) -> int:
-        return self._waiting
+        return self._foreground.waiting + self._background.waiting
+
+    @property
+    def foreground_waiting(self) -> int:
+        return self._foreground.waiting
+
+    @property
+    def background_waiting(self) -> int:
+        return self._background.waiting
 
     def submit(
         self,
@@ -89,28 +208,76 @@ class FairModelQueue(Generic[T]):
         now: float,
         deadline: float,
         on_expire: Callable[[], None] = lambda: None,
+        background: bool = False,
     ) -> Ticket[T]:
         with self._lock:
             if self._closed:
                 raise ModelQueueFull("the local model is shutting down")
-            queue = self._lanes.get(lane)
-            if self._waiting >= self.max_waiting:
+            rotation = self._background if background else self._foreground
+            queue = rotation.lanes.get(lane)
+            if len(self) >= self.max_waiting:
                 raise ModelQueueFull(
-                    f"local model: {self._waiting} requests already waiting (at most "
+                    f"local model: {len(self)} requests already waiting (at most "
                     f"{self.max_waiting})"
                 )
             if queue is not None and len(queue) >= self.max_per_lane:
                 raise ModelQueueFull(
                     f"local model: this session already has {len(queue)} requests waiting"
                 )
-            ticket = Ticket(lane, item, now, deadline, on_expire)
-            if queue is None:
-                queue = self._lanes[lane] = deque()
-                self._order.append(lane)
-            queue.append(ticket)
-            self._waiting += 1
+            ticket = Ticket(lane, item, now, deadline, on_expire, background=background)
+            rotation.add(ticket)
+            if not background:
+                self._last_foreground = now
             self._ready.notify()
-            return ticket
+        if not background:
+            self.on_foreground()
+        return ticket
+
+    def requeue(self, ticket: Ticket[T]) -> bool:
+        """Put a preempted background ticket back, first in its lane (Rule 7); False when the
+        queue is closed (the caller fails it)."""
+        with self._lock:
+            if self._closed:
+                return False
+            ticket.state = "waiting"
+            ticket.started_at = None
+            ticket.preempted += 1
+            self.preempted += 1
+            self._background.add(ticket, first=True)
+            self._ready.notify()
+            return True
+
+    def hold(self, lane: str, now: float) -> None:
+        """``lane`` is mid-turn: no background work starts until ``release`` (Rule 6)."""
+        with self._lock:
+            self._holds[lane] = now + self.policy.hold_max_s
+            self._last_foreground = now
+        self.on_foreground()
+
+    def release(self, lane: str, now: float) -> None:
+        with self._lock:
+            if self._holds.pop(lane, None) is not None:
+                self._last_foreground = now
+            self._ready.notify()
+
+    def held(self, now: float) -> int:
+        """Sessions mid-turn now."""
+        with self._lock:
+            return self._held_locked(now)
+
+    def ran(self, start: float, end: float, *, background: bool) -> None:
+        """The runner's report of one request's time on the model (Rule 6c)."""
+        with self._lock:
+            self._busy.append((start, end, background))
+            if not background:
+                self._last_foreground = max(self._last_foreground, end)
+            self._trim(end)
+            self._ready.notify()
+
+    def background_share(self, now: float) -> float:
+        """The share of the last ``window_s`` the model spent on background work."""
+        with self._lock:
+            return self._share_locked(now)
 
     def cancel(self, ticket: Ticket[T]) -> bool:
         """Remove a waiting ticket; False when it was already taken, expired or cancelled."""
@@ -118,11 +285,12 @@ class FairModelQueue(Generic[T]):
             if ticket.state != "waiting":
                 return False
             ticket.state = "cancelled"
-            self._remove(ticket)
+            (self._background if ticket.background else self._foreground).remove(ticket)
             return True
 
     def take(self, now: float) -> Ticket[T] | None:
-        """The next request to run (Rule 1), expiring the late ones (Rule 3); None if none."""
+        """The next request to run (Rules 1, 5, 6), expiring the late ones (Rule 3); None if
+        none may run now."""
         expired: list[Ticket[T]] = []
         try:
             with self._lock:
@@ -132,12 +300,16 @@ class FairModelQueue(Generic[T]):
                 ticket.on_expire()
 
     def wait_and_take(self, clock: Callable[[], float], timeout: float) -> Ticket[T] | None:
-        """``take``, blocking up to ``timeout`` seconds for work (the worker thread's call)."""
+        """``take``, blocking up to ``timeout`` seconds for work (the worker thread's call).
+        Background work that may not start yet is looked at again every 50 ms."""
         expired: list[Ticket[T]] = []
         try:
             with self._lock:
-                if not self._waiting and not self._closed:
-                    self._ready.wait(timeout)
+                if not self._closed:
+                    if not len(self):
+                        self._ready.wait(timeout)
+                    elif not self._foreground.waiting and not self._background_allowed(clock()):
+                        self._ready.wait(min(timeout, 0.05))
                 return self._take_locked(clock(), expired)
         finally:
             for ticket in expired:
@@ -147,12 +319,9 @@ class FairModelQueue(Generic[T]):
         """Refuse new work and hand back everything still waiting (the caller fails it)."""
         with self._lock:
             self._closed = True
-            left = [ticket for lane in self._order for ticket in self._lanes[lane]]
+            left = self._foreground.clear() + self._background.clear()
             for ticket in left:
                 ticket.state = "cancelled"
-            self._lanes.clear()
-            self._order.clear()
-            self._waiting = 0
             self._ready.notify_all()
             return left
 
@@ -163,35 +332,44 @@ class FairModelQueue(Generic[T]):
     # ------------------------------------------------------------ internals (lock held)
 
     def _take_locked(self, now: float, expired: list[Ticket[T]]) -> Ticket[T] | None:
-        while self._order:
-            lane = self._order.popleft()
-            queue = self._lanes[lane]
-            ticket = queue.popleft()
-            self._waiting -= 1
-            if queue:
-                self._order.append(lane)  # the lane goes to the back of the rotation
-            else:
-                del self._lanes[lane]
-            if ticket.deadline < now:
-                ticket.state = "expired"
-                self.expired += 1
-                expired.append(ticket)
-                continue
-            ticket.state = "taken"
-            ticket.started_at = now
-            self.waits.append(now - ticket.enqueued_at)
-            return ticket
+        for rotation in (self._foreground, self._background):
+            if rotation is self._background and (
+                self._foreground.waiting or not self._background_allowed(now)
+            ):
+                return None
+            while (ticket := rotation.pop()) is not None:
+                if ticket.deadline < now:
+                    ticket.state = "expired"
+                    self.expired += 1
+                    expired.append(ticket)
+                    continue
+                ticket.state = "taken"
+                ticket.started_at = now
+                (self.background_waits if ticket.background else self.waits).append(
+                    now - ticket.enqueued_at
+                )
+                return ticket
         return None
 
-    def _remove(self, ticket: Ticket[T]) -> None:
-        queue = self._lanes.get(ticket.lane)
-        if queue is None:
-            return
-        try:
-            queue.remove(ticket)
-        except ValueError:
-            return
-        self._waiting -= 1
-        if not queue:
-            del self._lanes[ticket.lane]
-            self._order.remove(ticket.lane)
+    def _held_locked(self, now: float) -> int:
+        for lane in [lane for lane, until in self._holds.items() if until < now]:
+            del self._holds[lane]  # a hold nobody released lapses (Rule 6a)
+        return len(self._holds)
+
+    def _background_allowed(self, now: float) -> bool:
+        policy = self.policy
+        if self._held_locked(now) or now - self._last_foreground < policy.idle_before_s:
+            return False
+        active = now - self._last_foreground < policy.window_s
+        return not active or self._share_locked(now) < policy.share
+
+    def _share_locked(self, now: float) -> float:
+        self._trim(now)
+        start = now - self.policy.window_s
+        busy = sum(max(0.0, end - max(s, start)) for s, end, bg in self._busy if bg)
+        return busy / self.policy.window_s
+
+    def _trim(self, now: float) -> None:
+        start = now - self.policy.window_s
+        while self._busy and self._busy[0][1] < start:
+            self._busy.popleft()

@@ -39,6 +39,7 @@ from openai.types.chat import (
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 from openai.types.shared_params import ResponseFormatJSONSchema
 
+from plugins.brain.lanes import ProviderLanes
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolSpec
 from plugins.errors import ProviderError
 from plugins.openai_errors import PROVIDER_EXCEPTIONS, create_client, map_openai_error
@@ -70,8 +71,13 @@ class OpenAIBrain:
         temperature: float | None = None,
         max_tokens: int | None = None,
         max_tool_argument_chars: int = 65_536,
+        max_concurrent: int = 8,
+        max_background: int = 2,
     ) -> None:
         self.model = model
+        self.lanes = ProviderLanes(max_concurrent=max_concurrent, max_background=max_background)
+        """Foreground first (``plugins/brain/lanes.py``): memory work never takes a
+        person's place."""
         self.timeout = timeout
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -85,6 +91,11 @@ class OpenAIBrain:
 
     async def stream(self, request: BrainInput) -> AsyncGenerator[BrainDelta, None]:
         """Stream text deltas and, once complete, the tool calls of one response."""
+        async with self.lanes.slot():
+            async for delta in self._stream(request):
+                yield delta
+
+    async def _stream(self, request: BrainInput) -> AsyncGenerator[BrainDelta, None]:
         tools = [tool_param(spec) for spec in request.tools]
         try:
             async with asyncio.timeout(self.timeout):
@@ -124,13 +135,26 @@ class OpenAIBrain:
             await response.close()
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str:
         """One constrained JSON answer (``memory.thread_consolidation.JsonModel``; see
         ``plugins/brain/json_model.py``): the text of a streamed completion with
         ``response_format`` json_schema, under the same timeouts and error mapping as
-        ``stream``. ``lane`` is not used (no queue here)."""
+        ``stream``. ``lane`` is not used (no queue here); ``background`` work takes only
+        the places kept for it (``self.lanes``)."""
         del lane
+        async with self.lanes.slot(background=background):
+            return await self._complete_json(messages, schema, max_tokens=max_tokens)
+
+    async def _complete_json(
+        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int
+    ) -> str:
         wire = cast("list[ChatCompletionMessageParam]", messages)  # role/content dicts
         response_format: ResponseFormatJSONSchema = {
             "type": "json_schema",

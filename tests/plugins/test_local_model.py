@@ -30,7 +30,7 @@ from plugins.brain.local_model import (
     Timings,
 )
 from plugins.brain.model_files import ModelFile, ensure_model_file
-from plugins.brain.model_queue import ModelQueueFull
+from plugins.brain.model_queue import BackgroundPolicy, ModelQueueFull
 from plugins.errors import PluginTimeout, PluginUnavailable, ProviderError
 
 GATE_TIMEOUT = 5.0  # a gate never released fails the test instead of hanging it
@@ -642,3 +642,104 @@ def test_a_missing_part_package_is_unavailable(parts: ModelFile, tmp_path: Path)
 
     with pytest.raises(PluginUnavailable, match="no_such_model_part_module_for_tests"):
         ensure_model_file(tmp_path / "cache", missing)
+
+
+# ---------------------------------------------------------------- foreground first (RT-11)
+
+PROGRESS = {"choices": [], "prompt_progress": {"total": 900, "processed": 64}}
+"""A prompt batch done (llama.cpp sends one per batch when ``return_progress`` is set)."""
+NOW = {"background": BackgroundPolicy(idle_before_s=0.0)}
+"""Background work may start as soon as the model is free (no pause needed in these tests)."""
+
+
+async def test_background_work_waits_for_foreground_work_submitted_after_it(
+    harness: Harness,
+) -> None:
+    backend = FakeBackend()
+    hold = backend.gate()
+    backend.scripts = [["f1", hold, timings_chunk()], ["f2", timings_chunk()], ["{}"]]
+    model = harness.model(backend, **NOW)
+
+    first = model.chat(ask("F1"), lane="A")
+    assert await anext(first) == "f1"
+    learning = asyncio.create_task(collect(model.chat(ask("BG"), lane="t", background=True)))
+    await until(lambda: len(model.queue) == 1, "the background request to queue")
+    second = asyncio.create_task(collect(model.chat(ask("F2"), lane="B")))
+    await until(lambda: len(model.queue) == 2, "the second foreground request to queue")
+    hold.event.set()  # type: ignore[attr-defined]
+
+    assert await collect(first) == []
+    assert await second == ["f2"]
+    assert await learning == ["{}"]
+    assert [p["messages"][0]["content"] for p in backend.payloads] == ["F1", "F2", "BG"]
+    assert "return_progress" not in backend.payloads[0]
+    assert backend.payloads[2]["return_progress"] is True
+
+
+async def test_foreground_work_stops_a_running_background_request_which_runs_again_whole(
+    harness: Harness,
+) -> None:
+    backend = FakeBackend()
+    in_prefill = backend.gate()
+    backend.scripts = [
+        [PROGRESS, in_prefill, PROGRESS, "half", "done"],  # preempted after its batch
+        ["answer", timings_chunk()],
+        ["whole", " answer", timings_chunk()],  # the background request, run again
+    ]
+    model = harness.model(backend, **NOW)
+
+    learning = asyncio.create_task(collect(model.chat(ask("BG"), lane="t", background=True)))
+    await until(lambda: backend.running.is_set(), "the background request to run")
+    answer = asyncio.create_task(collect(model.chat(ask("F"), lane="A")))
+    await until(lambda: model.queue.foreground_waiting == 1, "the answer to queue")
+    in_prefill.event.set()  # type: ignore[attr-defined]
+
+    assert await answer == ["answer"]
+    assert await learning == ["whole answer"]  # one piece, none of the stopped run's text
+    assert backend.stopped[0] is True and backend.sent[0] == []
+    assert [p["messages"][0]["content"] for p in backend.payloads] == ["BG", "F", "BG"]
+    stats = model.stats
+    assert (stats.background_started, stats.background_completed) == (1, 1)
+    assert stats.background_preempted == 1 and model.queue.preempted == 1
+    assert list(stats.queue_waits_ms) == [0.0]  # foreground waits only
+
+
+async def test_no_background_work_starts_while_a_session_is_mid_turn(
+    harness: Harness, clock: VirtualClock
+) -> None:
+    backend = FakeBackend(["{}"])
+    model = harness.model(backend, background=BackgroundPolicy(idle_before_s=0.5))
+    model.hold("A")  # a person is speaking
+
+    learning = asyncio.create_task(collect(model.chat(ask("BG"), lane="t", background=True)))
+    await until(lambda: len(model.queue) == 1, "the background request to queue")
+    clock.advance(5.0)
+    await asyncio.sleep(0.12)  # the worker looks again every 50 ms
+    assert backend.payloads == []
+
+    model.release("A")  # the answer is generated; background waits for a pause
+    clock.advance(0.2)
+    await asyncio.sleep(0.12)
+    assert backend.payloads == []
+    clock.advance(0.4)
+    assert await learning == ["{}"]
+
+
+async def test_a_hold_stops_a_running_background_request_before_any_request_arrives(
+    harness: Harness,
+) -> None:
+    backend = FakeBackend()
+    in_prefill = backend.gate()
+    backend.scripts = [[PROGRESS, in_prefill, PROGRESS, "x"], ["{}"]]
+    model = harness.model(backend, **NOW)
+
+    learning = asyncio.create_task(collect(model.chat(ask("BG"), lane="t", background=True)))
+    await until(lambda: backend.running.is_set(), "the background request to run")
+    model.hold("A")  # the person started speaking: the model must be free when they finish
+    in_prefill.event.set()  # type: ignore[attr-defined]
+    await until(lambda: model.stats.background_preempted == 1, "the preemption")
+    await asyncio.sleep(0.12)
+    assert len(backend.payloads) == 1  # not run again while the person is mid-turn
+
+    model.release("A")
+    assert await learning == ["{}"]

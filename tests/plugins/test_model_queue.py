@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from plugins.brain.model_queue import FairModelQueue, ModelQueueFull, Ticket
+from plugins.brain.model_queue import BackgroundPolicy, FairModelQueue, ModelQueueFull, Ticket
 from plugins.errors import PluginError
 
 FAR = 1_000.0  # a start deadline no test reaches
@@ -282,3 +282,83 @@ def test_close_wakes_a_waiting_worker() -> None:
 
     assert not worker.is_alive()
     assert result == [None]
+
+
+# ---------------------------------------------------------------- two classes (Rules 5–7)
+
+IDLE = BackgroundPolicy(idle_before_s=1.0, share=0.25, window_s=100.0, hold_max_s=30.0)
+
+
+def test_foreground_is_taken_before_background_whatever_came_first() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(background=IDLE)
+    queue.submit("t", "learn", now=0.0, deadline=FAR, background=True)
+    queue.submit("A", "answer", now=5.0, deadline=FAR)
+
+    assert queue.take(5.0).item == "answer"  # type: ignore[union-attr]
+    assert queue.take(5.0) is None  # foreground was just seen: no pause yet
+    assert queue.take(6.0).item == "learn"  # type: ignore[union-attr]
+    assert list(queue.waits) == [0.0] and list(queue.background_waits) == [6.0]
+
+
+def test_background_waits_for_every_hold_to_be_released_or_to_lapse() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(background=IDLE)
+    queue.hold("A", now=0.0)
+    queue.hold("B", now=0.0)
+    queue.submit("t", "learn", now=0.0, deadline=FAR, background=True)
+
+    queue.release("A", now=2.0)
+    assert queue.take(10.0) is None and queue.held(10.0) == 1
+    assert queue.take(31.0) is not None  # B's hold lapsed (a lost release starves nothing)
+
+
+def test_background_may_not_pass_its_share_while_sessions_are_active() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(background=IDLE)
+    queue.ran(0.0, 10.0, background=False)
+    queue.ran(10.0, 35.0, background=True)  # 25 of the last 100 s
+    queue.submit("t", "learn", now=40.0, deadline=FAR, background=True)
+
+    assert queue.background_share(40.0) == pytest.approx(0.25)
+    assert queue.take(40.0) is None
+    # No foreground work for a whole window: nobody is active, the cap no longer applies.
+    assert queue.take(111.0) is not None
+
+
+def test_foreground_work_and_holds_call_on_foreground_and_background_does_not() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(background=IDLE)
+    calls: list[str] = []
+    queue.on_foreground = lambda: calls.append("preempt")
+
+    queue.submit("t", "learn", now=0.0, deadline=FAR, background=True)
+    assert calls == []
+    queue.submit("A", "answer", now=0.0, deadline=FAR)
+    queue.hold("B", now=0.0)
+    assert calls == ["preempt", "preempt"]
+
+
+def test_a_requeued_background_ticket_is_first_again_with_its_deadline() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(background=IDLE, max_per_lane=3)
+    first = queue.submit("t", "one", now=0.0, deadline=50.0, background=True)
+    queue.submit("t", "two", now=0.0, deadline=FAR, background=True)
+    assert queue.take(2.0) is first
+
+    assert queue.requeue(first)
+    assert first.state == "waiting" and first.preempted == 1 and queue.preempted == 1
+    assert [t.item for t in iter(lambda: queue.take(3.0), None)] == ["one", "two"]
+    queue.submit("t", "late", now=0.0, deadline=50.0, background=True)
+    assert queue.take(60.0) is None and queue.expired == 1
+
+
+def test_a_closed_queue_takes_no_requeued_ticket() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(background=IDLE)
+    ticket = queue.submit("t", "one", now=0.0, deadline=FAR, background=True)
+    assert queue.take(2.0) is ticket
+    queue.close()
+
+    assert queue.requeue(ticket) is False
+
+
+def test_policy_bounds_are_checked() -> None:
+    with pytest.raises(ValueError):
+        BackgroundPolicy(share=1.5)
+    with pytest.raises(ValueError):
+        BackgroundPolicy(window_s=0)

@@ -18,7 +18,13 @@ class ScriptedMemoryModel:
     calls: list[dict[str, Any]] = field(default_factory=list)
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str:
         self.calls.append({"messages": messages, "schema": schema, "lane": lane})
         while True:

@@ -205,7 +205,13 @@ class RoleMemoryModel(ScriptedMemoryModel):
     """Answers confide with a calm line and learning with the fact the person said."""
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str:
         self.calls.append({"messages": messages, "schema": schema, "lane": lane})
         if "answer" in schema.get("properties", {}):  # type: ignore[operator]

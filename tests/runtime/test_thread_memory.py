@@ -38,7 +38,13 @@ class LearningBrain(FakeBrain):
         self.fail = fail
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str:
         self.consolidations += 1
         if self.fail > 0:
@@ -364,7 +370,13 @@ class SlowLearningBrain(LearningBrain):
         self.cancelled = 0
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str:
         try:
             await asyncio.sleep(self.delay)
@@ -374,7 +386,7 @@ class SlowLearningBrain(LearningBrain):
         return await super().complete_json(messages, schema, max_tokens=max_tokens, lane=lane)
 
 
-async def test_the_next_turn_takes_the_model_from_a_consolidation_still_running(
+async def test_a_consolidation_still_running_is_not_cancelled_by_the_next_turn(
     tmp_path: Path,
 ) -> None:
     brain = SlowLearningBrain(delay=1.0)
@@ -388,8 +400,9 @@ async def test_the_next_turn_takes_the_model_from_a_consolidation_still_running(
             await asyncio.sleep(0.2)  # learning has begun
             await client.send_text("And we travel in June.")
             await client.wait_type("response.done", 10)
-            assert brain.cancelled == 1  # the answer came first
+            # The model's queue, not the session, makes the answer come first (SPEC RT-11:
+            # tests/plugins/test_local_model_lanes.py); the learning run is not thrown away.
+            assert brain.cancelled == 0
             learned = await wait_for_revision(api, thread_id, 1)
-    # Read after the second turn: both turns' items, the budget among them.
     assert learned["entries"][0]["content"] == "my budget is 800 euros"
     assert learned["last_failure"] is None

@@ -50,7 +50,13 @@ class ScriptedJsonModel:
         self.schemas: list[dict[str, Any]] = []
 
     async def complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int, lane: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
     ) -> str:
         self.calls.append(messages)
         self.schemas.append(schema)
