@@ -65,6 +65,7 @@ from pipeline.content import TurnContent
 from pipeline.echo import EchoGate, EchoGuard, EchoSettings, no_reference
 from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.engine_config import (
+    FAILURE_MESSAGES,
     EngineSettings,
     InputEnrichment,
     ModelHold,
@@ -72,6 +73,7 @@ from pipeline.engine_config import (
     Persona,
     Plugins,
     ThreadMemoryHook,
+    TurnFailure,
     TurnMemory,
 )
 from pipeline.history import ConversationHistory
@@ -112,6 +114,7 @@ from plugins.contracts import (
     VADEventKind,
 )
 from plugins.errors import PluginError
+from plugins.language import detect_language
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +167,11 @@ class Engine:
         on_turn_end: Callable[[], None] | None = None,
         tool_gate: ToolGateHook | None = None,
         model_hold: ModelHold | None = None,
+        on_turn_failed: Callable[[TurnFailure], None] | None = None,
     ) -> None:
         self.plugins = plugins
+        self.on_turn_failed = on_turn_failed
+        """Told of every failed turn (the session's log, metrics and system page)."""
         self.model_hold = model_hold
         """Told when this session's person is mid-turn (background model work yields)."""
         self._held = False
@@ -815,10 +821,12 @@ class Engine:
         options = response.options
         try:
             if response.pending is not None:
+                response.enter("journal", self.clock())
                 text, user_seq = await self._typed_input(response)
             else:
                 text, user_seq = await self._record_user_input(response, text, utterance)
             response.recording = False
+            response.enter("context", self.clock())
             if response.cancelled:
                 return
             persons_words = bool(text)
@@ -869,35 +877,99 @@ class Engine:
             events.previous_item_id = self.items.last_id
             self.send_all(events.created())
             response.created = True
+            response.enter("brain", self.clock())
             await self.speaker.speak(response, content)
             self._thinking.discard(response.generation)
             self._sync_model_hold()  # playing out needs no model: background work may run
             self.send_all(events.audio_done())
+            response.enter("playout", self.clock())
             await self.speaker.await_playout(response)
+            response.enter("journal", self.clock())
             await self._finalize(response, interrupted=False)
             self._response_finished(response)
         except asyncio.CancelledError:
             raise
-        except (PluginError, JournalError) as error:
-            self._emit_error(error.code, str(error), retryable=error.retryable)
-            if not response.finalized and not response.respond:
-                response.finalized = True  # nobody asked for an answer: the error says it all
-            if not response.finalized:
-                response.finalized = True
-                if not response.created:  # a client that asked for it gets the whole response
-                    self.send_all(response.events.created())
-                self.send_all(
-                    response.events.done(
-                        "failed",
-                        error={"type": "server_error", "code": error.code, "message": str(error)},
-                    )
-                )
-            self._response_finished(response)
+        except Exception as error:  # a failed turn is one failed turn, never silence (RT-11)
+            await self._fail(response, error)
         finally:
             if memory_read is not None and not memory_read.done():
                 memory_read.cancel()
             self._thinking.discard(response.generation)
             self._sync_model_hold()
+
+    async def _fail(self, response: Response, error: Exception) -> None:
+        """End a failed turn (SPEC RT-11): one log line and the operator's hook (stage, code,
+        timings; never content), the client's error, in voice a short apology instead of
+        silence, and ``response.done`` failed — then the session listens as after any turn."""
+        if isinstance(error, PluginError | JournalError):
+            code, retryable, message = error.code, error.retryable, str(error)
+        else:
+            code, retryable, message = "internal_error", False, "the server failed this turn"
+        now = self.clock()
+        failure = TurnFailure(
+            turn_id=response.turn_id,
+            generation=response.generation,
+            response_id=response.response_id,
+            stage=response.failed_stage or response.stage,
+            code=code,
+            retryable=retryable,
+            waited_ms=round((now - response.stage_at) * 1000.0, 1),
+            elapsed_ms=round((now - response.marks.get("committed", now)) * 1000.0, 1),
+        )
+        log.warning(
+            "turn failed at %s: %s",
+            failure.stage,
+            code,
+            exc_info=None if isinstance(error, PluginError | JournalError) else error,
+            extra={
+                "session_id": self.voice_session_id,
+                "thread_id": self.thread.thread_id,
+                "turn_id": failure.turn_id,
+                "generation": failure.generation,
+                "response_id": failure.response_id,
+                "stage": failure.stage,
+                "code": code,
+                "waited_ms": failure.waited_ms,
+                "elapsed_ms": failure.elapsed_ms,
+            },
+        )
+        if self.on_turn_failed is not None:
+            self.on_turn_failed(failure)
+        self._emit_error(code, message, retryable=retryable)
+        if response.finalized or not response.respond:
+            response.finalized = True  # nobody asked for an answer: the error says it all
+            self._response_finished(response)
+            return
+        if not response.created:  # a client that asked for it gets the whole response
+            self.send_all(response.events.created())
+            response.created = True
+        await self._apologize(response)
+        response.finalized = True
+        self.send_all(
+            response.events.done(
+                "failed", error={"type": "server_error", "code": code, "message": message}
+            )
+        )
+        self._response_finished(response)
+
+    async def _apologize(self, response: Response) -> None:
+        """Say the role's failure message in a spoken answer (never in text only); a TTS that
+        fails again leaves the error to speak for itself."""
+        if not response.events.audio or not self.is_current(response.generation):
+            return
+        text = self.persona.failure_message
+        if text is None:
+            language = self.persona.language or detect_language(self._last_input)
+            text = FAILURE_MESSAGES["zh" if language == "zh" else "en"]
+        if not text:
+            return
+        try:
+            async with asyncio.timeout(self.settings.tts_timeout_s):
+                await self.speaker.say(response, text)
+            self.send_all(response.events.audio_done())
+            await self.speaker.await_playout(response)
+        except Exception as e:  # the apology is best effort: the done event still goes
+            log.warning("the failed turn's apology failed too: %s", type(e).__name__)
 
     def _sync_model_hold(self) -> None:
         """Hold the shared model while the person speaks, the turn is being decided or an
@@ -963,6 +1035,7 @@ class Engine:
         """Transcribe (if spoken) and journal the user's turn; returns its text and seq (None
         while the journal is unreachable and the event waits in the session's buffer)."""
         if text is None:
+            response.enter("asr", self.clock())
             transcript = await self.capture.final_transcript(utterance)
             response.marks["asr_final"] = self.clock()
             if utterance is not None and utterance.asr_started is not None:
@@ -979,6 +1052,7 @@ class Engine:
             self._send(ev.ItemDone(item))
         seq: int | None = None
         if text:
+            response.enter("journal", self.clock())
             stored = await self._append(
                 f"{self._event_prefix}:{response.turn_id}:user",
                 EventKind.USER_INPUT,
@@ -1270,6 +1344,10 @@ class Engine:
             # Another process continued this session: this copy stops (the journal buffer
             # fences it), nothing it wrote after the fence was kept. Expected, not a bug.
             log.info("engine task %s stopped: the session was continued elsewhere", task.get_name())
+        elif isinstance(error, PluginError):
+            # A provider's failure (a speculative transcript, an endpoint judgement): the turn
+            # that needs the result reports it (``_fail``); not a bug of ours.
+            log.warning("engine task %s failed: %s", task.get_name(), error.code)
         elif error is not None:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
 

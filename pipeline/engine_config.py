@@ -121,6 +121,42 @@ class Persona:
     instructions: str
     voice: str | None = None
     language: str | None = None
+    failure_message: str | None = None
+    """What a failed spoken turn says instead of silence (SPEC RT-11): None, the default in
+    the turn's language (``FAILURE_MESSAGES``); empty, nothing."""
 
 
-__all__ = ["EngineSettings", "InputEnrichment", "OutputSink", "Persona", "Plugins", "TurnMemory"]
+FAILURE_MESSAGES = {
+    "en": "Sorry, I lost that — could you say it again?",
+    "zh": "抱歉，我没跟上，能再说一遍吗？",
+}
+"""The default apology of a failed spoken turn, per language (SPEC RT-11)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailure:
+    """One failed turn, as the operator sees it (ids, stage, code, timings; never content)."""
+
+    turn_id: int
+    generation: int
+    response_id: str
+    stage: str
+    code: str
+    retryable: bool
+    waited_ms: float
+    """How long the failing stage had been running."""
+    elapsed_ms: float
+    """From the turn's commit to the failure."""
+
+
+__all__ = [
+    "FAILURE_MESSAGES",
+    "EngineSettings",
+    "InputEnrichment",
+    "ModelHold",
+    "OutputSink",
+    "Persona",
+    "Plugins",
+    "TurnFailure",
+    "TurnMemory",
+]

@@ -35,7 +35,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from journal.errors import JournalError
 from journal.events import JournalEvent
 from journal.tokens import count_tokens
 from pipeline import events as ev
@@ -56,7 +55,8 @@ from plugins.contracts import (
     ToolResult,
     ToolSpec,
 )
-from plugins.errors import PluginError, PluginTimeout
+from plugins.errors import PluginTimeout
+from plugins.language import has_cjk
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +181,15 @@ class Response:
     paused: bool = False
     """Held for a candidate interruption (``AnswerSpeaker.pause``)."""
     unpaused: asyncio.Event = field(default_factory=asyncio.Event)
+    stage: str = "turn"
+    """Where the response is (``asr``, ``journal``, ``context``, ``brain``, ``playout`` …):
+    a failure is reported with the stage it happened in (SPEC RT-11)."""
+    stage_at: float = 0.0
+    failed_stage: str | None = None
+    """The stage of a failure inside ``speak``, where brain and TTS run side by side."""
+
+    def enter(self, stage: str, now: float) -> None:
+        self.stage, self.stage_at = stage, now
 
 
 class SpeakerHost(Protocol):
@@ -230,26 +239,43 @@ class AnswerSpeaker:
         )
         try:
             async with asyncio.TaskGroup() as group:
-                settings = self.host.settings
-                generation = response.generation
-                pacer = Pacer(
-                    tracker=response.tracker,
-                    clock=self.host.clock,
-                    group=group,
-                    is_current=lambda: self.host.is_current(generation),
-                    send=lambda frame, now: self.send_frame(response, frame, now),
-                    lead_ms=settings.playout_lead_ms,
-                    frame_ms=settings.frame_ms,
-                    message_ms=settings.max_audio_message_ms,
-                )
-                if response.paused:
-                    pacer.pause()
-                response.pacer = pacer
+                pacer = self._pacer(response, group)
                 group.create_task(self._synthesize(response, sentences, pacer))
                 await self._think(response, content, sentences)
-        except* (PluginError, JournalError) as failure:
+        except* Exception as failure:
             # Report the first failing stage; the TaskGroup already cancelled the others.
             raise failure.exceptions[0] from None
+
+    async def say(self, response: Response, text: str) -> None:
+        """Speak ``text`` as the rest of ``response`` (a failed turn's apology, SPEC RT-11):
+        its transcript, then its audio paced like an answer's."""
+        events = response.events
+        if events.text and not events.text[-1].isspace() and not has_cjk(text):
+            text = " " + text
+        self.host.send_all(events.text_delta(text))
+        sentences: asyncio.Queue[str | None] = asyncio.Queue(2)
+        sentences.put_nowait(text.strip())
+        sentences.put_nowait(None)
+        async with asyncio.TaskGroup() as group:
+            await self._synthesize(response, sentences, self._pacer(response, group))
+
+    def _pacer(self, response: Response, group: asyncio.TaskGroup) -> Pacer:
+        settings = self.host.settings
+        generation = response.generation
+        pacer = Pacer(
+            tracker=response.tracker,
+            clock=self.host.clock,
+            group=group,
+            is_current=lambda: self.host.is_current(generation),
+            send=lambda frame, now: self.send_frame(response, frame, now),
+            lead_ms=settings.playout_lead_ms,
+            frame_ms=settings.frame_ms,
+            message_ms=settings.max_audio_message_ms,
+        )
+        if response.paused:
+            pacer.pause()
+        response.pacer = pacer
+        return pacer
 
     async def _think(
         self, response: Response, content: TurnContent, sentences: asyncio.Queue[str | None]
@@ -276,7 +302,9 @@ class AnswerSpeaker:
                 async for delta in stream:
                     watchdog.reschedule(loop.time() + idle)
                     if delta.tool_call is not None or delta.tool_result is not None:
+                        response.failed_stage = "journal"  # the call's journal write
                         await self.host.journal_tool(response, delta)
+                        response.failed_stage = None
                         continue
                     if not delta.text:
                         continue
@@ -290,7 +318,11 @@ class AnswerSpeaker:
                         await sentences.put(sentence)
                         watchdog.reschedule(loop.time() + idle)
         except TimeoutError as e:
+            response.failed_stage = _brain_stage(response)
             raise PluginTimeout(f"brain was silent for more than {idle}s") from e
+        except Exception:
+            response.failed_stage = response.failed_stage or _brain_stage(response)
+            raise
         finally:
             await aclose(stream)
         for sentence in splitter.flush() if events.audio else ():
@@ -345,7 +377,11 @@ class AnswerSpeaker:
                             await pacer.wait_for_room(self.host.settings.max_frames_queued // 2)
                         watchdog.reschedule(loop.time() + idle)
             except TimeoutError as e:
+                response.failed_stage = "tts"
                 raise PluginTimeout(f"TTS was silent for more than {idle}s") from e
+            except Exception:
+                response.failed_stage = "tts"
+                raise
             finally:
                 await aclose(stream)
         if pending.size:
@@ -406,6 +442,11 @@ class AnswerSpeaker:
             response.played_report.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(response.played_report.wait(), remaining)
+
+
+def _brain_stage(response: Response) -> str:
+    """``brain`` before the first token, ``brain_stream`` after it."""
+    return "brain_stream" if "brain_first_token" in response.marks else "brain"
 
 
 EXACT_PLAYOUT_GRACE_S = 0.5

@@ -86,6 +86,9 @@ EMBEDDED_VOICES: dict[str, dict[str, str]] = {
 
 _LANGUAGE = r"^(en|zh)$"
 
+MAX_FAILURE_MESSAGE_CHARS = 200
+"""A failed turn's apology is one short sentence (SPEC RT-11)."""
+
 
 class RoleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -94,6 +97,7 @@ class RoleIn(BaseModel):
     voice: str | None = Field(default=None, max_length=100)
     language: str | None = Field(default=None, pattern=_LANGUAGE)
     memory_enabled: bool = True
+    failure_message: str | None = Field(default=None, max_length=MAX_FAILURE_MESSAGE_CHARS)
 
 
 class RolePatch(BaseModel):
@@ -104,6 +108,7 @@ class RolePatch(BaseModel):
     voice: str | None = Field(default=None, max_length=100)
     language: str | None = Field(default=None, pattern=_LANGUAGE)
     memory_enabled: bool | None = None
+    failure_message: str | None = Field(default=None, max_length=MAX_FAILURE_MESSAGE_CHARS)
 
 
 class VoiceSampleIn(BaseModel):
@@ -121,6 +126,7 @@ def role_json(role: Role) -> dict[str, Any]:
         "voice": role.voice,
         "language": role.language,
         "memory_enabled": role.memory_enabled,
+        "failure_message": role.failure_message,
         "is_default": role.is_default,
         "revision": role.revision,
         "created_at": role.created_at.isoformat(),

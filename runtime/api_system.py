@@ -102,6 +102,7 @@ async def system(services: ServicesDep) -> dict[str, Any]:
                         name: {"count": s.count, "p50_ms": s.p50_ms, "p95_ms": s.p95_ms}
                         for name, s in minute.stages.items()
                     },
+                    "failures": dict(minute.failures),
                 }
                 for minute in window.summary(now)
             ],

@@ -17,6 +17,8 @@ Rule 4. Per process and in memory: a restart starts empty, and each process of a
         its own window (Prometheus' histograms are the fleet-wide view).
 Rule 5. ``p50`` and ``p95`` are numpy's linear-interpolated percentiles of a minute's samples,
         in milliseconds; a stage with no sample in a minute is absent from that minute.
+Rule 6. Failed turns (SPEC RT-11) are counted per minute by the stage they failed in
+        (``failed``); a minute that saw only failures is in the summary too.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class MinuteSummary:
 
     start: float
     stages: Mapping[str, StageSummary]
+    failures: Mapping[str, int] = field(default_factory=dict)
+    """Failed turns of the minute by the stage they failed in (rule 6)."""
 
 
 @dataclass(slots=True)
@@ -64,7 +68,16 @@ class LatencyWindow:
         self.minutes = minutes
         self.max_samples = max_samples
         self._buckets: dict[int, dict[str, _Series]] = {}
+        self._failures: dict[int, dict[str, int]] = {}
         self._random = random.Random(seed)
+
+    def failed(self, stage: str, now: float) -> None:
+        """Count one failed turn in the minute of ``now`` (rule 6)."""
+        minute = math.floor(now / 60.0)
+        if minute < self._expire(minute):
+            return
+        counts = self._failures.setdefault(minute, {})
+        counts[stage] = counts.get(stage, 0) + 1
 
     def add(self, latency_ms: Mapping[str, float], now: float) -> None:
         """Count one turn's stages in the minute of ``now``."""
@@ -84,25 +97,28 @@ class LatencyWindow:
         minute = math.floor(now / 60.0)
         self._expire(minute)
         found: list[MinuteSummary] = []
-        for start in sorted(self._buckets):
+        for start in sorted({*self._buckets, *self._failures}):
             stages: dict[str, StageSummary] = {}
             for name in WINDOW_STAGES:
-                series = self._buckets[start].get(name)
+                series = self._buckets.get(start, {}).get(name)
                 if series is None or not series.samples:
                     continue
                 p50, p95 = np.percentile(np.asarray(series.samples), [50, 95])
                 stages[name] = StageSummary(
                     series.count, round(float(p50), 2), round(float(p95), 2)
                 )
-            found.append(MinuteSummary(start=start * 60.0, stages=stages))
+            failures = dict(self._failures.get(start, {}))
+            found.append(MinuteSummary(start=start * 60.0, stages=stages, failures=failures))
         return found
 
     def _expire(self, minute: int) -> int:
         """Drop the buckets before the window that ends at ``minute`` (or at the newest
         bucket, if later); returns the window's first minute."""
-        oldest = max([minute, *self._buckets]) - self.minutes + 1
+        oldest = max([minute, *self._buckets, *self._failures]) - self.minutes + 1
         for start in [s for s in self._buckets if s < oldest]:
             del self._buckets[start]
+        for start in [s for s in self._failures if s < oldest]:
+            del self._failures[start]
         return oldest
 
     def _sample(self, series: _Series, value: float) -> None:

@@ -43,6 +43,9 @@ SAFE_FIELDS = frozenset(
         "count",
         "duration_ms",
         "bytes",
+        "thread_id",
+        "waited_ms",
+        "elapsed_ms",
     }
 )
 """``extra`` fields a log line may carry (rule 2)."""

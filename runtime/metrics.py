@@ -61,6 +61,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text exposition format."""
 
 MAX_ERROR_CODES = 64
+
+TURN_FAILURE_STAGES = frozenset(
+    {"turn", "asr", "journal", "context", "brain", "brain_stream", "tts", "playout"}
+)
+"""The stages a turn fails in (``pipeline.response.Response.stage``); others count as other."""
 """Distinct error codes counted by name (rule 4); later ones count as ``other``."""
 
 LATENCY_MARKS = (
@@ -282,6 +287,12 @@ class RuntimeMetrics:
             buckets=LAG_BUCKETS,
             registry=registry,
         )
+        self.turn_failures = Counter(
+            "openrealtime_turn_failures",
+            "Turns that failed (SPEC RT-11), by the stage they failed in and the error code.",
+            ["stage", "code"],
+            registry=registry,
+        )
         self._error_codes: set[str] = set()
 
     def render(self) -> bytes:
@@ -299,13 +310,19 @@ class RuntimeMetrics:
             self.turn_stage.labels(stage.name).observe(stage.seconds)
 
     def error(self, code: str, kind: str) -> None:
+        kind = kind if kind in ("invalid_request_error", "server_error") else "other"
+        self.errors.labels(self._bounded_code(code), kind).inc()
+
+    def turn_failed(self, stage: str, code: str) -> None:
+        stage = stage if stage in TURN_FAILURE_STAGES else "other"
+        self.turn_failures.labels(stage, self._bounded_code(code)).inc()
+
+    def _bounded_code(self, code: str) -> str:
         if code not in self._error_codes:
             if len(self._error_codes) >= MAX_ERROR_CODES:
-                code = "other"
-            else:
-                self._error_codes.add(code)
-        kind = kind if kind in ("invalid_request_error", "server_error") else "other"
-        self.errors.labels(code, kind).inc()
+                return "other"
+            self._error_codes.add(code)
+        return code
 
     def response_done(self, status: str, input_tokens: int, output_tokens: int) -> None:
         known = ("completed", "cancelled", "failed", "incomplete")
@@ -314,7 +331,7 @@ class RuntimeMetrics:
         self.response_tokens.labels("output").inc(max(0, output_tokens))
 
     def model_request(self, generation: Generation) -> None:
-        if generation.queue_wait_s is not None:
+        if generation.queue_wait_s is not None and not generation.background:
             self.model_queue_wait.observe(max(0.0, generation.queue_wait_s))
         if generation.first_token_s is not None:
             self.model_first_token.observe(max(0.0, generation.first_token_s))

@@ -21,7 +21,7 @@ _TIMEOUT = 10.0
 
 _ROLE_COLUMNS = (
     "id, tenant, name, instructions, voice, language, memory_enabled, is_default, "
-    "created_at, updated_at, revision"
+    "created_at, updated_at, revision, failure_message"
 )
 
 
@@ -61,6 +61,7 @@ class PostgresRoleStore:
         language: str | None,
         memory_enabled: bool,
         is_default: bool = False,
+        failure_message: str | None = None,
     ) -> Role:
         role_id = f"role_{uuid.uuid4().hex[:16]}"
         if is_default:
@@ -68,12 +69,12 @@ class PostgresRoleStore:
             # one win, and both return the winner.
             row = await self.pool.fetchrow(
                 f"""INSERT INTO roles (tenant, id, name, instructions, voice, language,
-                                       memory_enabled, is_default)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, true)
+                                       memory_enabled, is_default, failure_message)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, true, $8)
                     ON CONFLICT (tenant) WHERE is_default DO NOTHING
                     RETURNING {_ROLE_COLUMNS}""",
                 tenant, role_id, name, instructions, voice, language, memory_enabled,
-                timeout=_TIMEOUT,
+                failure_message, timeout=_TIMEOUT,
             )  # fmt: skip
             if row is None:
                 row = await self.pool.fetchrow(
@@ -85,11 +86,11 @@ class PostgresRoleStore:
             return _role(row)
         row = await self.pool.fetchrow(
             f"""INSERT INTO roles (tenant, id, name, instructions, voice, language,
-                                   memory_enabled, is_default)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, false)
+                                   memory_enabled, is_default, failure_message)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, false, $8)
                 RETURNING {_ROLE_COLUMNS}""",
             tenant, role_id, name, instructions, voice, language, memory_enabled,
-            timeout=_TIMEOUT,
+            failure_message, timeout=_TIMEOUT,
         )  # fmt: skip
         assert row is not None
         return _role(row)

@@ -43,6 +43,9 @@ class Role:
     created_at: datetime
     updated_at: datetime
     revision: int = 1
+    failure_message: str | None = None
+    """What a failed spoken turn says (SPEC RT-11): None, the default apology in the turn's
+    language; empty, nothing (the client still gets the error)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,9 @@ def memory_enabled_for(role: Role, overrides: RoleOverrides) -> bool:
     return role.memory_enabled and overrides.memory_enabled is not False
 
 
-EDITABLE_FIELDS = frozenset({"name", "instructions", "voice", "language", "memory_enabled"})
+EDITABLE_FIELDS = frozenset(
+    {"name", "instructions", "voice", "language", "memory_enabled", "failure_message"}
+)
 """What ``RoleStore.update`` may change."""
 
 
@@ -83,6 +88,7 @@ class RoleStore(Protocol):
         language: str | None,
         memory_enabled: bool,
         is_default: bool = False,
+        failure_message: str | None = None,
     ) -> Role: ...
 
     async def update(
@@ -128,6 +134,7 @@ class InMemoryRoleStore:
         language: str | None,
         memory_enabled: bool,
         is_default: bool = False,
+        failure_message: str | None = None,
     ) -> Role:
         now = datetime.now(UTC)
         role = Role(
@@ -141,6 +148,7 @@ class InMemoryRoleStore:
             is_default=is_default,
             created_at=now,
             updated_at=now,
+            failure_message=failure_message,
         )
         self._roles[(tenant, role.id)] = role
         return role

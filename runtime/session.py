@@ -47,6 +47,7 @@ import contextlib
 import dataclasses
 import enum
 import logging
+import time
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,7 @@ from pipeline import events as ev
 from pipeline.audio import PCM
 from pipeline.audio_formats import AudioFormat, InboundAudio
 from pipeline.engine import Engine, EngineSettings, Persona
+from pipeline.engine_config import TurnFailure
 from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
 from plugins.brain.local_model import local_model_of
@@ -504,7 +506,7 @@ class VoiceSession:
                 reserved_output=reserved,
             ),
             thread=thread,
-            persona=Persona(config.instructions, role.voice, role.language),
+            persona=Persona(config.instructions, role.voice, role.language, role.failure_message),
             voice_session_id=self.id,
             settings=EngineSettings(
                 output_sample_rate=config.output_format.rate,
@@ -523,8 +525,16 @@ class VoiceSession:
             tool_specs=(knowledge_spec, confide.spec),
             on_turn_end=confide.turn_ended,
             tool_gate=self.tool_gate,
+            on_turn_failed=self._turn_failed,
         )
         self._configure_engine()
+
+    def _turn_failed(self, failure: TurnFailure) -> None:
+        """Count a failed turn for the operator (the engine logged it): Prometheus by stage
+        and code, and the system page's minute (SPEC RT-11)."""
+        telemetry = self.services.telemetry
+        telemetry.metrics.turn_failed(failure.stage, failure.code)
+        telemetry.latency_window.failed(failure.stage, time.time())
 
     def _configure_engine(self) -> None:
         """Apply the session configuration to the engine (at start and after an update)."""

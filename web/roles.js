@@ -131,6 +131,8 @@ function fillForm(role, bound, settings, tm) {
   $("role-language").value = role?.language || "";
   fillVoices(role?.voice || null);
   $("role-memory").checked = role ? role.memory_enabled : true;
+  $("role-failure-message").value = role?.failure_message || "";
+  $("role-failure-silent").checked = role?.failure_message === "";
   fillMemoryModels(settings);
   $("tm-use").checked = tm.use;
   $("tm-generate").checked = tm.generate;
@@ -188,6 +190,8 @@ function formValues() {
     language: $("role-language").value || null,
     voice: $("role-voice").value || null,
     memory_enabled: $("role-memory").checked,
+    // null: the default apology in the turn's language; "": nothing (SPEC RT-11).
+    failure_message: $("role-failure-silent").checked ? "" : $("role-failure-message").value.trim() || null,
   };
 }
 

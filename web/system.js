@@ -133,6 +133,26 @@ function showLatency(system, now) {
   $("latency-chart").replaceChildren(...seen.map((stage) => stageChart(stage, slots, latency.window_minutes)));
 }
 
+function showFailures(system) {
+  const { latency } = system;
+  $("failure-minutes").textContent = String(latency.window_minutes);
+  const rows = latency.minutes
+    .filter((minute) => Object.keys(minute.failures || {}).length > 0)
+    .map((minute) => {
+      const stages = Object.entries(minute.failures);
+      const total = stages.reduce((sum, [, count]) => sum + count, 0);
+      const at = new Date(Date.parse(minute.start)).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+      return el("tr", { "data-failures": total },
+        el("td", {}, at),
+        el("td", {}, String(total)),
+        el("td", {}, stages.map(([stage, count]) => `${stage} ${count}`).join(", ")),
+      );
+    });
+  $("failures-empty").classList.toggle("hidden", rows.length > 0);
+  $("failures").classList.toggle("hidden", rows.length === 0);
+  $("failures").querySelector("tbody").replaceChildren(...rows);
+}
+
 let refreshing = false; // one request at a time: a slow answer is not asked for again
 
 async function refresh() {
@@ -151,6 +171,7 @@ async function refresh() {
   showProcess(system);
   showModels(system);
   showLatency(system, Date.now());
+  showFailures(system);
   $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
 }
 

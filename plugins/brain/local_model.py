@@ -104,6 +104,7 @@ class Generation:
 
     lane: str
     queue_wait_s: float | None = None
+    background: bool = False
     first_token_s: float | None = None  # from start of running to the first text
     timings: Timings | None = None
     stopped: bool = False
@@ -147,7 +148,7 @@ class _Job:
         self.payload = payload
         self.items: asyncio.Queue[Any] = asyncio.Queue()
         self.gone = threading.Event()  # the consumer stopped listening
-        self.generation = Generation(lane)
+        self.generation = Generation(lane, background=background)
         self.expired = False
         self.background = background
 
@@ -284,6 +285,7 @@ class LocalModel:
         if background:
             job.payload["return_progress"] = True  # a progress chunk per prompt batch
         if generation is not None:
+            generation.background = background
             job.generation = generation
         now = time.monotonic()
         default = (

@@ -102,6 +102,20 @@ async def test_a_role_starts_at_revision_one_and_each_edit_adds_one(api: Api) ->
     )  # fmt: skip
 
 
+async def test_the_failure_message_is_set_off_or_default_and_bounded(api: Api) -> None:
+    role = await api.new_role(language="en", failure_message="One more time?")
+    url = f"/api/roles/{role['id']}"
+    assert role["failure_message"] == "One more time?"
+    off = await api.http.patch(url, json={"failure_message": ""}, headers=api.admin)
+    assert off.status_code == 200 and off.json()["failure_message"] == ""
+    default = await api.http.patch(url, json={"failure_message": None}, headers=api.admin)
+    assert default.json()["failure_message"] is None
+    too_long = await api.http.patch(url, json={"failure_message": "x" * 201}, headers=api.admin)
+    assert too_long.status_code == 422
+    member = await api.http.patch(url, json={"failure_message": "hi"}, headers=api.member)
+    assert member.status_code == 403
+
+
 async def test_a_stale_edit_is_409_with_the_current_role_and_changes_nothing(api: Api) -> None:
     role = await api.new_role()
     url = f"/api/roles/{role['id']}"

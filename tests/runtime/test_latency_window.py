@@ -94,3 +94,18 @@ def test_window_settings_must_be_positive() -> None:
         LatencyWindow(minutes=0)
     with pytest.raises(ValueError):
         LatencyWindow(max_samples=0)
+
+
+def test_failed_turns_are_counted_per_minute_and_stage_and_expire_with_the_window() -> None:
+    window = LatencyWindow(minutes=2)
+    window.failed("brain", 60.0)
+    window.failed("brain", 61.0)
+    window.failed("asr", 61.0)
+
+    (minute,) = window.summary(90.0)
+    assert (minute.start, dict(minute.failures), dict(minute.stages)) == (
+        60.0,
+        {"brain": 2, "asr": 1},
+        {},
+    )
+    assert window.summary(60.0 * 4) == []

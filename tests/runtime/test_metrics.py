@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import plugins.brain.local_model as local_model_module
 from plugins.brain.llm import LLMBrain
 from plugins.brain.local_model import LocalModel, LocalModelSettings
+from plugins.fakes import FakeBrain, Faults
 from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server
@@ -79,6 +80,7 @@ EXPECTED_FAMILIES = {
     "openrealtime_model_first_token_seconds": "histogram",
     "openrealtime_model_tokens": "counter",
     "openrealtime_loop_lag_seconds": "histogram",
+    "openrealtime_turn_failures": "counter",
     "process_resident_memory_bytes": "gauge",
 }
 
@@ -265,3 +267,36 @@ def test_the_http_api_doc_lists_every_openrealtime_family() -> None:
             for name in line.split("|")[1].split(","):
                 listed.add(name.strip().strip("`").removesuffix("_total"))
     assert listed == ours
+
+
+async def test_a_failed_turn_is_counted_logged_and_shown_and_the_next_is_answered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    brain = FakeBrain(["The answer."], faults=Faults(fail=True))
+    settings = Settings(port=0, data_dir=tmp_path / "data", storage="memory")
+    async with running_server(settings, plugins=fake_plugins(brain=brain)) as server:
+        async with RealtimeClient(server.ws_url, server.token) as client:
+            await client.connect()
+            with caplog.at_level("WARNING", logger="pipeline.engine"):
+                await client.send_text("a secret question")
+                done = await client.wait_type("response.done", timeout=10)
+            assert done["response"]["status"] == "failed"
+            brain.faults.fail = False
+            await client.send_text("again")
+            done = await client.wait_type("response.done", timeout=10)
+            assert done["response"]["output_text"] == "The answer."
+        _, after = await scrape(server)
+        async with httpx.AsyncClient(base_url=server.http_url) as http:
+            system = (
+                await http.get("/api/system", headers={"Authorization": f"Bearer {server.token}"})
+            ).json()
+    line = next(r for r in caplog.records if r.getMessage().startswith("turn failed"))
+    assert line.levelname == "WARNING"
+    fields = {k: getattr(line, k) for k in ("session_id", "thread_id", "stage", "code")}
+    assert fields["stage"] == "brain" and fields["code"] == "plugin_error"
+    assert fields["session_id"].startswith("vs_") and fields["thread_id"]
+    assert isinstance(line.waited_ms, float) and isinstance(line.elapsed_ms, float)  # type: ignore[attr-defined]
+    assert "secret" not in line.getMessage()
+    failures = value(after, "openrealtime_turn_failures_total", stage="brain", code="plugin_error")
+    assert failures == 1
+    assert [m["failures"] for m in system["latency"]["minutes"] if m["failures"]] == [{"brain": 1}]

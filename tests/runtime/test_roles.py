@@ -113,6 +113,21 @@ class RoleStoreContract:
         assert await store.delete("acme", role.id) is True
         assert await store.overrides("acme", "bob", role.id) == RoleOverrides()
 
+    async def test_the_failure_message_is_kept_set_switched_off_and_reset(
+        self, store: RoleStore
+    ) -> None:
+        role = await store.create(
+            "acme", name="Desk", instructions="", voice=None, language="zh",
+            memory_enabled=True, failure_message="请再说一遍。",
+        )  # fmt: skip
+        assert role.failure_message == "请再说一遍。"
+        silent = await store.update("acme", role.id, failure_message="")
+        assert silent is not None and silent.failure_message == ""
+        default = await store.update("acme", role.id, failure_message=None)
+        assert default is not None and default.failure_message is None
+        assert (await store.get("acme", role.id)) == default
+        assert (await tutor(store)).failure_message is None
+
     async def test_only_the_editable_fields_change(self, store: RoleStore) -> None:
         role = await tutor(store)
         with pytest.raises(ValueError, match="cannot change"):
