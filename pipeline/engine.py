@@ -879,8 +879,6 @@ class Engine:
             response.created = True
             response.enter("brain", self.clock())
             await self.speaker.speak(response, content)
-            self._thinking.discard(response.generation)
-            self._sync_model_hold()  # playing out needs no model: background work may run
             self.send_all(events.audio_done())
             response.enter("playout", self.clock())
             await self.speaker.await_playout(response)
@@ -970,6 +968,11 @@ class Engine:
             await self.speaker.await_playout(response)
         except Exception as e:  # the apology is best effort: the done event still goes
             log.warning("the failed turn's apology failed too: %s", type(e).__name__)
+
+    def brain_finished(self, generation: int) -> None:
+        """Speaking and playing out need no language model: background work may run."""
+        self._thinking.discard(generation)
+        self._sync_model_hold()
 
     def _sync_model_hold(self) -> None:
         """Hold the shared model while the person speaks, the turn is being decided or an

@@ -215,6 +215,10 @@ class SpeakerHost(Protocol):
 
     def audio_started(self, generation: int, now: float) -> None: ...
 
+    def brain_finished(self, generation: int) -> None:
+        """The brain of ``generation`` is done (TTS and playout need no language model)."""
+        ...
+
     def audio_sent(self, pcm: PCM, now: float) -> None: ...
 
     async def journal_tool(self, response: Response, delta: BrainDelta) -> None: ...
@@ -325,6 +329,7 @@ class AnswerSpeaker:
             raise
         finally:
             await aclose(stream)
+        self.host.brain_finished(response.generation)
         for sentence in splitter.flush() if events.audio else ():
             await sentences.put(sentence)
         await sentences.put(None)

@@ -159,6 +159,15 @@ class Settings(BaseSettings):
     """Model requests waiting at most, over all sessions (more: ``model_busy``, retryable)."""
     llm_start_deadline_s: float = Field(default=10.0, gt=0)
     """A model request not started within this time fails (the turn reports a timeout)."""
+    llm_background_share: float = Field(default=0.5, ge=0.0, le=1.0)
+    """The most of the model's time background work (memory learning) may take while people
+    talk, over the last minute (SPEC RT-11); it never delays a person's turn either way."""
+    llm_background_idle_s: float = Field(default=0.5, ge=0.0, le=60.0)
+    """Quiet on the model this long before background work starts (a pause, not the gap
+    between a typed answer and the next question)."""
+    llm_prefill_batch_tokens: int = Field(default=64, ge=8, le=2048)
+    """llama.cpp's prompt batch: background work can be stopped after each (smaller stops it
+    sooner for a person, and prefills a little slower)."""
 
     # the model server (``openrealtime serve-models``, runtime/model_server.py)
     models_port: int = Field(default=8770, ge=0, le=65535)

@@ -287,6 +287,15 @@ class RuntimeMetrics:
             buckets=LAG_BUCKETS,
             registry=registry,
         )
+        self.model_busy = Counter(
+            "openrealtime_model_busy_seconds",
+            "Time the local model spent on requests, by class: foreground (a person's answer) "
+            "or background (memory learning, run in the pauses; SPEC RT-11).",
+            ["class"],
+            registry=registry,
+        )
+        for kind in ("foreground", "background"):
+            self.model_busy.labels(kind)
         self.turn_failures = Counter(
             "openrealtime_turn_failures",
             "Turns that failed (SPEC RT-11), by the stage they failed in and the error code.",
@@ -335,6 +344,8 @@ class RuntimeMetrics:
             self.model_queue_wait.observe(max(0.0, generation.queue_wait_s))
         if generation.first_token_s is not None:
             self.model_first_token.observe(max(0.0, generation.first_token_s))
+        kind = "background" if generation.background else "foreground"
+        self.model_busy.labels(kind).inc(max(0.0, generation.busy_s))
         timings = generation.timings
         if timings is not None:
             self.model_tokens.labels("prompt").inc(max(0, timings.prompt_tokens))

@@ -54,6 +54,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from plugins.audio import INPUT_SAMPLE_RATE, resample
 from plugins.brain.model_queue import ModelQueueFull
+from plugins.brain.openai_brain import PRIORITY_HEADER
 from plugins.contracts import ASR, TTS
 from plugins.errors import PluginError
 
@@ -70,7 +71,9 @@ class ChatModel(Protocol):
     """What the chat route needs of a language model (``plugins.brain.local_model.LocalModel``
     is one): stream the text of one completion, queued fairly by ``lane``."""
 
-    def chat(self, payload: dict[str, Any], *, lane: str) -> AsyncIterator[str]: ...
+    def chat(
+        self, payload: dict[str, Any], *, lane: str, background: bool = False
+    ) -> AsyncIterator[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +276,7 @@ def create_model_app(
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(
-        body: ChatRequest, who: str = Depends(caller)
+        body: ChatRequest, request: Request, who: str = Depends(caller)
     ) -> dict[str, Any] | StreamingResponse:
         if sum(len(m.text()) for m in body.messages) > MAX_MESSAGE_CHARS:
             raise ModelServerError(
@@ -291,7 +294,9 @@ def create_model_app(
             payload["max_tokens"] = max_tokens
         if body.temperature is not None:
             payload["temperature"] = body.temperature
-        pieces = backends.chat.chat(payload, lane=who)
+        # A runtime's memory learning says so: it waits for the pauses (SPEC RT-11).
+        background = request.headers.get(PRIORITY_HEADER, "").lower() == "background"
+        pieces = backends.chat.chat(payload, lane=who, background=background)
         first = await _first(pieces)  # a full queue is refused before anything is sent
         ident = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())

@@ -117,6 +117,7 @@ def _brain(settings: Settings) -> Brain:
         )
     if settings.brain == "llm":
         from plugins.brain.local_model import LocalModel, LocalModelSettings
+        from plugins.brain.model_queue import BackgroundPolicy
 
         reason = LocalModel.unavailable_reason()
         if reason is None:
@@ -129,6 +130,11 @@ def _brain(settings: Settings) -> Brain:
                     max_waiting=settings.llm_queue_max,
                     start_deadline_s=settings.llm_start_deadline_s,
                     cache_dir=settings.model_cache_dir,
+                    prefill_batch_tokens=settings.llm_prefill_batch_tokens,
+                    background=BackgroundPolicy(
+                        idle_before_s=settings.llm_background_idle_s,
+                        share=settings.llm_background_share,
+                    ),
                 )
             )
             return LLMBrain(model, max_answer_tokens=settings.llm_max_answer_tokens)

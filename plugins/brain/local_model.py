@@ -105,6 +105,8 @@ class Generation:
     lane: str
     queue_wait_s: float | None = None
     background: bool = False
+    busy_s: float = 0.0
+    """Time the request held the model (every run of it, a preempted one's included)."""
     first_token_s: float | None = None  # from start of running to the first text
     timings: Timings | None = None
     stopped: bool = False
@@ -424,6 +426,7 @@ class LocalModel:
         self._running_background = False
         ended = time.monotonic()
         self._queue.ran(started, ended, background=job.background)
+        generation.busy_s += ended - started
         if job.background:
             self.stats.background_busy_s += ended - started
         else:

@@ -179,6 +179,9 @@ class FairModelQueue(Generic[T]):
         self.waits: deque[float] = deque(maxlen=waits_kept)
         """Queue waits (seconds) of the latest foreground requests handed to the model."""
         self.background_waits: deque[float] = deque(maxlen=waits_kept)
+        self.waits_behind_background: deque[float] = deque(maxlen=waits_kept)
+        """Of each foreground wait, the seconds the model spent on background work meanwhile
+        (the preemption's cost: Rule 7 keeps it to a token or a prompt batch)."""
         self.expired = 0
         self.preempted = 0
         """Background requests stopped for foreground work and put back (Rule 7)."""
@@ -345,9 +348,11 @@ class FairModelQueue(Generic[T]):
                     continue
                 ticket.state = "taken"
                 ticket.started_at = now
-                (self.background_waits if ticket.background else self.waits).append(
-                    now - ticket.enqueued_at
-                )
+                if ticket.background:
+                    self.background_waits.append(now - ticket.enqueued_at)
+                else:
+                    self.waits.append(now - ticket.enqueued_at)
+                    self.waits_behind_background.append(self._background_during(ticket, now))
                 return ticket
         return None
 
@@ -362,6 +367,14 @@ class FairModelQueue(Generic[T]):
             return False
         active = now - self._last_foreground < policy.window_s
         return not active or self._share_locked(now) < policy.share
+
+    def _background_during(self, ticket: Ticket[T], now: float) -> float:
+        start = ticket.enqueued_at
+        return sum(
+            max(0.0, min(end, now) - max(s, start))
+            for s, end, bg in self._busy
+            if bg and end > start
+        )
 
     def _share_locked(self, now: float) -> float:
         self._trim(now)

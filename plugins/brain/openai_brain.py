@@ -50,6 +50,9 @@ MAX_TOOL_CALLS = 16
 NOT_RUN = "Error: this tool call was not run."
 """The ``tool`` message sent for an earlier call that has no result."""
 
+PRIORITY_HEADER = "OpenRealtime-Priority"
+"""``background``: work nobody waits on (``openrealtime serve-models`` queues it behind people)."""
+
 _WHAT = "OpenAI-compatible brain"
 
 
@@ -150,10 +153,17 @@ class OpenAIBrain:
         the places kept for it (``self.lanes``)."""
         del lane
         async with self.lanes.slot(background=background):
-            return await self._complete_json(messages, schema, max_tokens=max_tokens)
+            return await self._complete_json(
+                messages, schema, max_tokens=max_tokens, background=background
+            )
 
     async def _complete_json(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        background: bool,
     ) -> str:
         wire = cast("list[ChatCompletionMessageParam]", messages)  # role/content dicts
         response_format: ResponseFormatJSONSchema = {
@@ -169,6 +179,8 @@ class OpenAIBrain:
                     response_format=response_format,
                     temperature=0,
                     max_tokens=max_tokens,
+                    # Our own model server runs it in its model's background class.
+                    extra_headers={PRIORITY_HEADER: "background"} if background else None,
                 )
         except PROVIDER_EXCEPTIONS as e:
             raise map_openai_error(e, what=_WHAT, api_key=self._api_key) from e

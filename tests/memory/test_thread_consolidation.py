@@ -58,7 +58,7 @@ class ScriptedJsonModel:
         background: bool = False,
     ) -> str:
         self.calls.append({"messages": messages, "schema": schema, "max_tokens": max_tokens,
-                           "lane": lane})  # fmt: skip
+                           "lane": lane, "background": background})  # fmt: skip
         while True:
             step = self.script.pop(0)
             if isinstance(step, float):
@@ -82,7 +82,7 @@ async def consolidate(
     *script: object, memory: ThreadMemory | None = None, events: Sequence[JournalEvent] = TALK
 ) -> tuple[ConsolidationResult, ScriptedJsonModel]:
     model = ScriptedJsonModel(list(script))
-    consolidator = Consolidator(model, limits=ConsolidationLimits(timeout_s=0.2))
+    consolidator = Consolidator(model, limits=ConsolidationLimits(timeout_s=0.2, queue_s=0.0))
     result = await consolidator.consolidate(events, memory or ThreadMemory(), lane="th")
     return result, model
 
@@ -102,6 +102,7 @@ async def test_good_changes_are_accepted_and_every_item_processed() -> None:
     assert memory.facts["budget"].sources == ("i-03",)
     assert memory.processed == result.processed and memory.revision == 1
     assert model.calls[0]["lane"] == "th"
+    assert model.calls[0]["background"] is True  # learning waits for the pauses (SPEC RT-11)
 
 
 PROCESSED = ThreadMemory(

@@ -223,3 +223,36 @@ async def test_a_role_that_says_nothing_on_failure_and_one_with_its_own_words() 
 def test_the_default_apologies_are_short_sentences_in_both_languages() -> None:
     assert set(FAILURE_MESSAGES) == {"en", "zh"}
     assert all(len(text) <= 60 for text in FAILURE_MESSAGES.values())
+
+
+class HoldLog:
+    """A ``ModelHold`` that records when the session held and released the model."""
+
+    def __init__(self, convo: Conversation) -> None:
+        self.convo = convo
+        self.log: list[tuple[str, float]] = []
+
+    def hold(self, lane: str) -> None:
+        self.log.append(("hold", self.convo.now))
+
+    def release(self, lane: str) -> None:
+        self.log.append(("release", self.convo.now))
+
+
+@in_virtual_time
+async def test_the_model_is_held_from_speech_until_the_answer_is_generated_not_played() -> None:
+    async with conversation(brain=FakeBrain(["A long enough answer to play."])) as convo:
+        holds = HoldLog(convo)
+        convo.engine.model_hold = holds
+        await convo.say("first question", ms=600)
+        done = await convo.until("response.done")
+        first_audio = convo.events("response.output_audio.delta")[0].at
+        # Held once: from the person's first words (VAD, 60 ms in) to the answer's last
+        # sentence handed to TTS — released before the answer has played out.
+        assert [kind for kind, _ in holds.log] == ["hold", "release"]
+        (_, held_at), (_, released_at) = holds.log
+        assert held_at == 60.0
+        assert released_at <= first_audio < done.at
+        convo.type("and a typed one")
+        await convo.until("response.done")
+        assert [kind for kind, _ in holds.log] == ["hold", "release"] * 2

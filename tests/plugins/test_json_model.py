@@ -22,11 +22,23 @@ class RecordingLocalModel:
     def __init__(self, pieces: list[str]) -> None:
         self.pieces = pieces
         self.calls: list[tuple[dict[str, Any], str]] = []
+        self.background: list[bool] = []
 
-    async def chat(self, payload: dict[str, Any], *, lane: str) -> AsyncGenerator[str, None]:
+    async def chat(
+        self, payload: dict[str, Any], *, lane: str, background: bool = False
+    ) -> AsyncGenerator[str, None]:
         self.calls.append((payload, lane))
+        self.background.append(background)
         for piece in self.pieces:
             yield piece
+
+
+async def test_background_json_work_goes_to_the_models_background_class() -> None:
+    local = RecordingLocalModel(["{}"])
+    model: JsonModel = LocalJsonModel(local)  # type: ignore[arg-type]  # a recording stand-in
+    await model.complete_json(MESSAGES, SCHEMA, max_tokens=9, lane="t", background=True)
+    await model.complete_json(MESSAGES, SCHEMA, max_tokens=9, lane="t")
+    assert local.background == [True, False]
 
 
 async def test_the_local_adapter_sends_a_json_schema_payload_on_the_lane() -> None:

@@ -362,3 +362,14 @@ def test_policy_bounds_are_checked() -> None:
         BackgroundPolicy(share=1.5)
     with pytest.raises(ValueError):
         BackgroundPolicy(window_s=0)
+
+
+def test_the_part_of_a_foreground_wait_spent_on_background_work_is_recorded() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(background=IDLE)
+    queue.ran(0.0, 10.0, background=True)  # a background job running when the answer came
+    queue.submit("A", "answer", now=9.8, deadline=FAR)
+    queue.ran(10.0, 10.5, background=False)  # then another session's answer
+
+    assert queue.take(10.5) is not None
+    assert list(queue.waits) == [pytest.approx(0.7)]
+    assert list(queue.waits_behind_background) == [pytest.approx(0.2)]

@@ -81,6 +81,7 @@ EXPECTED_FAMILIES = {
     "openrealtime_model_tokens": "counter",
     "openrealtime_loop_lag_seconds": "histogram",
     "openrealtime_turn_failures": "counter",
+    "openrealtime_model_busy_seconds": "counter",
     "process_resident_memory_bytes": "gauge",
 }
 

@@ -37,7 +37,9 @@ class FakeChat:
         self.payloads: list[dict[str, Any]] = []
         self.busy = False
 
-    async def chat(self, payload: dict[str, Any], *, lane: str) -> AsyncIterator[str]:
+    async def chat(
+        self, payload: dict[str, Any], *, lane: str, background: bool = False
+    ) -> AsyncIterator[str]:
         if self.busy:
             raise ModelQueueFull("local model: 32 requests already waiting (at most 32)")
         self.lanes.append(lane)

@@ -335,7 +335,9 @@ class Lanes:
     def calls(self, lane: str) -> int:
         return self.counts.get(lane, 0)
 
-    async def chat(self, payload: dict[str, Any], *, lane: str) -> AsyncIterator[str]:
+    async def chat(
+        self, payload: dict[str, Any], *, lane: str, background: bool = False
+    ) -> AsyncIterator[str]:
         yield "{}"  # never used: the brain's own complete_json answers
 
 

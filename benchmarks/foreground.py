@@ -1,0 +1,281 @@
+"""Foreground first on the default stack (SPEC RT-11): the conversation eval with every memory
+feature on, at 1 and at 4 conversations at once, then an idle period.
+
+``python -m benchmarks.foreground [--split main] [--concurrency 1,4] [--limit N]`` prints one
+JSON object::
+
+    {"turns", "plugin_timeouts", "empty_answers", "failed_turns",
+     "foreground_wait_ms": {"p50", "p99"}, "background_jobs": {"started", "completed",
+     "preempted", "failed", "unfinished"}, "background_share", "pass_rate",
+     "by_concurrency": {"1": {…}, "4": {…}}, "idle": {…}}
+
+The server is the real one (uvicorn, the stores, knowledge with semantic recall) with the
+default brain — the local language model — and every memory feature that uses it on: thread
+memory learning (``generate``, the tenant default), the role's memory model set to the brain's
+model (role learning), and input enrichment (each role gets a pinned entry, so every turn
+has visible entries to enrich with). Only TTS is an instant fake: answers are checked as text
+(``benchmarks.conversation_eval.check``). Typed turns over the real WebSocket protocol
+(``runtime.client.RealtimeClient``); each conversation is one worker's, 1 or 4 workers at once.
+
+What each figure is:
+
+- ``plugin_timeouts`` — turns whose ``response.done`` failed with ``plugin_timeout``;
+  ``failed_turns`` — turns that did not complete (failed, or no ``response.done`` within 60 s);
+  ``empty_answers`` — completed turns with no text.
+- ``foreground_wait_ms`` — of each foreground model request (a person's answer, a judgement),
+  the time it waited while the model ran *background* work (Rule 7 of
+  ``plugins.brain.model_queue``: a token or a prompt batch). ``queue_wait_ms`` is the whole
+  wait, which also counts the other sessions' answers (fair sharing of one model).
+- ``background_jobs`` — background model requests: ``started`` (submitted), ``completed``,
+  ``preempted`` (stopped for a person and run again), ``failed``, ``unfinished`` (neither, at
+  the end: waiting, running, or given up by their owner's own bound).
+- ``background_share`` — the model's background busy time over the conversations' wall time
+  (the idle period excluded); ``idle`` — how long the idle period took to see every started
+  job finished (at most ``--idle-max``).
+- ``pass_rate`` — the eval's checks over every turn of both concurrency levels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.common import emit, p50_p99
+from benchmarks.conversation_eval import (
+    SHARED_DOCUMENTS,
+    TURN_TIMEOUT_S,
+    _documents,
+    _role,
+    check,
+    eval_plugins,
+    load_split,
+)
+from pipeline.engine import Plugins
+from plugins.brain.local_model import LocalModel, local_model_of
+from runtime.client import ClientClosed, RealtimeClient
+from runtime.config import Settings
+from runtime.plugin_factory import warm_up
+from runtime.server import RunningServer, running_server
+from runtime.services import BRAIN_MEMORY_MODEL
+
+ENRICHMENT_ENTRY = "Prefers short, direct answers."
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.turns = 0
+        self.passed = 0
+        self.plugin_timeouts = 0
+        self.failed = 0
+        self.empty = 0
+        self.failures: list[dict[str, Any]] = []
+
+    def add(self, other: Tally) -> None:
+        self.turns += other.turns
+        self.passed += other.passed
+        self.plugin_timeouts += other.plugin_timeouts
+        self.failed += other.failed
+        self.empty += other.empty
+        self.failures += other.failures
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "turns": self.turns,
+            "plugin_timeouts": self.plugin_timeouts,
+            "empty_answers": self.empty,
+            "failed_turns": self.failed,
+            "pass_rate": round(self.passed / self.turns, 3) if self.turns else None,
+        }
+
+
+async def converse(
+    server: RunningServer, http: httpx.AsyncClient, conversation: dict[str, Any], doc_ids: list[str]
+) -> Tally:
+    """One conversation, every session of it, as ``benchmarks.conversation_eval`` runs it."""
+    tally = Tally()
+    token = server.token
+    assert token is not None
+    role_id = await _role(http, conversation, doc_ids)
+    settings = await http.patch(
+        f"/api/roles/{role_id}/memory/settings", json={"memory_model": BRAIN_MEMORY_MODEL}
+    )
+    settings.raise_for_status()
+    remembered = await http.post(
+        f"/api/roles/{role_id}/memory/remember", json={"content": ENRICHMENT_ENTRY}
+    )
+    remembered.raise_for_status()
+    for content in conversation.get("memory", ()):
+        response = await http.post(
+            "/api/memory", json={"role_id": role_id, "kind": "preference", "content": content}
+        )
+        response.raise_for_status()
+    for session in conversation["sessions"]:
+        client = RealtimeClient(server.ws_url, token)
+        await client.connect(role_id=role_id, timeout=30)
+        try:
+            for turn in session["turns"]:
+                tally.turns += 1
+                try:
+                    await client.send_text(turn["user"])
+                    done = await client.wait_type("response.done", timeout=TURN_TIMEOUT_S)
+                except (TimeoutError, ClientClosed) as e:
+                    print(f"turn failed: {type(e).__name__}", file=sys.stderr)
+                    tally.failed += 1
+                    tally.failures.append({"conversation": conversation["id"], "user": turn["user"],
+                                           "outcome": type(e).__name__})  # fmt: skip
+                    await client.close()
+                    client = RealtimeClient(server.ws_url, token)
+                    await client.connect(role_id=role_id, timeout=30)
+                    continue
+                response = done["response"]
+                answer = str(response.get("output_text") or "")
+                if response["status"] != "completed":
+                    error = ((response.get("status_details") or {}).get("error") or {}).get("code")
+                    tally.failed += 1
+                    tally.plugin_timeouts += error == "plugin_timeout"
+                    tally.failures.append({"conversation": conversation["id"], "user": turn["user"],
+                                           "outcome": f"{response['status']} {error}"})  # fmt: skip
+                    continue
+                if not answer.strip():
+                    tally.empty += 1
+                failed = check(turn["expect"], answer)
+                if failed:
+                    tally.failures.append({"conversation": conversation["id"], "user": turn["user"],
+                                           "answer": answer, "failed": failed})  # fmt: skip
+                else:
+                    tally.passed += 1
+        finally:
+            await client.close()
+    return tally
+
+
+async def run_level(
+    server: RunningServer,
+    http: httpx.AsyncClient,
+    conversations: list[dict[str, Any]],
+    doc_ids: list[str],
+    concurrency: int,
+) -> Tally:
+    pending = list(conversations)
+    tally = Tally()
+
+    async def worker() -> None:
+        while pending:
+            conversation = pending.pop(0)
+            done = await converse(server, http, conversation, doc_ids)
+            tally.add(done)
+            print(
+                f"concurrency {concurrency}: {conversation['id']} "
+                f"{done.passed}/{done.turns} (all {tally.passed}/{tally.turns})",
+                file=sys.stderr,
+            )
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return tally
+
+
+def jobs(model: LocalModel) -> dict[str, int]:
+    stats = model.stats
+    finished = stats.background_completed + stats.background_failed
+    return {
+        "started": stats.background_started,
+        "completed": stats.background_completed,
+        "preempted": stats.background_preempted,
+        "failed": stats.background_failed,
+        "unfinished": stats.background_started - finished,
+    }
+
+
+async def idle_until_done(model: LocalModel, idle_max_s: float) -> dict[str, Any]:
+    """The idle period: no session talks; wait until every started background job finished."""
+    started = time.monotonic()
+    while time.monotonic() - started < idle_max_s:
+        if jobs(model)["unfinished"] == 0 and model.queue.background_waiting == 0:
+            break
+        await asyncio.sleep(0.5)
+    return {"seconds": round(time.monotonic() - started, 1), **jobs(model)}
+
+
+async def main(
+    split_name: str, levels: list[int], limit: int | None, idle_max_s: float
+) -> dict[str, Any]:
+    split = load_split(split_name)
+    conversations = split["conversations"][:limit] if limit else split["conversations"]
+    plugins: Plugins = eval_plugins("llm")
+    await warm_up(plugins)
+    model = local_model_of(plugins.brain)
+    assert model is not None, "the default brain runs the local model"
+    # Every wait of the run is kept (the queue keeps its latest 1,024 by default).
+    model.queue.waits = deque(maxlen=100_000)
+    model.queue.waits_behind_background = deque(maxlen=100_000)
+    result: dict[str, Any] = {"split": split_name, "by_concurrency": {}}
+    total = Tally()
+    conversing_s = 0.0
+    background_s = 0.0
+    try:
+        with tempfile.TemporaryDirectory(prefix="foreground-") as data_dir:
+            settings = Settings(
+                storage="memory",
+                port=0,
+                data_dir=Path(data_dir),
+                max_live_sessions_per_user=10_000,
+            )
+            async with running_server(settings, plugins=plugins) as server:
+                headers = {"Authorization": f"Bearer {server.token}"}
+                async with httpx.AsyncClient(
+                    base_url=server.http_url, headers=headers, timeout=120
+                ) as http:
+                    doc_ids = await _documents(http, [*SHARED_DOCUMENTS, *split["documents"]])
+                    for concurrency in levels:
+                        waits_from = len(model.queue.waits)
+                        busy_from = model.stats.background_busy_s
+                        began = time.monotonic()
+                        tally = await run_level(server, http, conversations, doc_ids, concurrency)
+                        seconds = time.monotonic() - began
+                        busy = model.stats.background_busy_s - busy_from
+                        conversing_s += seconds
+                        background_s += busy
+                        behind = list(model.queue.waits_behind_background)[waits_from:]
+                        whole = list(model.queue.waits)[waits_from:]
+                        result["by_concurrency"][str(concurrency)] = {
+                            **tally.figures(),
+                            "seconds": round(seconds, 1),
+                            "foreground_wait_ms": p50_p99([w * 1000 for w in behind]),
+                            "queue_wait_ms": p50_p99([w * 1000 for w in whole]),
+                            "background_share": round(busy / seconds, 3) if seconds else None,
+                            "background_jobs": jobs(model),
+                        }
+                        total.add(tally)
+                    result["idle"] = await idle_until_done(model, idle_max_s)
+    finally:
+        await model.aclose()
+    behind_all = [w * 1000 for w in model.queue.waits_behind_background]
+    result.update(total.figures())
+    result["foreground_wait_ms"] = p50_p99(behind_all)
+    result["background_jobs"] = jobs(model)
+    result["background_share"] = round(background_s / conversing_s, 3) if conversing_s else None
+    result["failures"] = total.failures
+    return result
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", choices=["main", "holdout"], default="main")
+    parser.add_argument("--concurrency", default="1,4", help="comma-separated levels")
+    parser.add_argument("--limit", type=int, default=None, help="first N conversations only")
+    parser.add_argument("--idle-max", type=float, default=600.0, help="idle period bound (s)")
+    args = parser.parse_args()
+    levels = [int(level) for level in args.concurrency.split(",")]
+    emit(asyncio.run(main(args.split, levels, args.limit, args.idle_max)))
+
+
+if __name__ == "__main__":
+    cli()
