@@ -15,7 +15,9 @@ memory learning (``generate``, the tenant default), the role's memory model set 
 model (role learning), and input enrichment (each role gets a pinned entry, so every turn
 has visible entries to enrich with). Only TTS is an instant fake: answers are checked as text
 (``benchmarks.conversation_eval.check``). Typed turns over the real WebSocket protocol
-(``runtime.client.RealtimeClient``); each conversation is one worker's, 1 or 4 workers at once.
+(``runtime.client.RealtimeClient``); each conversation is one worker's, 1 or 4 workers at once;
+after each answer the person takes ``--think`` seconds (2: reading it, or hearing it) before
+the next turn — the pauses background work runs in.
 
 What each figure is:
 
@@ -97,15 +99,21 @@ class Tally:
 
 
 async def converse(
-    server: RunningServer, http: httpx.AsyncClient, conversation: dict[str, Any], doc_ids: list[str]
+    server: RunningServer,
+    http: httpx.AsyncClient,
+    conversation: dict[str, Any],
+    doc_ids: list[str],
+    think_s: float,
 ) -> Tally:
     """One conversation, every session of it, as ``benchmarks.conversation_eval`` runs it."""
     tally = Tally()
     token = server.token
     assert token is not None
     role_id = await _role(http, conversation, doc_ids)
+    url = f"/api/roles/{role_id}/memory/settings"
+    current = (await http.get(url)).json()
     settings = await http.patch(
-        f"/api/roles/{role_id}/memory/settings", json={"memory_model": BRAIN_MEMORY_MODEL}
+        url, json={"memory_model": BRAIN_MEMORY_MODEL, "expected": current["revision"]}
     )
     settings.raise_for_status()
     remembered = await http.post(
@@ -135,6 +143,7 @@ async def converse(
                     client = RealtimeClient(server.ws_url, token)
                     await client.connect(role_id=role_id, timeout=30)
                     continue
+                await asyncio.sleep(think_s)  # the person reads or hears the answer
                 response = done["response"]
                 answer = str(response.get("output_text") or "")
                 if response["status"] != "completed":
@@ -163,6 +172,7 @@ async def run_level(
     conversations: list[dict[str, Any]],
     doc_ids: list[str],
     concurrency: int,
+    think_s: float,
 ) -> Tally:
     pending = list(conversations)
     tally = Tally()
@@ -170,7 +180,7 @@ async def run_level(
     async def worker() -> None:
         while pending:
             conversation = pending.pop(0)
-            done = await converse(server, http, conversation, doc_ids)
+            done = await converse(server, http, conversation, doc_ids, think_s)
             tally.add(done)
             print(
                 f"concurrency {concurrency}: {conversation['id']} "
@@ -205,7 +215,7 @@ async def idle_until_done(model: LocalModel, idle_max_s: float) -> dict[str, Any
 
 
 async def main(
-    split_name: str, levels: list[int], limit: int | None, idle_max_s: float
+    split_name: str, levels: list[int], limit: int | None, idle_max_s: float, think_s: float
 ) -> dict[str, Any]:
     split = load_split(split_name)
     conversations = split["conversations"][:limit] if limit else split["conversations"]
@@ -216,7 +226,7 @@ async def main(
     # Every wait of the run is kept (the queue keeps its latest 1,024 by default).
     model.queue.waits = deque(maxlen=100_000)
     model.queue.waits_behind_background = deque(maxlen=100_000)
-    result: dict[str, Any] = {"split": split_name, "by_concurrency": {}}
+    result: dict[str, Any] = {"split": split_name, "think_s": think_s, "by_concurrency": {}}
     total = Tally()
     conversing_s = 0.0
     background_s = 0.0
@@ -238,7 +248,9 @@ async def main(
                         waits_from = len(model.queue.waits)
                         busy_from = model.stats.background_busy_s
                         began = time.monotonic()
-                        tally = await run_level(server, http, conversations, doc_ids, concurrency)
+                        tally = await run_level(
+                            server, http, conversations, doc_ids, concurrency, think_s
+                        )
                         seconds = time.monotonic() - began
                         busy = model.stats.background_busy_s - busy_from
                         conversing_s += seconds
@@ -272,9 +284,12 @@ def cli() -> None:
     parser.add_argument("--concurrency", default="1,4", help="comma-separated levels")
     parser.add_argument("--limit", type=int, default=None, help="first N conversations only")
     parser.add_argument("--idle-max", type=float, default=600.0, help="idle period bound (s)")
+    parser.add_argument(
+        "--think", type=float, default=2.0, help="seconds a person takes with each answer"
+    )
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
-    emit(asyncio.run(main(args.split, levels, args.limit, args.idle_max)))
+    emit(asyncio.run(main(args.split, levels, args.limit, args.idle_max, args.think)))
 
 
 if __name__ == "__main__":

@@ -162,7 +162,7 @@ class Settings(BaseSettings):
     llm_background_share: float = Field(default=0.5, ge=0.0, le=1.0)
     """The most of the model's time background work (memory learning) may take while people
     talk, over the last minute (SPEC RT-11); it never delays a person's turn either way."""
-    llm_background_idle_s: float = Field(default=0.5, ge=0.0, le=60.0)
+    llm_background_idle_s: float = Field(default=3.0, ge=0.0, le=60.0)
     """Quiet on the model this long before background work starts (a pause, not the gap
     between a typed answer and the next question)."""
     llm_prefill_batch_tokens: int = Field(default=64, ge=8, le=2048)

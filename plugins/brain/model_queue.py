@@ -63,8 +63,11 @@ class ModelQueueFull(PluginError):
 class BackgroundPolicy:
     """When background work may use the model (Rule 6)."""
 
-    idle_before_s: float = 0.5
-    """Foreground quiet this long before a background request starts."""
+    idle_before_s: float = 3.0
+    """Foreground quiet this long before a background request starts: a pause, not the gap
+    between an answer and the next question (a prompt batch of background work stopped for a
+    person still costs them up to two batches, so background work starts only when one is
+    unlikely)."""
     share: float = 0.5
     """The most of the model's time background work may take while sessions are active."""
     window_s: float = 60.0
