@@ -6,7 +6,7 @@ JSON object::
 
     {"turns", "plugin_timeouts", "empty_answers", "failed_turns",
      "foreground_wait_ms": {"p50", "p99"}, "background_jobs": {"started", "completed",
-     "preempted", "failed", "unfinished"}, "background_share", "pass_rate",
+     "preempted", "failed", "abandoned", "unfinished"}, "background_share", "pass_rate",
      "by_concurrency": {"1": {…}, "4": {…}}, "idle": {…}}
 
 The server is the real one (uvicorn, the stores, knowledge with semantic recall) with the
@@ -30,7 +30,8 @@ What each figure is:
   wait, which also counts the other sessions' answers (fair sharing of one model).
 - ``background_jobs`` — background model requests: ``started`` (submitted), ``completed``,
   ``preempted`` (stopped for a person and run again), ``failed``, ``unfinished`` (neither, at
-  the end: waiting, running, or given up by their owner's own bound).
+  the end: waiting or running), ``abandoned`` (given up by their owner's own bound, e.g. a
+  role learning step's 2 minutes).
 - ``background_share`` — the model's background busy time over the conversations' wall time
   (the idle period excluded); ``idle`` — how long the idle period took to see every started
   job finished (at most ``--idle-max``).
@@ -194,13 +195,14 @@ async def run_level(
 
 def jobs(model: LocalModel) -> dict[str, int]:
     stats = model.stats
-    finished = stats.background_completed + stats.background_failed
+    ended = stats.background_completed + stats.background_failed + stats.background_abandoned
     return {
         "started": stats.background_started,
         "completed": stats.background_completed,
         "preempted": stats.background_preempted,
         "failed": stats.background_failed,
-        "unfinished": stats.background_started - finished,
+        "abandoned": stats.background_abandoned,
+        "unfinished": stats.background_started - ended,
     }
 
 

@@ -104,7 +104,7 @@ class ConsolidationLimits:
     background: bool = True
     """The model call is background work (SPEC RT-11): it waits for a pause, up to
     ``queue_s`` more than ``timeout_s``; a person's Refresh is not."""
-    queue_s: float = 300.0
+    queue_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,8 +73,11 @@ class LocalModelSettings:
     """llama.cpp's prompt batch: a background request can be stopped after each one (Rule 7);
     smaller is quicker to preempt and slower to prefill."""
     background: BackgroundPolicy = field(default_factory=BackgroundPolicy)
-    background_start_deadline_s: float = 600.0
-    """A background request that could not start in this long fails (its owner retries)."""
+    max_background_waiting: int = 256
+    """Background requests waiting for a pause at most (their own room: Rule 2 of the queue)."""
+    background_start_deadline_s: float = 3600.0
+    """A background request that found no pause to start in for this long fails (its owner
+    retries after a later turn)."""
 
 
 class ChatBackend(Protocol):
@@ -125,6 +128,8 @@ class ModelStats:
     """Background requests submitted (each is counted once, however often it was preempted)."""
     background_completed: int = 0
     background_failed: int = 0
+    background_abandoned: int = 0
+    """Background requests whose owner stopped waiting (its own bound, a cancelled task)."""
     background_preempted: int = 0
     background_busy_s: float = 0.0
     foreground_busy_s: float = 0.0
@@ -132,6 +137,14 @@ class ModelStats:
     expired: int = 0
     rejected: int = 0
     """Requests refused because the queue was full (``model_busy``)."""
+
+    def count_background(self, outcome: str) -> None:
+        if outcome == "completed":
+            self.background_completed += 1
+        elif outcome == "failed":
+            self.background_failed += 1
+        else:
+            self.background_abandoned += 1
 
 
 _END = object()
@@ -190,6 +203,7 @@ class LocalModel:
             max_waiting=self.settings.max_waiting,
             max_per_lane=self.settings.max_per_lane,
             background=self.settings.background,
+            max_background_waiting=self.settings.max_background_waiting,
         )
         self._queue.on_foreground = self._preempt_background
         self._running_background = False
@@ -305,6 +319,7 @@ class LocalModel:
             raise
         if background:
             self.stats.background_started += 1
+        outcome = "abandoned"  # the consumer went away (its own bound, a cancelled task)
         try:
             while True:
                 if ticket.state == "waiting" and job.items.empty():
@@ -316,6 +331,7 @@ class LocalModel:
                     except TimeoutError:
                         if self._queue.cancel(ticket):
                             self.stats.expired += 1
+                            outcome = "failed"
                             raise PluginTimeout(
                                 "the local model was busy past this request's deadline"
                             ) from None
@@ -323,19 +339,19 @@ class LocalModel:
                 else:
                     item = await job.items.get()
                 if item is _END:
-                    if background:
-                        self.stats.background_completed += 1
+                    outcome = "completed"
                     return
                 if isinstance(item, BaseException):
                     if job.expired:
                         self.stats.expired += 1
-                    if background:
-                        self.stats.background_failed += 1
+                    outcome = "failed"
                     raise item
                 yield item
         finally:
             job.gone.set()
             self._queue.cancel(ticket)
+            if background:
+                self.stats.count_background(outcome)
 
     def calls(self, lane: str) -> int:
         """How many requests ``lane`` made so far (a turn that made none ran no model)."""

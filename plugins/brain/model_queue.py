@@ -11,8 +11,11 @@ Rule 1. Every request belongs to a *lane* (the voice session that made it, or fo
         work the thread or role it is for). Lanes are served round robin: after a request of
         lane A, the next one comes from the next lane that has work, so one chatty session
         cannot starve the others. Within a lane, first come first served.
-Rule 2. Bounded: at most ``max_waiting`` requests wait in all, at most ``max_per_lane`` per lane.
-        ``submit`` beyond either bound raises ``ModelQueueFull`` (retryable) and queues nothing.
+Rule 2. Bounded: at most ``max_waiting`` foreground requests wait, at most
+        ``max_background_waiting`` background ones (each class has its own room: background
+        work waiting for a pause never takes a person's place), at most ``max_per_lane`` per
+        lane. ``submit`` beyond a bound raises ``ModelQueueFull`` (retryable) and queues
+        nothing.
 Rule 3. Every request carries a deadline for *starting*. ``take`` never hands out a request whose
         deadline has passed: it is expired instead (its owner is told, see ``Ticket.expire``),
         and the queue wait of every request handed out is recorded.
@@ -169,10 +172,12 @@ class FairModelQueue(Generic[T]):
         max_per_lane: int = 2,
         waits_kept: int = 1024,
         background: BackgroundPolicy | None = None,
+        max_background_waiting: int = 256,
     ):
-        if max_waiting < 1 or max_per_lane < 1:
-            raise ValueError("max_waiting and max_per_lane must be at least 1")
+        if max_waiting < 1 or max_per_lane < 1 or max_background_waiting < 1:
+            raise ValueError("max_waiting, max_background_waiting, max_per_lane must be >= 1")
         self.max_waiting = max_waiting
+        self.max_background_waiting = max_background_waiting
         self.max_per_lane = max_per_lane
         self.policy = background or BackgroundPolicy()
         self._foreground: _Rotation[T] = _Rotation()
@@ -221,10 +226,11 @@ class FairModelQueue(Generic[T]):
                 raise ModelQueueFull("the local model is shutting down")
             rotation = self._background if background else self._foreground
             queue = rotation.lanes.get(lane)
-            if len(self) >= self.max_waiting:
+            bound = self.max_background_waiting if background else self.max_waiting
+            if rotation.waiting >= bound:
+                kind = "background requests" if background else "requests"
                 raise ModelQueueFull(
-                    f"local model: {len(self)} requests already waiting (at most "
-                    f"{self.max_waiting})"
+                    f"local model: {rotation.waiting} {kind} already waiting (at most {bound})"
                 )
             if queue is not None and len(queue) >= self.max_per_lane:
                 raise ModelQueueFull(

@@ -373,3 +373,19 @@ def test_the_part_of_a_foreground_wait_spent_on_background_work_is_recorded() ->
     assert queue.take(10.5) is not None
     assert list(queue.waits) == [pytest.approx(0.7)]
     assert list(queue.waits_behind_background) == [pytest.approx(0.2)]
+
+
+def test_background_work_waiting_for_a_pause_never_takes_a_persons_place() -> None:
+    queue: FairModelQueue[str] = FairModelQueue(
+        background=IDLE, max_waiting=2, max_background_waiting=3
+    )
+    for thread in ("t1", "t2", "t3"):
+        queue.submit(thread, "learn", now=0.0, deadline=FAR, background=True)
+    with pytest.raises(ModelQueueFull):
+        queue.submit("t4", "learn", now=0.0, deadline=FAR, background=True)
+
+    queue.submit("A", "answer", now=0.0, deadline=FAR)
+    queue.submit("B", "answer", now=0.0, deadline=FAR)  # both people fit beside the learning
+    with pytest.raises(ModelQueueFull):
+        queue.submit("C", "answer", now=0.0, deadline=FAR)
+    assert (queue.foreground_waiting, queue.background_waiting, len(queue)) == (2, 3, 5)
