@@ -3,13 +3,11 @@ sessions, a SIGKILL, a drain and a PostgreSQL restart (embedded, its own), no so
 
 from __future__ import annotations
 
-import pytest
-
 from benchmarks.fleet import run
-from tests.fleet import have_nginx
+from tests.fleet import needs_nginx
 
 
-@pytest.mark.skipif(not have_nginx(), reason="needs /usr/sbin/nginx")
+@needs_nginx
 async def test_a_small_fleet_loses_and_repeats_nothing_through_kill_drain_and_restart() -> None:
     result = await run(
         processes=2,

@@ -35,7 +35,7 @@ from runtime.outbox import Outbox
 from runtime.protocol import CloseCode
 from runtime.server import running_server
 from runtime.session import VoiceSession
-from tests.fleet import Nginx, ServerProcess, have_nginx
+from tests.fleet import Nginx, ServerProcess, needs_nginx
 from tests.postgres import pg_pool, postgres_url
 from tests.runtime.conftest import fake_plugins
 
@@ -47,7 +47,6 @@ UPGRADE = {
     "Sec-WebSocket-Version": "13",
     "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
 }
-needs_nginx = pytest.mark.skipif(not have_nginx(), reason="needs /usr/sbin/nginx")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ refuses without a token, and fits a phone's width."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,29 @@ async def test_the_system_page_fits_a_phone(
             "({page: document.documentElement.scrollWidth, view: window.innerWidth})"
         )
     assert widths["page"] <= widths["view"]  # the models table scrolls inside its panel
+
+
+async def test_failed_turns_are_shown_per_minute_and_stage(
+    launch: Launch, silence_wav: Path, fake_server: ServerFactory
+) -> None:
+    async with fake_server() as server:
+        browser = await launch(silence_wav)
+        page = await open_page(browser, server, "/system.html")
+        empty = await page.evaluate(
+            "!document.getElementById('failures-empty').classList.contains('hidden')"
+            " && document.getElementById('failures').classList.contains('hidden')"
+        )
+        # Two failed turns this minute, as the session's hook counts them (the path from a
+        # failed turn to /api/system is tests/runtime/test_metrics.py's).
+        window = server.services.telemetry.latency_window
+        window.failed("brain", time.time())
+        window.failed("tts", time.time())
+        await page.click("#refresh")
+        await wait_js(page, "document.querySelectorAll('#failures tbody tr').length === 1")
+        row = await page.evaluate(
+            "(() => { const r = document.querySelector('#failures tbody tr');"
+            " return {count: r.dataset.failures, cells: [...r.cells].map(c => c.textContent)}; })()"
+        )
+    assert empty
+    assert row["count"] == "2"
+    assert row["cells"][1:] == ["2", "brain 1, tts 1"]
