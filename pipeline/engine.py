@@ -882,7 +882,7 @@ class Engine:
             self.send_all(events.audio_done())
             response.enter("playout", self.clock())
             await self.speaker.await_playout(response)
-            response.enter("journal", self.clock())
+            response.enter("finalize", self.clock())
             await self._finalize(response, interrupted=False)
             self._response_finished(response)
         except asyncio.CancelledError:
@@ -953,7 +953,11 @@ class Engine:
     async def _apologize(self, response: Response) -> None:
         """Say the role's failure message in a spoken answer (never in text only); a TTS that
         fails again leaves the error to speak for itself."""
-        if not response.events.audio or not self.is_current(response.generation):
+        if (
+            not response.events.audio
+            or not self.is_current(response.generation)
+            or response.stage == "finalize"  # the whole answer was heard: only its record failed
+        ):
             return
         text = self.persona.failure_message
         if text is None:
@@ -1222,18 +1226,26 @@ class Engine:
         else:
             text = heard = events.text  # text only: what was sent is what was read
         if text and response.options.in_conversation:
-            await self._append(
-                f"{self._event_prefix}:{response.turn_id}:assistant:{response.generation}",
-                EventKind.ASSISTANT_OUTPUT,
-                {
-                    "text": text,
-                    "heard_text": heard,
-                    "interrupted": interrupted,
-                    "generation": response.generation,
-                    "item_id": events.item_id,
-                },
-            )
-            self._spawn(self._compact(), "compaction")
+            try:
+                await self._append(
+                    f"{self._event_prefix}:{response.turn_id}:assistant:{response.generation}",
+                    EventKind.ASSISTANT_OUTPUT,
+                    {
+                        "text": text,
+                        "heard_text": heard,
+                        "interrupted": interrupted,
+                        "generation": response.generation,
+                        "item_id": events.item_id,
+                    },
+                )
+            except JournalError as e:
+                if not interrupted:
+                    response.finalized = False  # ``_fail`` sends its done (failed), not silence
+                    raise
+                # Interrupted: the client still gets its done (cancelled) after the error.
+                self._emit_error(e.code, str(e), retryable=e.retryable)
+            else:
+                self._spawn(self._compact(), "compaction")
         done = events.done(
             "cancelled" if interrupted else "completed",
             reason=_GA_REASONS.get(reason or "", "turn_detected") if interrupted else None,

@@ -182,7 +182,8 @@ class Response:
     """Held for a candidate interruption (``AnswerSpeaker.pause``)."""
     unpaused: asyncio.Event = field(default_factory=asyncio.Event)
     stage: str = "turn"
-    """Where the response is (``asr``, ``journal``, ``context``, ``brain``, ``playout`` …):
+    """Where the response is (``asr``, ``journal``, ``context``, ``brain``, ``playout``,
+    ``finalize`` — the answer's journal record …):
     a failure is reported with the stage it happened in (SPEC RT-11)."""
     stage_at: float = 0.0
     failed_stage: str | None = None

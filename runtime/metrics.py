@@ -63,7 +63,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_ERROR_CODES = 64
 
 TURN_FAILURE_STAGES = frozenset(
-    {"turn", "asr", "journal", "context", "brain", "brain_stream", "tts", "playout"}
+    {"turn", "asr", "journal", "context", "brain", "brain_stream", "tts", "playout", "finalize"}
 )
 """The stages a turn fails in (``pipeline.response.Response.stage``); others count as other."""
 """Distinct error codes counted by name (rule 4); later ones count as ``other``."""

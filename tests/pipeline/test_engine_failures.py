@@ -256,3 +256,36 @@ async def test_the_model_is_held_from_speech_until_the_answer_is_generated_not_p
         convo.type("and a typed one")
         await convo.until("response.done")
         assert [kind for kind, _ in holds.log] == ["hold", "release"] * 2
+
+
+@in_virtual_time
+async def test_an_answer_heard_whole_whose_record_fails_is_not_apologised_for() -> None:
+    async with conversation(brain=FakeBrain(["Yes."])) as convo:
+        journal = FlakyJournal(convo)
+        convo.engine.journal = journal  # type: ignore[assignment]
+        seen = failures_of(convo)
+        convo.type("hello")
+        await convo.until("response.created")  # the typed item is journaled by now
+        journal.fail_next = 1  # the answer's own record
+        done = await convo.until("response.done")
+        assert done["response"]["status"] == "failed"
+        assert done["response"]["output_text"] == "Yes."
+        assert [f.stage for f in seen] == ["finalize"]
+
+
+@in_virtual_time
+async def test_an_interrupted_answer_whose_record_fails_still_gets_its_done() -> None:
+    brain = FakeBrain(["A long answer that the person will cut short in the middle."])
+    async with conversation(brain=brain) as convo:
+        journal = FlakyJournal(convo)
+        convo.engine.journal = journal  # type: ignore[assignment]
+        convo.type("hello")
+        await convo.until("response.output_audio.delta")
+        journal.fail_next = 1  # the interrupted answer's record
+        assert convo.cancel()
+        done = await convo.until("response.done")
+        assert done["response"]["status"] == "cancelled"
+        assert convo.events("error")[-1]["error"]["code"] == "journal_unavailable"
+        convo.type("again")
+        done = await convo.until("response.done")
+        assert done["response"]["status"] == "completed"
