@@ -28,7 +28,8 @@ What each figure is:
   the time it waited while the model ran *background* work (Rule 7 of
   ``plugins.brain.model_queue``: a token or a prompt batch). ``queue_wait_ms`` is the whole
   wait, which also counts the other sessions' answers (fair sharing of one model).
-- ``background_jobs`` — background model requests: ``started`` (submitted), ``completed``,
+- ``background_jobs`` — background model requests (per level: those of its conversations; at
+  the top: the whole run, idle period included): ``started`` (submitted), ``completed``,
   ``preempted`` (stopped for a person and run again), ``failed``, ``unfinished`` (neither, at
   the end: waiting or running), ``abandoned`` (given up by their owner's own bound, e.g. a
   role learning step's 2 minutes).
@@ -249,6 +250,7 @@ async def main(
                     for concurrency in levels:
                         waits_from = len(model.queue.waits)
                         busy_from = model.stats.background_busy_s
+                        jobs_from = jobs(model)
                         began = time.monotonic()
                         tally = await run_level(
                             server, http, conversations, doc_ids, concurrency, think_s
@@ -265,7 +267,9 @@ async def main(
                             "foreground_wait_ms": p50_p99([w * 1000 for w in behind]),
                             "queue_wait_ms": p50_p99([w * 1000 for w in whole]),
                             "background_share": round(busy / seconds, 3) if seconds else None,
-                            "background_jobs": jobs(model),
+                            "background_jobs": {
+                                k: v - jobs_from[k] for k, v in jobs(model).items()
+                            },
                         }
                         total.add(tally)
                     result["idle"] = await idle_until_done(model, idle_max_s)

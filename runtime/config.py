@@ -157,8 +157,10 @@ class Settings(BaseSettings):
     llm_max_answer_tokens: int = Field(default=80, ge=8, le=1024)
     llm_queue_max: int = Field(default=32, ge=1, le=1024)
     """Model requests waiting at most, over all sessions (more: ``model_busy``, retryable)."""
-    llm_start_deadline_s: float = Field(default=10.0, gt=0)
-    """A model request not started within this time fails (the turn reports a timeout)."""
+    llm_start_deadline_s: float = Field(default=20.0, gt=0)
+    """A model request not started within this time fails (the turn reports a timeout and
+    apologises). Only people's requests count against it: background work waits for pauses
+    (SPEC RT-11); 20 s covers four conversations at once on one 2-core model."""
     llm_background_share: float = Field(default=0.5, ge=0.0, le=1.0)
     """The most of the model's time background work (memory learning) may take while people
     talk, over the last minute (SPEC RT-11); it never delays a person's turn either way."""

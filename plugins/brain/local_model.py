@@ -65,7 +65,7 @@ class LocalModelSettings:
     """llama.cpp's RAM cache of recent prompts (other sessions' prefixes), in MiB."""
     max_waiting: int = 32
     max_per_lane: int = 2
-    start_deadline_s: float = 10.0
+    start_deadline_s: float = 20.0
     """A request that cannot start within this time fails (``PluginTimeout``)."""
     max_generation_s: float = 30.0
     cache_dir: Path | None = None
