@@ -16,8 +16,10 @@ memory model's prompts, the pool's changes). It keeps these rules:
 4. The run reads its read position and the evidence after it, then ``learn`` calls the model
    only through the durable ``step``: step *n* with the same request digest as a stored
    response returns that response without a model call; otherwise the attempt is stored
-   first, then the model is called with ``step_timeout`` (default 120 s), then the response is
-   stored. A step stored ``max_step_attempts`` times without a response ends the run.
+   first, then the model is called with ``step_timeout`` (default 120 s) of running — a step
+   may first wait up to ``step_wait`` for the model to start it (background work waits for a
+   pause: the model queue's Rule 8) — then the response is stored. A step stored
+   ``max_step_attempts`` times without a response ends the run.
 5. ``finish`` applies in one transaction with the read position (store rule 6). When another
    run moved the position first, the evidence is read again from the new position and learned
    again (at most ``max_position_retries`` times); when the position already covers the run, it
@@ -52,6 +54,7 @@ from memory.learning_runs import (
     StepState,
     request_digest,
 )
+from plugins.brain.model_queue import bound_runs
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +111,7 @@ class DurableSteps:
         payloads: StepPayloads,
         timeout: float,
         max_attempts: int,
+        wait: float = 0.0,
     ) -> None:
         self.store = store
         self.run = run
@@ -115,6 +119,7 @@ class DurableSteps:
         self.model_step = model_step
         self.payloads = payloads
         self.timeout = timeout
+        self.wait = wait
         self.max_attempts = max_attempts
         self.number = 0
         self.model_calls = 0
@@ -138,8 +143,9 @@ class DurableSteps:
         )
         self.model_calls += 1
         try:
-            async with asyncio.timeout(self.timeout):
-                response = await self.model_step(request)
+            async with asyncio.timeout(self.wait + self.timeout) as bound:
+                with bound_runs(bound, self.timeout):
+                    response = await self.model_step(request)
         except TimeoutError:
             await self._failed(number, digest, attempts)
             raise LearningStepTimeout(f"step {number}") from None
@@ -174,6 +180,7 @@ class Learner(Generic[E, R]):
         max_concurrency: Callable[[str, str], int | None] = lambda tenant, role: 2,
         max_workers: int = 8,
         step_timeout: float = DEFAULT_STEP_TIMEOUT,
+        step_wait: float = 0.0,
         lease: float = 30.0,
         poll_interval: float = 1.0,
         max_step_attempts: int = 3,
@@ -189,6 +196,7 @@ class Learner(Generic[E, R]):
         self.max_concurrency = max_concurrency
         self.max_workers = max_workers
         self.step_timeout = step_timeout
+        self.step_wait = step_wait
         self.lease = lease
         self.poll_interval = poll_interval
         self.max_step_attempts = max_step_attempts
@@ -355,6 +363,7 @@ class Learner(Generic[E, R]):
                 model_step=self.model_step,
                 payloads=self.payloads,
                 timeout=self.step_timeout,
+                wait=self.step_wait,
                 max_attempts=self.max_step_attempts,
             )
             result = await self.procedure.learn(run, evidence, steps)

@@ -69,6 +69,7 @@ from memory.thread_memory import (
     record_failure,
 )
 from memory.thread_store import ThreadMemoryStore
+from plugins.brain.model_queue import BACKGROUND_WAIT_S, bound_runs
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +103,9 @@ class ConsolidationLimits:
     max_tokens: int = 320
     timeout_s: float = 20.0
     background: bool = True
-    """The model call is background work (SPEC RT-11): it waits for a pause, up to
-    ``queue_s`` more than ``timeout_s``; a person's Refresh is not."""
-    queue_s: float = 3600.0
+    """The model call is background work (SPEC RT-11): it may wait up to ``queue_s`` for a
+    pause, then has ``timeout_s`` to run; a person's Refresh is not background."""
+    queue_s: float = BACKGROUND_WAIT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,15 +341,16 @@ class Consolidator:
         schema = change_schema([item.id for item in shown], max_changes=self.limits.max_changes)
         try:
             limits = self.limits
-            bound = limits.timeout_s + (limits.queue_s if limits.background else 0.0)
-            async with asyncio.timeout(bound):
-                text = await self.model.complete_json(
-                    messages,
-                    schema,
-                    max_tokens=limits.max_tokens,
-                    lane=lane,
-                    background=limits.background,
-                )
+            wait = limits.queue_s if limits.background else 0.0
+            async with asyncio.timeout(wait + limits.timeout_s) as bound:
+                with bound_runs(bound, limits.timeout_s):  # timeout_s of running (queue Rule 8)
+                    text = await self.model.complete_json(
+                        messages,
+                        schema,
+                        max_tokens=limits.max_tokens,
+                        lane=lane,
+                        background=limits.background,
+                    )
         except TimeoutError:
             return self._failed(shown, "model_timeout", None)
         except Exception as e:  # any model failure: recorded, retried next turn (rule 4)

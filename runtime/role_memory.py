@@ -62,6 +62,7 @@ from memory.role_records import (
     new_record_id,
 )
 from memory.thread_consolidation import JsonModel
+from plugins.brain.model_queue import BACKGROUND_WAIT_S, bound_runs
 
 if TYPE_CHECKING:
     from journal.store import JournalStore
@@ -142,28 +143,33 @@ class RoleMemoryModels:
         timeout_s: float,
         thread_id: str | None = None,
     ) -> str | None:
+        """The memory model's answer to one call, or None (rule 5). ``timeout_s`` bounds the
+        model's running; learning, background work, may first wait for a pause (the model
+        queue's Rule 8)."""
         started = False
         name = ""
         text = ""
+        wait = BACKGROUND_WAIT_S if purpose == "learn" else 0.0
         try:
-            async with asyncio.timeout(timeout_s):
-                settings = await self.settings(tenant, role_id)
-                if not await self._model_for(tenant, role_id, settings):
-                    return None
-                assert settings.memory_model is not None
-                name = settings.memory_model
-                model = self.models[name]
-                async with self._slot(tenant, role_id, settings.concurrency):
-                    started = True
-                    text = await model.complete_json(
-                        messages,
-                        dict(schema),
-                        max_tokens=max_tokens,
-                        lane=thread_id or f"role-memory:{role_id}",
-                        # Learning is background work (SPEC RT-11); confide and enrichment
-                        # answer a person who is waiting.
-                        background=purpose == "learn",
-                    )
+            async with asyncio.timeout(wait + timeout_s) as bound:
+                with bound_runs(bound, timeout_s):
+                    settings = await self.settings(tenant, role_id)
+                    if not await self._model_for(tenant, role_id, settings):
+                        return None
+                    assert settings.memory_model is not None
+                    name = settings.memory_model
+                    model = self.models[name]
+                    async with self._slot(tenant, role_id, settings.concurrency):
+                        started = True
+                        text = await model.complete_json(
+                            messages,
+                            dict(schema),
+                            max_tokens=max_tokens,
+                            lane=thread_id or f"role-memory:{role_id}",
+                            # Learning is background work (SPEC RT-11); confide and enrichment
+                            # answer a person who is waiting.
+                            background=purpose == "learn",
+                        )
             result: str | None = text
         except TimeoutError:
             log.warning("role memory %s call: no answer within %.0f s", purpose, timeout_s)
@@ -292,6 +298,7 @@ class RoleLearning:
             self._step,
             max_concurrency=lambda tenant, role: self._concurrency.get((tenant, role), 2),
             step_timeout=step_timeout,
+            step_wait=BACKGROUND_WAIT_S,  # learning waits for a pause (SPEC RT-11)
             poll_interval=poll_interval,
             payloads=payloads,
         )

@@ -24,6 +24,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from plugins.brain.model_queue import model_run_started
+
 
 class ProviderLanes:
     """Places for requests to a remote model, foreground first (see the module's rules)."""
@@ -61,6 +63,7 @@ class ProviderLanes:
                     self.foreground_waiting -= 1
             self.running += 1
             self.running_background += background
+        model_run_started()  # the owner's run bound starts now (model queue Rule 8)
         try:
             yield
         finally:

@@ -50,7 +50,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from plugins.brain.model_files import QWEN_05B, ModelFile, ensure_model_file, missing_packages
-from plugins.brain.model_queue import BackgroundPolicy, FairModelQueue, ModelQueueFull, Ticket
+from plugins.brain.model_queue import (
+    BACKGROUND_WAIT_S,
+    BackgroundPolicy,
+    FairModelQueue,
+    ModelQueueFull,
+    Ticket,
+    model_run_started,
+)
 from plugins.errors import PluginTimeout, PluginUnavailable, ProviderError
 
 log = logging.getLogger(__name__)
@@ -75,7 +82,7 @@ class LocalModelSettings:
     background: BackgroundPolicy = field(default_factory=BackgroundPolicy)
     max_background_waiting: int = 256
     """Background requests waiting for a pause at most (their own room: Rule 2 of the queue)."""
-    background_start_deadline_s: float = 3600.0
+    background_start_deadline_s: float = BACKGROUND_WAIT_S
     """A background request that found no pause to start in for this long fails (its owner
     retries after a later turn)."""
 
@@ -148,6 +155,7 @@ class ModelStats:
 
 
 _END = object()
+_STARTED = object()  # the worker took the request: its owner's run bound starts (queue Rule 8)
 
 
 class _Job:
@@ -341,6 +349,9 @@ class LocalModel:
                 if item is _END:
                     outcome = "completed"
                     return
+                if item is _STARTED:
+                    model_run_started()
+                    continue
                 if isinstance(item, BaseException):
                     if job.expired:
                         self.stats.expired += 1
@@ -393,6 +404,7 @@ class LocalModel:
         if backend is None or job.gone.is_set():
             job.push(_END)
             return
+        job.push(_STARTED)
         text: list[str] = []  # a background request's output, handed over whole (Rule 7)
         preempted = False
         self._preempt.clear()

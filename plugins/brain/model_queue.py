@@ -37,6 +37,11 @@ Rule 7. Preemption: a foreground ``submit`` or a ``hold`` calls ``on_foreground`
         lock). The runner stops a running background request at its next token or prompt batch
         and puts it back with ``requeue`` (first in its lane, its deadline unchanged, counted
         in ``preempted``): background work restarts from what it stored, it is never lost.
+Rule 8. A caller's own bound is on running, not on waiting for a pause: within
+        ``bound_runs(timeout, seconds)`` each time the model starts running one of the task's
+        requests (a preempted one again) it calls ``model_run_started`` and the ``asyncio``
+        timeout restarts ``seconds`` from then. How long background work may wait is the
+        queue's business (its start deadline), not its owner's step bound.
 
 The queue is plain data behind one lock: ``now`` is passed in, so tests run it in virtual time.
 ``take`` may be called from the model's worker thread while the event loop submits.
@@ -44,9 +49,12 @@ The queue is plain data behind one lock: ``now`` is passed in, so tests run it i
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -60,6 +68,39 @@ class ModelQueueFull(PluginError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=True)
+
+
+BACKGROUND_WAIT_S = 3600.0
+"""How long background work may wait for a pause to start in, by default (an hour of talk)."""
+
+_run_started: ContextVar[tuple[Callable[[], None], ...]] = ContextVar(
+    "model_run_started", default=()
+)
+
+
+@contextlib.contextmanager
+def bound_runs(timeout: asyncio.Timeout, seconds: float) -> Iterator[None]:
+    """Within the block, ``timeout`` restarts ``seconds`` from each start of a model run of
+    this task (Rule 8)."""
+    loop = asyncio.get_running_loop()
+
+    def restart() -> None:
+        if not timeout.expired():
+            with contextlib.suppress(RuntimeError):  # the block is already being left
+                timeout.reschedule(loop.time() + seconds)
+
+    token = _run_started.set((*_run_started.get(), restart))
+    try:
+        yield
+    finally:
+        _run_started.reset(token)
+
+
+def model_run_started() -> None:
+    """The model started running a request of the current task (Rule 8): called by the
+    model's client in the task that waits for the request."""
+    for restart in _run_started.get():
+        restart()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,6 +33,7 @@ from memory.learning_runs import (
     request_digest,
 )
 from memory.postgres_learning_runs import PostgresLearningRunStore
+from plugins.brain.model_queue import model_run_started
 from tests.memory.learning_fakes import APPLIED_TABLE, ScriptedModel, SyntheticProcedure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -312,3 +313,48 @@ async def test_sealed_step_responses_hold_no_plaintext_and_open_only_where_writt
         payloads.open(run, 2, first)  # bound to its step
     with pytest.raises(SealBroken):
         payloads.open(run, 1, b"not sealed at all")
+
+
+class QueuedModel(ScriptedModel):
+    """A model whose requests wait for a pause before running (the local model's background
+    work): each call waits for ``pause``, says it started, then takes ``run_s`` to answer."""
+
+    def __init__(self, run_s: float) -> None:
+        super().__init__()
+        self.pause = asyncio.Event()
+        self.run_s = run_s
+
+    async def __call__(self, request: str) -> str:
+        await self.pause.wait()
+        model_run_started()
+        await asyncio.sleep(self.run_s)
+        return await super().__call__(request)
+
+
+async def test_a_step_waiting_for_a_pause_is_not_timed_out_by_its_running_bound(
+    stores: StoreFactory,
+) -> None:
+    store = await stores()
+    model, procedure = QueuedModel(run_s=0.01), SyntheticProcedure()
+    runner = learner(store, model, procedure, step_timeout=0.1, step_wait=60.0)
+    run_id = await runner.enqueue("t", "r", "th", "u", 4)
+    drain = asyncio.create_task(runner.drain())
+    await asyncio.sleep(0.3)  # three step bounds pass while the model is busy with people
+    assert not drain.done() and model.calls == []
+    model.pause.set()
+    await drain
+    assert (await store.get(run_id)).state is RunState.DONE
+    assert await store.position("t", "r", "th") == 4
+
+
+async def test_a_step_that_runs_past_its_bound_after_starting_times_out(
+    stores: StoreFactory,
+) -> None:
+    store = await stores()
+    model, procedure = QueuedModel(run_s=10.0), SyntheticProcedure()
+    model.pause.set()
+    runner = learner(store, model, procedure, step_timeout=0.05, step_wait=60.0)
+    run_id = await runner.enqueue("t", "r", "th", "u", 4)
+    await runner.drain()
+    run = await store.get(run_id)
+    assert run.state is RunState.FAILED and run.error_code == "learning_step_timeout"

@@ -30,7 +30,7 @@ from plugins.brain.local_model import (
     Timings,
 )
 from plugins.brain.model_files import ModelFile, ensure_model_file
-from plugins.brain.model_queue import BackgroundPolicy, ModelQueueFull
+from plugins.brain.model_queue import BackgroundPolicy, ModelQueueFull, bound_runs
 from plugins.errors import PluginTimeout, PluginUnavailable, ProviderError
 
 GATE_TIMEOUT = 5.0  # a gate never released fails the test instead of hanging it
@@ -743,3 +743,31 @@ async def test_a_hold_stops_a_running_background_request_before_any_request_arri
 
     model.release("A")
     assert await learning == ["{}"]
+
+
+async def test_the_owners_run_bound_starts_when_its_request_runs_again_after_a_preemption(
+    harness: Harness,
+) -> None:
+    backend = FakeBackend()
+    in_prefill = backend.gate()
+    backend.scripts = [[PROGRESS, in_prefill, PROGRESS, "x"], ["{}"]]
+    model = harness.model(backend, **NOW)
+    loop = asyncio.get_running_loop()
+
+    async def learn() -> tuple[list[str], float | None]:
+        async with asyncio.timeout(None) as bound:
+            with bound_runs(bound, 60.0):
+                text = await collect(model.chat(ask("BG"), lane="t", background=True))
+            return text, bound.when()
+
+    learning = asyncio.create_task(learn())
+    await until(lambda: backend.running.is_set(), "the background request to run")
+    model.hold("A")
+    in_prefill.event.set()  # type: ignore[attr-defined]
+    await until(lambda: model.stats.background_preempted == 1, "the preemption")
+    await asyncio.sleep(0.12)  # the person's turn: the request waits, its bound does not run
+    released = loop.time()
+    model.release("A")
+    text, when = await learning
+    assert text == ["{}"]
+    assert when is not None and when >= released + 60.0  # restarted at the second run

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
 
-from plugins.brain.model_queue import BackgroundPolicy, FairModelQueue, ModelQueueFull, Ticket
+from plugins.brain.model_queue import (
+    BackgroundPolicy,
+    FairModelQueue,
+    ModelQueueFull,
+    Ticket,
+    bound_runs,
+    model_run_started,
+)
 from plugins.errors import PluginError
 
 FAR = 1_000.0  # a start deadline no test reaches
@@ -389,3 +397,38 @@ def test_background_work_waiting_for_a_pause_never_takes_a_persons_place() -> No
     with pytest.raises(ModelQueueFull):
         queue.submit("C", "answer", now=0.0, deadline=FAR)
     assert (queue.foreground_waiting, queue.background_waiting, len(queue)) == (2, 3, 5)
+
+
+# ---------------------------------------------------------------- Rule 8: run bounds
+
+
+async def test_a_run_bound_restarts_when_the_model_starts_and_only_inside_its_block() -> None:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(None) as outer, asyncio.timeout(None) as inner:
+        with bound_runs(outer, 60.0):
+            with bound_runs(inner, 5.0):
+                before = loop.time()
+                model_run_started()
+                inner_when, outer_when = inner.when(), outer.when()
+                assert inner_when is not None and inner_when >= before + 5.0
+                assert outer_when is not None and outer_when >= before + 60.0
+            model_run_started()  # the inner block is left: only the outer bound restarts
+            assert inner.when() == inner_when
+            assert (outer.when() or 0.0) >= outer_when
+        outer.reschedule(None)
+        model_run_started()  # outside every block: nothing restarts
+        assert outer.when() is None
+        await asyncio.sleep(0)
+
+
+async def test_a_wait_longer_than_the_run_bound_does_not_time_out_a_started_run() -> None:
+    async with asyncio.timeout(0.2) as bound:
+        with bound_runs(bound, 0.05):
+            await asyncio.sleep(0.1)  # waiting for a pause
+            model_run_started()
+            await asyncio.sleep(0.01)  # running, within its bound
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2) as bound:
+            with bound_runs(bound, 0.05):
+                model_run_started()
+                await asyncio.sleep(1.0)  # running past its bound
