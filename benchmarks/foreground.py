@@ -1,7 +1,7 @@
 """Foreground first on the default stack (SPEC RT-11): the conversation eval with every memory
 feature on, at 1 and at 4 conversations at once, then an idle period.
 
-``python -m benchmarks.foreground [--split main] [--concurrency 1,4] [--limit N]`` prints one
+``python -m benchmarks.foreground [--split dev] [--concurrency 1,4] [--limit N]`` prints one
 JSON object::
 
     {"turns", "plugin_timeouts", "empty_answers", "failed_turns",
@@ -14,7 +14,7 @@ default brain — the local language model — and every memory feature that use
 memory learning (``generate``, the tenant default), the role's memory model set to the brain's
 model (role learning), and input enrichment (each role gets a pinned entry, so every turn
 has visible entries to enrich with). Only TTS is an instant fake: answers are checked as text
-(``benchmarks.conversation_eval.check``). Typed turns over the real WebSocket protocol
+(``evals.checks``). Typed turns over the real WebSocket protocol
 (``runtime.client.RealtimeClient``); each conversation is one worker's, 1 or 4 workers at once;
 after each answer the person takes ``--think`` seconds (2: reading it, or hearing it) before
 the next turn — the pauses background work runs in.
@@ -53,15 +53,10 @@ from typing import Any
 import httpx
 
 from benchmarks.common import emit, p50_p99
-from benchmarks.conversation_eval import (
-    SHARED_DOCUMENTS,
-    TURN_TIMEOUT_S,
-    _documents,
-    _role,
-    check,
-    eval_plugins,
-    load_split,
-)
+from benchmarks.conversation_eval import SPLITS, TURN_TIMEOUT_S, eval_plugins, load_split
+from evals.checks import text_checks
+from evals.runner import Runner, Target
+from evals.scenario import Scenario
 from pipeline.engine import Plugins
 from plugins.brain.local_model import LocalModel, local_model_of
 from runtime.client import ClientClosed, RealtimeClient
@@ -103,15 +98,15 @@ class Tally:
 async def converse(
     server: RunningServer,
     http: httpx.AsyncClient,
-    conversation: dict[str, Any],
-    doc_ids: list[str],
+    runner: Runner,
+    conversation: Scenario,
     think_s: float,
 ) -> Tally:
     """One conversation, every session of it, as ``benchmarks.conversation_eval`` runs it."""
     tally = Tally()
     token = server.token
     assert token is not None
-    role_id = await _role(http, conversation, doc_ids)
+    role_id = await runner.setup(http, conversation)
     url = f"/api/roles/{role_id}/memory/settings"
     current = (await http.get(url)).json()
     settings = await http.patch(
@@ -122,24 +117,19 @@ async def converse(
         f"/api/roles/{role_id}/memory/remember", json={"content": ENRICHMENT_ENTRY}
     )
     remembered.raise_for_status()
-    for content in conversation.get("memory", ()):
-        response = await http.post(
-            "/api/memory", json={"role_id": role_id, "kind": "preference", "content": content}
-        )
-        response.raise_for_status()
-    for session in conversation["sessions"]:
+    for session in conversation.sessions:
         client = RealtimeClient(server.ws_url, token)
         await client.connect(role_id=role_id, timeout=30)
         try:
-            for turn in session["turns"]:
+            for turn in session.turns:
                 tally.turns += 1
                 try:
-                    await client.send_text(turn["user"])
+                    await client.send_text(turn.text)
                     done = await client.wait_type("response.done", timeout=TURN_TIMEOUT_S)
                 except (TimeoutError, ClientClosed) as e:
                     print(f"turn failed: {type(e).__name__}", file=sys.stderr)
                     tally.failed += 1
-                    tally.failures.append({"conversation": conversation["id"], "user": turn["user"],
+                    tally.failures.append({"conversation": conversation.id, "user": turn.text,
                                            "outcome": type(e).__name__})  # fmt: skip
                     await client.close()
                     client = RealtimeClient(server.ws_url, token)
@@ -152,14 +142,15 @@ async def converse(
                     error = ((response.get("status_details") or {}).get("error") or {}).get("code")
                     tally.failed += 1
                     tally.plugin_timeouts += error == "plugin_timeout"
-                    tally.failures.append({"conversation": conversation["id"], "user": turn["user"],
+                    tally.failures.append({"conversation": conversation.id, "user": turn.text,
                                            "outcome": f"{response['status']} {error}"})  # fmt: skip
                     continue
                 if not answer.strip():
                     tally.empty += 1
-                failed = check(turn["expect"], answer)
+                checks = text_checks(turn.expect, answer, [], None)
+                failed = [c.name for c in checks if c.status == "failed"]
                 if failed:
-                    tally.failures.append({"conversation": conversation["id"], "user": turn["user"],
+                    tally.failures.append({"conversation": conversation.id, "user": turn.text,
                                            "answer": answer, "failed": failed})  # fmt: skip
                 else:
                     tally.passed += 1
@@ -171,8 +162,8 @@ async def converse(
 async def run_level(
     server: RunningServer,
     http: httpx.AsyncClient,
-    conversations: list[dict[str, Any]],
-    doc_ids: list[str],
+    runner: Runner,
+    conversations: list[Scenario],
     concurrency: int,
     think_s: float,
 ) -> Tally:
@@ -182,10 +173,10 @@ async def run_level(
     async def worker() -> None:
         while pending:
             conversation = pending.pop(0)
-            done = await converse(server, http, conversation, doc_ids, think_s)
+            done = await converse(server, http, runner, conversation, think_s)
             tally.add(done)
             print(
-                f"concurrency {concurrency}: {conversation['id']} "
+                f"concurrency {concurrency}: {conversation.id} "
                 f"{done.passed}/{done.turns} (all {tally.passed}/{tally.turns})",
                 file=sys.stderr,
             )
@@ -221,7 +212,7 @@ async def main(
     split_name: str, levels: list[int], limit: int | None, idle_max_s: float, think_s: float
 ) -> dict[str, Any]:
     split = load_split(split_name)
-    conversations = split["conversations"][:limit] if limit else split["conversations"]
+    conversations = split[:limit] if limit else split
     plugins: Plugins = eval_plugins("llm")
     await warm_up(plugins)
     model = local_model_of(plugins.brain)
@@ -246,14 +237,17 @@ async def main(
                 async with httpx.AsyncClient(
                     base_url=server.http_url, headers=headers, timeout=120
                 ) as http:
-                    doc_ids = await _documents(http, [*SHARED_DOCUMENTS, *split["documents"]])
+                    target = Target(server.http_url, server.ws_url, server.token, server)
+                    runner = Runner(target, turn_timeout_s=TURN_TIMEOUT_S)
+                    for document in split[0].documents:  # once, before the workers start
+                        await runner.document(http, document)
                     for concurrency in levels:
                         waits_from = len(model.queue.waits)
                         busy_from = model.stats.background_busy_s
                         jobs_from = jobs(model)
                         began = time.monotonic()
                         tally = await run_level(
-                            server, http, conversations, doc_ids, concurrency, think_s
+                            server, http, runner, conversations, concurrency, think_s
                         )
                         seconds = time.monotonic() - began
                         busy = model.stats.background_busy_s - busy_from
@@ -286,7 +280,7 @@ async def main(
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", choices=["main", "holdout"], default="main")
+    parser.add_argument("--split", choices=SPLITS, default="dev")
     parser.add_argument("--concurrency", default="1,4", help="comma-separated levels")
     parser.add_argument("--limit", type=int, default=None, help="first N conversations only")
     parser.add_argument("--idle-max", type=float, default=600.0, help="idle period bound (s)")

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import emit, p50_p99, percentile
-from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample, rms_dbfs
+from evals.runner import last_voiced_sample
+from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample
 from plugins.tts import create_tts
 from runtime.client import RealtimeClient
 from runtime.config import Settings
@@ -62,18 +63,6 @@ async def synthesize(text: str) -> PCM:
         async for c in tts.stream(text, voice=None, language="en")
     ]
     return np.concatenate(parts)
-
-
-def last_voiced_sample(pcm: PCM, threshold_dbfs: float = -40.0) -> int:
-    """End of the last 10 ms window louder than the energy VAD's threshold: the end of speech
-    by the same measure the server's VAD uses."""
-    window = INPUT_SAMPLE_RATE // 100
-    ends = [
-        start + window
-        for start in range(0, pcm.size - window + 1, window)
-        if rms_dbfs(pcm[start : start + window]) > threshold_dbfs
-    ]
-    return ends[-1] if ends else pcm.size
 
 
 async def one_turn(client: RealtimeClient, voice: PCM) -> dict[str, float] | None:

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from evals import cli as cli_eval
 from runtime import cli_accounts, cli_memory
 from runtime.config import Settings
 from runtime.logs import configure_logging
@@ -32,9 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     cli_accounts.add_parsers(sub)
     cli_memory.add_parsers(sub)
     cli_talk.add_parser(sub)
+    cli_eval.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "talk":
         return cli_talk.run(args)
+    if args.command == "eval":
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        return cli_eval.run(args)
     if args.command == "serve-models" and args.port is not None:
         args.models_port, args.port = args.port, None
     options = {

@@ -1,0 +1,1 @@
+"""``openrealtime eval``: scenario files, runner, checks, reports (SPEC EVAL-1)."""
