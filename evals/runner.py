@@ -408,7 +408,7 @@ class Runner:
             calls = [o for o in response.get("output") or () if o.get("type") == "function_call"]
             if not calls:
                 result.answer = _answer_text(response)
-                result.marks = await _latency_marks(client)
+                result.marks = await _latency_marks(client, mark)
                 return
             for call in calls:
                 result.calls.append(
@@ -457,14 +457,21 @@ class Runner:
         return ended
 
 
-async def _latency_marks(client: RealtimeClient) -> dict[str, float]:
-    """The answer's ``openrealtime.turn.latency`` marks (sent right after its done)."""
-    with contextlib.suppress(TimeoutError, ClientClosed):
-        message = await client.wait_for(lambda m: m.type == "openrealtime.turn.latency", 1.0)
-        if message.event is not None:
-            marks = message.event.get("latency_ms") or {}
-            return {str(k): float(v) for k, v in marks.items() if isinstance(v, int | float)}
-    return {}
+async def _latency_marks(client: RealtimeClient, mark: int) -> dict[str, float]:
+    """The answer's ``openrealtime.turn.latency`` marks: sent about when its ``response.done``
+    is (before or after it), so looked for from the turn's start, then waited for briefly."""
+
+    def latency(m: Received) -> bool:
+        return m.type == "openrealtime.turn.latency"
+
+    found = next((m for m in reversed(client.messages[mark:]) if latency(m)), None)
+    if found is None:
+        with contextlib.suppress(TimeoutError, ClientClosed):
+            found = await client.wait_for(latency, 1.0)
+    marks = (found.event or {}).get("latency_ms") if found is not None else None
+    if not isinstance(marks, dict):
+        return {}
+    return {str(k): float(v) for k, v in marks.items() if isinstance(v, int | float)}
 
 
 def _answer_text(response: dict[str, Any]) -> str:

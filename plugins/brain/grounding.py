@@ -17,12 +17,24 @@ Rule 3. The knowledge query is written from the current input and the recent tur
         ("那运费谁承担?", "what about weekends?", a pronoun, a very short question) is searched
         together with the person's previous message, so it is found in the context of that turn.
 Rule 4. Evidence: a knowledge result counts only through its ``<untrusted_knowledge>`` blocks
-        (the retrieval's own relevance gate decided which passages came back). With no block,
+        (the retrieval's own relevance gate decided which passages came back); a list item is
+        a sentence of its own, without its marker. With no block,
         the answer is the fixed "the documents don't say" sentence in the person's language;
         the model is never asked to abstain. What may be quoted is the passages' best sentences
         (``best_sentences``), never the whole document.
 Rule 5. A memory question with no ``<memory_data>`` entry to answer it gets the fixed "I don't
         remember you telling me" sentence.
+Rule 6. Memory in other words: what a question asks of the person and what an entry says of
+        them are read as *attributes* (``attributes``: name, home, job, pet, family, birthday,
+        age, allergy, goal, likes, language — "what should you call me" and "my name is Priya"
+        are both *name*). ``relevant_memories`` takes the entries that share an attribute or a
+        word with the question; a question about a *subject* (a pet, a family member) needs an
+        entry about that subject. When the question asks for an attribute no entry has, no
+        entry answers it (the "don't remember" sentence), rather than the newest one.
+        ``asks_about_me`` is a first-person question whose attribute some entry has: when it
+        asks *for* something ("what should you call me?", 「我是做哪一行的」) it is a memory
+        question whatever its words; any other ("can I bring my dog?") is searched in the
+        documents first and answered from memory only when they do not answer it.
 """
 
 from __future__ import annotations
@@ -280,7 +292,11 @@ def read_turn(request: BrainInput) -> Reading:
     if _RECALL[lang].search(text):
         return Reading(lang, Intent.RECALL, text)
     question = is_question(text, lang)
-    if question and _is_about_me(text, lang, memory_entries(request.system)):
+    entries = memory_entries(request.system)
+    if question and (
+        _is_about_me(text, lang, entries)
+        or (_ASKS_FOR[lang].search(text) is not None and asks_about_me(text, entries))
+    ):
         return Reading(lang, Intent.MEMORY, text)
     if question:
         return Reading(lang, Intent.QUESTION, text, query=knowledge_query(request, text, lang))
@@ -335,12 +351,31 @@ def passages(results: Sequence[ToolResult]) -> list[Passage]:
         for match in _KNOWLEDGE_BLOCK.finditer(result.content):
             lines = [line.strip() for line in match["body"].strip().splitlines() if line.strip()]
             headings: list[str] = []
-            while len(lines) > 1 and not _ENDS_SENTENCE.search(lines[0]):
-                headings.append(lines.pop(0))
-            body = " ".join(" ".join(lines).split())
+            while (
+                len(lines) > 1
+                and not _ENDS_SENTENCE.search(lines[0])
+                and not _LIST_MARK.match(lines[0])  # a list item is said, not a heading
+            ):
+                headings.append(lines.pop(0).lstrip("#").strip())
+            body = " ".join(" ".join(map(_spoken_line, lines)).split())
             if body:
                 out.append(Passage((match["source"] or "").strip(), body, " / ".join(headings)))
     return out
+
+
+_LIST_MARK = re.compile(r"^(?:[-*]\s+|[•·]\s*|\d{1,2}(?:[.)]\s+|、))")
+
+
+def _spoken_line(line: str) -> str:
+    """A document line as a sentence (Rule 4): a list item without its marker, ended like a
+    sentence when it is not, so it is quoted and read whole, never run into the next item."""
+    mark = _LIST_MARK.match(line)
+    if mark is None:
+        return line
+    item = line[mark.end() :]
+    if not item or _ENDS_SENTENCE.search(item):
+        return item
+    return item + ("。" if _CJK.search(item) else ".")
 
 
 def sentences(text: str) -> list[str]:
@@ -401,16 +436,78 @@ def quote_is_from(quote: str, evidence: Sequence[Passage], *, at_least: float = 
     return present / len(units) >= at_least
 
 
-def relevant_memories(question: str, entries: Sequence[str], *, limit: int = 3) -> list[str]:
-    """The memory entries sharing most terms with ``question`` (newest first among equals);
-    the newest entries when none shares a term."""
-    wanted = terms(question)
-    scored = [(len(wanted & terms(entry)), -i, entry) for i, entry in enumerate(entries)]
-    matching = [item for item in scored if item[0] > 0]
-    if not matching:
-        return list(entries[:limit])
-    matching.sort(reverse=True)
-    return [entry for _, _, entry in matching[:limit]]
+_ATTRIBUTES: dict[str, re.Pattern[str]] = {
+    name: re.compile(pattern, re.I)
+    for name, pattern in {
+        "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bgo by\b|\bnickname|叫|名字|称呼|姓",
+        "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
+        r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come) from\b|\baddress\b"
+        r"|住|搬|城市|老家|家乡|哪里人|生活在",
+        "job": r"\bjob\b|\bwork(?:s|ed|ing)?\b|\bfor a living\b|\bprofession|\boccupation"
+        r"|\bemploy|\bcareer|工作|职业|上班|做什么的|哪一行|公司",
+        "pet": r"\bdogs?\b|\bcats?\b|\bpets?\b|\bpupp(?:y|ies)\b|\bkitten|\bparrot|\brabbit"
+        r"|狗|猫|宠物|鹦鹉|兔子",
+        "family": r"\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
+        r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bfather\b|\bdad\b"
+        r"|妻子|老婆|丈夫|老公|儿子|女儿|孩子|姐姐|妹妹|哥哥|弟弟|妈妈|爸爸|母亲|父亲",
+        "birthday": r"\bbirthday|\bborn\b|生日|出生",
+        "age": r"\bage\b|\bhow old\b|\byears? old\b|岁|年纪|多大",
+        "allergy": r"\ballerg|过敏",
+        "goal": r"\bgoals?\b|\blearn|\bstudy|\bstudying\b|\bplan(?:s|ning)?\b|\btraining\b"
+        r"|\bhop(?:e|ed|ing) to\b|\bpick up\b|\baim"
+        r"|目标|学|打算|计划",
+        "likes": r"\blikes?\b|\bloves?\b|\bfavou?rite|\bprefer|\benjoy|喜欢|爱|最爱|偏好",
+        "language": r"\blanguages?\b|\bspeak\b|\bnative\b|语言|母语",
+    }.items()
+}
+_ASKS_FOR = {
+    "en": re.compile(
+        r"\b(?:what|which|where|who|when|how old)\b.*\b(?:i|me|my|i'm)\b"
+        r"|\bremember\b|\bremind me\b|\bdo you know (?:what|where|who|when|which|how|my)\b",
+        re.I,
+    ),
+    "zh": re.compile(r"我.*(?:什么|哪|几|谁|多大)|(?:什么|哪|几|谁).*我|记得|还记|知道我"),
+}
+"""A question that asks for something of the person (Rule 6), in any words."""
+_SUBJECTS = frozenset({"pet", "family"})
+"""Attributes that name *who* a question is about (Rule 6): "my dog's name" is the dog's."""
+_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|i'm|i've)\b|我", re.I)
+
+
+def attributes(text: str) -> set[str]:
+    """What ``text`` asks or says of a person (Rule 6)."""
+    return {name for name, pattern in _ATTRIBUTES.items() if pattern.search(text)}
+
+
+def asks_about_me(question: str, entries: Sequence[str]) -> bool:
+    """A first-person question asking for an attribute that some entry has (Rule 6)."""
+    if not entries or not _FIRST_PERSON.search(question):
+        return False
+    return bool(relevant_memories(question, entries, limit=1, by_words=False))
+
+
+def relevant_memories(
+    question: str, entries: Sequence[str], *, limit: int = 3, by_words: bool = True
+) -> list[str]:
+    """The memory entries that answer ``question`` (Rule 6), best first: sharing its subject,
+    then most attributes and words (newest first among equals). A question for an attribute
+    no entry has gets none; one for no attribute ("what do you know about me?") shares no
+    word with any entry gets the newest entries. ``by_words=False``: attributes only."""
+    wanted = terms(question) if by_words else set()
+    asked = attributes(question)
+    subjects = asked & _SUBJECTS
+    scored = []
+    for i, entry in enumerate(entries):
+        has = attributes(entry)
+        if subjects and not subjects & has:
+            continue  # about someone else
+        shared = len(asked & has) * 2 + len(wanted & terms(entry))
+        if shared:
+            scored.append((shared, -i, entry))
+    if not scored:
+        return [] if asked or not by_words else list(entries[:limit])
+    scored.sort(reverse=True)
+    return [entry for _, _, entry in scored[:limit]]
 
 
 _SECOND_PERSON_EN = [

@@ -14,8 +14,11 @@ Rule 2. Tool routing. With only ``knowledge_search`` offered, code routes: every
         the person says the agent got something wrong (``is_correction``), then answers the
         turn as usual.
 Rule 3. No evidence, no model: a question whose search returned no passage gets the fixed "my
-        documents don't say" answer; a memory question without ``<memory_data>`` gets "I don't
-        remember". The model is never asked to abstain.
+        documents don't say" answer — unless it asks about the person in words the memory
+        patterns missed and an entry has what it asks (``grounding.asks_about_me``: "what
+        should you call me?"), then memory answers it; a memory question no entry answers
+        (``grounding.relevant_memories``, Rule 6 there) gets "I don't remember". The model is
+        never asked to abstain.
 Rule 4. Weak evidence is checked before any answer: when the passages share less than half of
         the question's content words (same language: the retrieval matched by meaning alone), the
         model is asked to copy the words of the passages that answer the question, or NONE; the
@@ -48,7 +51,10 @@ import dataclasses
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from plugins.brain.grounding import (
     KNOWLEDGE_TOOL,
@@ -58,6 +64,7 @@ from plugins.brain.grounding import (
     Intent,
     Passage,
     Reading,
+    asks_about_me,
     best_sentences,
     coverage,
     earlier_user_inputs,
@@ -77,6 +84,15 @@ from plugins.contracts import BrainDelta, BrainInput, ToolCall
 from plugins.language import detect_language, zh_or_en
 
 log = logging.getLogger(__name__)
+
+
+class SentenceEmbedder(Protocol):
+    """What Rule 5 needs of ``knowledge.embedding.E5Embedder``."""
+
+    async def query(self, text: str) -> npt.NDArray[np.float32]: ...
+
+    async def passages(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
 
 _STYLE = {
     "zh": (
@@ -122,6 +138,9 @@ _QUOTE_PROMPT = (
     "answer it."
 )
 _WEAK_COVERAGE = 0.5
+_CLOSEST_PASSAGES = 2
+_CLOSEST_SENTENCES = 24
+_CLOSEST_MIN_CHARS = 6
 CONFIDE_TOOL = "confide"
 _CONFIDE_TEXT = {
     "en": "The person says I got something wrong. I want to put it right.",
@@ -154,8 +173,11 @@ class LLMBrain:
         max_evidence_sentences: int = 2,
         check_weak_evidence: bool = True,
         source_prefill: bool = True,
+        embedder: SentenceEmbedder | None = None,
     ) -> None:
         self.model = model
+        self.embedder = embedder
+        """Ranks evidence sentences by meaning (Rule 5); None: by shared words only."""
         self.max_answer_tokens = max_answer_tokens
         self.brief_answer_tokens = brief_answer_tokens
         self.temperature = temperature
@@ -196,11 +218,22 @@ class LLMBrain:
                 yield BrainDelta(tool_call=call)
                 return
             found = passages(knowledge_results(request))
-            if not found:
-                yield BrainDelta(text=NOT_IN_DOCUMENTS[lang])
-                return
-            evidence = await self.admitted_evidence(reading, found, session=request.session)
+            evidence = (
+                await self.admitted_evidence(reading, found, session=request.session)
+                if found
+                else None
+            )
             if evidence is None:
+                # The documents do not answer it; a question about the person in words the
+                # memory patterns missed is answered from memory (grounding Rule 6).
+                entries = memory_entries(request.system)
+                if asks_about_me(reading.text, entries):
+                    async with contextlib.aclosing(
+                        self._answer_from_memory(request, reading, entries)
+                    ) as ans:
+                        async for delta in ans:
+                            yield delta
+                    return
                 yield BrainDelta(text=NOT_IN_DOCUMENTS[lang])
                 return
             async with contextlib.aclosing(self._answer_from(request, reading, evidence)) as ans:
@@ -209,25 +242,11 @@ class LLMBrain:
             return
         prefill = ""
         if reading.intent is Intent.MEMORY:
-            if not memory_entries(request.system):
-                yield BrainDelta(text=NOT_REMEMBERED[lang])
-                return
-            entries = relevant_memories(reading.text, memory_entries(request.system), limit=2)
-            listed = "\n".join(f"- {entry}" for entry in entries)
-            final = f"{reading.text}\n{_ASK_MEMORY[lang]}\n{listed}"
-            prefill = _TOLD_ME[lang]
-            yield BrainDelta(text=prefill)
-            # What the model says of memory is held to the entries like an answer to the
-            # documents (Rule 5); if nothing holds, code says the best entry back.
-            spoken = False
-            generated = self._generate(request, lang, final, prefill=prefill)
-            checked = _checked_sentences(generated, " ".join(entries), reading.text)
-            async with contextlib.aclosing(checked):
-                async for sentence in checked:
-                    spoken = True
-                    yield BrainDelta(text=sentence)
-            if not spoken:
-                yield BrainDelta(text=second_person(entries[0]))
+            async with contextlib.aclosing(
+                self._answer_from_memory(request, reading, memory_entries(request.system))
+            ) as ans:
+                async for delta in ans:
+                    yield delta
             return
         else:  # a statement: acknowledged (Rule 6)
             final = f"{reading.text}\n{_STATEMENT[lang]}"
@@ -238,6 +257,32 @@ class LLMBrain:
         ) as gen:
             async for text in gen:
                 yield BrainDelta(text=text)
+
+    async def _answer_from_memory(
+        self, request: BrainInput, reading: Reading, entries: Sequence[str]
+    ) -> AsyncGenerator[BrainDelta, None]:
+        """A question about the person, from the entries that answer it (grounding Rule 6);
+        none: the fixed "don't remember" sentence (Rule 3)."""
+        lang = reading.language
+        chosen = relevant_memories(reading.text, entries, limit=2)
+        if not chosen:
+            yield BrainDelta(text=NOT_REMEMBERED[lang])
+            return
+        listed = "\n".join(f"- {entry}" for entry in chosen)
+        final = f"{reading.text}\n{_ASK_MEMORY[lang]}\n{listed}"
+        prefill = _TOLD_ME[lang]
+        yield BrainDelta(text=prefill)
+        # What the model says of memory is held to the entries like an answer to the
+        # documents (Rule 5); if nothing holds, code says the best entry back.
+        spoken = False
+        generated = self._generate(request, lang, final, prefill=prefill)
+        checked = _checked_sentences(generated, " ".join(chosen), reading.text)
+        async with contextlib.aclosing(checked):
+            async for sentence in checked:
+                spoken = True
+                yield BrainDelta(text=sentence)
+        if not spoken:
+            yield BrainDelta(text=second_person(chosen[0]))
 
     # ------------------------------------------------------------ tool routing (Rule 2)
 
@@ -286,12 +331,38 @@ class LLMBrain:
         """What the answer may quote from ``found`` (Rule 5), or None when the weak-evidence
         check (Rule 4) finds the passages do not answer the question."""
         evidence = evidence_for(reading.text, found, limit=self.max_evidence_sentences)
+        closest = await self._closest_sentence(reading.query or reading.text, found)
+        if closest is not None and closest.text not in {p.text for p in evidence}:
+            # The sentence closest in meaning first (a paraphrase shares no word with the
+            # sentence that answers it), then the best by shared words.
+            evidence = [closest, *evidence][: max(self.max_evidence_sentences, 2)]
         if not evidence:
             return None
         if self.check_weak_evidence and needs_check(reading, evidence):
             if not await self._evidence_answers(session, reading, evidence):
                 return None
         return evidence
+
+    async def _closest_sentence(self, question: str, found: Sequence[Passage]) -> Passage | None:
+        """Of the best passages' sentences, the one closest in meaning to ``question`` by the
+        knowledge search's embedder (Rule 5); None without one or when it fails."""
+        if self.embedder is None:
+            return None
+        candidates = [
+            Passage(passage.source, sentence, passage.topic)
+            for passage in found[:_CLOSEST_PASSAGES]
+            for sentence in sentences(passage.text)
+            if len(sentence) >= _CLOSEST_MIN_CHARS
+        ][:_CLOSEST_SENTENCES]
+        if len(candidates) < 2:
+            return None
+        try:
+            query = await self.embedder.query(question)
+            vectors = await self.embedder.passages([c.text for c in candidates])
+        except Exception as e:  # an embedder failure costs only this refinement
+            log.warning("evidence by meaning failed: %s", type(e).__name__)
+            return None
+        return candidates[int(np.argmax(vectors @ query))]
 
     async def _evidence_answers(
         self, session: str, reading: Reading, evidence: Sequence[Passage]

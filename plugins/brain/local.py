@@ -90,6 +90,8 @@ class LocalBrain:
             if not entries:
                 return NOT_REMEMBERED[lang]
             chosen = relevant_memories(reading.text, entries, limit=2)
+            if not chosen:
+                return NOT_REMEMBERED[lang]
             separator = "; " if lang == "en" else "；"
             return _MEMORY_ANSWER[lang].format(separator.join(_second_person(e) for e in chosen))
         if reading.intent is Intent.STATEMENT:

@@ -14,6 +14,8 @@ from plugins.brain.grounding import (
     NOTHING_EARLIER,
     Intent,
     Passage,
+    asks_about_me,
+    attributes,
     best_sentences,
     detect_language,
     earlier_user_inputs,
@@ -375,6 +377,62 @@ def test_relevant_memories_prefer_shared_terms_else_the_first_entries() -> None:
 
     assert relevant_memories("where do I live?", entries) == ["I live in Berlin"]
     assert relevant_memories("xyzzy", entries, limit=2) == ["I like tea", "I live in Berlin"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("What should you call me?", {"name"}),
+        ("My name is Priya", {"name"}),
+        ("你应该怎么称呼我？", {"name"}),
+        ("Remind me which city I moved to", {"home"}),
+        ("I moved to Valencia, not Porto", {"home"}),
+        ("我现在住哪儿？", {"home"}),
+        ("What's my dog's name again?", {"pet", "name"}),
+        ("我对什么过敏？", {"allergy"}),
+        ("What do I do for a living?", {"job"}),
+        ("Where am I living now?", {"home"}),
+        ("How old am I?", {"age"}),
+        ("What is the refund period?", set()),
+    ],
+)
+def test_attributes_read_what_a_question_or_statement_is_about(
+    text: str, expected: set[str]
+) -> None:
+    assert attributes(text) == expected
+
+
+def test_memory_is_matched_by_attribute_whatever_the_words() -> None:
+    entries = ["I moved to Valencia", "My name is Priya", "I work as a nurse"]
+    assert relevant_memories("What should you call me?", entries) == ["My name is Priya"]
+    assert relevant_memories("Where am I based these days?", entries, limit=1) == [
+        "I moved to Valencia"
+    ]
+    assert relevant_memories("你还记得我是做哪一行的吗？", ["我是护士，在医院工作"]) == [
+        "我是护士，在医院工作"
+    ]
+
+
+def test_a_question_for_an_attribute_no_entry_has_gets_no_entry() -> None:
+    entries = ["I moved to Valencia", "My name is Priya"]
+    # Not the city (the newest entry) and not the person's own name: the dog's.
+    assert relevant_memories("What's my dog's name again?", entries) == []
+    assert relevant_memories("When is my birthday?", entries) == []
+    assert relevant_memories("What's my dog's name?", ["My dog is called Rex", *entries]) == [
+        "My dog is called Rex"
+    ]
+    # No attribute asked and no word shared: the newest entries, as before.
+    assert relevant_memories("What do you know about me?", entries, limit=1) == [
+        "I moved to Valencia"
+    ]
+
+
+def test_asks_about_me_needs_the_first_person_and_an_entry_with_the_attribute() -> None:
+    entries = ["My name is Priya"]
+    assert asks_about_me("What name should you use for me?", entries)
+    assert not asks_about_me("What name should you use for me?", [])
+    assert not asks_about_me("What is the shop's name?", entries)  # not about me
+    assert not asks_about_me("Where do I live?", entries)  # no entry says where
 
 
 # ---------------------------------------------------------------- "I don't know"

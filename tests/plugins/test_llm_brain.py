@@ -803,3 +803,103 @@ async def test_a_memory_answer_the_entries_do_not_support_is_replaced_by_the_ent
     )
 
     assert await spoken(brain, request) == "You told me that your name is Ingrid"
+
+
+# ---------------------------------------------------------------- memory in other words, by meaning
+
+EN_MEMORY = "<memory_data>\n- I moved to Valencia\n- My name is Priya\n</memory_data>"
+
+
+async def test_a_question_for_the_persons_name_in_other_words_is_answered_from_memory() -> None:
+    model = FakeModel(["your name is Priya."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("What should you call me?", language="en", memory=EN_MEMORY)
+
+    assert await spoken(brain, request) == "You told me that your name is Priya."
+    assert model.payloads[0]["messages"][-2]["content"].endswith("- My name is Priya")
+
+
+async def test_a_question_for_an_attribute_nobody_told_is_not_remembered_without_the_model() -> (
+    None
+):
+    model = FakeModel(["your city is Valencia."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("What's my dog's name again?", language="en", memory=EN_MEMORY)
+
+    assert await spoken(brain, request) == NOT_REMEMBERED["en"]
+    assert model.calls == []
+
+
+async def test_a_first_person_question_the_documents_do_not_answer_falls_back_to_memory() -> None:
+    model = FakeModel(["you moved to Valencia."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn(
+        "Is Valencia where I'm based now?", language="en", memory=EN_MEMORY, results=("",)
+    )
+
+    assert await spoken(brain, request) == "You told me that you moved to Valencia."
+
+
+class FakeEmbedder:
+    """Vectors by keyword: the question and the sentence that share a *meaning* here share a
+    made-up dimension, as an embedding model would put a paraphrase near its sentence."""
+
+    MEANINGS = ("上班|服务时间", "节假日|留言")
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def vector(self, text: str) -> Any:
+        import re
+
+        import numpy as np
+
+        found = [1.0 if re.search(m, text) else 0.0 for m in self.MEANINGS]
+        return np.array([*found, 0.1], dtype=np.float32)
+
+    async def query(self, text: str) -> Any:
+        self.queries.append(text)
+        return self.vector(text)
+
+    async def passages(self, texts: Any) -> Any:
+        import numpy as np
+
+        return np.stack([self.vector(t) for t in texts])
+
+
+async def test_the_sentence_closest_in_meaning_is_evidence_even_without_a_shared_word() -> None:
+    hours = (
+        "[source: 售后说明]\n<untrusted_knowledge>节假日期间请留言，客服会在下一个工作日回复。"
+        "客户服务时间为工作日 09:00—18:00。</untrusted_knowledge>"
+    )
+    model = FakeModel(["客户服务时间为工作日 09:00—18:00。"])
+    embedder = FakeEmbedder()
+    brain = LLMBrain(model, embedder=embedder)  # type: ignore[arg-type]
+    request = turn("客服几点开始上班?", results=(hours,))
+
+    text = await spoken(brain, request)
+
+    assert text == "根据《售后说明》，客户服务时间为工作日 09:00—18:00。"
+    final = model.payloads[-1]["messages"][-2]["content"]
+    assert final.index("服务时间") < final.index("节假日")  # the closest sentence first
+    assert embedder.queries == ["客服几点开始上班?"]
+
+
+async def test_without_an_embedder_evidence_is_chosen_by_shared_words_as_before() -> None:
+    model = FakeModel(["质量问题退货的运费由商店承担。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("运费由谁承担?", ZH_HISTORY, results=(ZH_EVIDENCE,))
+    assert await spoken(brain, request) == "根据《售后政策》，质量问题退货的运费由商店承担。"
+
+
+async def test_list_items_are_quoted_as_sentences_without_their_markers() -> None:
+    fees = (
+        "[source: 家长手册]\n<untrusted_knowledge>\n## 收费\n- 保育费：每月 2800 元\n"
+        "- 伙食费：每天 22 元\n</untrusted_knowledge>"
+    )
+    model = FakeModel(["保育费是每月 9999 元。"])  # unsupported: code reads the evidence
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    text = await spoken(brain, turn("保育费每月多少钱?", results=(fees,)))
+
+    assert text == "根据《家长手册》，保育费：每月 2800 元。"
