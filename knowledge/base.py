@@ -34,7 +34,7 @@ from knowledge.retrieval import (
     LexicalHit,
 )
 from knowledge.store import Document, DocumentInfo, KnowledgeStore, NewChunk
-from knowledge.text import chunk_text, parse_query, sentences
+from knowledge.text import chunk_text, parse_query, sentence_units
 
 DEFAULT_SEMANTIC_MARGIN = 0.03
 """How far a chunk's similarity must beat the query's baseline (its best similarity to
@@ -117,7 +117,7 @@ class KnowledgeBase:
             return [NewChunk(p) for p in pieces]
         # Each chunk's whole text, then its sentences when it has several (module doc of
         # ``knowledge.embedding``); one batch for the document.
-        units = [[piece, *_sentence_units(piece)] for piece in pieces]
+        units = [[piece, *sentence_units(piece)] for piece in pieces]
         vectors = await self.embedder.passages([u for group in units for u in group])
         out: list[NewChunk] = []
         row = 0
@@ -279,12 +279,3 @@ class KnowledgeBase:
         """Whether the lexical side alone answers: its best chunk holds every word of the
         question (then the query is not embedded — the embedding is most of a search's cost)."""
         return self.skip_semantic_when_covered and bool(lexical) and lexical[0].units_covered >= 1.0
-
-
-MIN_SENTENCE_CHARS = 8
-"""Shorter sentences (headings, "Yes.") get no vector of their own."""
-
-
-def _sentence_units(chunk: str) -> list[str]:
-    found = [s for s in sentences(chunk) if len(s) >= MIN_SENTENCE_CHARS]
-    return found if len(found) > 1 else []

@@ -46,7 +46,9 @@ Rule 5: the two rankings are fused by reciprocal-rank fusion (``1 / (RRF_K + ran
 over the lists a chunk appears in). Rule 6: results are diversified: picked greedily by fused
 score, each further chunk of an already picked document discounted by ``SAME_DOCUMENT_DECAY``,
 so results prefer covering different sources. Rule 7: only documents bound to the requested
-role are eligible (``role_id=None``: all of the owner's documents).
+role are eligible (``role_id=None``: all of the owner's documents). Rule 8: each hit names its
+sentence closest to the query by the sentence vectors stored at ingest (no embedding at query
+time): a paraphrase shares no word with the sentence that answers it, but is near it in meaning.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ import numpy.typing as npt
 
 from knowledge.embedding import from_bytes
 from knowledge.store import KnowledgeSnapshot
-from knowledge.text import ParsedQuery, background_weight, holds_answer, terms
+from knowledge.text import ParsedQuery, background_weight, holds_answer, sentence_units, terms
 from plugins.language import dominant_language
 
 TITLE_WEIGHT = 2
@@ -100,6 +102,8 @@ class Hit:
     score: float
     lexical_score: float | None = None
     semantic_score: float | None = None
+    closest_sentence: str | None = None
+    """Rule 8: the chunk's sentence closest to the query (None: no vectors, or one sentence)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,10 +514,27 @@ class KnowledgeIndex:
                     score=round(remaining.pop(index), 6),
                     lexical_score=lexical_scores.get(index),
                     semantic_score=semantic_scores.get(index),
+                    closest_sentence=(
+                        self.closest_sentence(index, query_vector)
+                        if query_vector is not None
+                        else None
+                    ),
                 )
             )
             per_document[chunk.document_id] += 1
         return picked
+
+    def closest_sentence(self, index: int, query_vector: npt.NDArray[np.float32]) -> str | None:
+        """Rule 8: chunk ``index``'s sentence whose stored vector is closest to the query."""
+        rows = self._chunk_rows.get(index)
+        if rows is None:
+            return None
+        start, end = rows
+        units = sentence_units(self._chunks[index].text)
+        if not units or end - start != len(units) + 1:
+            return None  # stored before sentence vectors, or by another splitter
+        sims = self._matrix[start + 1 : end] @ query_vector
+        return units[int(np.argmax(sims))]
 
 
 def _partial_similarity(

@@ -437,3 +437,14 @@ def background_weight(term: str) -> float:
     zipf = _common_words().get(term, 0.0)
     share = min(1.0, max(0.0, (COMMON_ZIPF - zipf) / (COMMON_ZIPF - RARE_ZIPF)))
     return COMMON_WEIGHT + (1 - COMMON_WEIGHT) * share
+
+
+MIN_SENTENCE_CHARS = 8
+"""Shorter sentences (headings, "Yes.") get no vector of their own."""
+
+
+def sentence_units(chunk: str) -> list[str]:
+    """The sentences of ``chunk`` that get a vector of their own beside the whole chunk's
+    (``knowledge.embedding``), in order; none when it has fewer than two."""
+    found = [s for s in sentences(chunk) if len(s) >= MIN_SENTENCE_CHARS]
+    return found if len(found) > 1 else []

@@ -6,15 +6,18 @@ A result is one block per hit::
     <untrusted_knowledge>
     <chunk text>
     </untrusted_knowledge>
+    [closest: <the chunk's sentence closest in meaning to the query>]
 
-after one line telling the model the blocks are reference data, not instructions. Document
+(the last line only when the search has one: ``knowledge.retrieval`` Rule 8), after one line
+telling the model the blocks are reference data, not instructions. Document
 text is written by whoever uploaded it, so before it goes in a block it is neutralised: anything
 that looks like our tag (``<untrusted_knowledge>``, ``</untrusted_knowledge>``, with any
 spacing or case), another prompt tag (``<system>``, ``<memory_data>``, …), a chat-template
 token (``<|im_start|>``) or a line that poses as a speaker (``system:``, ``assistant:``) has its
 angle brackets or colon replaced by look-alikes (‹ › ꞉), so it can neither close the block nor
 pass for a message. Source names lose ``[``, ``]`` and line breaks. With no hit the result says
-so in words, without a block, and the brain says it does not know.
+so in words, without a block, and the brain says it does not know. The closest sentence is
+written like a source name (no brackets or line breaks).
 
 The handler is bound to one (tenant, user) — the authenticated principal — and one role; the
 model chooses only the query.
@@ -72,6 +75,7 @@ def format_hits(hits: Sequence[Hit]) -> str:
     blocks = [
         f"[source: {source_label(hit.document_name)}]\n"
         f"<untrusted_knowledge>\n{neutralise(hit.chunk_text)}\n</untrusted_knowledge>"
+        + (f"\n[closest: {source_label(hit.closest_sentence)}]" if hit.closest_sentence else "")
         for hit in hits
     ]
     return PREAMBLE + "\n\n" + "\n\n".join(blocks)

@@ -137,14 +137,7 @@ def _brain(settings: Settings) -> Brain:
                     ),
                 )
             )
-            from knowledge.embedding import E5Embedder
-
-            return LLMBrain(
-                model,
-                max_answer_tokens=settings.llm_max_answer_tokens,
-                # The knowledge search's own embedder: evidence chosen by meaning (Rule 5).
-                embedder=E5Embedder.shared() if settings.knowledge_semantic else None,
-            )
+            return LLMBrain(model, max_answer_tokens=settings.llm_max_answer_tokens)
         log.warning("brain: the local language model cannot run (%s); using rules", reason)
     from plugins.brain.local import LocalBrain
 

@@ -18,7 +18,8 @@ Rule 3. The knowledge query is written from the current input and the recent tur
         together with the person's previous message, so it is found in the context of that turn.
 Rule 4. Evidence: a knowledge result counts only through its ``<untrusted_knowledge>`` blocks
         (the retrieval's own relevance gate decided which passages came back); a list item is
-        a sentence of its own, without its marker. With no block,
+        a sentence of its own, without its marker; the block's ``[closest: …]`` line names the
+        sentence nearest the query in meaning (``Passage.closest``). With no block,
         the answer is the fixed "the documents don't say" sentence in the person's language;
         the model is never asked to abstain. What may be quoted is the passages' best sentences
         (``best_sentences``), never the whole document.
@@ -39,6 +40,7 @@ Rule 6. Memory in other words: what a question asks of the person and what an en
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from collections.abc import Sequence
@@ -82,6 +84,8 @@ class Passage:
     text: str
     topic: str = ""
     """The headings over the passage's text (its section), not quoted but matched."""
+    closest: str = ""
+    """The passage's sentence the search found closest in meaning to the query (Rule 4)."""
 
 
 # ---------------------------------------------------------------- fixed sentences
@@ -237,7 +241,8 @@ _STOP_ZH = frozenset(
 )
 _KNOWLEDGE_BLOCK = re.compile(
     r"(?:\[source:\s*(?P<source>[^\]\n]*)\]\s*)?"
-    r"<untrusted_knowledge>(?P<body>.*?)</untrusted_knowledge>",
+    r"<untrusted_knowledge>(?P<body>.*?)</untrusted_knowledge>"
+    r"(?:[ \t]*\n?[ \t]*\[closest:\s*(?P<closest>[^\]\n]*)\])?",
     re.S,
 )
 _SENTENCE = re.compile(r".+?(?:[.!?](?=\s|$)|[。!?！？;；]|$)", re.S)
@@ -359,7 +364,10 @@ def passages(results: Sequence[ToolResult]) -> list[Passage]:
                 headings.append(lines.pop(0).lstrip("#").strip())
             body = " ".join(" ".join(map(_spoken_line, lines)).split())
             if body:
-                out.append(Passage((match["source"] or "").strip(), body, " / ".join(headings)))
+                passage = Passage((match["source"] or "").strip(), body, " / ".join(headings))
+                out.append(
+                    dataclasses.replace(passage, closest=_sentence_of(passage, match["closest"]))
+                )
     return out
 
 
@@ -376,6 +384,21 @@ def _spoken_line(line: str) -> str:
     if not item or _ENDS_SENTENCE.search(item):
         return item
     return item + ("。" if _CJK.search(item) else ".")
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[\s\[\]()（）]+", "", _LIST_MARK.sub("", text.strip())).rstrip("。.")
+
+
+def _sentence_of(passage: Passage, closest: str | None) -> str:
+    """The passage's own sentence that the search named closest (Rule 4), or ''."""
+    if not closest:
+        return ""
+    wanted = _squash(closest)
+    for sentence in sentences(passage.text):
+        if wanted and (wanted in _squash(sentence) or _squash(sentence) in wanted):
+            return sentence
+    return ""
 
 
 def sentences(text: str) -> list[str]:

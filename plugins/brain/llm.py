@@ -26,7 +26,9 @@ Rule 4. Weak evidence is checked before any answer: when the passages share less
         it), else the turn gets the fixed "documents don't say" answer. A question in one
         language about a passage in the other, and a follow-up (searched together with the
         previous message), are left to the retrieval's own decision.
-Rule 5. With evidence the model sees only the best sentences of the passages (inside
+Rule 5. With evidence the model sees only the best sentences of the passages — the best
+        passage's sentence the search found closest in meaning first (``closest_sentence``: a
+        paraphrase shares no word with it), then the best by shared words — (inside
         ``<untrusted_knowledge>``, after a note that they are data). The answer starts with the
         source's name written by code ("根据《…》，" / "According to …,") as the assistant's
         prefilled start, which the model continues. A sentence of the answer is dropped before
@@ -51,10 +53,7 @@ import dataclasses
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any, Protocol
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any
 
 from plugins.brain.grounding import (
     KNOWLEDGE_TOOL,
@@ -84,14 +83,6 @@ from plugins.contracts import BrainDelta, BrainInput, ToolCall
 from plugins.language import detect_language, zh_or_en
 
 log = logging.getLogger(__name__)
-
-
-class SentenceEmbedder(Protocol):
-    """What Rule 5 needs of ``knowledge.embedding.E5Embedder``."""
-
-    async def query(self, text: str) -> npt.NDArray[np.float32]: ...
-
-    async def passages(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
 
 
 _STYLE = {
@@ -138,9 +129,6 @@ _QUOTE_PROMPT = (
     "answer it."
 )
 _WEAK_COVERAGE = 0.5
-_CLOSEST_PASSAGES = 2
-_CLOSEST_SENTENCES = 24
-_CLOSEST_MIN_CHARS = 6
 CONFIDE_TOOL = "confide"
 _CONFIDE_TEXT = {
     "en": "The person says I got something wrong. I want to put it right.",
@@ -173,11 +161,8 @@ class LLMBrain:
         max_evidence_sentences: int = 2,
         check_weak_evidence: bool = True,
         source_prefill: bool = True,
-        embedder: SentenceEmbedder | None = None,
     ) -> None:
         self.model = model
-        self.embedder = embedder
-        """Ranks evidence sentences by meaning (Rule 5); None: by shared words only."""
         self.max_answer_tokens = max_answer_tokens
         self.brief_answer_tokens = brief_answer_tokens
         self.temperature = temperature
@@ -331,7 +316,7 @@ class LLMBrain:
         """What the answer may quote from ``found`` (Rule 5), or None when the weak-evidence
         check (Rule 4) finds the passages do not answer the question."""
         evidence = evidence_for(reading.text, found, limit=self.max_evidence_sentences)
-        closest = await self._closest_sentence(reading.query or reading.text, found)
+        closest = closest_sentence(found)
         if closest is not None and closest.text not in {p.text for p in evidence}:
             # The sentence closest in meaning first (a paraphrase shares no word with the
             # sentence that answers it), then the best by shared words.
@@ -342,27 +327,6 @@ class LLMBrain:
             if not await self._evidence_answers(session, reading, evidence):
                 return None
         return evidence
-
-    async def _closest_sentence(self, question: str, found: Sequence[Passage]) -> Passage | None:
-        """Of the best passages' sentences, the one closest in meaning to ``question`` by the
-        knowledge search's embedder (Rule 5); None without one or when it fails."""
-        if self.embedder is None:
-            return None
-        candidates = [
-            Passage(passage.source, sentence, passage.topic)
-            for passage in found[:_CLOSEST_PASSAGES]
-            for sentence in sentences(passage.text)
-            if len(sentence) >= _CLOSEST_MIN_CHARS
-        ][:_CLOSEST_SENTENCES]
-        if len(candidates) < 2:
-            return None
-        try:
-            query = await self.embedder.query(question)
-            vectors = await self.embedder.passages([c.text for c in candidates])
-        except Exception as e:  # an embedder failure costs only this refinement
-            log.warning("evidence by meaning failed: %s", type(e).__name__)
-            return None
-        return candidates[int(np.argmax(vectors @ query))]
 
     async def _evidence_answers(
         self, session: str, reading: Reading, evidence: Sequence[Passage]
@@ -441,6 +405,15 @@ def _confide_call(request: BrainInput, reading: Reading) -> ToolCall | None:
         return None
     text = _CONFIDE_TEXT[reading.language if reading.language in _CONFIDE_TEXT else "en"]
     return ToolCall(call_id=f"llm_{CONFIDE_TOOL}_1", name=CONFIDE_TOOL, arguments={"text": text})
+
+
+def closest_sentence(found: Sequence[Passage]) -> Passage | None:
+    """The best passage's sentence the search found closest in meaning to the question
+    (Rule 5; ``knowledge.retrieval`` Rule 8), or None."""
+    for passage in found[:1]:
+        if passage.closest:
+            return Passage(passage.source, passage.closest, passage.topic)
+    return None
 
 
 def needs_check(reading: Reading, evidence: Sequence[Passage]) -> bool:

@@ -371,3 +371,27 @@ async def test_a_question_in_one_language_finds_a_document_in_the_other(
         reference=reference, reference_languages=REFERENCE_LANGUAGES, cross_language_margin=None,
     )  # fmt: skip
     assert not any("two hours" in h.chunk_text for h in hits_off)
+
+
+async def test_a_hit_names_its_sentence_closest_in_meaning_to_the_question(
+    store: KnowledgeStore, embedder: E5Embedder
+) -> None:
+    # Rule 8: one chunk of several sentences; the question shares no word with its answer.
+    text = (
+        "节假日期间请留言，客服会在下一个工作日回复。客服服务时间为工作日 09:00—18:00。"
+        "退货运费规则:商品质量问题由商店承担,其他情况由买家承担。"
+    )
+    semantic = KnowledgeBase(store, embedder=embedder)
+    await semantic.add_document(T, ALICE, name="星河商店售后说明 v1", text=text, role_ids=["r"])
+    hits = await semantic.search(T, ALICE, "把商品寄回去的邮费由谁来出?", role_id="r")
+    assert hits and hits[0].closest_sentence is not None
+    assert hits[0].closest_sentence.startswith("退货运费规则")
+    lexical = await KnowledgeBase(store).search(T, ALICE, "退货运费谁承担", role_id="r")
+    assert lexical and lexical[0].closest_sentence is None  # no query vector, no guess
+
+
+def test_a_chunk_stored_without_sentence_vectors_names_no_closest_sentence() -> None:
+    index = _snapshot_index({"Shop": [("First sentence here. Second one here.", ON_TOPIC)]}, {})
+    hits = index.search(parse_query("first sentence"), np.array(ON_TOPIC, dtype=np.float32),
+                        role_id="r", semantic_floor=0.5)  # fmt: skip
+    assert hits and hits[0].closest_sentence is None  # one vector: the whole chunk's only

@@ -51,6 +51,21 @@ def test_hits_become_source_and_untrusted_blocks() -> None:
     assert format_hits([]) == NO_RESULTS and "<untrusted_knowledge>" not in NO_RESULTS
 
 
+def test_a_hit_with_a_closest_sentence_names_it_after_its_block_as_the_brain_reads_it() -> None:
+    from plugins.brain.grounding import passages
+    from plugins.contracts import ToolResult
+
+    found = Hit("doc_1", "Shop", "Closed on holidays. Open 9-18 [weekdays].", 0.5,
+                closest_sentence="Open 9-18 [weekdays].")  # fmt: skip
+    result = format_hits([found, hit("Returns within 7 days.", "Returns")])
+    assert "</untrusted_knowledge>\n[closest: Open 9-18 (weekdays).]" in result  # no brackets
+    read = passages([ToolResult("c", TOOL_NAME, result)])
+    assert [(p.source, p.closest) for p in read] == [
+        ("Shop", "Open 9-18 [weekdays]."),  # the passage's own sentence
+        ("Returns", ""),
+    ]
+
+
 @pytest.mark.parametrize(
     "attack",
     [

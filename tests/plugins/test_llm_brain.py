@@ -840,41 +840,14 @@ async def test_a_first_person_question_the_documents_do_not_answer_falls_back_to
     assert await spoken(brain, request) == "You told me that you moved to Valencia."
 
 
-class FakeEmbedder:
-    """Vectors by keyword: the question and the sentence that share a *meaning* here share a
-    made-up dimension, as an embedding model would put a paraphrase near its sentence."""
-
-    MEANINGS = ("上班|服务时间", "节假日|留言")
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-    def vector(self, text: str) -> Any:
-        import re
-
-        import numpy as np
-
-        found = [1.0 if re.search(m, text) else 0.0 for m in self.MEANINGS]
-        return np.array([*found, 0.1], dtype=np.float32)
-
-    async def query(self, text: str) -> Any:
-        self.queries.append(text)
-        return self.vector(text)
-
-    async def passages(self, texts: Any) -> Any:
-        import numpy as np
-
-        return np.stack([self.vector(t) for t in texts])
-
-
-async def test_the_sentence_closest_in_meaning_is_evidence_even_without_a_shared_word() -> None:
+async def test_the_sentence_the_search_found_closest_in_meaning_is_evidence_first() -> None:
     hours = (
         "[source: 售后说明]\n<untrusted_knowledge>节假日期间请留言，客服会在下一个工作日回复。"
-        "客户服务时间为工作日 09:00—18:00。</untrusted_knowledge>"
+        "客户服务时间为工作日 09:00—18:00。</untrusted_knowledge>\n"
+        "[closest: 客户服务时间为工作日 09:00—18:00。]"
     )
     model = FakeModel(["客户服务时间为工作日 09:00—18:00。"])
-    embedder = FakeEmbedder()
-    brain = LLMBrain(model, embedder=embedder)  # type: ignore[arg-type]
+    brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn("客服几点开始上班?", results=(hours,))
 
     text = await spoken(brain, request)
@@ -882,10 +855,9 @@ async def test_the_sentence_closest_in_meaning_is_evidence_even_without_a_shared
     assert text == "根据《售后说明》，客户服务时间为工作日 09:00—18:00。"
     final = model.payloads[-1]["messages"][-2]["content"]
     assert final.index("服务时间") < final.index("节假日")  # the closest sentence first
-    assert embedder.queries == ["客服几点开始上班?"]
 
 
-async def test_without_an_embedder_evidence_is_chosen_by_shared_words_as_before() -> None:
+async def test_without_a_closest_line_evidence_is_chosen_by_shared_words_as_before() -> None:
     model = FakeModel(["质量问题退货的运费由商店承担。"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn("运费由谁承担?", ZH_HISTORY, results=(ZH_EVIDENCE,))
