@@ -19,6 +19,7 @@ COPY requirements/ requirements/
 COPY accounts/ accounts/
 COPY benchmarks/ benchmarks/
 COPY demos/ demos/
+COPY evals/ evals/
 COPY journal/ journal/
 COPY knowledge/ knowledge/
 COPY memory/ memory/

@@ -270,16 +270,24 @@ def load_key_file(path: Path, *, create: bool) -> Keyring:
 
 
 def _create_key_file(path: Path) -> Keyring:
+    """Write a new key file whole, then link it into place: ``os.link`` fails when another
+    process made the file first, and a file that is there is always complete (two processes
+    of a fleet starting together once read an empty one, created but not yet written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     keyring = Keyring.generate()
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return load_key_file(path, create=False)  # another process made it first
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(keyring.to_json() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(keyring.to_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return load_key_file(path, create=False)  # another process made it first
+    finally:
+        tmp.unlink(missing_ok=True)
     return keyring
 
 

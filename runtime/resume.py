@@ -204,6 +204,8 @@ class PostgresResumeTokenStore:
         self._secret: bytes | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.watch_retry_s = 1.0
+        self.listen_application_name = "openrealtime-session-fence"
+        """The LISTEN connection's ``application_name`` (what ``pg_stat_activity`` shows)."""
 
     async def _get_secret(self) -> bytes:
         """The database's rotation secret, made by whichever process needs it first."""
@@ -304,7 +306,11 @@ class PostgresResumeTokenStore:
 
         while True:
             try:
-                conn = await asyncpg.connect(self.url, timeout=_TIMEOUT)
+                conn = await asyncpg.connect(
+                    self.url,
+                    timeout=_TIMEOUT,
+                    server_settings={"application_name": self.listen_application_name},
+                )
             except (OSError, asyncpg.PostgresError, TimeoutError) as e:
                 log.warning("resume fence: cannot listen (%s); retrying", e)
                 await asyncio.sleep(self.watch_retry_s)

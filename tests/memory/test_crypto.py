@@ -124,6 +124,30 @@ def test_the_key_file_is_made_0600_on_first_start_and_read_back(tmp_path: Path) 
     assert load_key_file(path, create=False).active_id == rotated.active_id
 
 
+def test_a_new_key_file_is_visible_only_once_it_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fleet's processes make the key file at once; one read an empty file (created, not yet
+    # written) and failed to start. While the keys are written, the file must not be there.
+    import memory.crypto as crypto
+
+    path = tmp_path / "data" / "memory-keys.json"
+    seen_while_writing: list[bool] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        seen_while_writing.append(path.exists())
+        real_fsync(fd)
+
+    monkeypatch.setattr(crypto.os, "fsync", fsync)
+    made = KeySource(configured=None, path=path).load()
+    assert seen_while_writing == [False]
+    assert load_key_file(path, create=False).key_ids == made.key_ids
+    assert [p.name for p in path.parent.iterdir()] == ["memory-keys.json"]  # no leftovers
+    # A second process that finds it there reads the same keys.
+    assert KeySource(configured=None, path=path).load().key_ids == made.key_ids
+
+
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
 def test_a_key_file_others_may_read_is_refused(tmp_path: Path, mode: int) -> None:
     path = tmp_path / "memory-keys.json"

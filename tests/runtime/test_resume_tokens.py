@@ -4,6 +4,7 @@ in-memory and the PostgreSQL store."""
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
@@ -149,6 +150,8 @@ async def test_a_lost_listening_connection_rechecks_what_it_missed(
     reconnecting, the watcher re-reads the epochs and reports it."""
     store = PostgresResumeTokenStore(pg_pool, url=postgres_url)
     store.watch_retry_s = 0.3
+    # Its own name: tests on the other worker listen on the same database.
+    store.listen_application_name = f"fence-test-{os.getpid()}"
     seen: list[tuple[str, int]] = []
     await store.watch(lambda session_id, epoch: seen.append((session_id, epoch)))
     try:
@@ -157,7 +160,8 @@ async def test_a_lost_listening_connection_rechecks_what_it_missed(
         assert redeemed is not None
         killed = await pg_pool.fetchval(
             """SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-                WHERE datname = current_database() AND query LIKE 'LISTEN %'"""
+                WHERE datname = current_database() AND application_name = $1""",
+            store.listen_application_name,
         )
         assert killed == 1
         assert await store.claim(redeemed[0]) is not None  # nobody is listening right now
