@@ -59,15 +59,20 @@ async def fleet(
     proxies: list[Nginx] = []
 
     async def start(n: int, **options: Any) -> tuple[list[ServerProcess], Nginx]:
-        started = await asyncio.gather(
+        outcomes = await asyncio.gather(
             *(
                 ServerProcess.start(
                     database_url=postgres_url, data_dir=tmp_path / "data", **options
                 )
                 for _ in range(n)
-            )
+            ),
+            return_exceptions=True,
         )
-        servers.extend(started)
+        started = [o for o in outcomes if isinstance(o, ServerProcess)]
+        servers.extend(started)  # stopped at the end even when another one failed to start
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         nginx = await Nginx.start([s.port for s in started], tmp_path / "nginx")
         proxies.append(nginx)
         return list(started), nginx
