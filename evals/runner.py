@@ -445,11 +445,13 @@ class Runner:
         loop = asyncio.get_running_loop()
         start = loop.time()
         ended = client.clock()
+        seen = mark  # messages already looked at: each is looked at once, not every frame
         for i, offset in enumerate(range(0, audio.size, FRAME)):
             await client.send_audio(audio[offset : offset + FRAME].tobytes())
             if offset < end <= offset + FRAME:
                 ended = client.clock()
-            if any(m.type == "input_audio_buffer.committed" for m in client.messages[mark:]):
+            arrived, seen = client.messages[seen:], len(client.messages)
+            if any(m.type == "input_audio_buffer.committed" for m in arrived):
                 break
             delay = start + (i + 1) * 0.02 - loop.time()
             if delay > 0:

@@ -725,20 +725,31 @@ async def test_no_background_work_starts_while_a_session_is_mid_turn(
     assert await learning == ["{}"]
 
 
+def preemptable(harness: Harness) -> tuple[FakeBackend, LocalModel]:
+    """A model whose first request stops in prefill until ``hold_during_prefill``; the next
+    request answers "{}"."""
+    backend = FakeBackend()
+    backend.scripts = [[PROGRESS, backend.gate(), PROGRESS, "x"], ["{}"]]
+    return backend, harness.model(backend, **NOW)
+
+
+async def hold_during_prefill(backend: FakeBackend, model: LocalModel) -> None:
+    """A person starts speaking while the background request is in prefill: it is stopped
+    after its prompt batch and waits (checked a little past the worker's 50 ms look)."""
+    await until(lambda: backend.running.is_set(), "the background request to run")
+    model.hold("A")  # the person started speaking: the model must be free when they finish
+    backend.gates[0].set()
+    await until(lambda: model.stats.background_preempted == 1, "the preemption")
+    await asyncio.sleep(0.12)
+
+
 async def test_a_hold_stops_a_running_background_request_before_any_request_arrives(
     harness: Harness,
 ) -> None:
-    backend = FakeBackend()
-    in_prefill = backend.gate()
-    backend.scripts = [[PROGRESS, in_prefill, PROGRESS, "x"], ["{}"]]
-    model = harness.model(backend, **NOW)
+    backend, model = preemptable(harness)
 
     learning = asyncio.create_task(collect(model.chat(ask("BG"), lane="t", background=True)))
-    await until(lambda: backend.running.is_set(), "the background request to run")
-    model.hold("A")  # the person started speaking: the model must be free when they finish
-    in_prefill.event.set()  # type: ignore[attr-defined]
-    await until(lambda: model.stats.background_preempted == 1, "the preemption")
-    await asyncio.sleep(0.12)
+    await hold_during_prefill(backend, model)
     assert len(backend.payloads) == 1  # not run again while the person is mid-turn
 
     model.release("A")
@@ -748,10 +759,7 @@ async def test_a_hold_stops_a_running_background_request_before_any_request_arri
 async def test_the_owners_run_bound_starts_when_its_request_runs_again_after_a_preemption(
     harness: Harness,
 ) -> None:
-    backend = FakeBackend()
-    in_prefill = backend.gate()
-    backend.scripts = [[PROGRESS, in_prefill, PROGRESS, "x"], ["{}"]]
-    model = harness.model(backend, **NOW)
+    backend, model = preemptable(harness)
     loop = asyncio.get_running_loop()
 
     async def learn() -> tuple[list[str], float | None]:
@@ -761,11 +769,7 @@ async def test_the_owners_run_bound_starts_when_its_request_runs_again_after_a_p
             return text, bound.when()
 
     learning = asyncio.create_task(learn())
-    await until(lambda: backend.running.is_set(), "the background request to run")
-    model.hold("A")
-    in_prefill.event.set()  # type: ignore[attr-defined]
-    await until(lambda: model.stats.background_preempted == 1, "the preemption")
-    await asyncio.sleep(0.12)  # the person's turn: the request waits, its bound does not run
+    await hold_during_prefill(backend, model)  # the request waits, its bound does not run
     released = loop.time()
     model.release("A")
     text, when = await learning
