@@ -4,7 +4,8 @@ BRAIN-7), run by ``openrealtime eval`` (``evals/``).
 ``python -m benchmarks.conversation_eval [--brains llm,rules] [--split dev|held_out|all]``
 prints one JSON object::
 
-    {"conversations", "turns", "pass_rate": {"dev": {"llm", "rules"}, "held_out": {…}},
+    {"conversations", "turns", "pass_rate": {"dev", "held_out", "fresh"},
+     "pass_rate_by_brain": {"dev": {"llm", "rules"}, …},
      "false_dont_know_rate", "unanswerable_answered_rate", "plugin_timeouts", "memory_recall",
      "followup_pass_rate", "cross_language_pass_rate", "combination_pass_rate",
      "ttft_ms": {"cold": {"p50", "p99"}, "warm": {"p50", "p99"}},
@@ -171,7 +172,10 @@ async def main(
     result: dict[str, Any] = {
         "conversations": len(every),
         "turns": sum(s.turns for s in every),
-        "pass_rate": {name: {} for name in data},
+        # The default brain's figure per split, as tools read it (``pass_rate.dev``); None for
+        # a split not run or with no scenarios yet (``fresh`` until it is written).
+        "pass_rate": {name: None for name in SPLITS},
+        "pass_rate_by_brain": {name: {} for name in data},
         "failures": [],
     }
     timing = None
@@ -194,7 +198,10 @@ async def main(
             ids = {s.id for s in scenarios}
             done = [t for o in outcomes if o.id in ids for t in o.turns]
             rate = sum(t.passed for t in done) / len(done) if done else None
-            result["pass_rate"][name][brain_name] = None if rate is None else round(rate, 3)
+            figure = None if rate is None else round(rate, 3)
+            result["pass_rate_by_brain"][name][brain_name] = figure
+            if brain_name == "llm" or (result["pass_rate"][name] is None and "llm" not in brains):
+                result["pass_rate"][name] = figure
         answerable = unanswerable = false_dont_know = answered = timeouts = 0
         for outcome in outcomes:
             for turn, got in zip(turns[outcome.id], outcome.turns, strict=False):
