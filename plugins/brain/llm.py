@@ -44,6 +44,19 @@ Rule 7. Prompt layout for the prefix cache: the system message holds only what i
         interrupted output as the person heard it, marked `` …``), then the current
         input with this turn's evidence after it. The next turn's prompt therefore starts with
         this turn's prompt up to and including the current input, and only the tail is computed.
+Rule 8. Combination in code (``plugins.brain.arithmetic``): a question that asks for an amount
+        combining stated numbers ("两张一共多少", "8 days late, how much do I owe?") with
+        passages holding numbers gets one constrained-JSON call for the expression, before
+        Rule 4 (the total is in no passage's words, so a quote cannot show it); code checks
+        every operand against the passages and the question, computes, and says the sum and
+        its result after the source's name. Anything it cannot check is answered by Rule 5.
+Rule 9. Search again, rewritten (``plugins.brain.query_rewrite``): when code's query found no
+        passage that answers the question (Rules 3–4) and the person's memory does not answer
+        it either, the model rewrites the question by constrained JSON as a short query in
+        English and one in Chinese — the words a document would use, in both languages the
+        documents may be written in — and both are searched in one more round. What they find
+        goes through Rules 4–5 like any evidence; nothing found: Rule 3's fixed answer.
+        Once per turn, and never in the last round (which must answer in words).
 """
 
 from __future__ import annotations
@@ -55,6 +68,15 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
+from plugins.brain.arithmetic import (
+    EXPRESSION_SCHEMA,
+    Computation,
+    NotAComputation,
+    asks_to_compute,
+    computation,
+    expression_messages,
+    stated_numbers,
+)
 from plugins.brain.grounding import (
     KNOWLEDGE_TOOL,
     NOT_IN_DOCUMENTS,
@@ -77,7 +99,9 @@ from plugins.brain.grounding import (
     sentences,
     terms,
 )
+from plugins.brain.json_model import json_payload
 from plugins.brain.local_model import Generation, LocalModel
+from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewritten_queries
 from plugins.brain.tool_router import ROUTER_PROMPT, parse_route, router_schema, tool_list
 from plugins.contracts import BrainDelta, BrainInput, ToolCall
 from plugins.language import detect_language, zh_or_en
@@ -129,6 +153,8 @@ _QUOTE_PROMPT = (
     "answer it."
 )
 _WEAK_COVERAGE = 0.5
+_COMPUTE_PASSAGES = 2
+_COMPUTE_CHARS = 900
 CONFIDE_TOOL = "confide"
 _CONFIDE_TEXT = {
     "en": "The person says I got something wrong. I want to put it right.",
@@ -161,6 +187,8 @@ class LLMBrain:
         max_evidence_sentences: int = 2,
         check_weak_evidence: bool = True,
         source_prefill: bool = True,
+        compute: bool = True,
+        rewrite_queries: bool = True,
     ) -> None:
         self.model = model
         self.max_answer_tokens = max_answer_tokens
@@ -171,6 +199,10 @@ class LLMBrain:
         self.source_prefill = source_prefill
         """True: the source phrase is the start of the model's own answer (prefilled);
         False: code says it, the model answers on its own."""
+        self.compute = compute
+        self.rewrite_queries = rewrite_queries
+        """Rule 9: a question code's search found nothing for is searched again, rewritten."""
+        """Rule 8: the model writes a combination of the evidence's numbers, code computes it."""
         self.context_tokens = model.settings.context_tokens
         """The model's window: the session budgets the history to fit it."""
         self.reserved_output_tokens = 4 * max_answer_tokens + 512
@@ -203,6 +235,12 @@ class LLMBrain:
                 yield BrainDelta(tool_call=call)
                 return
             found = passages(knowledge_results(request))
+            computed = await self._computed(request, reading, found) if found else None
+            if computed is not None:
+                source = next((p.source for p in found if p.source), "")
+                start = _FROM_SOURCE[lang].format(source) if source else ""
+                yield BrainDelta(text=start + computed.sentence(lang))
+                return
             evidence = (
                 await self.admitted_evidence(reading, found, session=request.session)
                 if found
@@ -218,6 +256,11 @@ class LLMBrain:
                     ) as ans:
                         async for delta in ans:
                             yield delta
+                    return
+                searches = await self._searched_again(request, reading)
+                if searches:
+                    for call in searches:
+                        yield BrainDelta(tool_call=call)
                     return
                 yield BrainDelta(text=NOT_IN_DOCUMENTS[lang])
                 return
@@ -348,6 +391,55 @@ class LLMBrain:
         if not quote or "NONE" in quote.upper() or quote in ("无", "没有"):
             return False
         return quote_is_from(quote, evidence)
+
+    # ------------------------------------------------------------ search again (Rule 9)
+
+    async def _searched_again(self, request: BrainInput, reading: Reading) -> list[ToolCall]:
+        """Rule 9: the question rewritten as search queries in English and in Chinese, once,
+        when code's own search found nothing that answers it and a round with tools is left."""
+        if not self.rewrite_queries:
+            return []
+        if KNOWLEDGE_TOOL not in {tool.name for tool in request.tools}:
+            return []  # the last round: it must answer in words
+        if sum(call.name == KNOWLEDGE_TOOL for call in request.tool_calls) != 1:
+            return []
+        searched = reading.query or reading.text
+        payload = json_payload(rewrite_messages(searched), REWRITE_SCHEMA, max_tokens=64)
+        answer = "".join([p async for p in self.model.chat(payload, lane=request.session)])
+        number = len(request.tool_calls) + 1
+        calls: list[ToolCall] = []
+        for query in rewritten_queries(answer, searched):
+            calls.append(
+                ToolCall(
+                    call_id=f"llm_{KNOWLEDGE_TOOL}_{number + len(calls)}",
+                    name=KNOWLEDGE_TOOL,
+                    arguments={"query": query},
+                )
+            )
+        return calls
+
+    # ------------------------------------------------------------ combination (Rule 8)
+
+    async def _computed(
+        self, request: BrainInput, reading: Reading, found: Sequence[Passage]
+    ) -> Computation | None:
+        """Rule 8: a sum, difference or product over the evidence's numbers, done by code."""
+        if not self.compute or not asks_to_compute(reading.text, reading.language):
+            return None
+        evidence = " ".join(p.text for p in found[:_COMPUTE_PASSAGES])[:_COMPUTE_CHARS]
+        if not stated_numbers(evidence):
+            return None
+        earlier = [m for m in earlier_user_inputs(request.history) if m != reading.text]
+        previous = earlier[-1] if earlier else None
+        messages = expression_messages(reading.text, evidence, previous)
+        payload = json_payload(messages, EXPRESSION_SCHEMA, max_tokens=48)
+        answer = "".join([p async for p in self.model.chat(payload, lane=request.session)])
+        question = f"{previous or ''} {reading.text}"
+        try:
+            return computation(answer, evidence=evidence, question=question)
+        except NotAComputation as e:
+            log.debug("no combination: %s", e)
+            return None
 
     # ------------------------------------------------------------ answering (Rules 5–7)
 

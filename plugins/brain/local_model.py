@@ -76,7 +76,7 @@ class LocalModelSettings:
     """A request that cannot start within this time fails (``PluginTimeout``)."""
     max_generation_s: float = 30.0
     cache_dir: Path | None = None
-    prefill_batch_tokens: int = 64
+    prefill_batch_tokens: int = 32
     """llama.cpp's prompt batch: a background request can be stopped after each one (Rule 7);
     smaller is quicker to preempt and slower to prefill."""
     background: BackgroundPolicy = field(default_factory=BackgroundPolicy)

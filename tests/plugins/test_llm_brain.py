@@ -732,10 +732,12 @@ async def test_a_question_runs_through_the_tool_loop_search_then_answer() -> Non
 
 
 async def test_a_question_with_nothing_found_through_the_tool_loop_is_admitted() -> None:
-    model = FakeModel()
+    model = FakeModel(['{"english": "return period", "chinese": "退货期限"}'])
     brain = LLMBrain(model)  # type: ignore[arg-type]
+    searched: list[str] = []
 
     async def knowledge_search(arguments: dict[str, Any]) -> str:
+        searched.append(arguments["query"])
         return "No documents matched."
 
     request = turn("what is the return window?", language="en", tools=(KNOWLEDGE,))
@@ -745,7 +747,8 @@ async def test_a_question_with_nothing_found_through_the_tool_loop_is_admitted()
     text = "".join([d.text async for d in out])
 
     assert text == NOT_IN_DOCUMENTS["en"]
-    assert model.calls == []
+    assert searched == ["what is the return window?", "return period", "退货期限"]
+    assert len(model.calls) == 1  # the rewrite (Rule 9), once
 
 
 async def test_closing_the_tool_loop_closes_the_models_stream_at_once() -> None:
@@ -875,3 +878,113 @@ async def test_list_items_are_quoted_as_sentences_without_their_markers() -> Non
     text = await spoken(brain, turn("保育费每月多少钱?", results=(fees,)))
 
     assert text == "根据《家长手册》，保育费：每月 2800 元。"
+
+
+# ---------------------------------------------------------------- combination in code (Rule 8)
+
+PLAN_EVIDENCE = (
+    "[source: 云雀套餐]\n<untrusted_knowledge>畅享39元套餐每月含20G流量。"
+    "副卡每张每月20元。</untrusted_knowledge>"
+)
+
+
+async def test_a_total_is_written_by_the_model_and_computed_by_code() -> None:
+    model = FakeModel(['{"expression": "39 + 2*20", "unit": "元"}'])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    said = await spoken(
+        brain, turn("39元的套餐加两张副卡，每月一共多少？", results=(PLAN_EVIDENCE,))
+    )
+
+    assert said == "根据《云雀套餐》，39 加 2 乘 20，等于79元。"
+    (call,) = model.calls
+    assert call["payload"]["response_format"]["type"] == "json_schema"
+    assert "副卡每张每月20元" in call["payload"]["messages"][-1]["content"]
+
+
+async def test_an_operand_the_evidence_does_not_state_falls_back_to_the_answer() -> None:
+    model = FakeModel(['{"expression": "39 + 2*25", "unit": "元"}'], ["副卡每张每月20元。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    said = await spoken(
+        brain, turn("39元的套餐加两张副卡，每月一共多少？", results=(PLAN_EVIDENCE,))
+    )
+
+    assert "89" not in said
+    assert said == "根据《云雀套餐》，副卡每张每月20元。"
+    assert len(model.calls) == 3  # the expression, the weak-evidence quote, the answer
+
+
+async def test_a_single_lookup_makes_no_combination_call() -> None:
+    model = FakeModel(["副卡每张每月20元。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    await spoken(brain, turn("副卡多少钱？", results=(PLAN_EVIDENCE,)))
+
+    assert all("response_format" not in payload for payload in model.payloads)
+
+
+async def test_the_previous_message_s_numbers_count_as_stated() -> None:
+    model = FakeModel(['{"expression": "99 + 2*20", "unit": "元"}'])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    history = (
+        HistoryTurn("user", "如果换成99的套餐呢？"),
+        HistoryTurn("assistant", "99元套餐每月含50G流量。"),
+    )
+
+    said = await spoken(brain, turn("同样加两张，一共多少？", history, results=(PLAN_EVIDENCE,)))
+
+    assert said.endswith("等于139元。")
+
+
+# ---------------------------------------------------------------- search again (Rule 9)
+
+TRIAL_EVIDENCE = (
+    "[source: Nimbus FAQ]\n<untrusted_knowledge>Every plan starts with a free trial of 21 "
+    "days.</untrusted_knowledge>"
+)
+
+
+async def test_a_question_the_search_missed_is_searched_again_in_both_languages() -> None:
+    rewrite = '{"english": "free trial period", "chinese": "免费试用期"}'
+    model = FakeModel([rewrite])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    question = "Can I test-drive it before I pay?"
+    request = turn(question, language="en", tools=(KNOWLEDGE,), results=("No documents matched.",))
+
+    out = await deltas(brain, request)
+
+    assert [delta.tool_call for delta in out] == [
+        ToolCall("llm_knowledge_search_2", "knowledge_search", {"query": "free trial period"}),
+        ToolCall("llm_knowledge_search_3", "knowledge_search", {"query": "免费试用期"}),
+    ]
+    (call,) = model.calls
+    assert call["payload"]["response_format"]["type"] == "json_schema"
+    assert call["payload"]["messages"][-1]["content"] == question
+
+
+async def test_what_the_second_search_finds_is_judged_like_any_evidence() -> None:
+    model = FakeModel(["NONE"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("Can I test-drive it before I pay?", language="en", tools=(KNOWLEDGE,))
+    calls = (
+        ToolCall("c1", "knowledge_search", {"query": "test-drive"}),
+        ToolCall("c2", "knowledge_search", {"query": "free trial period"}),
+    )
+    results = (
+        ToolResult("c1", "knowledge_search", "No documents matched."),
+        ToolResult("c2", "knowledge_search", TRIAL_EVIDENCE),
+    )
+    request = dataclasses.replace(request, tool_calls=calls, tool_results=results)
+
+    assert await spoken(brain, request) == NOT_IN_DOCUMENTS["en"]  # the model found no quote
+    assert len(model.calls) == 1  # and it is not searched a third time
+
+
+async def test_the_last_round_is_never_searched_again() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("Can I test-drive it?", language="en", results=("No documents matched.",))
+
+    assert await spoken(brain, request) == NOT_IN_DOCUMENTS["en"]
+    assert model.calls == []

@@ -1,0 +1,309 @@
+"""Combination in code: sums, differences and products over the numbers the evidence states
+(SPEC BRAIN-4; issue 31 item 6).
+
+Theory of operation
+-------------------
+A small model copies numbers well and adds them badly, and ``Support`` (``llm.py`` Rule 5)
+rightly drops any sentence holding a number the evidence does not state — so "how much for
+two?" could never be answered with the total. Here the model only *writes* the sum; code
+*does* it.
+
+Rule 1. Only a question that asks for an amount and gives one (``asks_to_compute``): a cue of
+        combination ("一共", "总共", "多多少", "in total", "how much more") or a price/quantity
+        question ("多少钱", "how much", "what will I pay") that itself holds a number ("20天",
+        "8 days late", "两张"). Any other turn costs nothing here.
+Rule 2. The model answers by grammar-constrained JSON (``EXPRESSION_SCHEMA``):
+        ``{"expression": "2*180", "unit": "元"}`` — digits, ``+ - * /``, parentheses and
+        spaces only, from the question, the person's previous message and the passages.
+Rule 3. Code parses the expression with ``ast`` (numbers and the four operators, nothing
+        else), and checks every operand: it must be a number the evidence or the question
+        states (Chinese numerals and English number words in the question are read as
+        digits; "20%" also states 0.2), or one of ``IMPLIED`` (a pair, a week's days, a
+        year's months, a day's hours, an hour's minutes, a hundred). An expression with no
+        operator is not a combination. Any failure: no result, and the turn is answered as
+        any other.
+Rule 4. The result is said by code, with the sum that made it, in the question's language:
+        "2 乘 180，等于360元。" / "2 times 180 is 360 yuan." — or the result alone when the
+        sum would need brackets to be heard right ("That comes to 210 dollars."). The unit is
+        kept only when the evidence holds it (a currency named in words as the evidence writes
+        it: "$").
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+IMPLIED = frozenset({Fraction(n) for n in (1, 2, 7, 12, 24, 60, 100)})
+"""Operands a question implies without writing them (Rule 3)."""
+
+MAX_EXPRESSION_CHARS = 60
+MAX_OPERANDS = 6
+
+EXPRESSION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "expression": {"type": "string", "pattern": "^[0-9.+*/() -]{1,60}$"},
+        "unit": {"type": "string", "maxLength": 8},
+    },
+    "required": ["expression", "unit"],
+}
+
+_STRONG_CUE = {
+    "zh": re.compile(
+        r"一共|总共|合计|总计|加起来|算下来|多多少|少多少|贵多少|便宜多少|差多少|差了多少|"
+        r"多交|多付|多花|最多会花|能退多少|退多少|共计|相差"
+    ),
+    "en": re.compile(
+        r"\b(?:in total|total|altogether|combined|all together|how much more|how much less|"
+        r"how many more|how many fewer|more than|less than|cheaper than|comes? to|"
+        r"how much (?:extra|longer))\b",
+        re.I,
+    ),
+}
+_AMOUNT_CUE = {
+    "zh": re.compile(r"多少|几天|几个|多久|多长"),
+    "en": re.compile(
+        r"\b(?:how much|how many|how long|what will i (?:have to )?pay|what do i pay|"
+        r"what would (?:i|he|she|we|they) pay|do i owe|will it cost|would it cost|cost me)\b",
+        re.I,
+    ),
+}
+_DIGITS = re.compile(r"\d+(?:\.\d+)?")
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
+_ZH_NUMERAL = re.compile(
+    r"[零一二两三四五六七八九十百千]+(?=[个张天次颗份人页件本周月年小元块岁台只位名晚])"
+)
+_ZH_DIGIT = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7}
+_ZH_DIGIT |= {"八": 8, "九": 9}
+_ZH_UNIT = {"十": 10, "百": 100, "千": 1000}
+_EN_NUMBER: dict[str, Fraction | int] = {
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "twice": 2,
+    "twins": 2,
+    "both": 2,
+    "pair": 2,
+    "double": 2,
+    "half": Fraction(1, 2),
+}
+_EN_WORD = re.compile(r"\b(" + "|".join(_EN_NUMBER) + r")\b", re.I)
+_SPOKEN_OPERATOR: dict[str, dict[type[ast.operator], str]] = {
+    "zh": {ast.Add: "加", ast.Sub: "减", ast.Mult: "乘", ast.Div: "除以"},
+    "en": {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "divided by"},
+}
+_RESULT = {"zh": "{sum}，等于{value}{unit}。", "en": "{sum} is {value}{unit}."}
+_RESULT_ONLY = {"zh": "算下来是{value}{unit}。", "en": "That comes to {value}{unit}."}
+_PRECEDENCE: dict[type[ast.operator], int] = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2}
+_CURRENCY_BEFORE = frozenset({"$", "€", "£", "¥"})
+_CURRENCY_NAMES = {
+    "$": ("dollars", "dollar", "usd"),
+    "€": ("euros", "euro", "eur", "欧元"),
+    "£": ("pounds", "pound", "gbp"),
+    "元": ("yuan", "rmb", "块", "块钱", "人民币"),
+}
+
+
+def asks_to_compute(question: str, language: str) -> bool:
+    """Rule 1: the question asks for an amount that combines what it or the evidence states."""
+    lang = "zh" if language == "zh" else "en"
+    if _STRONG_CUE[lang].search(question):
+        return True
+    return bool(_AMOUNT_CUE[lang].search(question)) and bool(stated_numbers(question))
+
+
+def stated_numbers(text: str) -> set[Fraction]:
+    """Every number ``text`` states: digits, a percentage as its fraction too, Chinese numerals
+    before a measure word, English number words (Rule 3)."""
+    found = {Fraction(match) for match in _DIGITS.findall(text.replace(",", ""))}
+    found |= {Fraction(match) / 100 for match in _PERCENT.findall(text)}
+    for match in _ZH_NUMERAL.findall(text):
+        value = _zh_number(match)
+        if value is not None:
+            found.add(Fraction(value))
+    for word in _EN_WORD.findall(text):
+        found.add(Fraction(_EN_NUMBER[word.lower()]))
+    return found
+
+
+def _zh_number(text: str) -> int | None:
+    """一 … 九千九百九十九 (and 两), or None."""
+    total, digit = 0, None
+    for char in text:
+        if char in _ZH_DIGIT:
+            if digit is not None:
+                return None
+            digit = _ZH_DIGIT[char]
+        elif char in _ZH_UNIT:
+            total += (1 if digit is None else digit) * _ZH_UNIT[char]
+            digit = None
+        else:
+            return None
+    return total + (digit or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Computation:
+    """A checked combination and what code says of it (Rule 4)."""
+
+    expression: str
+    value: Fraction
+    unit: str
+    spoken_sum: dict[str, str | None]
+
+    def sentence(self, language: str) -> str:
+        lang = "zh" if language == "zh" else "en"
+        unit = self.unit
+        value = _format(self.value)
+        if unit in _CURRENCY_BEFORE:
+            value, unit = f"{unit}{value}", ""
+        elif unit and lang == "en":
+            unit = f" {unit}"
+        spoken_sum = self.spoken_sum[lang]
+        if spoken_sum is None:
+            return _RESULT_ONLY[lang].format(value=value, unit=unit)
+        return _RESULT[lang].format(sum=spoken_sum, value=value, unit=unit)
+
+
+class NotAComputation(ValueError):
+    """The model's expression is not one code may compute (Rule 3); the reason says why."""
+
+
+def computation(answer: str, *, evidence: str, question: str) -> Computation:
+    """Rule 3: parse and check the model's JSON answer; raise ``NotAComputation`` otherwise."""
+    try:
+        data = json.loads(answer)
+    except ValueError as e:
+        raise NotAComputation("not JSON") from e
+    if not isinstance(data, dict):
+        raise NotAComputation("not an object")
+    expression = str(data.get("expression", "")).strip()
+    if not expression or len(expression) > MAX_EXPRESSION_CHARS:
+        raise NotAComputation("no expression or too long")
+    try:
+        tree = ast.parse(expression, mode="eval").body
+    except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte
+        raise NotAComputation("unparsable expression") from e
+    if not isinstance(tree, ast.BinOp):
+        raise NotAComputation("no operator")
+    allowed = stated_numbers(evidence) | stated_numbers(question) | IMPLIED
+    operands = list(_operands(tree))
+    if len(operands) > MAX_OPERANDS:
+        raise NotAComputation("too many operands")
+    for operand in operands:
+        if operand not in allowed:
+            raise NotAComputation(f"operand {_format(operand)} is stated nowhere")
+    value = _evaluate(tree)
+    unit = _unit_in(str(data.get("unit", "")).strip(), evidence)
+    spoken = {lang: _spoken(tree, words) for lang, words in _SPOKEN_OPERATOR.items()}
+    return Computation(expression, value, unit, spoken)
+
+
+def _unit_in(unit: str, evidence: str) -> str:
+    """The unit as the evidence writes it, or "" (Rule 4)."""
+    if not unit:
+        return ""
+    if unit in evidence:
+        return unit
+    for symbol, names in _CURRENCY_NAMES.items():
+        if unit.lower() in names:
+            return next((n for n in (symbol, *names) if n in evidence), "")
+    return ""
+
+
+def _operands(node: ast.expr) -> Iterable[Fraction]:
+    if isinstance(node, ast.BinOp):
+        yield from _operands(node.left)
+        yield from _operands(node.right)
+    else:
+        yield _number(node)
+
+
+def _number(node: ast.expr) -> Fraction:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return Fraction(str(node.value))
+    raise NotAComputation("only numbers and + - * /")
+
+
+def _evaluate(node: ast.expr) -> Fraction:
+    if not isinstance(node, ast.BinOp):
+        return _number(node)
+    left, right = _evaluate(node.left), _evaluate(node.right)
+    if isinstance(node.op, ast.Add):
+        return left + right
+    if isinstance(node.op, ast.Sub):
+        return left - right
+    if isinstance(node.op, ast.Mult):
+        return left * right
+    if isinstance(node.op, ast.Div):
+        if right == 0:
+            raise NotAComputation("division by zero")
+        return left / right
+    raise NotAComputation("only numbers and + - * /")
+
+
+def _spoken(node: ast.expr, words: dict[type[ast.operator], str]) -> str | None:
+    """The sum in words, or None when it needs brackets to be heard right (Rule 4)."""
+    if not isinstance(node, ast.BinOp):
+        return _format(_number(node))
+    left, right = _spoken(node.left, words), _spoken(node.right, words)
+    if left is None or right is None:
+        return None
+    own = _PRECEDENCE[type(node.op)]
+    if isinstance(node.left, ast.BinOp) and _PRECEDENCE[type(node.left.op)] < own:
+        return None
+    if isinstance(node.right, ast.BinOp):
+        inner = _PRECEDENCE[type(node.right.op)]
+        if inner < own or (inner == own and isinstance(node.op, ast.Sub | ast.Div)):
+            return None
+    return f"{left} {words[type(node.op)]} {right}"
+
+
+def _format(value: Fraction) -> str:
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"{float(value):.2f}".rstrip("0").rstrip(".")
+
+
+def expression_messages(question: str, evidence: str, earlier: str | None) -> list[dict[str, str]]:
+    """Rule 2's prompt: two worked examples, then the passages, the earlier message and the
+    question."""
+    context = f"Earlier message: {earlier}\n" if earlier else ""
+    return [
+        {"role": "system", "content": _EXPRESSION_PROMPT},
+        {"role": "user", "content": _EXAMPLE_EN[0]},
+        {"role": "assistant", "content": _EXAMPLE_EN[1]},
+        {"role": "user", "content": _EXAMPLE_ZH[0]},
+        {"role": "assistant", "content": _EXAMPLE_ZH[1]},
+        {"role": "user", "content": f"Text: {evidence}\n{context}Question: {question}"},
+    ]
+
+
+_EXPRESSION_PROMPT = (
+    "Write the arithmetic that answers the question, using only numbers from the text and the "
+    "question, with + - * / and parentheses. Give the unit of the result as the text writes it."
+)
+_EXAMPLE_EN = (
+    "Text: Adult tickets cost 12 dollars. Child tickets cost 7 dollars.\n"
+    "Question: Two adults and one child, how much in total?",
+    '{"expression": "2*12 + 7", "unit": "dollars"}',
+)
+_EXAMPLE_ZH = (
+    "Text: 标准间每晚300元。早餐每人40元。\nQuestion: 住三晚比住两晚多花多少？",
+    '{"expression": "3*300 - 2*300", "unit": "元"}',
+)

@@ -1,0 +1,134 @@
+"""Combination in code: which questions ask for it, what operands pass, what is said."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from plugins.brain.arithmetic import (
+    NotAComputation,
+    asks_to_compute,
+    computation,
+    expression_messages,
+    stated_numbers,
+)
+
+PLANS = "畅享39元套餐每月含20G流量，超出后每G收费3元，副卡每张每月20元。"
+LIBRARY = "Adult books are charged 25 cents a day. A lost item costs its list price plus $5."
+
+
+def answer(expression: str, unit: str = "") -> str:
+    return json.dumps({"expression": expression, "unit": unit})
+
+
+@pytest.mark.parametrize(
+    ("question", "language"),
+    [
+        ("加两张的话，每个月一共交多少？", "zh"),
+        ("这两个套餐流量差了多少？", "zh"),
+        ("黑白的打10页要多少钱？", "zh"),
+        ("这个月孩子去了20天，饭钱是多少？", "zh"),
+        ("I brought a library book back 8 days late. How much do I owe?", "en"),
+        ("How much more per day is an SUV than a Golf-sized car?", "en"),
+        ("What would he pay in total for two days?", "en"),
+    ],
+)
+def test_questions_that_combine_amounts_ask_to_compute(question: str, language: str) -> None:
+    assert asks_to_compute(question, language)
+
+
+@pytest.mark.parametrize(
+    ("question", "language"),
+    [
+        ("副卡多少钱？", "zh"),
+        ("周三晚上几点关门？", "zh"),
+        ("How much is the late fee for a DVD?", "en"),
+        ("Can I bring my dog?", "en"),
+    ],
+)
+def test_a_single_lookup_costs_nothing(question: str, language: str) -> None:
+    assert not asks_to_compute(question, language)
+
+
+def test_numbers_are_read_in_every_way_a_question_writes_them() -> None:
+    assert stated_numbers("加两张，住三晚，12个月") >= {Fraction(2), Fraction(3), Fraction(12)}
+    assert Fraction(20) in stated_numbers("二十天")
+    assert Fraction(1, 5) in stated_numbers("退还20%")
+    assert Fraction(2) in stated_numbers("My twins both go there")
+    assert Fraction(1500) in stated_numbers("It costs 1,500 yuan")
+
+
+def test_a_sum_of_stated_numbers_is_computed_and_said_with_its_working() -> None:
+    result = computation(answer("39 + 2*20", "元"), evidence=PLANS, question="加两张一共多少？")
+
+    assert result.value == 79
+    assert result.sentence("zh") == "39 加 2 乘 20，等于79元。"
+    assert result.sentence("en") == "39 plus 2 times 20 is 79 元."
+
+
+def test_a_sum_that_needs_brackets_is_said_as_its_result_alone() -> None:
+    evidence = "A Compact costs 59 dollars a day; the cover adds 11 dollars a day."
+    result = computation(answer("3 * (59 + 11)", "dollars"), evidence=evidence, question="three")
+
+    assert result.sentence("en") == "That comes to 210 dollars."
+    assert (
+        computation(answer("100 - (20 + 30)"), evidence="20 30", question="").sentence("zh")
+        == "算下来是50。"
+    )
+
+
+def test_a_currency_named_in_words_is_said_as_the_evidence_writes_it() -> None:
+    result = computation(answer("20 + 5", "dollars"), evidence=LIBRARY, question="lost, 20?")
+
+    assert result.sentence("en") == "20 plus 5 is $25."
+
+
+def test_decimals_and_percentages_are_exact() -> None:
+    result = computation(answer("8 * 0.25"), evidence="0.25 a day", question="8 days late")
+    assert result.sentence("en") == "8 times 0.25 is 2."
+    share = computation(answer("2800 * 0.2"), evidence="月费2800元，退还20%", question="退多少")
+    assert share.value == 560
+
+
+@pytest.mark.parametrize(
+    ("expression", "reason"),
+    [
+        ("39 + 2*25", "operand 25 is stated nowhere"),
+        ("79", "no operator"),
+        ("__import__('os')", "no operator"),
+        ("39 +", "unparsable"),
+        ("3 / (20 - 20)", "division by zero"),
+        ("1+1+1+1+1+1+1", "too many operands"),
+        ("2 ** 20", "only numbers"),
+    ],
+)
+def test_anything_code_cannot_check_is_refused(expression: str, reason: str) -> None:
+    with pytest.raises(NotAComputation, match=reason.split()[0]):
+        computation(answer(expression), evidence=PLANS, question="加两张一共多少？")
+
+
+@pytest.mark.parametrize("raw", ["", "[1]", "not json", '{"unit": "元"}'])
+def test_a_malformed_answer_is_refused(raw: str) -> None:
+    with pytest.raises(NotAComputation):
+        computation(raw, evidence=PLANS, question="一共多少？")
+
+
+@given(st.text(max_size=80))
+def test_no_model_answer_escapes_as_anything_but_a_refusal(raw: str) -> None:
+    try:
+        result = computation(answer(raw), evidence=PLANS, question="加两张一共多少？")
+    except NotAComputation:
+        return
+    checked = eval(result.expression, {"__builtins__": {}})  # only numbers and + - * / passed
+    assert float(result.value) == pytest.approx(checked)
+
+
+def test_the_prompt_holds_the_earlier_message_when_there_is_one() -> None:
+    messages = expression_messages("同样加两张呢？", PLANS, "如果换成99的套餐")
+    assert messages[0]["role"] == "system"
+    assert "Earlier message: 如果换成99的套餐" in messages[-1]["content"]
+    assert "Earlier" not in expression_messages("一共多少？", PLANS, None)[-1]["content"]
