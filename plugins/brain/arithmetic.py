@@ -48,7 +48,11 @@ MAX_OPERANDS = 6
 EXPRESSION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "expression": {"type": "string", "pattern": "^[0-9.+*/() -]{1,60}$"},
+        "expression": {
+            "type": "string",
+            "pattern": "^[0-9.+*/() -]{1,60}$",
+            "maxLength": MAX_EXPRESSION_CHARS,
+        },
         "unit": {"type": "string", "maxLength": 8},
     },
     "required": ["expression", "unit"],

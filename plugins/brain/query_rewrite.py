@@ -41,12 +41,12 @@ _PROMPT = (
 )
 _EXAMPLES = (
     (
-        "Can I try the app for a while before I have to pay?",
-        '{"english": "free trial period before payment", "chinese": "免费试用期 付款"}',
+        "Is there somewhere I can leave the pram while we're inside?",
+        '{"english": "stroller storage", "chinese": "婴儿车 存放"}',
     ),
     (
-        "周末几点关门？",
-        '{"english": "weekend opening hours closing time", "chinese": "周末营业时间 关门时间"}',
+        "能不能刷信用卡？",
+        '{"english": "payment methods credit card", "chinese": "支付方式 信用卡"}',
     ),
 )
 
