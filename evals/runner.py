@@ -27,6 +27,9 @@ Rule 5. Latency: ``first_ms`` from the turn's end (a typed turn: sent; a spoken 
         ``response.done``.
 Rule 6. Between sessions the runner waits ``session_gap_s`` (memory extraction runs after a
         turn, on the server's time) — the only fixed wait; everything else waits on events.
+        On an embedded server it also waits, up to ``MEMORY_SETTLE_S``, until the memory
+        reads handed to the background (``memory.fact_reader``) are done: a next session
+        comes after a pause, and background work runs in pauses (SPEC RT-11).
 """
 
 from __future__ import annotations
@@ -202,6 +205,10 @@ def last_voiced_sample(pcm: PCM, threshold_dbfs: float = -40.0) -> int:
     return end
 
 
+MEMORY_SETTLE_S = 120.0
+"""The most the runner waits between sessions for an embedded server's memory reads."""
+
+
 class Runner:
     """Runs scenarios against one target (the module's rules)."""
 
@@ -277,11 +284,21 @@ class Runner:
                 await client.close()
             if s + 1 < len(scenario.sessions):
                 await asyncio.sleep(self.session_gap_s)  # Rule 6
+                await self._memory_settled()
         passed = sum(t.passed for t in result.turns)
         self.progress(
             f"[{number}/{total}] {scenario.id}: {passed}/{len(result.turns)} turns passed"
         )
         return result
+
+    async def _memory_settled(self) -> None:
+        """Rule 6: an embedded server's background memory reads are done (bounded)."""
+        services = getattr(self.target.embedded, "services", None)
+        reader = getattr(services, "fact_reader", None)
+        if reader is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(MEMORY_SETTLE_S):
+                    await reader.drained()
 
     # ------------------------------------------------------------ setup (Rule 2)
 

@@ -305,6 +305,22 @@ def _match_rules(clause: str, zh: bool, *, nested: bool, contrast: bool) -> Extr
     return None
 
 
+def stated_clauses(text: str) -> list[str]:
+    """The clauses of a message that state something in the first person (what ``extract``
+    would match against its patterns): no question, hypothetical, reported speech or secret."""
+    if not text or len(text) > MAX_MESSAGE_CHARS or not _FIRST_PERSON.search(text):
+        return []
+    out: list[str] = []
+    for raw in _clauses(text):
+        zh = has_cjk(raw)
+        if _refused(raw, zh):
+            continue
+        clause = _strip(raw, zh).strip(_TRAILING)
+        if clause and len(clause) <= MAX_ENTRY_CHARS and not is_sensitive(clause):
+            out.append(clause)
+    return out
+
+
 def extract(text: str) -> list[Extracted]:
     """The memories a final user message states (see the module docstring), in order."""
     if not text or len(text) > MAX_MESSAGE_CHARS or not _FIRST_PERSON.search(text):

@@ -6,6 +6,10 @@ message. Both first ask ``is_enabled()`` — the role's ``memory_enabled`` read 
 moment: the role is frozen for the rest of that read or extraction. With memory disabled
 nothing is read, injected or extracted, and nothing is deleted.
 
+What the patterns find nothing in, a ``FactReader`` (when the process has a memory model) reads
+in the background with the model (``memory/model_extraction.py``); its entries are saved
+without a status event (the session may be over by then).
+
 Extraction never fails the turn: every error is caught, logged (without content) and counted,
 and reported to the client as an ``openrealtime.memory.status`` event through ``report``:
 ``{"status": "saved"|"unchanged"|"limit_reached"|"failed", "entries": [{id, kind, key,
@@ -23,7 +27,9 @@ from typing import Any
 
 from memory.entries import MemoryDraft, MemorySource, SaveOutcome
 from memory.extraction import extract
+from memory.fact_reader import FactRead, FactReader
 from memory.injection import DEFAULT_BUDGET_CHARS, DEFAULT_MAX_ENTRIES, render_memory_block
+from memory.model_extraction import statement
 from memory.store import MemoryStore
 from pipeline.events import MemoryStatus, ServerEvent
 
@@ -64,6 +70,7 @@ class SessionMemory:
         is_enabled: Callable[[], Awaitable[bool]],
         report: Callable[[ServerEvent], None] | None = None,
         settings: MemorySettings | None = None,
+        facts: FactReader | None = None,
     ) -> None:
         self.store = store
         self.tenant = tenant
@@ -74,6 +81,8 @@ class SessionMemory:
         self.report = report
         self.settings = settings or MemorySettings()
         self.counters = MemoryCounters()
+        self.facts = facts
+        """Reads, in the background, what the patterns found nothing in (``fact_reader``)."""
 
     async def read(self) -> str | None:
         """The ``<memory_data>`` block for this turn, or None (disabled, empty, failed)."""
@@ -137,6 +146,12 @@ class SessionMemory:
             return []
         found = extract(text)
         if not found:
+            stated = statement(text) if self.facts is not None else ""
+            if stated and self.facts is not None:
+                read = FactRead(
+                    self.tenant, self.user, self.role_id, stated, source, self.is_enabled
+                )
+                self.facts.offer(read)
             return []
         self.counters.extractions += 1
         outcomes: list[SaveOutcome] = []

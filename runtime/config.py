@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     memory_inject_max_entries: int = Field(default=20, ge=0, le=100)
     """Most recent entries of the user×role read per turn."""
     memory_read_timeout_s: float = Field(default=0.5, gt=0, le=30)
+    memory_model_facts: bool = True
+    """Statements the memory patterns found nothing in are read by the local model in the
+    background (``memory/fact_reader.py``)."""
     """A turn goes on without memory when the read takes longer."""
 
     # encryption at rest (SPEC RM-8, memory/crypto.py)

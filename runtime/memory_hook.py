@@ -68,4 +68,5 @@ def session_memory(
         is_enabled=is_enabled,
         report=send_event,
         settings=memory_settings(services),
+        facts=services.fact_reader,
     )

@@ -19,6 +19,7 @@ from knowledge.embedding import E5Embedder
 from knowledge.postgres_store import PostgresKnowledgeStore
 from knowledge.store import InMemoryKnowledgeStore
 from memory.crypto import KEY_FILE_NAME, Keyring, KeySource
+from memory.fact_reader import FactReader
 from memory.learning_runs import InMemoryLearningRunStore, LearningRunStore
 from memory.memory_ledger import InMemoryMemoryLedger
 from memory.pool_memory import PoolMemoryStore
@@ -134,6 +135,8 @@ class Services:
     thread_memory_service: ThreadMemoryService = field(init=False)
     """Thread memory's view, commands and consolidation (``runtime/thread_memory.py``)."""
     role_memory: RoleLearning = field(init=False)
+    fact_reader: FactReader | None = field(init=False, default=None)
+    """Reads what the memory patterns missed with the brain's model (``memory/fact_reader``)."""
     """Role memory's model calls and learner (``runtime/role_memory.py``); its learner runs
     between ``start_background`` and ``close``."""
     calls: Calls = field(init=False)
@@ -165,6 +168,8 @@ class Services:
         brain_model = json_model_of(self.plugins.brain)
         if brain_model is not None:
             self.memory_models.setdefault(BRAIN_MEMORY_MODEL, brain_model)
+            if self.settings.memory_model_facts:
+                self.fact_reader = FactReader(brain_model, self.memory)
         self.thread_memory_service = ThreadMemoryService(self)
         models = RoleMemoryModels(self.memory_models, self.role_records)
         if self.memory_calls is None:
@@ -256,6 +261,8 @@ class Services:
 
     async def close(self) -> None:
         await self.role_memory.close()
+        if self.fact_reader is not None:
+            await self.fact_reader.close()
         model = local_model_of(self.plugins.brain)
         if model is not None:
             with contextlib.suppress(ValueError):

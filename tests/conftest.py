@@ -24,6 +24,7 @@ MODEL_MODULES = frozenset(
         "test_judge_llm.py",
         "test_role_learning_llm.py",
         "test_thread_consolidation_llm.py",
+        "test_fact_reader_llm.py",
         "test_eval_cli.py",
     }
 )

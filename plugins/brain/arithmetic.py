@@ -10,8 +10,9 @@ two?" could never be answered with the total. Here the model only *writes* the s
 
 Rule 1. Only a question that asks for an amount and gives one (``asks_to_compute``): a cue of
         combination ("一共", "总共", "多多少", "in total", "how much more") or a price/quantity
-        question ("多少钱", "how much", "what will I pay") that itself holds a number ("20天",
-        "8 days late", "两张"). Any other turn costs nothing here.
+        question ("多少钱", "how much", "what will I pay") that itself holds a number other
+        than one ("20天", "8 days late", "两张"; "一颗" only names the thing). Any other turn
+        costs nothing here.
 Rule 2. The model answers by grammar-constrained JSON (``EXPRESSION_SCHEMA``):
         ``{"expression": "2*180", "unit": "元"}`` — digits, ``+ - * /``, parentheses and
         spaces only, from the question, the person's previous message and the passages.
@@ -20,8 +21,10 @@ Rule 3. Code parses the expression with ``ast`` (numbers and the four operators,
         states (Chinese numerals and English number words in the question are read as
         digits; "20%" also states 0.2), or one of ``IMPLIED`` (a pair, a week's days, a
         year's months, a day's hours, an hour's minutes, a hundred). An expression with no
-        operator is not a combination. Any failure: no result, and the turn is answered as
-        any other.
+        operator is not a combination; a question that only its own numbers made one (no cue
+        of combination) must have one of them used; and a negative amount answers no question asked
+        ("how much more", "what is left" are differences taken the right way round). Any
+        failure: no result, and the turn is answered as any other.
 Rule 4. The result is said by code, with the sum that made it, in the question's language:
         "2 乘 180，等于360元。" / "2 times 180 is 360 yuan." — or the result alone when the
         sum would need brackets to be heard right ("That comes to 210 dollars."). The unit is
@@ -78,7 +81,8 @@ _AMOUNT_CUE = {
         re.I,
     ),
 }
-_DIGITS = re.compile(r"\d+(?:\.\d+)?")
+_DIGITS = re.compile(r"(?<![A-Za-z\d.])\d+(?:\.\d+)?")
+"""A number, not a model's name's digits ("Nova X2", "A4")."""
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
 _ZH_NUMERAL = re.compile(
     r"[零一二两三四五六七八九十百千]+(?=[个张天次颗份人页件本周月年小元块岁台只位名晚])"
@@ -123,12 +127,22 @@ _CURRENCY_NAMES = {
 }
 
 
+def combines(question: str, language: str) -> bool:
+    """A cue of combination in the question ("一共", "how much more")."""
+    return _STRONG_CUE["zh" if language == "zh" else "en"].search(question) is not None
+
+
 def asks_to_compute(question: str, language: str) -> bool:
     """Rule 1: the question asks for an amount that combines what it or the evidence states."""
-    lang = "zh" if language == "zh" else "en"
-    if _STRONG_CUE[lang].search(question):
+    if combines(question, language):
         return True
-    return bool(_AMOUNT_CUE[lang].search(question)) and bool(stated_numbers(question))
+    lang = "zh" if language == "zh" else "en"
+    return bool(_AMOUNT_CUE[lang].search(question)) and bool(counts(question))
+
+
+def counts(question: str) -> set[Fraction]:
+    """The numbers a question states that can combine (one of a thing only names it)."""
+    return stated_numbers(question) - {Fraction(1)}
 
 
 def stated_numbers(text: str) -> set[Fraction]:
@@ -188,8 +202,12 @@ class NotAComputation(ValueError):
     """The model's expression is not one code may compute (Rule 3); the reason says why."""
 
 
-def computation(answer: str, *, evidence: str, question: str) -> Computation:
-    """Rule 3: parse and check the model's JSON answer; raise ``NotAComputation`` otherwise."""
+def computation(
+    answer: str, *, evidence: str, question: str, uses_one_of: frozenset[Fraction] = frozenset()
+) -> Computation:
+    """Rule 3: parse and check the model's JSON answer; raise ``NotAComputation`` otherwise.
+    ``uses_one_of``: numbers of which the expression must use at least one (the question's
+    own, when only its numbers made it a combination)."""
     try:
         data = json.loads(answer)
     except ValueError as e:
@@ -212,7 +230,11 @@ def computation(answer: str, *, evidence: str, question: str) -> Computation:
     for operand in operands:
         if operand not in allowed:
             raise NotAComputation(f"operand {_format(operand)} is stated nowhere")
+    if uses_one_of and not uses_one_of & set(operands):
+        raise NotAComputation("none of the question's numbers is used")
     value = _evaluate(tree)
+    if value < 0:
+        raise NotAComputation("a negative amount")  # the model took the operands the wrong way
     unit = _unit_in(str(data.get("unit", "")).strip(), evidence)
     spoken = {lang: _spoken(tree, words) for lang, words in _SPOKEN_OPERATOR.items()}
     return Computation(expression, value, unit, spoken)

@@ -199,7 +199,7 @@ _MY_THING = {
 
 _QUESTION = {
     "en": re.compile(
-        r"\?\s*$|^\W*(what|what's|whats|how|when|where|which|who|whom|whose|why|is|are|am|was|"
+        r"\?|^\W*(what|what's|whats|how|when|where|which|who|whom|whose|why|is|are|am|was|"
         r"were|can|could|do|does|did|will|would|should|shall|may|might|have|has|any)\b"
         r"|\b(tell me|explain|i('d| would) like to know|i want to know|i wonder|let me know|"
         r"look up|find out|please check)\b"
@@ -209,7 +209,7 @@ _QUESTION = {
         re.I,
     ),
     "zh": re.compile(
-        r"[?？]\s*$|吗\W*$|呢\W*$|什么|多少|多久|多长|几[个天点次号岁年月]|谁|哪|怎么|怎样|如何|为什么|"
+        r"[?？]|吗(?:\W|$)|呢\W*$|什么|多少|多久|多长|几[个天点次号岁年月]|谁|哪|怎么|怎样|如何|为什么|"
         r"为啥|是否|能不能|可不可以|会不会|有没有|是不是|要不要|请查|查一下|查查|告诉我|介绍一下|"
         r"说说|讲讲|解释一下|请解释|想知道|想了解|想问|请问"
         r"|^\W*(请)?(帮我|给我|查|预约|预订|订一|取消|搜索|找一下|列出|比较)"
@@ -298,14 +298,26 @@ def read_turn(request: BrainInput) -> Reading:
         return Reading(lang, Intent.RECALL, text)
     question = is_question(text, lang)
     entries = memory_entries(request.system)
+    asked = asked_part(text)
     if question and (
-        _is_about_me(text, lang, entries)
-        or (_ASKS_FOR[lang].search(text) is not None and asks_about_me(text, entries))
+        _is_about_me(asked, lang, entries)
+        or (_ASKS_FOR[lang].search(asked) is not None and asks_about_me(asked, entries))
     ):
         return Reading(lang, Intent.MEMORY, text)
     if question:
         return Reading(lang, Intent.QUESTION, text, query=knowledge_query(request, text, lang))
     return Reading(lang, Intent.STATEMENT, text)
+
+
+def asked_part(text: str) -> str:
+    """The sentences of ``text`` that end in a question mark, when others surround them (a
+    question with a statement beside it, as input enrichment writes: "退款多久到账？我喜欢简洁
+    回答。" asks about refunds, not about the person); else ``text``."""
+    parts = sentences(text)
+    asked = [part for part in parts if part.rstrip().endswith(("?", "？"))]
+    if not asked or len(asked) == len(parts):
+        return text
+    return " ".join(part.strip() for part in asked)
 
 
 def _is_about_me(text: str, lang: str, entries: Sequence[str]) -> bool:
@@ -470,9 +482,9 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\bemploy|\bcareer|工作|职业|上班|做什么的|哪一行|公司",
         "pet": r"\bdogs?\b|\bcats?\b|\bpets?\b|\bpupp(?:y|ies)\b|\bkitten|\bparrot|\brabbit"
         r"|狗|猫|宠物|鹦鹉|兔子",
-        "family": r"\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
+        "family": r"\bfamily\b|\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
         r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bfather\b|\bdad\b"
-        r"|妻子|老婆|丈夫|老公|儿子|女儿|孩子|姐姐|妹妹|哥哥|弟弟|妈妈|爸爸|母亲|父亲",
+        r"|家人|妻子|老婆|丈夫|老公|儿子|女儿|孩子|姐姐|妹妹|哥哥|弟弟|妈妈|爸爸|母亲|父亲",
         "birthday": r"\bbirthday|\bborn\b|生日|出生",
         "age": r"\bage\b|\bhow old\b|\byears? old\b|岁|年纪|多大",
         "allergy": r"\ballerg|过敏",
@@ -492,6 +504,13 @@ _ASKS_FOR = {
     "zh": re.compile(r"我.*(?:什么|哪|几|谁|多大)|(?:什么|哪|几|谁).*我|记得|还记|知道我"),
 }
 """A question that asks for something of the person (Rule 6), in any words."""
+_ANYTHING_ABOUT_ME = re.compile(
+    r"\b(?:know|remember|recall)\b.*\babout me\b|\bwhat do you (?:know|remember)\b"
+    r"|\bwhat have i (?:told|said)\b|(?:记得|知道|了解).{0,4}我(?:什么|哪些|些什么)"
+    r"|(?:关于我|我的事)|我(?:跟你|和你|对你)?说过(?:什么|哪些)",
+    re.I,
+)
+"""A question for whatever memory holds, not for one thing (Rule 6)."""
 _SUBJECTS = frozenset({"pet", "family"})
 """Attributes that name *who* a question is about (Rule 6): "my dog's name" is the dog's."""
 _FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|i'm|i've)\b|我", re.I)
@@ -514,8 +533,9 @@ def relevant_memories(
 ) -> list[str]:
     """The memory entries that answer ``question`` (Rule 6), best first: sharing its subject,
     then most attributes and words (newest first among equals). A question for an attribute
-    no entry has gets none; one for no attribute ("what do you know about me?") shares no
-    word with any entry gets the newest entries. ``by_words=False``: attributes only."""
+    no entry has gets none; one that shares no attribute or word with any entry gets the
+    newest entries only when it asks for anything memory holds ("what do you know about
+    me?"), else none ("what's my blood type?"). ``by_words=False``: attributes only."""
     wanted = terms(question) if by_words else set()
     asked = attributes(question)
     subjects = asked & _SUBJECTS
@@ -528,7 +548,7 @@ def relevant_memories(
         if shared:
             scored.append((shared, -i, entry))
     if not scored:
-        return [] if asked or not by_words else list(entries[:limit])
+        return list(entries[:limit]) if by_words and _ANYTHING_ABOUT_ME.search(question) else []
     scored.sort(reverse=True)
     return [entry for _, _, entry in scored[:limit]]
 

@@ -48,6 +48,8 @@ def test_questions_that_combine_amounts_ask_to_compute(question: str, language: 
         ("周三晚上几点关门？", "zh"),
         ("How much is the late fee for a DVD?", "en"),
         ("Can I bring my dog?", "en"),
+        ("How long is the warranty on the Nova X2 headphones?", "en"),
+        ("种一颗牙大概多少钱？", "zh"),
     ],
 )
 def test_a_single_lookup_costs_nothing(question: str, language: str) -> None:
@@ -104,11 +106,30 @@ def test_decimals_and_percentages_are_exact() -> None:
         ("3 / (20 - 20)", "division by zero"),
         ("1+1+1+1+1+1+1", "too many operands"),
         ("2 ** 20", "only numbers"),
+        ("20 - 39", "a negative amount"),
     ],
 )
 def test_anything_code_cannot_check_is_refused(expression: str, reason: str) -> None:
     with pytest.raises(NotAComputation, match=reason.split()[0]):
         computation(answer(expression), evidence=PLANS, question="加两张一共多少？")
+
+
+def test_a_question_made_a_combination_by_its_numbers_must_have_one_used() -> None:
+    evidence = "种植牙每颗 8000 元起，30 天内复查免费，拔牙后 300 元一次。"
+    with pytest.raises(NotAComputation, match="question's numbers"):
+        computation(
+            answer("300 / 30"),
+            evidence=evidence,
+            question="拍3次片多少钱",
+            uses_one_of=frozenset({Fraction(3)}),
+        )  # noqa: E501
+    used = computation(
+        answer("3 * 300"),
+        evidence=evidence,
+        question="拍3次片多少钱",
+        uses_one_of=frozenset({Fraction(3)}),
+    )  # noqa: E501
+    assert used.value == 900
 
 
 @pytest.mark.parametrize("raw", ["", "[1]", "not json", '{"unit": "元"}'])

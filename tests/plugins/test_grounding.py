@@ -164,6 +164,19 @@ def test_a_question_about_my_thing_is_memory_only_when_a_memory_entry_matches() 
 # ---------------------------------------------------------------- language (Rule 1)
 
 
+def test_a_question_beside_a_statement_is_read_by_its_question() -> None:
+    # Input enrichment writes what memory adds beside the person's question.
+    prefers = memory("我喜欢简洁回答")
+    enriched = read_turn(brain_input("退款多久到账？我喜欢简洁回答。", memory=prefers))
+    assert enriched.intent is Intent.QUESTION
+    pickup = read_turn(brain_input("退货可以上门取件吗？我更喜欢短、直接的回答。"))
+    assert pickup.intent is Intent.QUESTION
+    asked = read_turn(
+        brain_input("What is my name? I prefer short answers.", memory=memory("My name is Ada"))
+    )
+    assert asked.intent is Intent.MEMORY
+
+
 def test_the_language_is_the_current_inputs_whatever_the_role_says() -> None:
     assert read_turn(brain_input("what is the return window?", language="zh")).language == "en"
     assert read_turn(brain_input("退货期限是多少?", language="en")).language == "zh"
@@ -376,7 +389,11 @@ def test_relevant_memories_prefer_shared_terms_else_the_first_entries() -> None:
     entries = ["I like tea", "I live in Berlin", "I study French"]
 
     assert relevant_memories("where do I live?", entries) == ["I live in Berlin"]
-    assert relevant_memories("xyzzy", entries, limit=2) == ["I like tea", "I live in Berlin"]
+    asked = "What do you know about me?"
+    assert relevant_memories(asked, entries, limit=2) == ["I like tea", "I live in Berlin"]
+    assert relevant_memories("关于我你知道什么？", entries, limit=1) == ["I like tea"]
+    assert relevant_memories("What's my blood type?", entries) == []
+    assert relevant_memories("xyzzy", entries) == []
 
 
 @pytest.mark.parametrize(

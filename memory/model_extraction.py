@@ -1,0 +1,172 @@
+"""Facts the patterns missed, read by the model (SPEC MEM-2, MEM-5; issue 31 item 5).
+
+Theory of operation
+-------------------
+``memory.extraction`` stores what a message says in the words its patterns know ("my name is",
+"我住在"). People say more than that: "I'm a nurse at the Royal Free", "我们家狗叫豆豆",
+"peanuts make me ill". This module is the pure core of a second reader, run only where the
+patterns found nothing; ``memory.fact_reader`` runs it in the background.
+
+Rule 1. Only a message with a first-person statement in it is read (``stated_clauses``: no
+        question, hypothetical, reported speech or secret; the statement's clauses are what
+        the model sees). A question is never stored as a fact.
+Rule 2. The model answers by grammar-constrained JSON (``SCHEMA``): one ``attribute`` from a
+        fixed list (or ``"none"``) and its ``value`` copied from the person's words.
+Rule 3. Code checks the answer: an attribute on the list, a value of at most
+        ``MAX_VALUE_CHARS`` that is found in the statement (case and spacing aside) and is not
+        a secret, and a statement that holds a word of that attribute (its ``cue``: a city
+        needs "live", "home", "住"… — "我下个月要去日本旅游" is a trip, and the small model
+        calls it a city). Anything else stores nothing: a wrong memory is worse than none.
+Rule 4. Code writes the entry, in the statement's language, from a template per attribute
+        ("My job: nurse at the Royal Free" / "我的工作：护士"), so the brain's memory rules match
+        it by attribute (``plugins.brain.grounding`` Rule 6). Attributes a person has one of
+        (name, city, job, birthday, age…) carry the patterns' key, so a later statement of the
+        same attribute replaces the older one — a correction replaces what it corrects.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from memory.entries import MAX_ENTRY_CHARS, MemoryKind, is_sensitive
+from memory.extraction import Extracted, stated_clauses
+from plugins.language import has_cjk
+
+MAX_VALUE_CHARS = 60
+MAX_TOKENS = 48
+
+
+class _Attribute:
+    __slots__ = ("cue", "en", "key", "kind", "zh")
+
+    def __init__(self, kind: MemoryKind, key: str | None, en: str, zh: str, cue: str) -> None:
+        self.kind, self.key, self.en, self.zh = kind, key, en, zh
+        self.cue = re.compile(cue, re.I)
+
+
+_HOME = r"\bliv(?:e|es|ed|ing)\b|\bhome\b|\bmov(?:e|ed)\b|\bbased\b|\bfrom\b|\bgrew up\b|住|搬|家在|老家|家乡|来自|长大"  # noqa: E501
+_FROM = r"\bfrom\b|\bgrew up\b|\bhometown|\bborn in\b|老家|家乡|来自|长大|出生"
+_WORK = r"\bwork|\bjob\b|\bteach|\bi (?:run|own|manage)\b|\bwhat i do\b|\bfor a living\b|\bi(?:'m| am) an? \b|\bprofession|\bemploy|工作|上班|职业|公司|当|是一名|是个"  # noqa: E501
+ATTRIBUTES: dict[str, _Attribute] = {
+    "name": _Attribute(
+        "fact", "name", "My name is {}", "我叫{}", r"\bnamed?\b|\bcall|\bgo by\b|叫|名字|称呼|姓"
+    ),
+    "current_city": _Attribute("fact", "current_city", "I live in {}", "我住在{}", _HOME),
+    "hometown": _Attribute("fact", "hometown", "I am from {}", "我来自{}", _FROM),
+    "job": _Attribute("fact", "job", "My job: {}", "我的工作：{}", _WORK),
+    "employer": _Attribute("fact", "employer", "I work at {}", "我在{}工作", _WORK),
+    "birthday": _Attribute(
+        "fact", "birthday", "My birthday is {}", "我的生日是{}", r"\bbirthday|\bborn\b|生日|出生"
+    ),
+    "age": _Attribute(
+        "fact",
+        "age",
+        "My age: {}",
+        "我的年纪：{}",
+        r"\bage\b|\byears? old\b|\bturn(?:ed|ing)? \d+|岁|年纪",
+    ),
+    "native_language": _Attribute(
+        "fact",
+        "native_language",
+        "My native language is {}",
+        "我的母语是{}",
+        r"\blanguage|\bspeak|\bnative\b|\btongue\b|语|母语",
+    ),
+    "allergy": _Attribute("fact", None, "I am allergic to {}", "我对{}过敏", r"\ballerg|过敏"),
+    "pet": _Attribute(
+        "relation",
+        None,
+        "My pet: {}",
+        "我的宠物：{}",
+        r"\b(?:dog|cat|pet|pupp|kitten|parrot|rabbit|hamster|fish)|狗|猫|宠物|鹦鹉|兔|仓鼠|鱼",
+    ),
+    "family": _Attribute(
+        "relation",
+        None,
+        "My family: {}",
+        "我的家人（孩子、伴侣）：{}",
+        r"\b(?:wife|husband|sons?|daughters?|kids?|child|children|partner|sisters?|brothers?|mother|mom|mum|father|dad|family|twins)\b|妻子|老婆|丈夫|老公|儿子|女儿|孩子|姐|妹|哥|弟|妈|爸|家人",
+    ),
+    "likes": _Attribute(
+        "preference",
+        None,
+        "I like {}",
+        "我喜欢{}",
+        r"\blik(?:e|es)\b|\blove|\benjoy|\bfavou?rite|\bprefer|\bfan of\b|喜欢|爱|偏好",
+    ),
+    "goal": _Attribute(
+        "goal",
+        None,
+        "My goal: {}",
+        "我的目标：{}",
+        r"\bgoal|\bplan|\bwant to\b|\bhop(?:e|ing)\b|\blearn|\bstudy|\btrain|\baim"
+        r"|目标|打算|计划|想|学",
+    ),
+}
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "attribute": {"enum": [*ATTRIBUTES, "none"]},
+        "value": {"type": "string", "maxLength": MAX_VALUE_CHARS},
+    },
+    "required": ["attribute", "value"],
+}
+
+_PROMPT = (
+    "What does the person say about themself? Answer with the attribute it is ("
+    + ", ".join(ATTRIBUTES)
+    + ", or none) and its value, copied from their words."
+)
+_EXAMPLES = (
+    ("I teach piano to kids three days a week.", '{"attribute": "job", "value": "teach piano"}'),
+    ("我养的鹦鹉叫小绿。", '{"attribute": "pet", "value": "鹦鹉叫小绿"}'),
+    ("Traffic was awful today.", '{"attribute": "none", "value": ""}'),
+)
+_SPACE = re.compile(r"\s+")
+
+
+def statement(text: str) -> str:
+    """Rule 1: the first-person statement of a message, or "" (nothing to read)."""
+    return " ".join(stated_clauses(text))
+
+
+def messages(stated: str) -> list[dict[str, str]]:
+    """Rule 2's prompt: three worked examples, then the statement."""
+    out = [{"role": "system", "content": _PROMPT}]
+    for said, answer in _EXAMPLES:
+        out += [{"role": "user", "content": said}, {"role": "assistant", "content": answer}]
+    out.append({"role": "user", "content": stated})
+    return out
+
+
+def read_answer(answer: str, stated: str) -> Extracted | None:
+    """Rules 3–4: the entry the model's answer gives, or None."""
+    try:
+        data = json.loads(answer)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    name = str(data.get("attribute"))
+    if name == "hometown" and not ATTRIBUTES[name].cue.search(stated):
+        name = "current_city"  # "my home is Valencia now": where they live, not come from
+    attribute = ATTRIBUTES.get(name)
+    value = _SPACE.sub(" ", str(data.get("value") or "")).strip(" .。,，;；!！")
+    if attribute is None or not value or len(value) > MAX_VALUE_CHARS:
+        return None
+    if _fold(value) not in _fold(stated) or is_sensitive(value):
+        return None
+    if not attribute.cue.search(stated):
+        return None  # "我下个月要去日本旅游" is no city the person lives in
+    template = attribute.zh if has_cjk(stated) else attribute.en
+    content = template.format(value)
+    if len(content) > MAX_ENTRY_CHARS:
+        return None
+    return Extracted(attribute.kind, content, attribute.key)
+
+
+def _fold(text: str) -> str:
+    return _SPACE.sub(" ", text).casefold()

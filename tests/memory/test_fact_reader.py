@@ -1,0 +1,163 @@
+"""The background fact reader over both stores: a session hands over a statement and goes on;
+the entry arrives under the session's owner, replaces the older value of a keyed attribute,
+and outlives the session; a switched-off memory, a full queue and a failing model store
+nothing and stop nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from memory.entries import MemorySource
+from memory.fact_reader import FactRead, FactReader
+from memory.session import SessionMemory
+from memory.store import MemoryStore
+
+AT = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+
+
+class ScriptedJsonModel:
+    """Answers each call with the next script (an exception is raised); records the calls."""
+
+    def __init__(self, *answers: str | BaseException) -> None:
+        self.answers = list(answers)
+        self.calls: list[dict[str, Any]] = []
+        self.gate: asyncio.Event | None = None
+
+    async def complete_json(
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        *,
+        max_tokens: int,
+        lane: str,
+        background: bool = False,
+    ) -> str:
+        self.calls.append({"messages": messages, "lane": lane, "background": background})
+        if self.gate is not None:
+            await self.gate.wait()
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def said(attribute: str, value: str) -> str:
+    return json.dumps({"attribute": attribute, "value": value})
+
+
+async def switched_on() -> bool:
+    return True
+
+
+def session(store: MemoryStore, reader: FactReader, user: str = "ana") -> SessionMemory:
+    return SessionMemory(
+        store, tenant="t", user=user, role_id="r", language="en", is_enabled=switched_on,
+        facts=reader,
+    )  # fmt: skip
+
+
+async def contents(store: MemoryStore, user: str = "ana") -> list[str]:
+    return [entry.content for entry in await store.list_entries("t", user, "r")]
+
+
+async def test_a_statement_the_patterns_missed_is_read_in_the_background(
+    store: MemoryStore,
+) -> None:
+    model = ScriptedJsonModel(said("job", "teach piano"))
+    reader = FactReader(model, store)
+    memory = session(store, reader)
+
+    await memory.on_user_final("I teach piano to kids.", thread_id="th", seq=3, at=AT)
+    await reader.drained()
+
+    assert await contents(store) == ["My job: teach piano"]
+    (call,) = model.calls
+    assert call["background"] is True  # SPEC RT-11: it yields to every person's turn
+    assert await contents(store, "bob") == []
+    await reader.close()
+
+
+async def test_what_the_patterns_found_is_not_read_again(store: MemoryStore) -> None:
+    model = ScriptedJsonModel()
+    reader = FactReader(model, store)
+
+    await session(store, reader).on_user_final("My name is Ana.", thread_id="th", seq=1, at=AT)
+    await reader.drained()
+
+    assert model.calls == []
+    assert await contents(store) == ["My name is Ana"]
+    await reader.close()
+
+
+async def test_a_later_value_of_the_same_attribute_replaces_the_older(store: MemoryStore) -> None:
+    model = ScriptedJsonModel(said("current_city", "Porto"), said("current_city", "Valencia"))
+    reader = FactReader(model, store)
+    memory = session(store, reader)
+
+    await memory.on_user_final("My home is Porto these days.", thread_id="th", seq=1, at=AT)
+    await reader.drained()
+    await memory.on_user_final(
+        "Scratch that, my home is Valencia now.", thread_id="th", seq=2, at=AT
+    )
+    await reader.drained()
+
+    assert await contents(store) == ["I live in Valencia"]
+    await reader.close()
+
+
+async def test_the_read_outlives_the_session_that_handed_it_over(store: MemoryStore) -> None:
+    model = ScriptedJsonModel(said("job", "teach piano"))
+    model.gate = asyncio.Event()
+    reader = FactReader(model, store)
+    task = asyncio.create_task(
+        session(store, reader).on_user_final("I teach piano.", thread_id="th", seq=1, at=AT)
+    )
+    await task  # the session's part is done at once: the turn never waits for the model
+    assert len(model.calls) <= 1 and await contents(store) == []
+
+    model.gate.set()
+    await reader.drained()
+    assert await contents(store) == ["My job: teach piano"]
+    await reader.close()
+
+
+async def test_memory_switched_off_before_the_save_stores_nothing(store: MemoryStore) -> None:
+    model = ScriptedJsonModel(said("job", "teach piano"))
+    reader = FactReader(model, store)
+    switched = [True]
+
+    async def is_enabled() -> bool:
+        return switched[0]
+
+    source = MemorySource("th", 1, AT)
+    model.gate = asyncio.Event()
+    reader.offer(FactRead("t", "ana", "r", "I teach piano", source, is_enabled))
+    switched[0] = False
+    model.gate.set()
+    await reader.drained()
+
+    assert await contents(store) == []
+    await reader.close()
+
+
+async def test_a_failing_model_and_a_full_queue_stop_nothing(store: MemoryStore) -> None:
+    model = ScriptedJsonModel(RuntimeError("model down"), said("job", "teach piano"))
+    model.gate = asyncio.Event()
+    reader = FactReader(model, store, max_waiting=2)
+    source = MemorySource("th", 1, AT)
+
+    offered = [
+        reader.offer(FactRead("t", "ana", "r", text, source, switched_on))
+        for text in ("I sing", "I teach piano", "I dance")
+    ]
+    model.gate.set()
+    await reader.drained()
+
+    assert offered == [True, True, False]
+    assert (reader.counters.failed, reader.counters.dropped) == (1, 1)
+    assert await contents(store) == ["My job: teach piano"]
+    await reader.close()
+    assert reader.offer(FactRead("t", "ana", "r", "I swim", source, switched_on)) is False
