@@ -7,13 +7,14 @@ JSON object::
     {"turns", "plugin_timeouts", "empty_answers", "failed_turns",
      "foreground_wait_ms": {"p50", "p99"}, "background_jobs": {"started", "completed",
      "preempted", "failed", "abandoned", "unfinished"}, "background_share", "pass_rate",
-     "by_concurrency": {"1": {…}, "4": {…}}, "idle": {…}}
+     "by_concurrency": {"1": {…}, "4": {…}}, "idle": {…}, "memory_reads": {…}}
 
 The server is the real one (uvicorn, the stores, knowledge with semantic recall) with the
 default brain — the local language model — and every memory feature that uses it on: thread
 memory learning (``generate``, the tenant default), the role's memory model set to the brain's
-model (role learning), and input enrichment (each role gets a pinned entry, so every turn
-has visible entries to enrich with). Only TTS is an instant fake: answers are checked as text
+model (role learning), input enrichment (each role gets a pinned entry, so every turn
+has visible entries to enrich with) and the memory fact reader (statements the patterns
+missed, ``memory.fact_reader``). Only TTS is an instant fake: answers are checked as text
 (``evals.checks``). Typed turns over the real WebSocket protocol
 (``runtime.client.RealtimeClient``); each conversation is one worker's, 1 or 4 workers at once;
 after each answer the person takes ``--think`` seconds (2: reading it, or hearing it) before
@@ -35,7 +36,8 @@ What each figure is:
   role learning step's 2 minutes).
 - ``background_share`` — the model's background busy time over the conversations' wall time
   (the idle period excluded); ``idle`` — how long the idle period took to see every started
-  job finished (at most ``--idle-max``).
+  job finished and every statement handed to the fact reader read (at most ``--idle-max``);
+  ``memory_reads`` — the fact reader's counters (offered, dropped, read, saved, failed).
 - ``pass_rate`` — the eval's checks over every turn of both concurrency levels.
 """
 
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import tempfile
 import time
@@ -57,6 +60,7 @@ from benchmarks.conversation_eval import SPLITS, TURN_TIMEOUT_S, eval_plugins, l
 from evals.checks import text_checks
 from evals.runner import Runner, Target
 from evals.scenario import Scenario
+from memory.fact_reader import FactReader
 from pipeline.engine import Plugins
 from plugins.brain.local_model import LocalModel, local_model_of
 from runtime.client import ClientClosed, RealtimeClient
@@ -198,14 +202,21 @@ def jobs(model: LocalModel) -> dict[str, int]:
     }
 
 
-async def idle_until_done(model: LocalModel, idle_max_s: float) -> dict[str, Any]:
-    """The idle period: no session talks; wait until every started background job finished."""
+async def idle_until_done(
+    model: LocalModel, idle_max_s: float, reader: FactReader | None
+) -> dict[str, Any]:
+    """The idle period: no session talks; wait until every started background job finished
+    and the memory fact reader has read every statement handed to it."""
     started = time.monotonic()
     while time.monotonic() - started < idle_max_s:
-        if jobs(model)["unfinished"] == 0 and model.queue.background_waiting == 0:
+        unread = reader.pending if reader is not None else 0
+        if jobs(model)["unfinished"] == 0 and model.queue.background_waiting == 0 and not unread:
             break
         await asyncio.sleep(0.5)
-    return {"seconds": round(time.monotonic() - started, 1), **jobs(model)}
+    out = {"seconds": round(time.monotonic() - started, 1), **jobs(model)}
+    if reader is not None:
+        out["memory_reads_unread"] = reader.pending
+    return out
 
 
 async def main(
@@ -266,7 +277,10 @@ async def main(
                             },
                         }
                         total.add(tally)
-                    result["idle"] = await idle_until_done(model, idle_max_s)
+                    reader = server.services.fact_reader
+                    result["idle"] = await idle_until_done(model, idle_max_s, reader)
+                    if reader is not None:
+                        result["memory_reads"] = dataclasses.asdict(reader.counters)
     finally:
         await model.aclose()
     behind_all = [w * 1000 for w in model.queue.waits_behind_background]

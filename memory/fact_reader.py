@@ -76,6 +76,12 @@ class FactReader:
         self._queue: asyncio.Queue[FactRead] = asyncio.Queue(max_waiting)
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
+        self._pending = 0
+
+    @property
+    def pending(self) -> int:
+        """Statements offered and not yet read (queued or being read)."""
+        return self._pending
 
     def offer(self, read: FactRead) -> bool:
         """Rule 1: queue ``read``; False when it was dropped (full or closed)."""
@@ -88,6 +94,7 @@ class FactReader:
             self.counters.dropped += 1
             log.warning("memory fact reader: queue full, a statement was not read")
             return False
+        self._pending += 1
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(
                 self._work(), name="memory-fact-reader"
@@ -119,6 +126,7 @@ class FactReader:
                 self.counters.failure_types[name] = self.counters.failure_types.get(name, 0) + 1
                 log.warning("memory fact reader: a read failed (%s)", name)
             finally:
+                self._pending -= 1
                 self._queue.task_done()
 
     async def _read(self, read: FactRead) -> None:

@@ -168,7 +168,8 @@ class Services:
         brain_model = json_model_of(self.plugins.brain)
         if brain_model is not None:
             self.memory_models.setdefault(BRAIN_MEMORY_MODEL, brain_model)
-            if self.settings.memory_model_facts:
+            if self.settings.memory_model_facts and model is not None:
+                # The local model only: a provider's model would charge for every statement.
                 self.fact_reader = FactReader(brain_model, self.memory)
         self.thread_memory_service = ThreadMemoryService(self)
         models = RoleMemoryModels(self.memory_models, self.role_records)

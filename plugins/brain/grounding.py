@@ -205,7 +205,7 @@ _QUESTION = {
         r"look up|find out|please check)\b"
         # a request in the imperative ("Check the status of order 123.", "Book a table.")
         r"|^\W*(please\s+)?(check|book|find|show|give|cancel|reserve|schedule|order|search|"
-        r"list|get|send|call|help me|compare|describe|summari[sz]e)\b",
+        r"list|get|send|call(?!\s+me\b)|help me|compare|describe|summari[sz]e)\b",
         re.I,
     ),
     "zh": re.compile(
@@ -414,7 +414,13 @@ def _sentence_of(passage: Passage, closest: str | None) -> str:
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.findall(" ".join(text.split())) if s.strip()]
+    """``text``'s sentences, a list item's marker left off ("- 拔智齿：…" is said "拔智齿：…")."""
+    out = []
+    for found in _SENTENCE.findall(" ".join(text.split())):
+        sentence = _LIST_MARK.sub("", found.strip()).strip()
+        if sentence:
+            out.append(sentence)
+    return out
 
 
 def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -> list[Passage]:

@@ -453,7 +453,11 @@ class LLMBrain:
         previous = earlier[-1] if earlier else None
         messages = expression_messages(reading.text, evidence, previous)
         payload = json_payload(messages, EXPRESSION_SCHEMA, max_tokens=48)
-        answer = "".join([p async for p in self.model.chat(payload, lane=request.session)])
+        # Timed like an answer (benchmarks read ``last_generation``): the turn waits on it.
+        generation = Generation(lane=request.session)
+        self.last_generation = generation
+        pieces = self.model.chat(payload, lane=request.session, generation=generation)
+        answer = "".join([p async for p in pieces])
         question = f"{previous or ''} {reading.text}"
         own = frozenset(() if combines(reading.text, reading.language) else counts(reading.text))
         try:
@@ -487,8 +491,9 @@ class LLMBrain:
             async for sentence in checked:
                 spoken = True
                 yield BrainDelta(text=sentence)
-        if not spoken:
-            yield BrainDelta(text=evidence[0].text)
+        if not spoken:  # code reads the best evidence sentence: one, never a whole passage
+            said = sentences(evidence[0].text)
+            yield BrainDelta(text=said[0] if said else evidence[0].text)
 
     async def _generate(
         self, request: BrainInput, lang: str, final: str, *, prefill: str = ""

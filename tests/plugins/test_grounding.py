@@ -479,3 +479,13 @@ def test_says_dont_know_lets_answers_through(text: str) -> None:
 
 def test_every_marker_is_lower_case_so_the_lowered_text_can_match_it() -> None:
     assert all(marker == marker.lower() for marker in DONT_KNOW_MARKERS)
+
+
+def test_sentences_leave_a_list_items_marker_off() -> None:
+    assert sentences("- 拔智齿：400 元。- 洗牙 180 元。") == ["拔智齿：400 元。", "洗牙 180 元。"]
+    assert sentences("Open daily. * Closed on holidays.") == ["Open daily.", "Closed on holidays."]
+
+
+def test_asking_to_be_called_by_a_name_is_a_statement() -> None:
+    assert read_turn(brain_input("Please call me Sam.")).intent is Intent.STATEMENT
+    assert read_turn(brain_input("Please call the front desk for me.")).intent is Intent.QUESTION

@@ -887,6 +887,23 @@ async def test_list_items_are_quoted_as_sentences_without_their_markers() -> Non
     assert text == "根据《家长手册》，保育费：每月 2800 元。"
 
 
+async def test_when_nothing_the_model_said_holds_code_reads_one_sentence_not_a_passage() -> None:
+    rules = (
+        "[source: Library rules]\n<untrusted_knowledge>Renting costs 2 dollars a week. Cards are "
+        "free for residents - the desk issues them. Fines stop at 10 dollars. Lost items are "
+        "charged at list price.</untrusted_knowledge>"
+    )
+    model = FakeModel(["It costs 99 dollars."])  # unsupported: code reads the evidence
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    text = await spoken(
+        brain,
+        turn("how much is a card for someone who lives here?", language="en", results=(rules,)),
+    )  # noqa: E501
+
+    assert text.count(".") == 1  # the source's name, then one sentence of the passage
+
+
 # ---------------------------------------------------------------- combination in code (Rule 8)
 
 PLAN_EVIDENCE = (

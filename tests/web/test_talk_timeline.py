@@ -5,6 +5,7 @@ answer says how much of it was heard."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,8 @@ def assert_drawn_as_the_server_says(drawn: dict[str, Any], event: dict[str, Any]
         length = stage.end_ms - stage.start_ms
         assert (shown["start"], shown["end"]) == (stage.start_ms, stage.end_ms)
         assert abs(shown["ms"] - length) <= 0.01
-        assert shown["title"].startswith(f"{stage.name}: {round(length)} ms")
+        # The page rounds as JavaScript does (Math.round: half up; Python's round is half even).
+        assert shown["title"].startswith(f"{stage.name}: {math.floor(length + 0.5)} ms")
         # To scale: the segment's place and length are its share of the turn.
         assert abs(float(shown["left"].rstrip("%")) - stage.start_ms / end * 100) < 0.01
         assert abs(float(shown["width"].rstrip("%")) - length / end * 100) < 0.01
