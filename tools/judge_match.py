@@ -44,6 +44,13 @@ Rule 7. Combining (``combine``): any ``forbids`` → deny, quoting those rules (
         allow); else any ``asks``, ``blocks`` or ``out_of_scope`` → no decision (a rule bears on
         the call and does not clearly allow it: the person is asked); else any ``allows`` →
         allow, quoting those rules; else no decision.
+Rule 8. A rule that names a value for one of the call's arguments — the word right after
+        the argument's name, when it is a name (an id, a capitalised word, a word no everyday
+        vocabulary holds): "must not use lookup for the item omega" names item = omega —
+        decides only calls that hold that value there. For another value ("l11") it does not
+        bear on the call at all (``related``: it neither forbids nor blocks), whatever its
+        kind: a rule decides only what it explicitly covers (seeds/003). A rule that names
+        no value ("must not use lookup for sensitive items") is judged as Rule 6 says.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from knowledge.text import background_weight
 from tools.capability import ANY_TARGET, Capability
 
 RuleKind = Literal["permits", "forbids", "ask_first", "other"]
@@ -251,10 +259,59 @@ def _condition_met(capability: Capability, rule: RuleText, words: set[str]) -> b
     return bool(latin & words) or bool(_pairs(arguments) & _pairs(rule.text))
 
 
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-.]*[A-Za-z0-9]|[A-Za-z0-9]")
+
+
+def named_values(capability: Capability, rule: RuleText) -> dict[str, set[str]]:
+    """Rule 8: the values a rule names for the call's arguments — the word right after an
+    argument's name ("for the item omega" → item: omega), in its text or translation."""
+    keys = {key: _content_words(str(key)) for key in (capability.arguments or {})}
+    named: dict[str, set[str]] = {}
+    for text in (rule.text, rule.english):
+        tokens = _TOKEN.findall(text)
+        for token, following in zip(tokens, tokens[1:], strict=False):
+            if not _is_a_name(following):
+                continue
+            for key, key_words in keys.items():
+                if key_words and stem(token.lower()) in key_words:
+                    named.setdefault(key, set()).add(following.lower())
+    return named
+
+
+def _is_a_name(token: str) -> bool:
+    """A value, not a description: an id (a digit), a capitalised word (Paris, Bob), or a
+    word no everyday vocabulary holds (omega); "older", "sensitive", "system" describe."""
+    lower = token.lower()
+    if lower in _FUNCTION_WORDS or lower in _NOT_A_VALUE:
+        return False
+    if any(c.isdigit() for c in token) or token[0].isupper():
+        return True
+    return background_weight(lower) >= 1.0
+
+
+_NOT_A_VALUE = frozenset(
+    "not never no must may can should will cannot unless when if only without except".split()
+)
+
+
+def _names_other_values(capability: Capability, rule: RuleText) -> bool:
+    """Rule 8: the rule names a value for one of the call's arguments, and the call holds
+    another there."""
+    arguments = capability.arguments or {}
+    for key, values in named_values(capability, rule).items():
+        given = " ".join(_strings(arguments.get(key))).lower()
+        held = set(_TOKEN.findall(given)) | {stem(w) for w in _LATIN.findall(given)}
+        if not (values | {stem(v) for v in values}) & held:
+            return True
+    return False
+
+
 def verdict(kind: RuleKind, rule: RuleText, capability: Capability) -> RuleVerdict:
     """Rule 6: how one rule, of the given kind (already through ``effective_kind``), bears on
-    the call."""
+    the call (Rule 8 first: a rule naming another value does not bear on it)."""
     words = rule.words
+    if _names_other_values(capability, rule):
+        return "related" if _coverage(capability, words) > 0 else "unrelated"
     coverage = _coverage(capability, words)
     context = _touches_context(capability, rule, words)
     names_it = coverage == 1.0 or (coverage > 0 and context)

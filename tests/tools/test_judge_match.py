@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from tools.capability import Capability
 from tools.judge_match import (
@@ -158,3 +160,67 @@ def test_verdicts_combine_deny_first_then_anything_undecided_then_allow(
     verdicts: list[RuleVerdict], effect: str, backing: tuple[int, ...]
 ) -> None:
     assert combine(verdicts) == (effect, backing)
+
+
+# ---------------------------------------------------------------- Rule 8: named values
+
+SEED_RULES = (
+    ("The assistant may use lookup for any item.", "permits"),
+    ("The assistant must not use lookup for the item omega.", "forbids"),
+)
+
+
+def judged_all(rules: tuple[tuple[str, RuleKind], ...], capability: Capability) -> Any:
+    verdicts = []
+    for text, kind in rules:
+        rule = RuleText(text)
+        verdicts.append(verdict(effective_kind(kind, rule), rule, capability))
+    return combine(verdicts)
+
+
+def test_the_seed_probe_a_rule_for_omega_does_not_decide_another_item() -> None:
+    assert judged_all(SEED_RULES, call("lookup", "*", {"item": "l11"})) == ("allow", (0,))
+    assert judged_all(SEED_RULES, call("lookup", "*", {"item": "omega"})) == ("deny", (1,))
+    assert judged_all(SEED_RULES, call("lookup", "*", {"item": "OMEGA"})) == ("deny", (1,))
+
+
+@pytest.mark.parametrize(
+    ("text", "arguments", "expected"),
+    [
+        # A description is no name: the rule still bears on every item.
+        ("The assistant must not use lookup for sensitive items.", {"item": "l11"}, "forbids"),
+        ("Never use lookup for an item the person did not name.", {"item": "l11"}, "forbids"),
+        # Names: an id, a capitalised word.
+        ("Never use lookup for the item A-17.", {"item": "b-2"}, "related"),
+        ("Never use lookup for the item A-17.", {"item": "a-17"}, "forbids"),
+        ("Never book flights for the city Paris.", {"city": "Lyon"}, "unrelated"),
+    ],
+)
+def test_only_a_name_after_an_arguments_name_narrows_a_rule(
+    text: str, arguments: dict[str, Any], expected: RuleVerdict
+) -> None:
+    action = "book_flight" if "city" in arguments else "lookup"
+    got = judged(text, call(action, "*", arguments), kind="forbids")
+    assert got == (expected if expected != "unrelated" else "related")
+
+
+_NAME = st.text(alphabet="qxzjkvw", min_size=4, max_size=8)
+_ACTION = st.sampled_from(["lookup", "fetch_record", "delete_entry", "send_invoice"])
+_KIND = st.sampled_from(["forbids", "permits", "ask_first", "other"])
+
+
+@given(target=_NAME, other=_NAME, action=_ACTION, kind=_KIND)
+def test_a_rule_naming_target_t_never_decides_a_call_whose_target_is_not_t(
+    target: str, other: str, action: str, kind: RuleKind
+) -> None:
+    assume(target != other)
+    spoken = action.replace("_", " ")
+    rule = RuleText(f"The assistant must not use {spoken} for the item {target}.")
+    if kind == "permits":
+        rule = RuleText(f"The assistant may use {spoken} for the item {target}.")
+
+    elsewhere = verdict(effective_kind(kind, rule), rule, call(action, "*", {"item": other}))
+    there = verdict(effective_kind(kind, rule), rule, call(action, "*", {"item": target}))
+
+    assert elsewhere in ("related", "unrelated")  # neither allows, forbids, asks nor blocks
+    assert there not in ("related", "unrelated")
