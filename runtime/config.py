@@ -170,7 +170,7 @@ class Settings(BaseSettings):
     llm_background_idle_s: float = Field(default=3.0, ge=0.0, le=60.0)
     """Quiet on the model this long before background work starts (a pause, not the gap
     between a typed answer and the next question)."""
-    llm_prefill_batch_tokens: int = Field(default=32, ge=8, le=2048)
+    llm_prefill_batch_tokens: int = Field(default=64, ge=8, le=2048)
     """llama.cpp's prompt batch: background work can be stopped after each (smaller stops it
     sooner for a person, and prefills a little slower)."""
 
