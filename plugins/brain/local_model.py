@@ -57,6 +57,7 @@ from plugins.brain.model_queue import (
     ModelQueueFull,
     Ticket,
     model_run_started,
+    model_run_stopped,
 )
 from plugins.errors import PluginTimeout, PluginUnavailable, ProviderError
 
@@ -157,6 +158,7 @@ class ModelStats:
 
 _END = object()
 _STARTED = object()  # the worker took the request: its owner's run bound starts (queue Rule 8)
+_STOPPED = object()  # stopped for a person and put back: the bound waits again (queue Rule 8)
 
 
 class _Job:
@@ -353,6 +355,9 @@ class LocalModel:
                 if item is _STARTED:
                     model_run_started()
                     continue
+                if item is _STOPPED:
+                    model_run_stopped()
+                    continue
                 if isinstance(item, BaseException):
                     if job.expired:
                         self.stats.expired += 1
@@ -464,6 +469,7 @@ class LocalModel:
             self.stats.background_preempted += 1
             generation.first_token_s = None
             if self._queue.requeue(ticket):
+                job.push(_STOPPED)
                 return  # it runs again from the start in the next pause
             job.push(PluginUnavailable("the local model was shut down"))
         self._record(generation)

@@ -40,8 +40,10 @@ Rule 7. Preemption: a foreground ``submit`` or a ``hold`` calls ``on_foreground`
 Rule 8. A caller's own bound is on running, not on waiting for a pause: within
         ``bound_runs(timeout, seconds)`` each time the model starts running one of the task's
         requests (a preempted one again) it calls ``model_run_started`` and the ``asyncio``
-        timeout restarts ``seconds`` from then. How long background work may wait is the
-        queue's business (its start deadline), not its owner's step bound.
+        timeout restarts ``seconds`` from then; when a run is stopped for a person and put
+        back, the client calls ``model_run_stopped`` and the timeout waits
+        ``BACKGROUND_WAIT_S`` again. How long background work may wait is the queue's
+        business (its start deadline), not its owner's step bound.
 
 The queue is plain data behind one lock: ``now`` is passed in, so tests run it in virtual time.
 ``take`` may be called from the model's worker thread while the event loop submits.
@@ -73,7 +75,7 @@ class ModelQueueFull(PluginError):
 BACKGROUND_WAIT_S = 3600.0
 """How long background work may wait for a pause to start in, by default (an hour of talk)."""
 
-_run_started: ContextVar[tuple[Callable[[], None], ...]] = ContextVar(
+_run_started: ContextVar[tuple[tuple[Callable[[float], None], float], ...]] = ContextVar(
     "model_run_started", default=()
 )
 
@@ -81,15 +83,16 @@ _run_started: ContextVar[tuple[Callable[[], None], ...]] = ContextVar(
 @contextlib.contextmanager
 def bound_runs(timeout: asyncio.Timeout, seconds: float) -> Iterator[None]:
     """Within the block, ``timeout`` restarts ``seconds`` from each start of a model run of
-    this task (Rule 8)."""
+    this task, and waits ``BACKGROUND_WAIT_S`` again after a run stopped for a person
+    (Rule 8)."""
     loop = asyncio.get_running_loop()
 
-    def restart() -> None:
+    def restart(bound: float) -> None:
         if not timeout.expired():
             with contextlib.suppress(RuntimeError):  # the block is already being left
-                timeout.reschedule(loop.time() + seconds)
+                timeout.reschedule(loop.time() + bound)
 
-    token = _run_started.set((*_run_started.get(), restart))
+    token = _run_started.set((*_run_started.get(), (restart, seconds)))
     try:
         yield
     finally:
@@ -99,8 +102,15 @@ def bound_runs(timeout: asyncio.Timeout, seconds: float) -> Iterator[None]:
 def model_run_started() -> None:
     """The model started running a request of the current task (Rule 8): called by the
     model's client in the task that waits for the request."""
-    for restart in _run_started.get():
-        restart()
+    for restart, seconds in _run_started.get():
+        restart(seconds)
+
+
+def model_run_stopped() -> None:
+    """A run of the current task's request was stopped for a person and put back (Rule 8):
+    its wait for the next pause is the queue's business, not the run's bound."""
+    for restart, _ in _run_started.get():
+        restart(BACKGROUND_WAIT_S)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,7 +30,12 @@ from plugins.brain.local_model import (
     Timings,
 )
 from plugins.brain.model_files import ModelFile, ensure_model_file
-from plugins.brain.model_queue import BackgroundPolicy, ModelQueueFull, bound_runs
+from plugins.brain.model_queue import (
+    BACKGROUND_WAIT_S,
+    BackgroundPolicy,
+    ModelQueueFull,
+    bound_runs,
+)
 from plugins.errors import PluginTimeout, PluginUnavailable, ProviderError
 
 GATE_TIMEOUT = 5.0  # a gate never released fails the test instead of hanging it
@@ -762,14 +767,24 @@ async def test_the_owners_run_bound_starts_when_its_request_runs_again_after_a_p
     backend, model = preemptable(harness)
     loop = asyncio.get_running_loop()
 
+    bounds: list[asyncio.Timeout] = []
+
     async def learn() -> tuple[list[str], float | None]:
         async with asyncio.timeout(None) as bound:
+            bounds.append(bound)
             with bound_runs(bound, 60.0):
                 text = await collect(model.chat(ask("BG"), lane="t", background=True))
             return text, bound.when()
 
     learning = asyncio.create_task(learn())
     await hold_during_prefill(backend, model)  # the request waits, its bound does not run
+    for _ in range(500):  # the stop reaches the owner's task: its bound waits for a pause
+        when = bounds[0].when() if bounds else None
+        if when is not None and when >= loop.time() + BACKGROUND_WAIT_S - 60:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        pytest.fail("the owner's bound kept running while its request waited for a pause")
     released = loop.time()
     model.release("A")
     text, when = await learning

@@ -8,12 +8,14 @@ import threading
 import pytest
 
 from plugins.brain.model_queue import (
+    BACKGROUND_WAIT_S,
     BackgroundPolicy,
     FairModelQueue,
     ModelQueueFull,
     Ticket,
     bound_runs,
     model_run_started,
+    model_run_stopped,
 )
 from plugins.errors import PluginError
 
@@ -432,3 +434,18 @@ async def test_a_wait_longer_than_the_run_bound_does_not_time_out_a_started_run(
             with bound_runs(bound, 0.05):
                 model_run_started()
                 await asyncio.sleep(1.0)  # running past its bound
+
+
+async def test_a_run_stopped_for_a_person_waits_for_the_next_pause_unbounded_by_the_run() -> None:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(None) as bound:
+        with bound_runs(bound, 5.0):
+            model_run_started()
+            model_run_stopped()  # preempted and put back: waiting again, not running
+            waiting = bound.when()
+            assert waiting is not None and waiting >= loop.time() + BACKGROUND_WAIT_S - 1
+            model_run_started()  # the next pause: the run's own bound again
+            running = bound.when()
+            assert running is not None and running <= loop.time() + 5.0
+        bound.reschedule(None)
+        await asyncio.sleep(0)
