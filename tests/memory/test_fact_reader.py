@@ -8,40 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 from memory.entries import MemorySource
 from memory.fact_reader import FactRead, FactReader
 from memory.session import SessionMemory
 from memory.store import MemoryStore
+from tests.runtime.role_memory_fakes import ScriptedMemoryModel
 
 AT = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
-
-
-class ScriptedJsonModel:
-    """Answers each call with the next script (an exception is raised); records the calls."""
-
-    def __init__(self, *answers: str | BaseException) -> None:
-        self.answers = list(answers)
-        self.calls: list[dict[str, Any]] = []
-        self.gate: asyncio.Event | None = None
-
-    async def complete_json(
-        self,
-        messages: list[dict[str, str]],
-        schema: dict[str, Any],
-        *,
-        max_tokens: int,
-        lane: str,
-        background: bool = False,
-    ) -> str:
-        self.calls.append({"messages": messages, "lane": lane, "background": background})
-        if self.gate is not None:
-            await self.gate.wait()
-        answer = self.answers.pop(0)
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
 
 
 def said(attribute: str, value: str) -> str:
@@ -66,7 +40,7 @@ async def contents(store: MemoryStore, user: str = "ana") -> list[str]:
 async def test_a_statement_the_patterns_missed_is_read_in_the_background(
     store: MemoryStore,
 ) -> None:
-    model = ScriptedJsonModel(said("job", "teach piano"))
+    model = ScriptedMemoryModel([said("job", "teach piano")])
     reader = FactReader(model, store)
     memory = session(store, reader)
 
@@ -81,7 +55,7 @@ async def test_a_statement_the_patterns_missed_is_read_in_the_background(
 
 
 async def test_what_the_patterns_found_is_not_read_again(store: MemoryStore) -> None:
-    model = ScriptedJsonModel()
+    model = ScriptedMemoryModel()
     reader = FactReader(model, store)
 
     await session(store, reader).on_user_final("My name is Ana.", thread_id="th", seq=1, at=AT)
@@ -93,7 +67,7 @@ async def test_what_the_patterns_found_is_not_read_again(store: MemoryStore) -> 
 
 
 async def test_a_later_value_of_the_same_attribute_replaces_the_older(store: MemoryStore) -> None:
-    model = ScriptedJsonModel(said("current_city", "Porto"), said("current_city", "Valencia"))
+    model = ScriptedMemoryModel([said("current_city", "Porto"), said("current_city", "Valencia")])
     reader = FactReader(model, store)
     memory = session(store, reader)
 
@@ -109,8 +83,8 @@ async def test_a_later_value_of_the_same_attribute_replaces_the_older(store: Mem
 
 
 async def test_the_read_outlives_the_session_that_handed_it_over(store: MemoryStore) -> None:
-    model = ScriptedJsonModel(said("job", "teach piano"))
-    model.gate = asyncio.Event()
+    gate = asyncio.Event()
+    model = ScriptedMemoryModel([gate, said("job", "teach piano")])
     reader = FactReader(model, store)
     task = asyncio.create_task(
         session(store, reader).on_user_final("I teach piano.", thread_id="th", seq=1, at=AT)
@@ -118,14 +92,15 @@ async def test_the_read_outlives_the_session_that_handed_it_over(store: MemorySt
     await task  # the session's part is done at once: the turn never waits for the model
     assert len(model.calls) <= 1 and await contents(store) == []
 
-    model.gate.set()
+    gate.set()
     await reader.drained()
     assert await contents(store) == ["My job: teach piano"]
     await reader.close()
 
 
 async def test_memory_switched_off_before_the_save_stores_nothing(store: MemoryStore) -> None:
-    model = ScriptedJsonModel(said("job", "teach piano"))
+    gate = asyncio.Event()
+    model = ScriptedMemoryModel([gate, said("job", "teach piano")])
     reader = FactReader(model, store)
     switched = [True]
 
@@ -133,10 +108,9 @@ async def test_memory_switched_off_before_the_save_stores_nothing(store: MemoryS
         return switched[0]
 
     source = MemorySource("th", 1, AT)
-    model.gate = asyncio.Event()
     reader.offer(FactRead("t", "ana", "r", "I teach piano", source, is_enabled))
     switched[0] = False
-    model.gate.set()
+    gate.set()
     await reader.drained()
 
     assert await contents(store) == []
@@ -144,8 +118,8 @@ async def test_memory_switched_off_before_the_save_stores_nothing(store: MemoryS
 
 
 async def test_a_failing_model_and_a_full_queue_stop_nothing(store: MemoryStore) -> None:
-    model = ScriptedJsonModel(RuntimeError("model down"), said("job", "teach piano"))
-    model.gate = asyncio.Event()
+    gate = asyncio.Event()
+    model = ScriptedMemoryModel([gate, RuntimeError("model down"), said("job", "teach piano")])
     reader = FactReader(model, store, max_waiting=2)
     source = MemorySource("th", 1, AT)
 
@@ -153,7 +127,7 @@ async def test_a_failing_model_and_a_full_queue_stop_nothing(store: MemoryStore)
         reader.offer(FactRead("t", "ana", "r", text, source, switched_on))
         for text in ("I sing", "I teach piano", "I dance")
     ]
-    model.gate.set()
+    gate.set()
     await reader.drained()
 
     assert offered == [True, True, False]

@@ -26,7 +26,9 @@ class ScriptedMemoryModel:
         lane: str,
         background: bool = False,
     ) -> str:
-        self.calls.append({"messages": messages, "schema": schema, "lane": lane})
+        self.calls.append(
+            {"messages": messages, "schema": schema, "lane": lane, "background": background}
+        )
         while True:
             step = self.script.pop(0) if len(self.script) > 1 else self.script[0]
             if isinstance(step, asyncio.Event):
