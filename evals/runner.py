@@ -52,6 +52,8 @@ from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample, rms_dbfs
 from runtime.client import ClientClosed, RealtimeClient, Received
 
 MAX_TOOL_ROUNDS = 3
+LATE_TRANSCRIPT_S = 10.0
+"""How long a spoken turn's transcript is waited for after its answer."""
 FRAME = INPUT_SAMPLE_RATE // 50  # 20 ms
 ANSWER_DELTAS = frozenset(
     {
@@ -426,6 +428,8 @@ class Runner:
             if not calls:
                 result.answer = _answer_text(response)
                 result.marks = await _latency_marks(client, mark)
+                if turn.spoken and result.heard is None:
+                    result.heard = await _late_transcript(client)
                 return
             for call in calls:
                 result.calls.append(
@@ -509,6 +513,19 @@ def _first_answer(messages: list[Received]) -> float | None:
         if m.audio is not None or m.type in ANSWER_DELTAS:
             return m.at
     return None
+
+
+async def _late_transcript(client: RealtimeClient) -> str | None:
+    """A spoken turn's transcript that comes after its answer (GA servers may send it late),
+    waited for a bounded while; None if it never comes."""
+    try:
+        message = await client.wait_for(
+            lambda m: m.type == "conversation.item.input_audio_transcription.completed",
+            LATE_TRANSCRIPT_S,
+        )
+    except TimeoutError:
+        return None
+    return str((message.event or {}).get("transcript") or "")
 
 
 def _heard(messages: list[Received]) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plugins.contracts import BrainInput, HistoryTurn, ToolSpec
+from plugins.contracts import BrainInput, HistoryTurn, ToolChoice, ToolSpec
 from plugins.language import zh_or_en
 
 _LABELS = {
@@ -35,6 +35,9 @@ class TurnContent:
     tools: tuple[ToolSpec, ...] = ()
     history: tuple[HistoryTurn, ...] = ()
     """``conversation_context`` as turns (``journal.projection``), for the brain."""
+    tool_choice: ToolChoice = ToolChoice()
+    """How the function tools among ``tools`` may be called (GA ``tool_choice``)."""
+    max_output_tokens: int | None = None
 
     @property
     def model_text(self) -> str:
@@ -58,4 +61,6 @@ class TurnContent:
             conversation_context=self.conversation_context,
             history=self.history,
             session=session,
+            tool_choice=self.tool_choice,
+            max_output_tokens=self.max_output_tokens,
         )

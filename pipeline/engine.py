@@ -108,6 +108,7 @@ from plugins.brain.tool_loop import ToolGate, ToolHandler
 from plugins.contracts import (
     BrainDelta,
     ToolCall,
+    ToolChoice,
     ToolResult,
     ToolSpec,
     Transcript,
@@ -238,6 +239,11 @@ class Engine:
         """Playback reports are exact (a WebRTC call's server-side track sends them): playout
         ends on the report, not on the estimate (``pipeline.response``)."""
         self.client_tools: tuple[ToolSpec, ...] = ()
+        """The client's functions (``session.update``); a response may offer its own."""
+        self.tool_choice = ToolChoice()
+        """The session's ``tool_choice``; a response may set its own."""
+        self.max_output_tokens: int | None = None
+        """The session's output limit per response (None: none); a response may set its own."""
         """Functions the client declared (``session.update`` tools); the client runs them."""
         self._pending: list[PendingInput] = []
         self._exchange: tuple[tuple[ToolCall, ...], dict[str, ToolResult], str] | None = None
@@ -655,6 +661,11 @@ class Engine:
         response = Response(
             generation, command.turn_id, events.response_id, events, options=options
         )
+        response.client_tools, response.tool_choice = self._tool_offer(options)
+        limit = options.max_output_tokens
+        response.max_output_tokens = (
+            self.max_output_tokens if limit is None else None if limit == "inf" else limit
+        )
         if typed:
             response.pending, self._pending = self._pending, []
             response.settled, self._settled = self._settled, None
@@ -872,6 +883,7 @@ class Engine:
                     before_seq=user_seq,
                     memory=memory_read,
                     instructions=options.instructions,
+                    response=response,
                 )
             events = response.events
             events.previous_item_id = self.items.last_id
@@ -1103,11 +1115,22 @@ class Engine:
         before_seq: int | None,
         memory: asyncio.Task[str | None] | None = None,
         instructions: str | None = None,
+        response: Response | None = None,
     ) -> TurnContent:
+        """What the brain is given; ``response`` sets the tools, tool choice and output limit
+        (none: the session's, as a preemptive answer before the commit uses)."""
         persona = self.persona
         instructions = persona.instructions if instructions is None else instructions
-        gated = await self.tool_gate.specs() if self.tool_gate is not None else ()
-        tools = (*self.tool_specs, *gated, *self.client_tools)
+        if response is not None:
+            client_tools, tool_choice = response.client_tools, response.tool_choice
+            max_output_tokens = response.max_output_tokens
+        else:
+            client_tools, tool_choice = self._tool_offer(ResponseOptions())
+            max_output_tokens = self.max_output_tokens
+        gated: tuple[ToolSpec, ...] = ()
+        if self.tool_gate is not None and tool_choice.mode != "none":
+            gated = await self.tool_gate.specs()
+        tools = (*self.tool_specs, *gated, *client_tools)
         thread_memory = await self._thread_memory_block(persona.language)
         if before_seq is not None:
             context = await self.history.context(
@@ -1134,6 +1157,8 @@ class Engine:
             thread_memory=thread_memory,
             tools=tools,
             history=context.history,
+            tool_choice=tool_choice,
+            max_output_tokens=max_output_tokens,
         )
 
     async def journal_tool(self, response: Response, delta: BrainDelta) -> None:
@@ -1145,7 +1170,7 @@ class Engine:
         if delta.tool_call is not None:
             call = delta.tool_call
             item_id = self._new_item_id()
-            client = any(t.name == call.name for t in self.client_tools) and (
+            client = any(t.name == call.name for t in response.client_tools) and (
                 self.tool_gate is None or self.tool_gate.runs_on_client(call.call_id)
             )
             if client:
@@ -1191,6 +1216,18 @@ class Engine:
         await self.journal_tool(response, BrainDelta(tool_call=call))
         await self._finalize(response, interrupted=False)
         self._response_finished(response)
+
+    def _tool_offer(self, options: ResponseOptions) -> tuple[tuple[ToolSpec, ...], ToolChoice]:
+        """The client functions a response offers and its tool choice: its own where
+        ``response.create`` set them, else the session's; ``tool_choice: none`` offers none
+        (the brain answers in words; server built-ins such as the knowledge search stay)."""
+        choice = options.tool_choice or self.tool_choice
+        tools = self.client_tools if options.tools is None else options.tools
+        if options.tools is not None and self.tool_gate is not None:
+            # The gate decides calls of a response's own functions like the session's.
+            known = {t.name: t for t in (*self.client_tools, *options.tools)}
+            self.tool_gate.set_client_tools(tuple(known.values()))
+        return (() if choice.mode == "none" else tools), choice
 
     def _decision_fields(self, call_id: str) -> dict[str, Any]:
         return self.tool_gate.journal_fields(call_id) if self.tool_gate is not None else {}
@@ -1246,9 +1283,16 @@ class Engine:
                 self._emit_error(e.code, str(e), retryable=e.retryable)
             else:
                 self._spawn(self._compact(), "compaction")
+        if interrupted:
+            status: str = "cancelled"
+            ga_reason: str | None = _GA_REASONS.get(reason or "", "turn_detected")
+        elif response.incomplete is not None:
+            status, ga_reason = "incomplete", response.incomplete  # a limit cut it short
+        else:
+            status, ga_reason = "completed", None
         done = events.done(
-            "cancelled" if interrupted else "completed",
-            reason=_GA_REASONS.get(reason or "", "turn_detected") if interrupted else None,
+            status,
+            reason=ga_reason,
             heard=heard,
             text=text,
             usage=usage(response.prompt, events.text),

@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from plugins.contracts import (
     BrainInput,
     SpeechChunk,
     ToolCall,
+    ToolChoice,
     ToolResult,
     ToolSpec,
 )
@@ -71,6 +72,12 @@ class ResponseOptions:
     """False (``conversation: "none"``): out of band, not journaled, not in the history."""
     input_text: str | None = None
     """Out-of-band input (a response outside the conversation answers this, not the thread)."""
+    tools: tuple[ToolSpec, ...] | None = None
+    """The client's functions for this response only (None: the session's)."""
+    tool_choice: ToolChoice | None = None
+    """This response's ``tool_choice`` (None: the session's)."""
+    max_output_tokens: int | Literal["inf"] | None = None
+    """This response's output limit (``inf``: none; None: the session's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,10 @@ class ToolGateHook(Protocol):
     """The session's tool permissions (``runtime.tool_gate``), as the engine uses them."""
 
     def bind(self, host: ToolGateHost) -> None: ...
+
+    def set_client_tools(self, specs: tuple[ToolSpec, ...]) -> None:
+        """The client's declared functions (the session's, and a response's own)."""
+        ...
 
     async def specs(self) -> tuple[ToolSpec, ...]:
         """The gated tools the brain is offered besides the engine's own (HTTP tools)."""
@@ -158,6 +169,14 @@ class Response:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     """A client function call answered with ``function_call_output`` (continued here)."""
+    client_tools: tuple[ToolSpec, ...] = ()
+    """The client's functions this response offers (the session's or its own; none under
+    ``tool_choice: none``)."""
+    tool_choice: ToolChoice = ToolChoice()
+    max_output_tokens: int | None = None
+    """The output limit in tokens (``journal.tokens`` estimate; None: none)."""
+    incomplete: str | None = None
+    """Why the answer was cut short by a limit (GA reason ``max_output_tokens``), if it was."""
     settled: Continuation | None = None
     """A gated call settled after the response that asked (continued here)."""
     created: bool = False
@@ -296,7 +315,9 @@ class AnswerSpeaker:
         stream = (
             preempted.stream()
             if preempted is not None
-            else self.brain_stream(request, self.host.tool_gate_for(response))
+            else self.brain_stream(
+                request, self.host.tool_gate_for(response), client_tools=response.client_tools
+            )
         )
         events = response.events
         # Tools run between a call and its result: the brain's idle watchdog must outlast them.
@@ -311,17 +332,21 @@ class AnswerSpeaker:
                         await self.host.journal_tool(response, delta)
                         response.failed_stage = None
                         continue
-                    if not delta.text:
-                        continue
-                    if "brain_first_token" not in response.marks:
-                        response.marks["brain_first_token"] = self.host.clock()
-                    self.host.send_all(events.text_delta(delta.text))
-                    if not events.audio:
-                        continue
-                    for sentence in splitter.feed(delta.text):
-                        watchdog.reschedule(None)
-                        await sentences.put(sentence)
-                        watchdog.reschedule(loop.time() + idle)
+                    text = delta.text
+                    if response.max_output_tokens is not None:
+                        text = within_limit(events.text, text, response.max_output_tokens)
+                        if text != delta.text:
+                            response.incomplete = "max_output_tokens"
+                    if text:
+                        if "brain_first_token" not in response.marks:
+                            response.marks["brain_first_token"] = self.host.clock()
+                        self.host.send_all(events.text_delta(text))
+                        for sentence in splitter.feed(text) if events.audio else ():
+                            watchdog.reschedule(None)
+                            await sentences.put(sentence)
+                            watchdog.reschedule(loop.time() + idle)
+                    if response.incomplete is not None:
+                        break  # the limit is reached: the brain stops (closed below)
         except TimeoutError as e:
             response.failed_stage = _brain_stage(response)
             raise PluginTimeout(f"brain was silent for more than {idle}s") from e
@@ -336,17 +361,24 @@ class AnswerSpeaker:
         await sentences.put(None)
 
     def brain_stream(
-        self, request: BrainInput, gate: ToolGate | None = None
+        self,
+        request: BrainInput,
+        gate: ToolGate | None = None,
+        *,
+        client_tools: tuple[ToolSpec, ...] | None = None,
     ) -> AsyncIterator[BrainDelta]:
-        """The brain through the shared tool loop (the session's server and client tools,
-        each call decided by ``gate`` first when there is one: Rule 6)."""
+        """The brain through the shared tool loop (the session's server tools and the client's
+        functions — ``client_tools``, the session's by default — each call decided by ``gate``
+        first when there is one: Rule 6)."""
+        if client_tools is None:
+            client_tools = self.host.client_tools
         return run_brain_with_tools(
             self.host.plugins.brain,
             request,
             self.host.tools,
             max_rounds=self.host.settings.max_tool_rounds,
             tool_timeout=self.host.settings.tool_timeout_s,
-            client_tools=frozenset(t.name for t in self.host.client_tools),
+            client_tools=frozenset(t.name for t in client_tools),
             gate=gate,
         )
 
@@ -483,6 +515,27 @@ def usage(prompt: tuple[str, str], output: str) -> ev.Usage:
     input_tokens = sum(count_tokens(part) for part in prompt if part)
     output_tokens = count_tokens(output) if output else 0
     return ev.Usage(input_tokens + output_tokens, input_tokens, output_tokens)
+
+
+def within_limit(said: str, more: str, limit: int) -> str:
+    """The part of ``more`` that keeps ``said + more`` within ``limit`` tokens (the
+    ``journal.tokens`` estimate ``usage`` reports): all of it, or its longest prefix that
+    fits, cut where a word or a CJK character ends."""
+    if count_tokens(said + more) <= limit:
+        return more
+    fits = 0
+    for end in range(1, len(more) + 1):
+        if end < len(more) and not _ends_word(more, end):
+            continue
+        if count_tokens(said + more[:end]) > limit:
+            break
+        fits = end
+    return more[:fits].rstrip()
+
+
+def _ends_word(text: str, end: int) -> bool:
+    before, after = text[end - 1], text[end]
+    return not (before.isalnum() and after.isalnum()) or has_cjk(before) or has_cjk(after)
 
 
 async def aclose(stream: object) -> None:

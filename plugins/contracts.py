@@ -12,7 +12,7 @@ model serves many sessions.
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -105,6 +105,34 @@ class ToolSpec:
     """No effects outside the answer (a search): it may run before the turn is committed."""
 
 
+ToolChoiceMode = Literal["auto", "none", "required", "function"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """How the brain may call the offered function tools (GA ``tool_choice``): ``auto`` (it
+    decides), ``none`` (it answers in words), ``required`` (it calls one), ``function`` (it
+    calls ``name``). Server-side built-ins (the knowledge search) are the brain's own business
+    and not counted as function tools."""
+
+    mode: ToolChoiceMode = "auto"
+    name: str = ""
+
+    @classmethod
+    def from_ga(cls, value: str | Mapping[str, Any] | None) -> ToolChoice:
+        """The GA value (``"auto"``, ``"none"``, ``"required"`` or ``{"type": "function",
+        "name": …}``); None is ``auto``."""
+        if value is None or value == "auto":
+            return cls()
+        if value == "none":
+            return cls("none")
+        if value == "required":
+            return cls("required")
+        if isinstance(value, Mapping) and value.get("type") == "function":
+            return cls("function", str(value.get("name", "")))
+        raise ValueError(f"not a tool_choice: {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     call_id: str
@@ -173,6 +201,11 @@ class BrainInput:
     brain that lays it out as chat messages, or looks back at what the person said)."""
     session: str = ""
     """The voice session asking (a shared model serves sessions fairly by it)."""
+    tool_choice: ToolChoice = ToolChoice()
+    """How the offered function tools may be called (GA ``tool_choice``)."""
+    max_output_tokens: int | None = None
+    """The response's output limit (GA ``max_output_tokens``; None: no limit). The engine
+    enforces it; a brain may use it to stop generating early."""
 
 
 @dataclass(frozen=True, slots=True)

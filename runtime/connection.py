@@ -60,6 +60,7 @@ from pipeline import events as ev
 from pipeline.audio_formats import AudioFormatError, InboundAudio
 from pipeline.engine import Engine, ResponseOptions
 from pipeline.items import ItemNotFound
+from plugins.contracts import ToolChoice, ToolSpec
 from runtime.accounts import Principal
 from runtime.continuity import (
     ContinueHere,
@@ -845,9 +846,22 @@ def response_options(message: ResponseCreate) -> ResponseOptions:
             if part.type == "input_text"
         ]
         input_text = " ".join(t for t in texts if t) or None
+    tools = None
+    if params.tools is not None:
+        tools = tuple(
+            ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
+            for t in params.tools
+        )
+    tool_choice = None
+    if params.tool_choice is not None:
+        choice = params.tool_choice
+        tool_choice = ToolChoice.from_ga(choice if isinstance(choice, str) else choice.model_dump())
     return ResponseOptions(
         instructions=params.instructions,
         audio=audio,
         in_conversation=params.conversation != "none",
         input_text=input_text,
+        tools=tools,
+        tool_choice=tool_choice,
+        max_output_tokens=params.max_output_tokens,
     )

@@ -256,6 +256,24 @@ class ItemTruncate(_Message):
     audio_end_ms: int = Field(ge=0)
 
 
+MAX_OUTPUT_TOKENS = 4096
+"""The largest ``max_output_tokens`` (else ``inf``)."""
+
+
+class FunctionToolIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["function"] = "function"
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str = Field(default="", max_length=4_000)
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolChoiceFunctionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["function"]
+    name: str = Field(max_length=64)
+
+
 class ResponseParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     instructions: str | None = Field(default=None, max_length=20_000)
@@ -266,10 +284,13 @@ class ResponseParams(BaseModel):
     input: list[Annotated[MessageIn | FunctionCallOutputIn, Field(discriminator="type")]] | None = (
         Field(default=None, max_length=16)
     )
-    max_output_tokens: int | Literal["inf"] | None = None
+    max_output_tokens: Annotated[int, Field(ge=1, le=MAX_OUTPUT_TOKENS)] | Literal["inf"] | None = (
+        None
+    )
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
-    tool_choice: Any = None
-    """Accepted as in ``session.update``; per response it has no effect yet (documented)."""
+    tools: list[FunctionToolIn] | None = Field(default=None, max_length=32)
+    """This response's functions instead of the session's."""
+    tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunctionIn | None = None
 
 
 class ResponseCreate(_Message):
@@ -455,7 +476,7 @@ def validation_error(
     first = error.errors()[0]
     loc = (*prefix, *(str(p) for p in first.get("loc", ()) if not isinstance(p, int)))
     # Discriminated unions put the tag in the path ("item.message.content"): leave it out.
-    where = ".".join(p for p in loc if p not in _UNION_TAGS)
+    where = ".".join(p for p in loc if not _union_tag(p))
     extra = first.get("type") == "extra_forbidden"
     code = ErrorCode.UNKNOWN_PARAMETER if extra else ErrorCode.INVALID_VALUE
     text = "unknown parameter" if extra else str(first.get("msg"))
@@ -467,6 +488,12 @@ _UNION_TAGS = frozenset(
      "audio/pcm", "audio/pcmu", "audio/pcma", "function", "str", "int", "literal['inf']",
      "dict[str,any]"}
 )  # fmt: skip
+
+
+def _union_tag(part: str) -> bool:
+    """A path part pydantic adds for a union's member (a message's type such as
+    ``response.create``, ``constrained-int``, ``literal['auto','none']``), not a field."""
+    return part in _UNION_TAGS or "." in part or "[" in part or part.startswith("constrained-")
 
 
 def decode_append(message: AudioAppend) -> bytes:

@@ -64,6 +64,7 @@ from pipeline.engine_config import TurnFailure
 from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
 from plugins.brain.local_model import local_model_of
+from plugins.contracts import ToolChoice
 from runtime.accounts import Principal
 from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideTool
 from runtime.continuity import ContinueHere, reconcile_from_journal
@@ -545,7 +546,10 @@ class VoiceSession:
             engine.persona, instructions=config.instructions, voice=voice
         )
         engine.audio_out = "audio" in config.output_modalities
-        engine.client_tools = config.tools if config.tool_choice != "none" else ()
+        engine.client_tools = config.tools
+        engine.tool_choice = ToolChoice.from_ga(config.tool_choice)
+        limit = config.max_output_tokens
+        engine.max_output_tokens = limit if isinstance(limit, int) else None
         self.tool_gate.set_client_tools(engine.client_tools)
         engine.auto_respond = config.turn_detection.create_response
         self._configure_playback()

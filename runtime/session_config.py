@@ -31,14 +31,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pipeline.audio_formats import PCM24K, AudioFormat
 from pipeline.turns import TurnEagerness
 from plugins.contracts import ToolSpec
-from runtime.protocol import ErrorCode, ProtocolError, validation_error
+from runtime.protocol import (
+    MAX_OUTPUT_TOKENS,
+    ErrorCode,
+    FunctionToolIn,
+    ProtocolError,
+    ToolChoiceFunctionIn,
+    validation_error,
+)
 
 GA_VOICES = frozenset(
     {"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"}
 )
 NO_EFFECT = (
     "tracing", "truncation", "include", "noise_reduction", "transcription", "speed",
-    "max_output_tokens", "parallel_tool_calls", "reasoning", "model",
+    "parallel_tool_calls", "reasoning", "model",
 )  # fmt: skip
 """Accepted and shown back, with no effect here (Rule 2)."""
 MAX_TOOLS = 32
@@ -100,18 +107,6 @@ class AudioOutputIn(_Strict):
 class AudioIn(_Strict):
     input: AudioInputIn | None = None
     output: AudioOutputIn | None = None
-
-
-class FunctionToolIn(_Strict):
-    type: Literal["function"] = "function"
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    description: str = Field(default="", max_length=4_000)
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-
-class ToolChoiceFunctionIn(_Strict):
-    type: Literal["function"]
-    name: str = Field(max_length=64)
 
 
 class SessionIn(_Strict):
@@ -201,10 +196,10 @@ def apply_update(
         )
     if update.max_output_tokens is not None:
         tokens = update.max_output_tokens
-        if isinstance(tokens, int) and not 1 <= tokens <= 4096:
+        if isinstance(tokens, int) and not 1 <= tokens <= MAX_OUTPUT_TOKENS:
             raise ProtocolError(
                 ErrorCode.INVALID_VALUE,
-                "max_output_tokens must be between 1 and 4096, or 'inf'",
+                f"max_output_tokens must be between 1 and {MAX_OUTPUT_TOKENS}, or 'inf'",
                 param="session.max_output_tokens",
                 event_id=event_id,
             )

@@ -26,6 +26,7 @@ MODEL_MODULES = frozenset(
         "test_thread_consolidation_llm.py",
         "test_fact_reader_llm.py",
         "test_eval_cli.py",
+        "test_function_tools_real.py",
     }
 )
 

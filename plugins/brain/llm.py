@@ -5,10 +5,9 @@ Theory of operation
 Every turn is first read by ``plugins.brain.grounding`` (language, intent, knowledge query).
 
 Rule 1. Social turns and "what did I just say" get code's reply at once (no model call).
-Rule 2. Tool routing. With only ``knowledge_search`` offered, code routes: every question is
-        searched with the context-aware query. When the role offers other tools, the model
-        picks one by grammar-constrained JSON (``response_format`` json_schema: each tool's
-        name with its parameters, or ``"none"``); a knowledge search still uses code's query.
+Rule 2. Tool routing. Code routes the knowledge search: every question is searched with the
+        context-aware query, once per turn. Functions (the client's, the role's HTTP tools) are
+        Rule 10's, decided first.
         ``confide`` (the agent's place to say how the work is going) is never routed by the
         model, so it costs an ordinary question nothing: code confides, once per turn, when
         the person says the agent got something wrong (``is_correction``), then answers the
@@ -61,17 +60,27 @@ Rule 9. Search again, rewritten (``plugins.brain.query_rewrite``; off by default
         question, and the small model's quote, Rule 4, admits too much), then Rule 5; else
         Rule 3's fixed answer. Passages Rule 4 refused are not searched again (the documents
         were reached and do not answer). Once per turn, never in the last round.
+Rule 10. Functions (``plugins.brain.function_calls``). When functions are offered, a question,
+        a request (a statement: "turn off the lights") or a question about the person ("what's
+        my balance?") — any turn when ``tool_choice`` forces a call — is first decided: the
+        model starts its reply in its own function-calling format, code reads whether it is a
+        call and of which function, the arguments come by constrained JSON; no call: the rules
+        above. Arguments are checked against the function's schema, retried once as free
+        JSON, else the turn fails with ``function_arguments_invalid``. After a function's
+        output the answer is phrased from it (numbers held to it; else code reads it); a
+        refused or failed call is said by code.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
+from knowledge.embedding import E5Embedder, Embedder, Vector
 from plugins.brain.arithmetic import (
     EXPRESSION_SCHEMA,
     Computation,
@@ -82,6 +91,31 @@ from plugins.brain.arithmetic import (
     counts,
     expression_messages,
     stated_numbers,
+)
+from plugins.brain.function_calls import (
+    ARGUMENT_TOKENS,
+    CALL_PREFILL,
+    SHORTLIST,
+    START_TOKENS,
+    FunctionCallFailed,
+    argument_problem,
+    arguments_schema,
+    card,
+    decision_messages,
+    failure_sentence,
+    forced,
+    free_json_messages,
+    function_results,
+    grammar_refused,
+    grounded,
+    named,
+    offered,
+    output_prompt,
+    output_supports,
+    parse_arguments,
+    parse_object,
+    read_output,
+    read_start,
 )
 from plugins.brain.grounding import (
     KNOWLEDGE_TOOL,
@@ -108,8 +142,8 @@ from plugins.brain.grounding import (
 from plugins.brain.json_model import json_payload
 from plugins.brain.local_model import Generation, LocalModel
 from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewritten_queries
-from plugins.brain.tool_router import ROUTER_PROMPT, parse_route, router_schema, tool_list
-from plugins.contracts import BrainDelta, BrainInput, ToolCall
+from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
+from plugins.errors import PluginError
 from plugins.language import detect_language, zh_or_en
 
 log = logging.getLogger(__name__)
@@ -159,6 +193,7 @@ _QUOTE_PROMPT = (
     "answer it."
 )
 _WEAK_COVERAGE = 0.5
+_CARDS_KEPT = 256
 _COMPUTE_PASSAGES = 2
 _COMPUTE_CHARS = 900
 CONFIDE_TOOL = "confide"
@@ -195,8 +230,12 @@ class LLMBrain:
         source_prefill: bool = True,
         compute: bool = True,
         rewrite_queries: bool = False,
+        embedder: Embedder | None = None,
     ) -> None:
         self.model = model
+        self.embedder = embedder
+        """Shortlists functions (Rule 10); the process's e5 model when first needed."""
+        self._cards: dict[str, Vector] = {}
         self.max_answer_tokens = max_answer_tokens
         self.brief_answer_tokens = brief_answer_tokens
         self.temperature = temperature
@@ -227,6 +266,20 @@ class LLMBrain:
     async def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
         reading = read_turn(request)
         lang = reading.language
+        outputs = function_results(request)
+        if outputs:  # Rule 10: a function ran this turn; its output is the answer's matter
+            async with contextlib.aclosing(self._answer_after(request, reading, outputs)) as ans:
+                async for delta in ans:
+                    yield delta
+            return
+        if forced(request) or (
+            reading.intent in (Intent.QUESTION, Intent.STATEMENT, Intent.MEMORY)
+            and not _confide_call(request, reading)
+        ):
+            function_call = await self._call_function(request, reading)
+            if function_call is not None:
+                yield BrainDelta(tool_call=function_call)
+                return
         if reading.intent is Intent.SOCIAL and reading.reply is not None:
             yield BrainDelta(text=reading.reply)
             return
@@ -314,7 +367,7 @@ class LLMBrain:
         # documents (Rule 5); if nothing holds, code says the best entry back.
         spoken = False
         generated = self._generate(request, lang, final, prefill=prefill)
-        checked = _checked_sentences(generated, " ".join(chosen), reading.text)
+        checked = _checked_sentences(generated, Support(" ".join(chosen), reading.text).faithful)
         async with contextlib.aclosing(checked):
             async for sentence in checked:
                 spoken = True
@@ -325,41 +378,146 @@ class LLMBrain:
     # ------------------------------------------------------------ tool routing (Rule 2)
 
     async def _route(self, request: BrainInput, reading: Reading) -> ToolCall | None:
+        """The knowledge search, code-routed, once per turn (functions: Rule 10)."""
         if any(call.name != CONFIDE_TOOL for call in request.tool_calls):
             return None
-        routable = tuple(tool for tool in request.tools if tool.name != CONFIDE_TOOL)
-        if not routable:
+        if not any(tool.name == KNOWLEDGE_TOOL for tool in request.tools):
             return None
-        request = dataclasses.replace(request, tools=routable)
-        names = [tool.name for tool in routable]
-        number = len(request.tool_calls) + 1
-        if names == [KNOWLEDGE_TOOL]:
-            return _knowledge_call(reading, number)
-        choice = await self._choose_tool(request, reading)
-        if choice is None:
-            return None
-        name, arguments = choice
-        if name == KNOWLEDGE_TOOL:
-            return _knowledge_call(reading, number)
-        return ToolCall(call_id=f"llm_{name}_{number}", name=name, arguments=arguments)
+        return _knowledge_call(reading, len(request.tool_calls) + 1)
 
-    async def _choose_tool(
-        self, request: BrainInput, reading: Reading
-    ) -> tuple[str, dict[str, Any]] | None:
+    # ------------------------------------------------------------ functions (Rule 10)
+
+    async def _call_function(self, request: BrainInput, reading: Reading) -> ToolCall | None:
+        """The function call the person's words ask for (``function_calls`` Rules 1–3)."""
+        tools, choice = offered(request)
+        if not tools:
+            return None
+        earlier = earlier_user_inputs(request.history)
+        previous = earlier[-1] if earlier else None
+        text = reading.text or request.current_input
+        if choice.mode == "function":
+            tool, messages = tools[0], decision_messages(tools, text, previous)
+        else:
+            shown = await self._shortlist(tools, text)
+            messages = decision_messages(shown, text, previous)
+            if choice.mode == "required":
+                prefilled = [*messages, {"role": "assistant", "content": CALL_PREFILL}]
+                payload = {"messages": prefilled, "temperature": 0, "max_tokens": 16}
+                name: str | None = (await self._text(payload, request)).split('"')[0]
+            else:
+                call, name = await self._call_start(messages, request)
+                if not call:
+                    return None
+            tool = await self._closest(shown, name or text)
         payload = {
-            "messages": [
-                {"role": "system", "content": f"{ROUTER_PROMPT}\n{tool_list(request.tools)}"},
-                {"role": "user", "content": reading.text},
-            ],
+            "messages": messages,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": "route", "schema": router_schema(request.tools)},
+                "json_schema": {"name": "function_call", "schema": arguments_schema(tool)},
             },
             "temperature": 0,
-            "max_tokens": 96,
+            "max_tokens": ARGUMENT_TOKENS,
         }
-        text = "".join([piece async for piece in self.model.chat(payload, lane=request.session)])
-        return parse_route(text, request.tools)
+        problem: str | None = None
+        try:
+            arguments = parse_arguments(await self._text(payload, request))
+        except PluginError as e:
+            if not grammar_refused(e):
+                raise
+            log.warning("a function's schema was refused as a grammar: %s", e.code)
+            arguments, problem = None, "the schema could not be used as a grammar"
+        if arguments is not None:
+            problem = argument_problem(tool, arguments)
+        if arguments is None or problem is not None:
+            retry = {
+                "messages": free_json_messages(tool, text, previous, problem),
+                "response_format": {"type": "json_object"},
+                "temperature": 0,
+                "max_tokens": ARGUMENT_TOKENS,
+            }
+            arguments = parse_object(await self._text(retry, request))
+            problem = argument_problem(tool, arguments)
+            if problem is not None:
+                raise FunctionCallFailed(f"the arguments for {tool.name} do not fit: {problem}")
+        said = f"{previous or ''} {text}"
+        call_id = f"call_{uuid.uuid4().hex[:22]}"
+        return ToolCall(call_id=call_id, name=tool.name, arguments=grounded(tool, arguments, said))
+
+    async def _call_start(
+        self, messages: list[dict[str, str]], request: BrainInput
+    ) -> tuple[bool, str | None]:
+        """Rule 10, ``auto``: read the free reply's start (``function_calls.read_start``);
+        the model is stopped as soon as it is decided."""
+        payload = {"messages": messages, "temperature": 0, "max_tokens": START_TOKENS}
+        written = ""
+        pieces = self.model.chat(payload, lane=request.session)
+        async with contextlib.aclosing(pieces):
+            async for piece in pieces:
+                written += piece
+                call, name = read_start(written)
+                if call is False or name is not None:
+                    return bool(call), name
+        call, name = read_start(written)
+        return bool(call), name
+
+    async def _shortlist(self, tools: Sequence[ToolSpec], text: str) -> tuple[ToolSpec, ...]:
+        """Rule 10: the ``SHORTLIST`` functions closest to the person's words, closest first
+        (all of them, as declared, when there are no more)."""
+        if len(tools) <= SHORTLIST:
+            return tuple(tools)
+        similarity = await self._similarity(tools, text)
+        order = sorted(range(len(tools)), key=lambda i: -similarity[i])
+        return tuple(tools[i] for i in order[:SHORTLIST])
+
+    async def _closest(self, tools: Sequence[ToolSpec], name: str) -> ToolSpec:
+        """Rule 10: the function ``name`` means (its own, else the closest by meaning)."""
+        found = named(tools, name)
+        if found is not None or len(tools) == 1:
+            return found or tools[0]
+        similarity = await self._similarity(tools, name.replace("_", " "), names=True)
+        return tools[max(range(len(tools)), key=lambda i: similarity[i])]
+
+    async def _similarity(
+        self, tools: Sequence[ToolSpec], text: str, *, names: bool = False
+    ) -> list[float]:
+        embedder = self.embedder
+        if embedder is None:
+            embedder = self.embedder = E5Embedder.shared()
+        cards = [tool.name.replace("_", " ") if names else card(tool) for tool in tools]
+        missing = [c for c in cards if c not in self._cards]
+        if missing:
+            for key, vector in zip(missing, await embedder.passages(missing), strict=True):
+                self._cards[key] = vector
+            while len(self._cards) > _CARDS_KEPT:
+                del self._cards[next(iter(self._cards))]
+        query = await embedder.query(text)
+        return [float(self._cards[c] @ query) for c in cards]
+
+    async def _text(self, payload: dict[str, Any], request: BrainInput) -> str:
+        return "".join([piece async for piece in self.model.chat(payload, lane=request.session)])
+
+    async def _answer_after(
+        self, request: BrainInput, reading: Reading, outputs: Sequence[ToolResult]
+    ) -> AsyncGenerator[BrainDelta, None]:
+        """Rule 10: the answer after a function's output (``function_calls`` Rule 4)."""
+        lang = reading.language
+        failed = [r for r in outputs if r.is_error]
+        if failed:
+            yield BrainDelta(text=failure_sentence(failed[0], lang))
+            return
+        question = reading.text or request.current_input
+        final = output_prompt(question, outputs, lang)
+        spoken = False
+        generated = self._generate(request, lang, final)
+        checked = _checked_sentences(
+            generated, lambda sentence: output_supports(sentence, outputs, question)
+        )
+        async with contextlib.aclosing(checked):
+            async for sentence in checked:
+                spoken = True
+                yield BrainDelta(text=sentence)
+        if not spoken:
+            yield BrainDelta(text=read_output(outputs[-1]))
 
     # ------------------------------------------------------------ evidence check (Rule 4)
 
@@ -486,7 +644,9 @@ class LLMBrain:
         spoken = False
         prefill = start if self.source_prefill else ""
         generated = self._generate(request, lang, final, prefill=prefill)
-        checked = _checked_sentences(generated, evidence_text, reading.query or reading.text)
+        checked = _checked_sentences(
+            generated, Support(evidence_text, reading.query or reading.text).faithful
+        )
         async with contextlib.aclosing(checked):
             async for sentence in checked:
                 spoken = True
@@ -504,11 +664,10 @@ class LLMBrain:
         brief = _BRIEF.search(" ".join(memory_entries(request.system)))
         generation = Generation(lane=request.session)
         self.last_generation = generation
-        payload = {
-            "messages": messages,
-            "temperature": self.temperature,
-            "max_tokens": self.brief_answer_tokens if brief else self.max_answer_tokens,
-        }
+        limit = self.brief_answer_tokens if brief else self.max_answer_tokens
+        if request.max_output_tokens is not None:  # the engine cuts there; stop there too
+            limit = min(limit, request.max_output_tokens)
+        payload = {"messages": messages, "temperature": self.temperature, "max_tokens": limit}
         pieces = self.model.chat(payload, lane=request.session, generation=generation)
         async with contextlib.aclosing(pieces):
             async for piece in pieces:
@@ -598,12 +757,11 @@ def chat_messages(request: BrainInput, lang: str, final: str) -> list[dict[str, 
 
 
 async def _checked_sentences(
-    pieces: AsyncGenerator[str, None], evidence_text: str, question: str
+    pieces: AsyncGenerator[str, None], faithful: Callable[[str], bool]
 ) -> AsyncGenerator[str, None]:
-    """Release the model's text a sentence at a time, dropping what the evidence does not
-    support (Rule 5, ``faithful``). The first sentence is released as soon as it ends.
-    Closing this generator closes ``pieces`` (and so stops the model) at once."""
-    support = Support(evidence_text, question)
+    """Release the model's text a sentence at a time, dropping what ``faithful`` refuses (the
+    evidence does not support it: Rule 5, ``Support``). The first sentence is released as
+    soon as it ends. Closing this generator closes ``pieces`` (and so stops the model)."""
     buffer = ""
     async with contextlib.aclosing(pieces):
         async for piece in pieces:
@@ -612,10 +770,10 @@ async def _checked_sentences(
             if done:
                 ready, buffer = buffer[:done], buffer[done:]
                 for sentence in sentences(ready):
-                    if support.faithful(sentence):
+                    if faithful(sentence):
                         yield sentence + (" " if sentence[-1] in ".!?" else "")
     rest = buffer.strip()
-    if rest and support.faithful(rest):
+    if rest and faithful(rest):
         yield rest
 
 
@@ -667,4 +825,4 @@ def _recall_answer(request: BrainInput, lang: str) -> str:
     return _RECALL[lang].format(earlier[-1]) if earlier else NOTHING_EARLIER[lang]
 
 
-__all__ = ["LLMBrain", "chat_messages", "parse_route", "router_schema"]
+__all__ = ["LLMBrain", "chat_messages"]

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.content import TurnContent
 from plugins.brain.grounding import NOT_IN_DOCUMENTS, NOT_REMEMBERED, NOTHING_EARLIER
-from plugins.brain.llm import LLMBrain, Support, chat_messages, parse_route
+from plugins.brain.llm import LLMBrain, Support, chat_messages
 from plugins.brain.local_model import Generation, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
 from plugins.contracts import BrainDelta, BrainInput, HistoryTurn, ToolCall, ToolResult, ToolSpec
@@ -238,36 +238,42 @@ async def test_a_statement_is_not_searched_even_when_search_is_offered() -> None
     assert all(delta.tool_call is None for delta in out)
 
 
-async def test_with_another_tool_offered_the_model_routes_by_json_schema() -> None:
-    route = ['{"tool": "order_status", ', '"arguments": {"order_id": "123"}}']
-    model = FakeModel(route)
+async def test_with_a_function_offered_the_model_decides_in_its_own_call_format() -> None:
+    start = ["<tool_call>\n", '{"name": "order_status", ', '"arguments": {"order_id"']
+    arguments = ['{"name": "order_status", "arguments": {"order_id": "123"}}']
+    model = FakeModel(start, arguments)
     brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn("where is my order 123?", language="en", tools=(KNOWLEDGE, ORDER_STATUS))
 
     out = await deltas(brain, request)
 
-    assert out == [
-        BrainDelta(tool_call=ToolCall("llm_order_status_1", "order_status", {"order_id": "123"}))
-    ]
-    (call,) = model.calls
-    payload = call["payload"]
-    assert call["lane"] == "session-1"
-    assert payload["response_format"]["type"] == "json_schema"
-    schema = payload["response_format"]["json_schema"]["schema"]
-    offered = [option["properties"]["tool"]["const"] for option in schema["anyOf"]]
-    assert offered == ["knowledge_search", "order_status", "none"]
-    by_name = {option["properties"]["tool"]["const"]: option for option in schema["anyOf"]}
-    assert by_name["order_status"]["properties"]["arguments"] == ORDER_STATUS.parameters
-    assert by_name["order_status"]["required"] == ["tool", "arguments"]
-    assert payload["temperature"] == 0
-    system = payload["messages"][0]
-    assert system["role"] == "system"
-    assert "- order_status: Look up an order." in system["content"]
-    assert payload["messages"][-1] == {"role": "user", "content": "where is my order 123?"}
+    (delta,) = out
+    assert delta.tool_call is not None
+    assert (delta.tool_call.name, delta.tool_call.arguments) == (
+        "order_status",
+        {"order_id": "123"},
+    )
+    assert delta.tool_call.call_id.startswith("call_")  # unique: clients match outputs by it
+    decision, filling = model.calls
+    assert model.closed_early == 1  # the free start is stopped once the name is read
+    assert decision["lane"] == "session-1"
+    assert "response_format" not in decision["payload"]
+    system = decision["payload"]["messages"][0]["content"]
+    assert "<tools>" in system and '"name": "order_status"' in system
+    assert "knowledge_search" not in system  # the knowledge search is code's, never offered
+    assert decision["payload"]["messages"][-1] == {
+        "role": "user",
+        "content": "where is my order 123?",
+    }
+    schema = filling["payload"]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["name"] == {"const": "order_status"}
+    assert schema["properties"]["arguments"] == ORDER_STATUS.parameters
+    assert filling["payload"]["messages"] == decision["payload"]["messages"]  # cached prefix
+    assert json.loads(json.dumps(schema)) == schema
 
 
-async def test_a_routed_knowledge_search_still_uses_codes_query() -> None:
-    model = FakeModel(['{"tool": "knowledge_search", "arguments": {"query": "freight"}}'])
+async def test_when_no_function_fits_the_knowledge_search_uses_codes_query() -> None:
+    model = FakeModel(["运费", "由买家承担。"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn("那运费谁承担?", ZH_HISTORY, tools=(KNOWLEDGE, ORDER_STATUS))
 
@@ -278,18 +284,19 @@ async def test_a_routed_knowledge_search_still_uses_codes_query() -> None:
         "knowledge_search",
         {"query": "我是因为商品质量问题退货。 那运费谁承担?"},
     )
+    assert model.closed_early == 1  # a reply in words is no call: stopped at once
+    # The decision saw the person's previous message (a follow-up's subject is there).
+    assert "我是因为商品质量问题退货。" in model.payloads[0]["messages"][-1]["content"]
 
 
-@pytest.mark.parametrize(
-    "router_says", ['{"tool": "none"}', "not json", '{"tool": "rm_rf"}', '["order_status"]']
-)
-async def test_a_router_choosing_none_or_nonsense_makes_no_tool_call(router_says: str) -> None:
-    model = FakeModel([router_says])
+@pytest.mark.parametrize("start", [["Sure, "], ["", " \n", "I can't"], []])
+async def test_a_reply_in_words_makes_no_call(start: list[str]) -> None:
+    model = FakeModel(start)
     brain = LLMBrain(model)  # type: ignore[arg-type]
-    request = turn("where is my order 123?", language="en", tools=(KNOWLEDGE, ORDER_STATUS))
+    request = turn("where is my order 123?", language="en", tools=(ORDER_STATUS,))
 
     assert await spoken(brain, request) == NOT_IN_DOCUMENTS["en"]
-    assert len(model.calls) == 1  # only the router
+    assert len(model.calls) == 1  # only the decision
 
 
 CONFIDE = ToolSpec(
@@ -309,8 +316,8 @@ async def test_with_confide_offered_an_ordinary_question_is_still_searched_by_co
     assert model.calls == []  # no router call: confide costs an ordinary question nothing
 
 
-async def test_the_model_router_is_never_offered_confide() -> None:
-    model = FakeModel(['{"tool": "none"}'])
+async def test_the_model_is_never_offered_confide() -> None:
+    model = FakeModel(["Sorry"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn(
         "where is my order 123?", language="en", tools=(KNOWLEDGE, ORDER_STATUS, CONFIDE)
@@ -319,9 +326,8 @@ async def test_the_model_router_is_never_offered_confide() -> None:
     out = await deltas(brain, request)
 
     assert all(d.tool_call is None or d.tool_call.name != "confide" for d in out)
-    schema = model.payloads[0]["response_format"]["json_schema"]["schema"]
-    offered = [option["properties"]["tool"]["const"] for option in schema["anyOf"]]
-    assert offered == ["knowledge_search", "order_status", "none"]
+    system = model.payloads[0]["messages"][0]["content"]
+    assert '"name": "order_status"' in system and "confide" not in system
 
 
 @pytest.mark.parametrize(
@@ -360,18 +366,6 @@ def _answered(answer: str):  # type: ignore[no-untyped-def]
     return handler
 
 
-def test_parse_route_needs_an_offered_tool_with_object_arguments() -> None:
-    tools = (KNOWLEDGE, ORDER_STATUS)
-
-    assert parse_route('{"tool": "order_status", "arguments": {"order_id": "1"}}', tools) == (
-        "order_status",
-        {"order_id": "1"},
-    )
-    assert parse_route('{"tool": "order_status"}', tools) == ("order_status", {})
-    assert parse_route('{"tool": "order_status", "arguments": "1"}', tools) is None
-    assert parse_route('{"tool": "none"}', tools) is None
-
-
 async def test_no_routing_once_the_tool_round_has_results() -> None:
     model = FakeModel(["退货期限为签收后 7 天。"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
@@ -384,7 +378,10 @@ async def test_no_routing_once_the_tool_round_has_results() -> None:
 
 
 async def test_a_request_in_the_imperative_is_routed_to_the_roles_tools() -> None:
-    model = FakeModel(['{"tool": "order_status", "arguments": {"order_id": "123"}}'])
+    model = FakeModel(
+        ['{"name": "order_status"'],
+        ['{"name": "order_status", "arguments": {"order_id": "123"}}'],
+    )
     brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn("Check the status of order 123.", language="en", tools=(KNOWLEDGE, ORDER_STATUS))
 
@@ -793,14 +790,6 @@ async def test_cancelling_the_consumer_closes_the_models_stream_at_once() -> Non
 
     assert seen == ["根据《售后政策》，", "退货期限为签收后 7 天。"]
     assert model.closed_early == 1
-
-
-def test_json_router_schema_is_valid_json() -> None:
-    from plugins.brain.llm import router_schema
-
-    schema = router_schema((KNOWLEDGE, ORDER_STATUS))
-
-    assert json.loads(json.dumps(schema)) == schema
 
 
 async def test_a_memory_answer_the_entries_do_not_support_is_replaced_by_the_entry() -> None:

@@ -17,12 +17,13 @@ from websockets.typing import Subprotocol
 
 from journal.events import EventKind
 from pipeline.audio_formats import ulaw_decode, ulaw_encode
+from plugins.contracts import ToolChoice
 from plugins.fakes import FakeASR, FakeTTS
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server
 from runtime.session import VoiceSession
 from tests.runtime.conftest import fake_plugins
-from tests.runtime.ga import FunctionBrain
+from tests.runtime.ga import WEATHER_TOOL, FunctionBrain
 from tests.runtime.test_ga_conformance import GAConnection, journal_of, say, silence, tone
 
 
@@ -237,3 +238,62 @@ async def test_a_ga_session_ends_with_its_connection(server: RunningServer) -> N
             break
         await asyncio.sleep(0.02)
     assert not server.services.live_sessions  # no resume is possible without seq
+
+
+async def test_max_output_tokens_cuts_the_answer_and_ends_it_incomplete(
+    server: RunningServer,
+) -> None:
+    ws, conn = await connect(server)
+    async with ws:
+        await update(conn, {"output_modalities": ["text"], "max_output_tokens": 2})
+        await say(conn, "hi")
+        done = await conn.wait("response.done")
+        response = done["response"]
+        assert response["status"] == "incomplete"
+        assert response["status_details"]["reason"] == "max_output_tokens"
+        assert response["output"][0]["content"][0]["text"] == "Hello there"
+        assert response["output"][0]["status"] == "incomplete"
+        assert response["usage"]["output_tokens"] <= 2
+        # A response's own limit wins over the session's; "inf" lifts it.
+        await conn.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "again"}]}})  # fmt: skip
+        await conn.send({"type": "response.create", "response": {"max_output_tokens": 1}})
+        done = await conn.wait("response.done")
+        assert done["response"]["output"][0]["content"][0]["text"].strip() == "Hello"
+        await conn.send({"type": "response.create", "response": {"max_output_tokens": "inf"}})
+        done = await conn.wait("response.done")
+        assert done["response"]["status"] == "completed"
+        await conn.send({"type": "response.create", "response": {"max_output_tokens": 0}})
+        error = await conn.wait("error")
+        assert error["error"]["param"] == "response.max_output_tokens"
+
+
+async def test_a_responses_own_tools_and_tool_choice_reach_the_brain(
+    server: RunningServer,
+) -> None:
+    minutes = {"type": "object", "properties": {"minutes": {"type": "integer"}}}
+    timer = {"type": "function", "name": "set_timer", "description": "Start a timer.",
+             "parameters": minutes}  # fmt: skip
+    ws, conn = await connect(server)
+    async with ws:
+        await update(conn, {"output_modalities": ["text"], "tools": [WEATHER_TOOL],
+                            "tool_choice": "none"})  # fmt: skip
+        await say(conn, "what is the weather?")
+        await conn.wait("response.done")
+        brain = server.services.plugins.brain
+        assert isinstance(brain, FunctionBrain)
+        session_request = brain.requests[-1]
+        assert "get_weather" not in {t.name for t in session_request.tools}  # none: not offered
+        assert session_request.tool_choice == ToolChoice("none")
+        choice = {"type": "function", "name": "set_timer"}
+        await conn.send({"type": "response.create",
+                         "response": {"tools": [timer], "tool_choice": choice}})  # fmt: skip
+        await conn.wait("response.done")
+        own = brain.requests[-1]
+        offered = {t.name for t in own.tools}
+        assert "set_timer" in offered and "get_weather" not in offered
+        assert own.tool_choice == ToolChoice("function", "set_timer")
+        await conn.send({"type": "response.create", "response": {"tool_choice": "sometimes"}})
+        error = await conn.wait("error")
+        assert error["error"]["param"] == "response.tool_choice"

@@ -1,0 +1,201 @@
+"""Function tools on the default brain with the real local model (SPEC OAI-2, TOOL-6): the
+official ``openai`` SDK (async and sync) and the ``openai-agents`` realtime runner, unchanged
+but for the URL, against the real server. The model is loaded once for the module; speech is
+faked (these are typed turns: the brain is what is under test).
+
+How often the model picks the right function is measured by ``benchmarks.tool_calls``; these
+tests hold only what must always work: a plain request for the one fitting function, a forced
+choice, ``none``, and the answer after the function's output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from agents import function_tool
+from agents.realtime import RealtimeAgent, RealtimeRunner
+from openai import AsyncOpenAI, OpenAI
+
+from plugins.brain.llm import LLMBrain
+from plugins.brain.local_model import LocalModel, LocalModelSettings
+from plugins.fakes import FakeASR, FakeTTS
+from runtime.config import Settings
+from runtime.server import RunningServer, running_server
+from tests.runtime.conftest import fake_plugins
+
+pytestmark = [
+    pytest.mark.skipif(
+        LocalModel.unavailable_reason() is not None,
+        reason=f"local model not installed: {LocalModel.unavailable_reason()}",
+    ),
+    pytest.mark.asyncio(loop_scope="module"),
+]
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather for a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "The city"}},
+        "required": ["city"],
+    },
+}
+TIMER = {
+    "type": "function",
+    "name": "set_timer",
+    "description": "Start a countdown timer for a number of minutes.",
+    "parameters": {
+        "type": "object",
+        "properties": {"minutes": {"type": "integer"}},
+        "required": ["minutes"],
+    },
+}
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningServer]:
+    model = LocalModel(LocalModelSettings(start_deadline_s=60.0))
+    await model.warm_up()
+    settings = Settings(port=0, storage="memory", data_dir=Path(tmp_path_factory.mktemp("fn")))
+    plugins = fake_plugins(brain=LLMBrain(model), asr=FakeASR(), tts=FakeTTS(ms_per_char=1.0))
+    async with running_server(settings, plugins=plugins) as running:
+        yield running
+    await model.aclose()
+
+
+def client(server: RunningServer) -> AsyncOpenAI:
+    return AsyncOpenAI(api_key=server.token, websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+
+
+async def ask(conn: Any, text: str) -> None:
+    await conn.conversation.item.create(
+        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    )
+    await conn.response.create()
+
+
+async def until_done(conn: Any) -> tuple[Any, list[Any]]:
+    calls = []
+    async for event in conn:
+        if event.type == "response.output_item.done" and event.item.type == "function_call":
+            calls.append(event.item)
+        if event.type == "response.done":
+            return event.response, calls
+    raise AssertionError("the connection ended first")
+
+
+async def test_the_async_sdk_gets_the_fitting_function_and_an_answer_from_its_output(
+    server: RunningServer,
+) -> None:
+    async with client(server).realtime.connect(model="Assistant") as conn:
+        await conn.session.update(
+            session={"type": "realtime", "output_modalities": ["text"], "tools": [WEATHER, TIMER]}  # type: ignore[list-item]
+        )
+        await ask(conn, "What's the weather in Paris right now?")
+        response, calls = await until_done(conn)
+        (call,) = calls
+        assert call.name == "get_weather"
+        assert "paris" in json.loads(call.arguments)["city"].lower()
+        assert response.status == "completed"
+        output = '{"city": "Paris", "temperature_c": 17, "sky": "light rain"}'
+        await conn.conversation.item.create(
+            item={"type": "function_call_output", "call_id": call.call_id, "output": output}
+        )
+        await conn.response.create()
+        response, calls = await until_done(conn)
+        assert calls == []  # the output is answered in words, not with another call
+        answer = response.output[0].content[0].text
+        assert "17" in answer or "rain" in answer.lower()
+
+
+async def test_the_sync_sdk_forces_a_named_function_and_none_offers_none(
+    server: RunningServer,
+) -> None:
+    def conversation() -> tuple[list[str], list[str]]:
+        sync = OpenAI(api_key=server.token, websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+        forced: list[str] = []
+        refused: list[str] = []
+        with sync.realtime.connect(model="Assistant") as conn:
+            named = {"type": "function", "name": "set_timer"}
+            conn.session.update(
+                session={"type": "realtime", "output_modalities": ["text"],
+                         "tools": [WEATHER, TIMER], "tool_choice": named}  # type: ignore[typeddict-item]
+            )  # fmt: skip
+            for text, seen in (("Ten minutes, please.", forced),):
+                conn.conversation.item.create(item={"type": "message", "role": "user",
+                    "content": [{"type": "input_text", "text": text}]})  # fmt: skip
+                conn.response.create()
+                for event in conn:
+                    if event.type == "response.function_call_arguments.done":
+                        seen.append(f"{event.name} {event.arguments}")
+                    if event.type == "response.done":
+                        break
+            conn.session.update(session={"type": "realtime", "tool_choice": "none"})
+            weather = [{"type": "input_text", "text": "What's the weather in Paris?"}]
+            conn.conversation.item.create(
+                item={"type": "message", "role": "user", "content": weather}  # type: ignore[typeddict-item]
+            )
+            conn.response.create()
+            for event in conn:
+                if event.type == "response.function_call_arguments.done":
+                    refused.append(event.name)
+                if event.type == "response.done":
+                    break
+        return forced, refused
+
+    forced, refused = await asyncio.to_thread(conversation)
+    (call,) = forced
+    name, arguments = call.split(" ", 1)
+    assert name == "set_timer" and json.loads(arguments) == {"minutes": 10}
+    assert refused == []
+
+
+RUNS: list[str] = []
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """Get the current weather for a city."""
+    RUNS.append(f"weather:{city}")
+    return "sunny, 21 degrees"
+
+
+@function_tool
+def set_timer(minutes: int) -> str:
+    """Start a countdown timer for a number of minutes."""
+    RUNS.append(f"timer:{minutes}")
+    return f"timer set for {minutes} minutes"
+
+
+async def test_the_agents_runner_runs_the_tool_the_model_picks(server: RunningServer) -> None:
+    RUNS.clear()
+    agent = RealtimeAgent(
+        name="Assistant", instructions="Be brief.", tools=[get_weather, set_timer]
+    )
+    model_config: Any = {
+        "url": f"ws://127.0.0.1:{server.port}/v1/realtime?model=Assistant",
+        "headers": {"Authorization": f"Bearer {server.token}"},
+    }
+    session = await RealtimeRunner(agent).run(model_config=model_config)
+    said = ""
+    async with session:
+        await session.send_message("Please set a timer for 5 minutes.")
+        async with asyncio.timeout(120):
+            tools_done = 0
+            async for event in session:
+                if event.type == "tool_end":
+                    tools_done += 1
+                if event.type == "raw_model_event" and event.data.type == "raw_server_event":
+                    data = event.data.data
+                    if data.get("type") == "response.output_audio_transcript.delta":
+                        said += data.get("delta", "")
+                if event.type == "agent_end" and tools_done and said:
+                    break
+    assert RUNS == ["timer:5"]
+    assert "5" in said or "five" in said.lower()
