@@ -28,7 +28,9 @@ Rule 2. The decision is in the format the Qwen2.5 models were trained on for fun
         closest first: the small model confuses long lists and favours the first entry.
         The person's previous message is shown too (a follow-up: "and in Berlin?").
 Rule 3. Code checks the arguments against the function's schema (``jsonschema``): the grammar
-        covers types and structure, not every keyword. An optional string the person did not
+        covers types and structure, not every keyword. A key the schema does not declare is
+        dropped (the model once copied the schema itself as the arguments of a function whose
+        parameters are all optional). An optional string the person did not
         say (no word of it in their message, same script) is dropped: the small model fills
         optional fields with placeholders ("your_order_id_here") and defaults nobody chose; a
         number the person did not say becomes the one number they said, if they said one. A
@@ -38,9 +40,11 @@ Rule 3. Code checks the arguments against the function's schema (``jsonschema``)
         code ``function_arguments_invalid``) instead of a call with arguments the client
         would have to reject.
 Rule 4. The answer after a function's output: the model phrases it from
-        the output, given inside ``<untrusted_tool_output>`` as data; a sentence holding a
-        number the output and the question do not hold is dropped; if nothing is left, code
-        reads the output (a JSON object as "key: value" pairs). A refused or failed call is
+        the output, given inside ``<untrusted_tool_output>`` as data; a sentence is dropped
+        when it holds a number the output and the question do not hold, talks about
+        "functions" or JSON, or only says the request back; if nothing is left, or what is
+        left says none of a JSON output's values, code reads the output (a JSON object as
+        "key: value" pairs). A refused or failed call is
         said by code: a refusal with the rule it quotes, a failure as one short sentence.
 """
 
@@ -56,6 +60,7 @@ from typing import Any
 import jsonschema
 
 from plugins.brain.arithmetic import stated_numbers
+from plugins.brain.grounding import terms
 from plugins.contracts import BrainInput, ToolChoice, ToolResult, ToolSpec
 from plugins.errors import PluginError, PluginTimeout
 
@@ -65,14 +70,17 @@ BUILTINS = frozenset({"knowledge_search", "confide"})
 """The brain's own tools (Rule 1): never offered to the model as functions."""
 
 _TOOLS_SYSTEM = (
-    "You are a helpful voice assistant.\n\n# Tools\n\nYou may call one or more functions to "
+    "You are a helpful voice assistant. Call a function whenever one of them does what the user "
+    "asks, in whatever language they ask; otherwise answer in words.\n\n# Tools\n\nYou may "
+    "call one or more functions to "
     "assist with the user query.\n\nYou are provided with function signatures within "
     "<tools></tools> XML tags:\n<tools>\n{listed}\n</tools>\n\nFor each function call, "
     "return a json object with function name and arguments within <tool_call></tool_call> XML "
     'tags:\n<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n'
     "</tool_call>"
 )
-"""Rule 2: the Qwen2.5 chat template's function-calling system message, word for word."""
+"""Rule 2: the Qwen2.5 chat template's function-calling system message (its first line ours:
+38 of 53 right on the dev split against 36 with a plain first line and 35 with Qwen's own)."""
 CALL_PREFILL = '<tool_call>\n{"name": "'
 """Rule 2: the start of a call (``required``: the model writes only the name after it)."""
 _CALL_STARTS = ("{", "`", "<")
@@ -181,15 +189,19 @@ def card(tool: ToolSpec) -> str:
 
 
 def grounded(tool: ToolSpec, arguments: dict[str, Any], said: str) -> dict[str, Any]:
-    """Rule 3: ``arguments`` without the optional strings the person did not say, and a
+    """Rule 3: ``arguments`` without undeclared keys and the optional strings the person did
+    not say, and a
     number the person did not say replaced by the one number they did say (the small model
     writes 五百 as 5000)."""
     schema = _object(tool.parameters)
     required = set(schema.get("required", ()))
     words = set(re.findall(r"[a-z0-9]+", said.casefold()))
     numbers = stated_numbers(said)
+    declared = schema.get("properties")
     kept: dict[str, Any] = {}
     for name, value in arguments.items():
+        if isinstance(declared, dict) and declared and name not in declared:
+            continue  # not a parameter (the model copied the schema's own keys, say)
         if name not in required and isinstance(value, str) and not _said(value, said, words):
             continue
         if _is_number(value) and Fraction(str(value)) not in numbers and len(numbers) == 1:
@@ -271,10 +283,13 @@ _FAILED = {
     "zh": "抱歉，没有办成（{}）。",
 }
 _OUTPUT_PROMPT = {
-    "en": "(The function {name} returned the output below. Tell the person what it means for "
-    "their request in one or two short sentences, using only what the output says.)",
-    "zh": "（函数{name}返回了下面的结果。用一两句短句告诉用户结果，只说结果里有的内容。）",
+    "en": "(The result of this request is below, as data. Tell the person the result in one "
+    "short sentence, speaking to them, with the values it holds — numbers, times, names, codes. "
+    "Never mention functions, outputs or JSON.)",
+    "zh": "（这个请求的结果在下面，是数据。用一句短句直接告诉用户结果，"
+    "说出结果里的数字、时间、名称或编号。不要提函数、输出或JSON。）",
 }
+_META = re.compile(r"\bfunction|\bjson\b|\boutput\b|函数|返回", re.I)
 _NUMBER = re.compile(r"\d+(?:[.:]\d+)?")
 
 
@@ -306,9 +321,35 @@ def output_prompt(text: str, results: Sequence[ToolResult], lang: str) -> str:
 
 
 def output_supports(sentence: str, results: Sequence[ToolResult], question: str) -> bool:
-    """Rule 4: every number of ``sentence`` is in an output or the question."""
+    """Rule 4: every number of ``sentence`` is in an output or the question; it does not talk
+    about functions; it is not the request said back."""
     known = set(_NUMBER.findall(" ".join(r.content for r in results) + " " + question))
-    return all(number in known for number in _NUMBER.findall(sentence))
+    if not all(number in known for number in _NUMBER.findall(sentence)):
+        return False
+    if _META.search(sentence):
+        return False
+    said = terms(sentence)
+    return not said or bool(said - terms(question)) or bool(said & output_terms(results))
+
+
+def output_terms(results: Sequence[ToolResult]) -> set[str]:
+    return terms(" ".join(r.content for r in results))
+
+
+def output_values(result: ToolResult) -> list[str]:
+    """The scalar values of a JSON object output (what an answer should say), else []."""
+    content = result.content.strip()
+    value = parse_object(content) if content.startswith("{") else None
+    if not isinstance(value, dict):
+        return []
+    return [str(v) for v in value.values() if isinstance(v, str | int | float) and len(str(v)) > 1]
+
+
+def says_values(answer: str, results: Sequence[ToolResult]) -> bool:
+    """Rule 4: the answer says at least one value of a JSON object output (or there is none)."""
+    values = [v for r in results for v in output_values(r)]
+    lowered = answer.casefold()
+    return not values or any(v.casefold() in lowered for v in values)
 
 
 def read_output(result: ToolResult) -> str:

@@ -116,6 +116,7 @@ from plugins.brain.function_calls import (
     parse_object,
     read_output,
     read_start,
+    says_values,
 )
 from plugins.brain.grounding import (
     KNOWLEDGE_TOOL,
@@ -507,17 +508,17 @@ class LLMBrain:
             return
         question = reading.text or request.current_input
         final = output_prompt(question, outputs, lang)
-        spoken = False
         generated = self._generate(request, lang, final)
         checked = _checked_sentences(
             generated, lambda sentence: output_supports(sentence, outputs, question)
         )
+        said = ""
         async with contextlib.aclosing(checked):
             async for sentence in checked:
-                spoken = True
+                said += sentence
                 yield BrainDelta(text=sentence)
-        if not spoken:
-            yield BrainDelta(text=read_output(outputs[-1]))
+        if not said or not says_values(said, outputs):
+            yield BrainDelta(text=(" " if said else "") + read_output(outputs[-1]))
 
     # ------------------------------------------------------------ evidence check (Rule 4)
 

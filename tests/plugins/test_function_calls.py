@@ -325,3 +325,26 @@ def test_a_number_the_person_did_not_say_becomes_the_one_they_did(
         {"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]},
     )
     assert grounded(money, {"amount": written}, said) == {"amount": kept}
+
+
+def test_keys_the_schema_does_not_declare_are_dropped() -> None:
+    track = ToolSpec(
+        "track_order",
+        "Where an order is.",
+        {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": []},
+    )
+    copied = {"type": "object", "properties": {"order_id": {"type": "string"}}}
+
+    assert grounded(track, copied, "我的外卖到哪儿了？") == {}
+
+
+async def test_an_answer_that_talks_about_functions_or_says_no_value_gets_codes_reading() -> None:
+    model = FakeModel(["The function returned an object. Your order is placed."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = dataclasses.replace(
+        turn("Order a pizza.", language="en", tools=(WEATHER,)),
+        tool_calls=(ToolCall("call_1", "order_food", {}),),
+        tool_results=(ToolResult("call_1", "order_food", '{"confirmation": "R-4821"}'),),
+    )
+
+    assert await spoken(brain, request) == "Your order is placed. confirmation: R-4821."

@@ -1,7 +1,8 @@
-"""Function tools on the default brain with the real local model (SPEC OAI-2, TOOL-6): the
-official ``openai`` SDK (async and sync) and the ``openai-agents`` realtime runner, unchanged
-but for the URL, against the real server. The model is loaded once for the module; speech is
-faked (these are typed turns: the brain is what is under test).
+"""Function tools on the default stack (SPEC OAI-2, TOOL-6): the official ``openai`` SDK (async
+and sync) and the ``openai-agents`` realtime runner, unchanged but for the URL, against the
+real server built as ``make run`` builds it — the local model, Silero VAD, Whisper, Piper —
+loaded once for the module. Typed turns, one approval accepted and one refused in the runner,
+and a spoken turn (Piper's voice heard by Whisper) that picks its tool.
 
 How often the model picks the right function is measured by ``benchmarks.tool_calls``; these
 tests hold only what must always work: a plain request for the one fitting function, a forced
@@ -15,18 +16,19 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import pytest_asyncio
 from agents import function_tool
 from agents.realtime import RealtimeAgent, RealtimeRunner
 from openai import AsyncOpenAI, OpenAI
 
-from plugins.brain.llm import LLMBrain
-from plugins.brain.local_model import LocalModel, LocalModelSettings
-from plugins.fakes import FakeASR, FakeTTS
+from pipeline.audio import resample
+from plugins.brain.local_model import LocalModel
+from plugins.tts import create_tts
 from runtime.config import Settings
+from runtime.plugin_factory import build_plugins, warm_up
 from runtime.server import RunningServer, running_server
-from tests.runtime.conftest import fake_plugins
 
 pytestmark = [
     pytest.mark.skipif(
@@ -60,13 +62,15 @@ TIMER = {
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningServer]:
-    model = LocalModel(LocalModelSettings(start_deadline_s=60.0))
-    await model.warm_up()
-    settings = Settings(port=0, storage="memory", data_dir=Path(tmp_path_factory.mktemp("fn")))
-    plugins = fake_plugins(brain=LLMBrain(model), asr=FakeASR(), tts=FakeTTS(ms_per_char=1.0))
+    data_dir = Path(tmp_path_factory.mktemp("fn"))
+    settings = Settings(port=0, storage="memory", data_dir=data_dir)
+    plugins = build_plugins(settings)
+    await warm_up(plugins)
     async with running_server(settings, plugins=plugins) as running:
         yield running
-    await model.aclose()
+    close = getattr(plugins.brain, "aclose", None)
+    if close is not None:
+        await close()  # the local model's worker thread
 
 
 def client(server: RunningServer) -> AsyncOpenAI:
@@ -178,11 +182,7 @@ async def test_the_agents_runner_runs_the_tool_the_model_picks(server: RunningSe
     agent = RealtimeAgent(
         name="Assistant", instructions="Be brief.", tools=[get_weather, set_timer]
     )
-    model_config: Any = {
-        "url": f"ws://127.0.0.1:{server.port}/v1/realtime?model=Assistant",
-        "headers": {"Authorization": f"Bearer {server.token}"},
-    }
-    session = await RealtimeRunner(agent).run(model_config=model_config)
+    session = await RealtimeRunner(agent).run(model_config=runner_config(server))
     said = ""
     async with session:
         await session.send_message("Please set a timer for 5 minutes.")
@@ -199,3 +199,77 @@ async def test_the_agents_runner_runs_the_tool_the_model_picks(server: RunningSe
                     break
     assert RUNS == ["timer:5"]
     assert "5" in said or "five" in said.lower()
+
+
+@function_tool(needs_approval=True)
+def cancel_order(order_id: str) -> str:
+    """Cancel an order by its id."""
+    RUNS.append(f"cancel:{order_id}")
+    return f"order {order_id} cancelled"
+
+
+async def approval_turn(server: RunningServer, text: str, *, approve: bool) -> list[str]:
+    """One typed turn through the runner; the approval it asks for is given or refused."""
+    RUNS.clear()
+    tools = [get_weather, cancel_order]
+    agent = RealtimeAgent(name="Assistant", instructions="Be brief.", tools=tools)
+    session = await RealtimeRunner(agent).run(model_config=runner_config(server))
+    asked: list[str] = []
+    async with session:
+        await session.send_message(text)
+        async with asyncio.timeout(120):
+            async for event in session:
+                if event.type == "tool_approval_required":
+                    asked.append(event.tool.name)
+                    if approve:
+                        await session.approve_tool_call(event.call_id)
+                    else:
+                        await session.reject_tool_call(event.call_id)
+                if event.type == "agent_end" and asked:
+                    break
+    return asked
+
+
+def runner_config(server: RunningServer) -> Any:
+    return {
+        "url": f"ws://127.0.0.1:{server.port}/v1/realtime?model=Assistant",
+        "headers": {"Authorization": f"Bearer {server.token}"},
+    }
+
+
+async def test_the_runner_asks_before_a_tool_that_needs_approval_and_runs_it_if_given(
+    server: RunningServer,
+) -> None:
+    asked = await approval_turn(server, "Please cancel my order A1234.", approve=True)
+
+    assert asked == ["cancel_order"]
+    assert RUNS == ["cancel:A1234"]
+
+
+async def test_a_refused_approval_runs_nothing(server: RunningServer) -> None:
+    asked = await approval_turn(server, "Please cancel my order B5678.", approve=False)
+
+    assert asked == ["cancel_order"]
+    assert RUNS == []
+
+
+async def test_a_spoken_request_picks_its_tool(server: RunningServer) -> None:
+    RUNS.clear()
+    tts = create_tts("piper")
+    stream = tts.stream("Please set a timer for five minutes.", voice=None, language="en")
+    voice = np.concatenate([resample(c.pcm, c.sample_rate, 24_000) async for c in stream])
+    pause = np.zeros(24_000 * 3 // 2, dtype=np.int16)
+    audio = np.concatenate((np.zeros(12_000, dtype=np.int16), voice, pause)).tobytes()
+    agent = RealtimeAgent(
+        name="Assistant", instructions="Be brief.", tools=[get_weather, set_timer]
+    )
+    session = await RealtimeRunner(agent).run(model_config=runner_config(server))
+    async with session:
+        for start in range(0, len(audio), 4_800):  # 100 ms at a time, in real time
+            await session.send_audio(audio[start : start + 4_800])
+            await asyncio.sleep(0.1)
+        async with asyncio.timeout(120):
+            async for event in session:
+                if event.type == "agent_end" and RUNS:
+                    break
+    assert RUNS == ["timer:5"]
