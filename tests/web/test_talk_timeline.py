@@ -68,9 +68,9 @@ def assert_drawn_as_the_server_says(drawn: dict[str, Any], event: dict[str, Any]
         # To scale: the segment's place and length are its share of the turn.
         assert abs(float(shown["left"].rstrip("%")) - stage.start_ms / end * 100) < 0.01
         assert abs(float(shown["width"].rstrip("%")) - length / end * 100) < 0.01
-    assert drawn["total"].startswith(
-        f"first audio {round(event['latency_ms']['first_audio_sent'])} ms"
-    )
+    # As above: half up, as the page rounds (a mark of 40.5 ms is "41 ms", not Python's 40).
+    first_audio = math.floor(event["latency_ms"]["first_audio_sent"] + 0.5)
+    assert drawn["total"].startswith(f"first audio {first_audio} ms")
 
 
 async def test_a_spoken_turn_shows_the_servers_latency_breakdown(
