@@ -239,12 +239,12 @@ class Engine:
         """Playback reports are exact (a WebRTC call's server-side track sends them): playout
         ends on the report, not on the estimate (``pipeline.response``)."""
         self.client_tools: tuple[ToolSpec, ...] = ()
-        """The client's functions (``session.update``); a response may offer its own."""
+        """Functions the client declared (``session.update`` tools); the client runs them. A
+        response may offer its own instead."""
         self.tool_choice = ToolChoice()
         """The session's ``tool_choice``; a response may set its own."""
         self.max_output_tokens: int | None = None
         """The session's output limit per response (None: none); a response may set its own."""
-        """Functions the client declared (``session.update`` tools); the client runs them."""
         self._pending: list[PendingInput] = []
         self._exchange: tuple[tuple[ToolCall, ...], dict[str, ToolResult], str] | None = None
         """The last response's client calls, the outputs received so far, and its input."""

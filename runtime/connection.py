@@ -60,7 +60,7 @@ from pipeline import events as ev
 from pipeline.audio_formats import AudioFormatError, InboundAudio
 from pipeline.engine import Engine, ResponseOptions
 from pipeline.items import ItemNotFound
-from plugins.contracts import ToolChoice, ToolSpec
+from plugins.contracts import ToolChoice
 from runtime.accounts import Principal
 from runtime.continuity import (
     ContinueHere,
@@ -102,6 +102,7 @@ from runtime.protocol import (
     SessionUpdate,
     decode_append,
     parse_client_message,
+    tool_specs,
     unauthorized,
 )
 from runtime.roles import Role
@@ -846,12 +847,7 @@ def response_options(message: ResponseCreate) -> ResponseOptions:
             if part.type == "input_text"
         ]
         input_text = " ".join(t for t in texts if t) or None
-    tools = None
-    if params.tools is not None:
-        tools = tuple(
-            ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
-            for t in params.tools
-        )
+    tools = tool_specs(params.tools) if params.tools is not None else None
     tool_choice = None
     if params.tool_choice is not None:
         choice = params.tool_choice

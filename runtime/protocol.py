@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from pipeline.audio import INPUT_SAMPLE_RATE
 from pipeline.events import ServerEvent, wire
+from plugins.contracts import ToolSpec
 
 AUDIO_HEADER = struct.Struct("<QI")
 
@@ -266,6 +267,14 @@ class FunctionToolIn(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str = Field(default="", max_length=4_000)
     parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+def tool_specs(tools: list[FunctionToolIn]) -> tuple[ToolSpec, ...]:
+    """Declared functions (``session.update`` or ``response.create`` ``tools``) as the brain's
+    tool specs."""
+    return tuple(
+        ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in tools
+    )
 
 
 class ToolChoiceFunctionIn(BaseModel):

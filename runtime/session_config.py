@@ -37,6 +37,7 @@ from runtime.protocol import (
     FunctionToolIn,
     ProtocolError,
     ToolChoiceFunctionIn,
+    tool_specs,
     validation_error,
 )
 
@@ -185,10 +186,7 @@ def apply_update(
     if update.output_modalities is not None:
         changes["output_modalities"] = tuple(update.output_modalities)
     if update.tools is not None:
-        changes["tools"] = tuple(
-            ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
-            for t in update.tools
-        )
+        changes["tools"] = tool_specs(update.tools)
     if update.tool_choice is not None:
         choice = update.tool_choice
         changes["tool_choice"] = (

@@ -50,18 +50,21 @@ Rule 4. The answer after a function's output: the model phrases it from
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+import uuid
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
 import jsonschema
 
+from knowledge.embedding import E5Embedder, Embedder, Vector
 from plugins.brain.arithmetic import stated_numbers
-from plugins.brain.grounding import terms
-from plugins.contracts import BrainInput, ToolChoice, ToolResult, ToolSpec
+from plugins.brain.grounding import earlier_user_inputs, terms
+from plugins.contracts import BrainInput, ToolCall, ToolChoice, ToolResult, ToolSpec
 from plugins.errors import PluginError, PluginTimeout
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,7 @@ _CALL_STARTS = ("{", "`", "<")
 _NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
 SHORTLIST = 4
 """Rule 2: at most this many functions are shown to the model."""
+CARDS_KEPT = 256
 START_TOKENS = 32
 """Room for a call's start up to the end of its name (```` ```json ```` and spaces included)."""
 ARGUMENT_TOKENS = 200
@@ -270,6 +274,126 @@ def parse_object(text: str) -> Any:
 def grammar_refused(error: BaseException) -> bool:
     """A model-server error other than a deadline: the schema could not become a grammar."""
     return isinstance(error, PluginError) and not isinstance(error, PluginTimeout)
+
+
+class FunctionCaller:
+    """Rules 1–3 with a model (``LocalModel``'s ``chat``) and an embedder for the shortlist."""
+
+    def __init__(self, model: Any, embedder: Embedder | None = None) -> None:
+        self.model = model
+        self.embedder = embedder
+        self._cards: dict[str, Vector] = {}
+        """Embedded function cards and names, the last ``CARDS_KEPT``."""
+
+    async def call(self, request: BrainInput, said: str) -> ToolCall | None:
+        """The function call the person's words (``said``: the turn as read) ask for, or None
+        (Rules 1–3)."""
+        tools, choice = offered(request)
+        if not tools:
+            return None
+        earlier = earlier_user_inputs(request.history)
+        previous = earlier[-1] if earlier else None
+        text = said or request.current_input
+        if choice.mode == "function":
+            tool, messages = tools[0], decision_messages(tools, text, previous)
+        else:
+            shown = await self._shortlist(tools, text)
+            messages = decision_messages(shown, text, previous)
+            if choice.mode == "required":
+                prefilled = [*messages, {"role": "assistant", "content": CALL_PREFILL}]
+                payload = {"messages": prefilled, "temperature": 0, "max_tokens": 16}
+                name: str | None = (await self._text(payload, request)).split('"')[0]
+            else:
+                call, name = await self._call_start(messages, request)
+                if not call:
+                    return None
+            tool = await self._closest(shown, name or text)
+        payload = {
+            "messages": messages,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "function_call", "schema": arguments_schema(tool)},
+            },
+            "temperature": 0,
+            "max_tokens": ARGUMENT_TOKENS,
+        }
+        problem: str | None = None
+        try:
+            arguments = parse_arguments(await self._text(payload, request))
+        except PluginError as e:
+            if not grammar_refused(e):
+                raise
+            log.warning("a function's schema was refused as a grammar: %s", e.code)
+            arguments, problem = None, "the schema could not be used as a grammar"
+        if arguments is not None:
+            problem = argument_problem(tool, arguments)
+        if arguments is None or problem is not None:
+            retry = {
+                "messages": free_json_messages(tool, text, previous, problem),
+                "response_format": {"type": "json_object"},
+                "temperature": 0,
+                "max_tokens": ARGUMENT_TOKENS,
+            }
+            arguments = parse_object(await self._text(retry, request))
+            problem = argument_problem(tool, arguments)
+            if problem is not None:
+                raise FunctionCallFailed(f"the arguments for {tool.name} do not fit: {problem}")
+        said = f"{previous or ''} {text}"
+        call_id = f"call_{uuid.uuid4().hex[:22]}"
+        return ToolCall(call_id=call_id, name=tool.name, arguments=grounded(tool, arguments, said))
+
+    async def _call_start(
+        self, messages: list[dict[str, str]], request: BrainInput
+    ) -> tuple[bool, str | None]:
+        """Rule 2, ``auto``: read the free reply's start (``read_start``);
+        the model is stopped as soon as it is decided."""
+        payload = {"messages": messages, "temperature": 0, "max_tokens": START_TOKENS}
+        written = ""
+        pieces = self.model.chat(payload, lane=request.session)
+        async with contextlib.aclosing(pieces):
+            async for piece in pieces:
+                written += piece
+                call, name = read_start(written)
+                if call is False or name is not None:
+                    return bool(call), name
+        call, name = read_start(written)
+        return bool(call), name
+
+    async def _shortlist(self, tools: Sequence[ToolSpec], text: str) -> tuple[ToolSpec, ...]:
+        """Rule 2: the ``SHORTLIST`` functions closest to the person's words, closest first
+        (all of them, as declared, when there are no more)."""
+        if len(tools) <= SHORTLIST:
+            return tuple(tools)
+        similarity = await self._similarity(tools, text)
+        order = sorted(range(len(tools)), key=lambda i: -similarity[i])
+        return tuple(tools[i] for i in order[:SHORTLIST])
+
+    async def _closest(self, tools: Sequence[ToolSpec], name: str) -> ToolSpec:
+        """Rule 2: the function ``name`` means (its own, else the closest by meaning)."""
+        found = named(tools, name)
+        if found is not None or len(tools) == 1:
+            return found or tools[0]
+        similarity = await self._similarity(tools, name.replace("_", " "), names=True)
+        return tools[max(range(len(tools)), key=lambda i: similarity[i])]
+
+    async def _similarity(
+        self, tools: Sequence[ToolSpec], text: str, *, names: bool = False
+    ) -> list[float]:
+        embedder = self.embedder
+        if embedder is None:
+            embedder = self.embedder = E5Embedder.shared()
+        cards = [tool.name.replace("_", " ") if names else card(tool) for tool in tools]
+        missing = [c for c in cards if c not in self._cards]
+        if missing:
+            for key, vector in zip(missing, await embedder.passages(missing), strict=True):
+                self._cards[key] = vector
+            while len(self._cards) > CARDS_KEPT:
+                del self._cards[next(iter(self._cards))]
+        query = await embedder.query(text)
+        return [float(self._cards[c] @ query) for c in cards]
+
+    async def _text(self, payload: dict[str, Any], request: BrainInput) -> str:
+        return "".join([piece async for piece in self.model.chat(payload, lane=request.session)])
 
 
 # ---------------------------------------------------------------- the answer after (Rule 4)

@@ -76,11 +76,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import Any
 
-from knowledge.embedding import E5Embedder, Embedder, Vector
+from knowledge.embedding import Embedder
 from plugins.brain.arithmetic import (
     EXPRESSION_SCHEMA,
     Computation,
@@ -93,29 +91,13 @@ from plugins.brain.arithmetic import (
     stated_numbers,
 )
 from plugins.brain.function_calls import (
-    ARGUMENT_TOKENS,
-    CALL_PREFILL,
-    SHORTLIST,
-    START_TOKENS,
-    FunctionCallFailed,
-    argument_problem,
-    arguments_schema,
-    card,
-    decision_messages,
+    FunctionCaller,
     failure_sentence,
     forced,
-    free_json_messages,
     function_results,
-    grammar_refused,
-    grounded,
-    named,
-    offered,
     output_prompt,
     output_supports,
-    parse_arguments,
-    parse_object,
     read_output,
-    read_start,
     says_values,
 )
 from plugins.brain.grounding import (
@@ -143,8 +125,7 @@ from plugins.brain.grounding import (
 from plugins.brain.json_model import json_payload
 from plugins.brain.local_model import Generation, LocalModel
 from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewritten_queries
-from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
-from plugins.errors import PluginError
+from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult
 from plugins.language import detect_language, zh_or_en
 
 log = logging.getLogger(__name__)
@@ -194,7 +175,6 @@ _QUOTE_PROMPT = (
     "answer it."
 )
 _WEAK_COVERAGE = 0.5
-_CARDS_KEPT = 256
 _COMPUTE_PASSAGES = 2
 _COMPUTE_CHARS = 900
 CONFIDE_TOOL = "confide"
@@ -234,9 +214,9 @@ class LLMBrain:
         embedder: Embedder | None = None,
     ) -> None:
         self.model = model
-        self.embedder = embedder
-        """Shortlists functions (Rule 10); the process's e5 model when first needed."""
-        self._cards: dict[str, Vector] = {}
+        self.functions = FunctionCaller(model, embedder)
+        """Rule 10's decisions (``embedder`` shortlists functions; the process's e5 model when
+        first needed)."""
         self.max_answer_tokens = max_answer_tokens
         self.brief_answer_tokens = brief_answer_tokens
         self.temperature = temperature
@@ -277,7 +257,7 @@ class LLMBrain:
             reading.intent in (Intent.QUESTION, Intent.STATEMENT, Intent.MEMORY)
             and not _confide_call(request, reading)
         ):
-            function_call = await self._call_function(request, reading)
+            function_call = await self.functions.call(request, reading.text)
             if function_call is not None:
                 yield BrainDelta(tool_call=function_call)
                 return
@@ -387,115 +367,6 @@ class LLMBrain:
         return _knowledge_call(reading, len(request.tool_calls) + 1)
 
     # ------------------------------------------------------------ functions (Rule 10)
-
-    async def _call_function(self, request: BrainInput, reading: Reading) -> ToolCall | None:
-        """The function call the person's words ask for (``function_calls`` Rules 1–3)."""
-        tools, choice = offered(request)
-        if not tools:
-            return None
-        earlier = earlier_user_inputs(request.history)
-        previous = earlier[-1] if earlier else None
-        text = reading.text or request.current_input
-        if choice.mode == "function":
-            tool, messages = tools[0], decision_messages(tools, text, previous)
-        else:
-            shown = await self._shortlist(tools, text)
-            messages = decision_messages(shown, text, previous)
-            if choice.mode == "required":
-                prefilled = [*messages, {"role": "assistant", "content": CALL_PREFILL}]
-                payload = {"messages": prefilled, "temperature": 0, "max_tokens": 16}
-                name: str | None = (await self._text(payload, request)).split('"')[0]
-            else:
-                call, name = await self._call_start(messages, request)
-                if not call:
-                    return None
-            tool = await self._closest(shown, name or text)
-        payload = {
-            "messages": messages,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {"name": "function_call", "schema": arguments_schema(tool)},
-            },
-            "temperature": 0,
-            "max_tokens": ARGUMENT_TOKENS,
-        }
-        problem: str | None = None
-        try:
-            arguments = parse_arguments(await self._text(payload, request))
-        except PluginError as e:
-            if not grammar_refused(e):
-                raise
-            log.warning("a function's schema was refused as a grammar: %s", e.code)
-            arguments, problem = None, "the schema could not be used as a grammar"
-        if arguments is not None:
-            problem = argument_problem(tool, arguments)
-        if arguments is None or problem is not None:
-            retry = {
-                "messages": free_json_messages(tool, text, previous, problem),
-                "response_format": {"type": "json_object"},
-                "temperature": 0,
-                "max_tokens": ARGUMENT_TOKENS,
-            }
-            arguments = parse_object(await self._text(retry, request))
-            problem = argument_problem(tool, arguments)
-            if problem is not None:
-                raise FunctionCallFailed(f"the arguments for {tool.name} do not fit: {problem}")
-        said = f"{previous or ''} {text}"
-        call_id = f"call_{uuid.uuid4().hex[:22]}"
-        return ToolCall(call_id=call_id, name=tool.name, arguments=grounded(tool, arguments, said))
-
-    async def _call_start(
-        self, messages: list[dict[str, str]], request: BrainInput
-    ) -> tuple[bool, str | None]:
-        """Rule 10, ``auto``: read the free reply's start (``function_calls.read_start``);
-        the model is stopped as soon as it is decided."""
-        payload = {"messages": messages, "temperature": 0, "max_tokens": START_TOKENS}
-        written = ""
-        pieces = self.model.chat(payload, lane=request.session)
-        async with contextlib.aclosing(pieces):
-            async for piece in pieces:
-                written += piece
-                call, name = read_start(written)
-                if call is False or name is not None:
-                    return bool(call), name
-        call, name = read_start(written)
-        return bool(call), name
-
-    async def _shortlist(self, tools: Sequence[ToolSpec], text: str) -> tuple[ToolSpec, ...]:
-        """Rule 10: the ``SHORTLIST`` functions closest to the person's words, closest first
-        (all of them, as declared, when there are no more)."""
-        if len(tools) <= SHORTLIST:
-            return tuple(tools)
-        similarity = await self._similarity(tools, text)
-        order = sorted(range(len(tools)), key=lambda i: -similarity[i])
-        return tuple(tools[i] for i in order[:SHORTLIST])
-
-    async def _closest(self, tools: Sequence[ToolSpec], name: str) -> ToolSpec:
-        """Rule 10: the function ``name`` means (its own, else the closest by meaning)."""
-        found = named(tools, name)
-        if found is not None or len(tools) == 1:
-            return found or tools[0]
-        similarity = await self._similarity(tools, name.replace("_", " "), names=True)
-        return tools[max(range(len(tools)), key=lambda i: similarity[i])]
-
-    async def _similarity(
-        self, tools: Sequence[ToolSpec], text: str, *, names: bool = False
-    ) -> list[float]:
-        embedder = self.embedder
-        if embedder is None:
-            embedder = self.embedder = E5Embedder.shared()
-        cards = [tool.name.replace("_", " ") if names else card(tool) for tool in tools]
-        missing = [c for c in cards if c not in self._cards]
-        if missing:
-            for key, vector in zip(missing, await embedder.passages(missing), strict=True):
-                self._cards[key] = vector
-            while len(self._cards) > _CARDS_KEPT:
-                del self._cards[next(iter(self._cards))]
-        query = await embedder.query(text)
-        return [float(self._cards[c] @ query) for c in cards]
-
-    async def _text(self, payload: dict[str, Any], request: BrainInput) -> str:
-        return "".join([piece async for piece in self.model.chat(payload, lane=request.session)])
 
     async def _answer_after(
         self, request: BrainInput, reading: Reading, outputs: Sequence[ToolResult]
