@@ -889,6 +889,8 @@ class Engine:
             events.previous_item_id = self.items.last_id
             self.send_all(events.created())
             response.created = True
+            if settled is not None:
+                self._show_settled_mcp(response, settled)
             response.enter("brain", self.clock())
             await self.speaker.speak(response, content)
             self.send_all(events.audio_done())
@@ -1167,13 +1169,22 @@ class Engine:
         shown as conversation items only, so a client never tries to run it."""
         prefix = f"{self._event_prefix}:{response.turn_id}:{response.generation}"
         in_conversation = response.options.in_conversation
+        if delta.tool_result is not None and delta.tool_result.call_id in response.mcp_calls:
+            await self._mcp_result(response, delta.tool_result, prefix)
+            return
         if delta.tool_call is not None:
             call = delta.tool_call
             item_id = self._new_item_id()
             client = any(t.name == call.name for t in response.client_tools) and (
                 self.tool_gate is None or self.tool_gate.runs_on_client(call.call_id)
             )
-            if client:
+            label = self.tool_gate.mcp_server_of(call.name) if self.tool_gate else None
+            if label is not None and "confirmation" not in self._decision_fields(call.call_id):
+                # An MCP server's tool runs here: an output item open until it answers (an
+                # asked one shows as the approval request instead).
+                response.mcp_calls[call.call_id] = item_id
+                self.send_all(response.events.mcp_call(item_id, call.name, label, call.arguments))
+            elif client:
                 self.send_all(
                     response.events.function_call(item_id, call.call_id, call.name, call.arguments)
                 )
@@ -1200,13 +1211,48 @@ class Engine:
             output = ev.FunctionCallOutputItem(item_id, result.call_id, result.content)
             previous = self.items.last_id
             self._send(ev.ItemAdded(output, previous))
-            await self._append(
-                f"{prefix}:tool_result:{result.call_id}",
-                EventKind.TOOL_RESULT,
-                {"call_id": result.call_id, "name": result.name, "content": result.content,
-                 "is_error": result.is_error, "item_id": item_id},
-            )  # fmt: skip
+            await self._journal_result(result, prefix, item_id)
             self._send(ev.ItemDone(output, previous))
+
+    async def _journal_result(self, result: ToolResult, prefix: str, item_id: str) -> None:
+        await self._append(
+            f"{prefix}:tool_result:{result.call_id}",
+            EventKind.TOOL_RESULT,
+            {"call_id": result.call_id, "name": result.name, "content": result.content,
+             "is_error": result.is_error, "item_id": item_id},
+        )  # fmt: skip
+
+    async def _mcp_result(self, response: Response, result: ToolResult, prefix: str) -> None:
+        """An MCP call answered: its output item is done with the output or the error."""
+        item_id = response.mcp_calls.pop(result.call_id)
+        self.send_all(response.events.mcp_call_done(item_id, **self._mcp_outcome(result)))
+        if response.options.in_conversation:
+            await self._journal_result(result, prefix, item_id)
+
+    def _show_settled_mcp(self, response: Response, settled: Continuation) -> None:
+        """An approved MCP call ran before this response (``runtime.tool_gate`` Rule 7): the
+        response shows it as its first output item, with the approval it ran on."""
+        result = settled.result
+        label = self.tool_gate.mcp_server_of(settled.call.name) if self.tool_gate else None
+        if label is None or result is None or not settled.ran:
+            return
+        asked = self._decision_fields(settled.call.call_id).get("confirmation")
+        item_id = self._new_item_id()
+        call = settled.call
+        events = response.events
+        self.send_all(
+            events.mcp_call(item_id, call.name, label, call.arguments,
+                            approval_request_id=asked if isinstance(asked, str) else None)
+        )  # fmt: skip
+        self.send_all(events.mcp_call_done(item_id, **self._mcp_outcome(result)))
+
+    def _mcp_outcome(self, result: ToolResult) -> dict[str, Any]:
+        """An MCP call's ``output``, or its ``error`` as the gate knows it (a refusal or a
+        timeout of the tool loop is the tool's execution error)."""
+        if not result.is_error:
+            return {"output": result.content}
+        known = self.tool_gate.mcp_error(result.call_id) if self.tool_gate else None
+        return {"error": known or ev.McpError("tool_execution_error", result.content)}
 
     async def _hand_to_client(self, response: Response, call: ToolCall) -> None:
         """An approved client call: this response's one output is the call, for the client."""

@@ -77,8 +77,9 @@ class FunctionCallOutputItem:
 
 @dataclass(frozen=True, slots=True)
 class McpApprovalRequestItem:
-    """A tool call waiting for the person's approval (GA ``mcp_approval_request``; our tools
-    are not MCP servers: ``server_label`` is the tool's kind, ``http`` or ``client``)."""
+    """A tool call waiting for the person's approval (GA ``mcp_approval_request``):
+    ``server_label`` is the MCP server's label, or for our own tools their kind (``http`` or
+    ``client``)."""
 
     id: str
     name: str
@@ -99,12 +100,58 @@ class McpApprovalResponseItem:
     type: str = "mcp_approval_response"
 
 
+@dataclass(frozen=True, slots=True)
+class McpListedTool:
+    """One tool of an ``mcp_list_tools`` item."""
+
+    name: str
+    input_schema: Mapping[str, Any]
+    description: str | None = None
+    annotations: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class McpListToolsItem:
+    """The tools an MCP server the session declared offers (GA ``mcp_list_tools``)."""
+
+    id: str
+    server_label: str
+    tools: tuple[McpListedTool, ...] = ()
+    type: str = "mcp_list_tools"
+
+
+@dataclass(frozen=True, slots=True)
+class McpError:
+    """Why an ``mcp_call`` failed: ``type`` is ``protocol_error`` or ``http_error`` (with a
+    ``code``) or ``tool_execution_error``."""
+
+    type: str
+    message: str
+    code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallItem:
+    """A call of an MCP server's tool, run by the server (GA ``mcp_call``)."""
+
+    id: str
+    name: str
+    server_label: str
+    arguments: str
+    output: str | None = None
+    error: McpError | None = None
+    approval_request_id: str | None = None
+    type: str = "mcp_call"
+
+
 Item = (
     MessageItem
     | FunctionCallItem
     | FunctionCallOutputItem
     | McpApprovalRequestItem
     | McpApprovalResponseItem
+    | McpListToolsItem
+    | McpCallItem
 )
 
 
@@ -440,6 +487,63 @@ class FunctionCallArgumentsDone(ServerEvent):
     call_id: str
     name: str
     arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallArgumentsDelta(ServerEvent):
+    TYPE: ClassVar[str] = "response.mcp_call_arguments.delta"
+    response_id: str
+    item_id: str
+    output_index: int
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallArgumentsDone(ServerEvent):
+    TYPE: ClassVar[str] = "response.mcp_call_arguments.done"
+    response_id: str
+    item_id: str
+    output_index: int
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallInProgress(ServerEvent):
+    TYPE: ClassVar[str] = "response.mcp_call.in_progress"
+    item_id: str
+    output_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallCompleted(ServerEvent):
+    TYPE: ClassVar[str] = "response.mcp_call.completed"
+    item_id: str
+    output_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallFailed(ServerEvent):
+    TYPE: ClassVar[str] = "response.mcp_call.failed"
+    item_id: str
+    output_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class McpListToolsInProgress(ServerEvent):
+    TYPE: ClassVar[str] = "mcp_list_tools.in_progress"
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class McpListToolsCompleted(ServerEvent):
+    TYPE: ClassVar[str] = "mcp_list_tools.completed"
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class McpListToolsFailed(ServerEvent):
+    TYPE: ClassVar[str] = "mcp_list_tools.failed"
+    item_id: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,8 @@ class Continuation:
     """None: the call was approved and goes to the client (a client tool)."""
     input: str
     input_seq: int | None
+    ran: bool = False
+    """The call was approved and ran here (its result is the tool's, not a refusal)."""
 
 
 class ToolGateHost(Protocol):
@@ -147,6 +149,14 @@ class ToolGateHook(Protocol):
         """``generation`` was interrupted (a barge-in, a cancel)."""
         ...
 
+    def mcp_server_of(self, name: str) -> str | None:
+        """The label of the MCP server whose tool ``name`` is (None: not an MCP tool)."""
+        ...
+
+    def mcp_error(self, call_id: str) -> ev.McpError | None:
+        """Why a failed MCP call failed, for its ``mcp_call`` item."""
+        ...
+
 
 @dataclass(slots=True)
 class PendingInput:
@@ -179,6 +189,8 @@ class Response:
     """Why the answer was cut short by a limit (GA reason ``max_output_tokens``), if it was."""
     settled: Continuation | None = None
     """A gated call settled after the response that asked (continued here)."""
+    mcp_calls: dict[str, str] = field(default_factory=dict)
+    """The open ``mcp_call`` output items, by call id (their results close them)."""
     created: bool = False
     """``response.created`` was sent."""
     prompt: tuple[str, str] = ("", "")

@@ -9,8 +9,11 @@ the text so far). The engine calls it and hands the values to its sink.
 Rule 1. ``created()`` first: ``response.created`` with status ``in_progress``.
 Rule 2. Output items are numbered in the order they open (``output_index``). A function call is
         one item, sent whole (added, arguments delta and done, item done) when the brain makes
-        it. The spoken answer is one message item with one content part (``audio`` with a
-        transcript, or ``text`` for a text-only response); it opens at the first text or audio.
+        it. An MCP call opens the same way (added, arguments, in progress) and is done when the
+        server's tool answered (completed or failed, item done with its output or error); one
+        still open when the response ends is failed then. The spoken answer is one message
+        item with one content part (``audio`` with a transcript, or ``text`` for a text-only
+        response); it opens at the first text or audio.
 Rule 3. ``audio_done()`` once the last audio was sent (the client may still be playing it);
         ``done(...)`` closes what is still open, innermost first (audio done if not yet,
         transcript done, part done, item done, conversation item done), then ``response.done``
@@ -38,6 +41,13 @@ from pipeline.events import (
     Item,
     ItemAdded,
     ItemDone,
+    McpCallArgumentsDelta,
+    McpCallArgumentsDone,
+    McpCallCompleted,
+    McpCallFailed,
+    McpCallInProgress,
+    McpCallItem,
+    McpError,
     MessageItem,
     OutputAudioDelta,
     OutputAudioDone,
@@ -108,6 +118,53 @@ class ResponseEvents:
             events.append(ItemDone(item, self._previous(before=index)))
         return events
 
+    def mcp_call(
+        self,
+        item_id: str,
+        name: str,
+        server_label: str,
+        arguments: Mapping[str, Any],
+        approval_request_id: str | None = None,
+    ) -> list[ServerEvent]:
+        """An MCP server's tool call opens (Rule 2): it runs on the server, so the item stays
+        open until ``mcp_call_done``."""
+        args = json.dumps(dict(arguments), ensure_ascii=False)
+        index = len(self._items)
+        started = McpCallItem(item_id, name, server_label, "",
+                              approval_request_id=approval_request_id)  # fmt: skip
+        self._items.append(dataclasses.replace(started, arguments=args))
+        events: list[ServerEvent] = [OutputItemAdded(self.response_id, index, started)]
+        if self.in_conversation:
+            events.append(ItemAdded(started, self._previous()))
+        return events + [
+            McpCallArgumentsDelta(self.response_id, item_id, index, args),
+            McpCallArgumentsDone(self.response_id, item_id, index, args),
+            McpCallInProgress(item_id, index),
+        ]
+
+    def mcp_call_done(
+        self, item_id: str, *, output: str | None = None, error: McpError | None = None
+    ) -> list[ServerEvent]:
+        """The MCP call ``item_id`` ended with ``output`` or ``error`` (none when it is not an
+        open MCP call of this response)."""
+        index = next(
+            (i for i, item in enumerate(self._items)
+             if isinstance(item, McpCallItem) and item.id == item_id),
+            None,
+        )  # fmt: skip
+        if index is None:
+            return []
+        call = self._items[index]
+        assert isinstance(call, McpCallItem)
+        item = self._items[index] = dataclasses.replace(call, output=output, error=error)
+        ended = (
+            McpCallFailed(item_id, index) if error is not None else McpCallCompleted(item_id, index)
+        )
+        events: list[ServerEvent] = [ended, OutputItemDone(self.response_id, index, item)]
+        if self.in_conversation:
+            events.append(ItemDone(item, self._previous(before=index)))
+        return events
+
     def text_delta(self, delta: str) -> list[ServerEvent]:
         events = self._open_message()
         self._text.append(delta)
@@ -145,6 +202,10 @@ class ResponseEvents:
     ) -> list[ServerEvent]:
         """Close the response (Rule 3). ``heard``: the transcript of an interrupted answer."""
         events: list[ServerEvent] = []
+        for item in list(self._items):
+            if isinstance(item, McpCallItem) and item.output is None and item.error is None:
+                unfinished = McpError("tool_execution_error", "the response ended first")
+                events += self.mcp_call_done(item.id, error=unfinished)
         if self._message_index is not None:
             index = self._message_index
             interrupted = status == "cancelled"

@@ -89,6 +89,7 @@ from runtime.protocol import (
     ItemTruncate,
     Limits,
     McpApprovalResponseIn,
+    McpToolIn,
     MessageIn,
     OutputAudioBufferClear,
     PlaybackProgress,
@@ -384,7 +385,12 @@ class RealtimeConnection:
         config = initial_config(role, start.extensions)
         if start.session is not None:
             try:
-                config = apply_update(config, start.session, event_id=start.event_id)
+                config = apply_update(
+                    config,
+                    start.session,
+                    event_id=start.event_id,
+                    tool_hosts=services.settings.tool_host_set(),
+                )
             except ProtocolError as e:
                 raise Refused(
                     e.code,
@@ -848,6 +854,14 @@ def response_options(message: ResponseCreate) -> ResponseOptions:
         ]
         input_text = " ".join(t for t in texts if t) or None
     tools = tool_specs(params.tools) if params.tools is not None else None
+    for index, tool in enumerate(params.tools or ()):
+        if isinstance(tool, McpToolIn):
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED,
+                "MCP servers are declared with session.update, not per response",
+                param=f"response.tools[{index}]",
+                event_id=message.event_id,
+            )
     tool_choice = None
     if params.tool_choice is not None:
         choice = params.tool_choice

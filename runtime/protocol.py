@@ -21,6 +21,7 @@ import base64
 import binascii
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -29,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pipeline.audio import INPUT_SAMPLE_RATE
 from pipeline.events import ServerEvent, wire
 from plugins.contracts import ToolSpec
+from tools.mcp import MAX_TOOLS as MAX_MCP_TOOLS
+from tools.mcp import ApprovalPolicy, McpServer, ToolFilter
 
 AUDIO_HEADER = struct.Struct("<QI")
 
@@ -269,12 +272,135 @@ class FunctionToolIn(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=dict)
 
 
-def tool_specs(tools: list[FunctionToolIn]) -> tuple[ToolSpec, ...]:
+def tool_specs(tools: Sequence[FunctionToolIn | McpToolIn]) -> tuple[ToolSpec, ...]:
     """Declared functions (``session.update`` or ``response.create`` ``tools``) as the brain's
-    tool specs."""
+    tool specs (MCP servers are ``mcp_servers``)."""
     return tuple(
-        ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in tools
+        ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
+        for t in tools
+        if isinstance(t, FunctionToolIn)
     )
+
+
+class McpToolFilterIn(BaseModel):
+    """GA ``McpToolFilter``: tools by name and/or by their read-only hint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tool_names: list[Annotated[str, Field(max_length=128)]] | None = Field(
+        default=None, max_length=MAX_MCP_TOOLS
+    )
+    read_only: bool | None = None
+
+
+class McpApprovalFilterIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    always: McpToolFilterIn | None = None
+    never: McpToolFilterIn | None = None
+
+
+class McpToolIn(BaseModel):
+    """A GA ``mcp`` tool: a remote MCP server the runtime connects to (``tools.mcp``).
+    ``connector_id`` and ``tunnel_id`` name OpenAI's own services and are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["mcp"]
+    server_label: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")
+    server_url: str | None = Field(default=None, max_length=2_048)
+    server_description: str | None = Field(default=None, max_length=1_024)
+    allowed_tools: list[Annotated[str, Field(max_length=128)]] | McpToolFilterIn | None = Field(
+        default=None, union_mode="left_to_right"
+    )
+    require_approval: Literal["always", "never"] | McpApprovalFilterIn | None = None
+    headers: dict[str, Annotated[str, Field(max_length=4_096)]] | None = Field(
+        default=None, max_length=16
+    )
+    authorization: str | None = Field(default=None, max_length=4_096)
+    connector_id: str | None = Field(default=None, max_length=64)
+    tunnel_id: str | None = Field(default=None, max_length=128)
+    defer_loading: bool | None = None
+
+
+def _tool_filter(value: McpToolFilterIn | None) -> ToolFilter | None:
+    if value is None:
+        return None
+    names = frozenset(value.tool_names) if value.tool_names is not None else None
+    return ToolFilter(names, value.read_only)
+
+
+def mcp_servers(
+    tools: Sequence[FunctionToolIn | McpToolIn], *, param: str, event_id: str | None = None
+) -> tuple[McpServer, ...]:
+    """The MCP servers among declared tools (``ProtocolError`` naming the tool's field for
+    one that cannot be served here: a connector, no URL, a label used twice)."""
+    servers: list[McpServer] = []
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, McpToolIn):
+            continue
+        where = f"{param}[{index}]"
+        if tool.connector_id is not None or tool.tunnel_id is not None:
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED,
+                "connectors and tunnels are OpenAI's services; give an MCP server_url",
+                param=f"{where}.{'connector_id' if tool.connector_id else 'tunnel_id'}",
+                event_id=event_id,
+            )
+        if tool.server_url is None:
+            raise ProtocolError(ErrorCode.INVALID_VALUE, "an mcp tool needs a server_url",
+                                param=f"{where}.server_url", event_id=event_id)  # fmt: skip
+        if any(s.label == tool.server_label for s in servers):
+            raise ProtocolError(ErrorCode.INVALID_VALUE, "server_label must be unique",
+                                param=f"{where}.server_label", event_id=event_id)  # fmt: skip
+        allowed = tool.allowed_tools
+        approval = tool.require_approval
+        headers = dict(tool.headers or {})
+        if tool.authorization is not None:
+            headers["Authorization"] = f"Bearer {tool.authorization}"
+        servers.append(
+            McpServer(
+                label=tool.server_label,
+                url=tool.server_url,
+                allowed=(
+                    ToolFilter(frozenset(allowed)) if isinstance(allowed, list)
+                    else _tool_filter(allowed)
+                ),
+                approval=(
+                    ApprovalPolicy(mode=approval) if isinstance(approval, str)
+                    else ApprovalPolicy(mode=None, always=_tool_filter(approval.always),
+                                        never=_tool_filter(approval.never))
+                    if approval is not None else ApprovalPolicy()
+                ),
+                headers=headers,
+                description=tool.server_description or "",
+            )
+        )  # fmt: skip
+    return tuple(servers)
+
+
+def mcp_tool_json(server: McpServer) -> dict[str, Any]:
+    """An MCP server as ``session.updated`` shows it: never its headers (``tools.mcp`` Rule 5)."""
+    out: dict[str, Any] = {"type": "mcp", "server_label": server.label, "server_url": server.url}
+    if server.description:
+        out["server_description"] = server.description
+    if server.allowed is not None:
+        out["allowed_tools"] = _filter_json(server.allowed)
+    policy = server.approval
+    if policy.mode is not None:
+        out["require_approval"] = policy.mode
+    else:
+        out["require_approval"] = {
+            k: _filter_json(f) for k, f in (("always", policy.always), ("never", policy.never))
+            if f is not None
+        }  # fmt: skip
+    return out
+
+
+def _filter_json(value: ToolFilter) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if value.names is not None:
+        out["tool_names"] = sorted(value.names)
+    if value.read_only is not None:
+        out["read_only"] = value.read_only
+    return out
 
 
 class ToolChoiceFunctionIn(BaseModel):
@@ -297,8 +423,11 @@ class ResponseParams(BaseModel):
         None
     )
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
-    tools: list[FunctionToolIn] | None = Field(default=None, max_length=32)
-    """This response's functions instead of the session's."""
+    tools: list[Annotated[FunctionToolIn | McpToolIn, Field(discriminator="type")]] | None = Field(
+        default=None, max_length=32
+    )
+    """This response's functions instead of the session's (an MCP server is refused here:
+    servers are declared with ``session.update``)."""
     tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunctionIn | None = None
 
 
@@ -483,9 +612,14 @@ def validation_error(
     """A pydantic error as a GA-shaped one: an unknown field is ``unknown_parameter``, a bad
     value ``invalid_value``; ``param`` names where (``session.audio.input.format.rate``)."""
     first = error.errors()[0]
-    loc = (*prefix, *(str(p) for p in first.get("loc", ()) if not isinstance(p, int)))
-    # Discriminated unions put the tag in the path ("item.message.content"): leave it out.
-    where = ".".join(p for p in loc if not _union_tag(p))
+    parts = list(prefix)
+    for part in first.get("loc", ()):
+        if isinstance(part, int) and parts:
+            parts[-1] += f"[{part}]"  # a list's element: "session.tools[0].name"
+        elif not isinstance(part, int) and not _union_tag(str(part)):
+            # Discriminated unions put the tag in the path ("item.message.content"): left out.
+            parts.append(str(part))
+    where = ".".join(parts)
     extra = first.get("type") == "extra_forbidden"
     code = ErrorCode.UNKNOWN_PARAMETER if extra else ErrorCode.INVALID_VALUE
     text = "unknown parameter" if extra else str(first.get("msg"))
@@ -494,8 +628,8 @@ def validation_error(
 
 _UNION_TAGS = frozenset(
     {"message", "function_call_output", "mcp_approval_response", "server_vad", "semantic_vad",
-     "audio/pcm", "audio/pcmu", "audio/pcma", "function", "str", "int", "literal['inf']",
-     "dict[str,any]"}
+     "audio/pcm", "audio/pcmu", "audio/pcma", "function", "mcp", "str", "int", "literal['inf']",
+     "dict[str,any]", "list[str]", "McpToolFilterIn", "McpApprovalFilterIn"}
 )  # fmt: skip
 
 

@@ -209,7 +209,7 @@ class VoiceSession:
         stored = options.get("config")
         if isinstance(stored, dict):
             with contextlib.suppress(ProtocolError):
-                config = apply_update(config, stored)
+                config = apply_update(config, stored, tool_hosts=services.settings.tool_host_set())
         session = cls(
             services,
             connection=connection,
@@ -412,7 +412,12 @@ class VoiceSession:
 
     def update(self, message: SessionUpdate) -> None:
         """``session.update``: the new configuration applies at once (errors name the field)."""
-        config = apply_update(self.config, message.session, event_id=message.event_id)
+        config = apply_update(
+            self.config,
+            message.session,
+            event_id=message.event_id,
+            tool_hosts=self.services.settings.tool_host_set(),
+        )
         if config.input_format != self.config.input_format:
             self.inbound = InboundAudio(config.input_format)
         self.config = config
@@ -551,6 +556,7 @@ class VoiceSession:
         limit = config.max_output_tokens
         engine.max_output_tokens = limit if isinstance(limit, int) else None
         self.tool_gate.set_client_tools(engine.client_tools)
+        self.tool_gate.set_mcp_servers(config.mcp_servers)
         engine.auto_respond = config.turn_detection.create_response
         self._configure_playback()
         engine.coordinator.settings = self._turn_settings(config.turn_detection)

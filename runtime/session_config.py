@@ -11,8 +11,10 @@ Rule 2. What we accept but cannot honour is listed in ``NO_EFFECT`` (documented 
         docs/protocol.md): the value is kept and shown back, so clients that always send it
         (the openai-agents runner sends ``tracing`` and a transcription model) keep working.
         What we refuse is an error naming the field: ``prompt`` (stored prompts live at
-        OpenAI) is ``unsupported_parameter``; MCP tools fail validation (only ``function``
-        tools exist here).
+        OpenAI) and an MCP tool's ``connector_id``/``tunnel_id`` (OpenAI's services) are
+        ``unsupported_parameter``. MCP tools with a ``server_url`` are served
+        (``tools.mcp``); their headers are never shown back (nor stored for a resume, so a
+        resumed session declares a server that needs them again).
 Rule 3. Voices: our TTS has its own voices; every GA voice name is accepted and spoken with
         the role's voice (docs/protocol.md lists the mapping). The name is shown back.
 Rule 4. ``session_json(config)`` is the GA session object (``type: "realtime"``); our own
@@ -35,11 +37,16 @@ from runtime.protocol import (
     MAX_OUTPUT_TOKENS,
     ErrorCode,
     FunctionToolIn,
+    McpToolIn,
     ProtocolError,
     ToolChoiceFunctionIn,
+    mcp_servers,
+    mcp_tool_json,
     tool_specs,
     validation_error,
 )
+from tools.errors import InvalidTool
+from tools.mcp import McpServer, check_server
 
 GA_VOICES = frozenset(
     {"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"}
@@ -118,7 +125,9 @@ class SessionIn(_Strict):
         default=None, min_length=1, max_length=1
     )
     audio: AudioIn | None = None
-    tools: list[FunctionToolIn] | None = Field(default=None, max_length=MAX_TOOLS)
+    tools: list[Annotated[FunctionToolIn | McpToolIn, Field(discriminator="type")]] | None = Field(
+        default=None, max_length=MAX_TOOLS
+    )
     tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunctionIn | None = None
     max_output_tokens: int | Literal["inf"] | None = None
     parallel_tool_calls: bool | None = None
@@ -153,6 +162,9 @@ class SessionConfig:
     output_format: AudioFormat = PCM24K
     turn_detection: TurnDetectionConfig = field(default_factory=TurnDetectionConfig)
     tools: tuple[ToolSpec, ...] = ()
+    """The client's functions."""
+    mcp_servers: tuple[McpServer, ...] = ()
+    """The MCP servers the runtime connects to for this session (``tools.mcp``)."""
     tool_choice: str | dict[str, str] = "auto"
     max_output_tokens: int | str = "inf"
     accepted: dict[str, Any] = field(default_factory=dict)
@@ -162,9 +174,14 @@ class SessionConfig:
 
 
 def apply_update(
-    config: SessionConfig, raw: dict[str, Any], *, event_id: str | None = None
+    config: SessionConfig,
+    raw: dict[str, Any],
+    *,
+    event_id: str | None = None,
+    tool_hosts: frozenset[str] = frozenset(),
 ) -> SessionConfig:
-    """Rule 1: the configuration after ``session.update``."""
+    """Rule 1: the configuration after ``session.update``; an MCP server's host must be one of
+    ``tool_hosts`` (the tool allowlist: none by default)."""
     try:
         update = SessionIn.model_validate(raw)
     except ValidationError as e:
@@ -187,6 +204,22 @@ def apply_update(
         changes["output_modalities"] = tuple(update.output_modalities)
     if update.tools is not None:
         changes["tools"] = tool_specs(update.tools)
+        servers = mcp_servers(update.tools, param="session.tools", event_id=event_id)
+        for server in servers:
+            try:
+                check_server(server, tool_hosts)
+            except InvalidTool as e:
+                index = next(
+                    i
+                    for i, t in enumerate(update.tools)
+                    if isinstance(t, McpToolIn) and t.server_label == server.label
+                )
+                raise _invalid(
+                    f"session.tools[{index}].server_url",
+                    f"{e.message} (OPENREALTIME_TOOL_HOSTS)",
+                    event_id,
+                ) from None
+        changes["mcp_servers"] = servers
     if update.tool_choice is not None:
         choice = update.tool_choice
         changes["tool_choice"] = (
@@ -254,9 +287,10 @@ def session_json(config: SessionConfig) -> dict[str, Any]:
         "output_modalities": list(config.output_modalities),
         "audio": {"input": audio_in, "output": audio_out},
         "tools": [
-            {"type": "function", "name": t.name, "description": t.description,
-             "parameters": t.parameters}
-            for t in config.tools
+            *({"type": "function", "name": t.name, "description": t.description,
+               "parameters": t.parameters}
+              for t in config.tools),
+            *(mcp_tool_json(server) for server in config.mcp_servers),
         ],
         "tool_choice": config.tool_choice,
         "max_output_tokens": config.max_output_tokens,

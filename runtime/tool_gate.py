@@ -47,12 +47,25 @@ Rule 5. Journal: each call's decision (effect, decided_by, grant id or quoted ru
         answers or results.
 Rule 6. Bounded: the per-call decision records kept for the journal and the client are at
         most ``MAX_CALLS_KEPT``; one confirmation; one timer.
+Rule 7. MCP servers (SPEC TOOL-6; ``tools.mcp``): each server the session declares
+        (``set_mcp_servers`` after each ``session.update``) is listed once, as a GA
+        ``mcp_list_tools`` item (in progress, then completed with its tools or failed), and its
+        tools join the registry and the offered specs; a turn that starts while a listing is
+        under way waits for it (bounded by the MCP timeout). A call is decided like any other
+        (grants, rules; a deny always wins); then a tool the declaration's
+        ``require_approval`` covers runs only on the person's grant — anything else, a rule's
+        allow included, asks (the request's ``server_label`` is the server's) — and a tool it
+        does not cover runs unless denied (journaled as decided by ``client`` when nothing
+        decided). It runs on the session's connection to that server; a failure is the
+        call's error result, and ``mcp_error`` tells the response's ``mcp_call`` item why.
+        ``close`` closes the connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import uuid
@@ -71,11 +84,20 @@ from runtime.tool_confirm import Answer, Confirmation, ConfirmState, classify_an
 from tools.capability import Capability
 from tools.catalog import ToolCatalog
 from tools.decide import Decision, ToolDecider
-from tools.errors import InvalidArguments, InvalidTool, ToolError, ToolsUnavailable, UnknownTool
+from tools.errors import (
+    InvalidArguments,
+    InvalidTool,
+    McpCallFailed,
+    ToolError,
+    ToolsUnavailable,
+    UnknownTool,
+)
 from tools.grants import GrantedBy, GrantStore, NewGrant
 from tools.http_tool import HttpToolExecutor
-from tools.registry import ClientTool, HttpTool, Tool, ToolRegistry
+from tools.mcp import McpConnection, McpServer, McpToolInfo
+from tools.registry import ClientTool, HttpTool, McpTool, Tool, ToolRegistry
 from tools.rules import Author, RuleStore
+from tools.schema import check_parameters_schema
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +150,8 @@ class ToolGate:
         language: str | None,
         confirm_timeout_s: float,
         client_undecided: Literal["allow", "ask"] = "allow",
+        mcp_timeout_s: float = 10.0,
+        max_result_chars: int = 16_000,
     ) -> None:
         self.decider = decider
         self.grants = grants
@@ -153,6 +177,10 @@ class ToolGate:
         self._timer: asyncio.TimerHandle | None = None
         self._host: ToolGateHost | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.mcp_timeout_s = mcp_timeout_s
+        self.max_result_chars = max_result_chars
+        self._mcp: dict[str, _McpEntry] = {}
+        self._mcp_errors: OrderedDict[str, ev.McpError] = OrderedDict()
 
     # ------------------------------------------------------------ set-up (Rule 1)
 
@@ -182,7 +210,10 @@ class ToolGate:
         except ToolsUnavailable:
             log.warning("the role's tools cannot be read now; offered without them")
             self._loaded = None
-        return self._http_specs
+        listings = [e.listing for e in self._mcp.values() if e.listing is not None]
+        if listings:  # a turn right after session.update is offered the servers' tools
+            await asyncio.wait([asyncio.shield(t) for t in listings])
+        return (*self._http_specs, *(s for e in self._mcp.values() for s in e.specs))
 
     def set_client_tools(self, specs: tuple[ToolSpec, ...]) -> None:
         """The client's functions (each ``session.update``). A declaration outside the schema
@@ -201,6 +232,85 @@ class ToolGate:
         except InvalidTool as e:  # a name that clashes with a built-in or an HTTP tool
             log.warning("client tools not gated as declared: %s", e.code)
             self.registry.set_client_tools([])
+
+    # ------------------------------------------------------------ MCP servers (Rule 7)
+
+    def set_mcp_servers(self, servers: tuple[McpServer, ...]) -> None:
+        """The session's MCP servers (each ``session.update``): a new or changed one is
+        listed — its tools are offered once they are —, a removed one is closed."""
+        wanted = {server.label: server for server in servers}
+        for label, entry in list(self._mcp.items()):
+            server = wanted.get(label)
+            if server is not None and _same(server, entry.server):
+                continue
+            del self._mcp[label]
+            self.registry.set_mcp_tools(label, [])
+            if entry.listing is not None:
+                entry.listing.cancel()
+            self._spawn(entry.connection.aclose())
+        for label, server in wanted.items():
+            if label in self._mcp:
+                continue
+            connection = McpConnection(
+                server, timeout_s=self.mcp_timeout_s, max_result_chars=self.max_result_chars
+            )
+            entry = self._mcp[label] = _McpEntry(server, connection)
+            entry.listing = asyncio.ensure_future(self._list_mcp(entry))
+            entry.listing.add_done_callback(_retrieved)
+
+    async def _list_mcp(self, entry: _McpEntry) -> None:
+        """List one server's tools as a GA ``mcp_list_tools`` item (Rule 7)."""
+        label = entry.server.label
+        item = ev.McpListToolsItem(f"mcpl_{uuid.uuid4().hex[:24]}", label)
+        self._send([ev.ItemAdded(item), ev.McpListToolsInProgress(item.id)])
+        try:
+            infos = await entry.connection.list_tools()
+        except McpCallFailed as e:
+            log.warning("mcp %s: the tools cannot be listed (%s)", label, e.kind)
+            self._send([ev.McpListToolsFailed(item.id), ev.ItemDone(item)])
+            return
+        finally:
+            entry.listing = None
+        by_name = {info.name: info for info in infos}
+        kept = self.registry.set_mcp_tools(label, [_mcp_tool(info, entry.server) for info in infos])
+        entry.specs = tuple(
+            ToolSpec(t.name, t.description, dict(by_name[t.name].input_schema)) for t in kept
+        )
+        listed = tuple(
+            ev.McpListedTool(t.name, dict(by_name[t.name].input_schema), t.description or None,
+                             by_name[t.name].annotations)
+            for t in kept
+        )  # fmt: skip
+        log.info("mcp %s: %d tools offered", label, len(kept))
+        self._send([ev.McpListToolsCompleted(item.id),
+                    ev.ItemDone(dataclasses.replace(item, tools=listed))])  # fmt: skip
+
+    def mcp_server_of(self, name: str) -> str | None:
+        """The label of the MCP server whose tool ``name`` is, if it is one."""
+        with contextlib.suppress(UnknownTool):
+            tool = self.registry.get(name)
+            if isinstance(tool, McpTool):
+                return tool.server_label
+        return None
+
+    def mcp_error(self, call_id: str) -> ev.McpError | None:
+        """Why an MCP call failed, as its ``mcp_call`` item says (None: it did not fail, or
+        was not run)."""
+        return self._mcp_errors.get(call_id)
+
+    async def _run_mcp(self, tool: McpTool, call: ToolCall) -> str:
+        entry = self._mcp.get(tool.server_label)
+        if entry is None:
+            failure = McpCallFailed("the MCP server was removed", "http_error")
+        else:
+            try:
+                return await entry.connection.call(call.name, call.arguments)
+            except McpCallFailed as e:
+                failure = e
+        self._mcp_errors[call.call_id] = ev.McpError(failure.kind, failure.message, failure.status)
+        while len(self._mcp_errors) > MAX_CALLS_KEPT:
+            self._mcp_errors.popitem(last=False)
+        raise failure
 
     # ------------------------------------------------------------ deciding (Rule 2)
 
@@ -232,12 +342,23 @@ class ToolGate:
             return Verdict(refused=UNAVAILABLE)
         fields: dict[str, Any] = {"decision": _decision_json(decision)}
         log.info("tool %s: %s by %s", call.name, decision.effect, decision.decided_by)
-        if decision.effect == "allow":
-            self._keep(call.call_id, fields)
-            return self._allowed(tool, call, origin.generation)
         if decision.effect == "deny":
             self._keep(call.call_id, fields)
             return Verdict(refused=_refusal(decision))
+        if isinstance(tool, McpTool) and not (
+            tool.requires_approval and decision.decided_by != "grant"
+        ):
+            # The declaration waived approval: a rule's allow or no decision runs it (Rule 7).
+            if decision.effect != "allow":
+                fields["decision"] |= {"effect": "allow", "decided_by": "client"}
+            self._keep(call.call_id, fields)
+            return self._allowed(tool, call, origin.generation)
+        if decision.effect == "allow" and not isinstance(tool, McpTool):
+            self._keep(call.call_id, fields)
+            return self._allowed(tool, call, origin.generation)
+        if decision.effect == "allow" and decision.decided_by == "grant":
+            self._keep(call.call_id, fields)
+            return self._allowed(tool, call, origin.generation)
         if isinstance(tool, ClientTool) and self.client_undecided == "allow":
             # The client runs its own functions for the person in front of it.
             fields["decision"] |= {"effect": "allow", "decided_by": "client"}
@@ -262,6 +383,13 @@ class ToolGate:
             while len(self._to_client) > MAX_CALLS_KEPT:
                 self._to_client.popitem(last=False)
             return PROCEED
+        if isinstance(tool, McpTool):
+            mcp_tool = tool
+
+            def run_mcp() -> Awaitable[str]:
+                return self._run_mcp(mcp_tool, call)
+
+            return Verdict(run=run_mcp)
         assert isinstance(tool, HttpTool)
 
         def run() -> Awaitable[str]:
@@ -333,7 +461,11 @@ class ToolGate:
     def _ask(self, confirmation: Confirmation) -> None:
         self._pending = confirmation
         call = confirmation.call
-        label = "client" if isinstance(confirmation.tool, ClientTool) else "http"
+        tool = confirmation.tool
+        label = (
+            tool.server_label if isinstance(tool, McpTool)
+            else "client" if isinstance(tool, ClientTool) else "http"
+        )  # fmt: skip
         item = ev.McpApprovalRequestItem(
             confirmation.request_id, call.name,
             json.dumps(call.arguments, ensure_ascii=False), label,
@@ -477,9 +609,12 @@ class ToolGate:
             fields = self.journal_fields(call.call_id)
             self._keep(call.call_id, fields | {"confirmation": confirmed})
             return Continuation(call, None, confirmation.input, confirmation.input_seq)
-        assert isinstance(tool, HttpTool)
         try:
-            content = await self._run_http(tool, call, generation)
+            if isinstance(tool, McpTool):
+                content = await self._run_mcp(tool, call)
+            else:
+                assert isinstance(tool, HttpTool)
+                content = await self._run_http(tool, call, generation)
             error = False
         except ToolError as e:
             log.info("tool %s failed: %s", call.name, e.code)
@@ -535,16 +670,50 @@ class ToolGate:
         except Exception as e:  # the journal buffer rides out outages; never fail the turn
             log.warning("a tool result was not journaled: %s", type(e).__name__)
         result = ToolResult(call.call_id, call.name, content, is_error=error)
-        return Continuation(call, result, confirmation.input, confirmation.input_seq)
+        return Continuation(call, result, confirmation.input, confirmation.input_seq, ran=approved)
 
     async def close(self) -> None:
         self._cancel_timer()
+        entries, self._mcp = list(self._mcp.values()), {}
+        for entry in entries:
+            if entry.listing is not None:
+                entry.listing.cancel()
+            await entry.connection.aclose()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+
+
+@dataclasses.dataclass(eq=False)
+class _McpEntry:
+    """One declared MCP server of the session: its connection, the listing under way and the
+    specs of its tools once listed."""
+
+    server: McpServer
+    connection: McpConnection
+    listing: asyncio.Task[None] | None = None
+    specs: tuple[ToolSpec, ...] = ()
+
+
+def _same(a: McpServer, b: McpServer) -> bool:
+    return a == b and dict(a.headers) == dict(b.headers)
+
+
+def _mcp_tool(info: McpToolInfo, server: McpServer) -> McpTool:
+    """An MCP server's tool as the registry holds it: its schema is gated when it is of the
+    subset; otherwise the server checks the arguments (as a client checks its own)."""
+    try:
+        parameters: dict[str, Any] = check_parameters_schema(info.input_schema)
+    except InvalidTool:
+        parameters = {"type": "object"}
+    return McpTool(
+        name=info.name, description=info.description, parameters=parameters,
+        server_label=server.label, read_only=info.read_only,
+        requires_approval=server.approval.requires(info.name, info.read_only),
+    )  # fmt: skip
 
 
 def _retrieved(future: asyncio.Future[None]) -> None:

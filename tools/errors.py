@@ -17,7 +17,8 @@
     │   ├── ToolTimeout            the call took longer than the tool's timeout (retryable)
     │   ├── ToolUnreachable        no connection to the tool's host (retryable)
     │   ├── ResponseTooLarge       the response passed the tool's size limit
-    │   └── ToolHttpStatus         a non-2xx answer (retryable for 429 and 5xx)
+    │   ├── ToolHttpStatus         a non-2xx answer (retryable for 429 and 5xx)
+    │   └── McpCallFailed          an MCP server failed: its ``kind`` is the GA error type
     ├── SecretMissing              local: a header's secret is not stored (configuration)
     └── ToolsUnavailable           local: the store cannot be reached (retryable)
 
@@ -113,6 +114,20 @@ class ToolHttpStatus(ToolCallFailed):
         super().__init__(message)
         self.status = status
         self.retryable = status == 429 or status >= 500
+
+
+class McpCallFailed(ToolCallFailed):
+    """An MCP server could not list or run a tool: ``kind`` is the GA ``mcp_call`` error type
+    (``protocol_error``, ``http_error`` or ``tool_execution_error``), ``status`` the HTTP or
+    JSON-RPC code where there is one."""
+
+    code = "mcp_call_failed"
+
+    def __init__(self, message: str, kind: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.retryable = kind == "http_error" and (status is None or status >= 500)
 
 
 class SecretMissing(ToolError):

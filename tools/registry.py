@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-1. Three kinds, one namespace per role: the built-ins (``BUILTIN_TOOLS``, by name only here;
-   their code lives with their packages), HTTP tools an admin declares for a role, and client
-   tools the connected client declares for its connection. A name is ``NAME_PATTERN`` and is
-   unique: no declaration shadows a built-in or another declaration.
+1. Four kinds, one namespace per role: the built-ins (``BUILTIN_TOOLS``, by name only here;
+   their code lives with their packages), HTTP tools an admin declares for a role, client
+   tools the connected client declares for its connection, and the tools of the MCP servers
+   it declares (``tools.mcp``). A name is ``NAME_PATTERN`` and is unique: no declaration
+   shadows a built-in or another declaration (an MCP tool that would is left out).
 2. Every declaration is checked when it is made, never when it is called: its parameters are a
    schema of ``tools.schema``'s subset; a ``target`` names a required string, integer or number
    parameter; an HTTP tool's URL template is http(s) with a literal host on the allowlist (the
@@ -43,7 +44,7 @@ MAX_TOOLS_PER_ROLE = 64
 HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 SECRET_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 TARGET_TYPES = ("string", "integer", "number")
-ToolKind = Literal["builtin", "http", "client"]
+ToolKind = Literal["builtin", "http", "client", "mcp"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,7 +104,26 @@ class ClientTool:
     kind: ToolKind = "client"
 
 
-Tool = BuiltinTool | HttpTool | ClientTool
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpTool:
+    """A tool of an MCP server the session declared (``tools.mcp``): run by the runtime on
+    that server. ``parameters`` is its schema when it is of ``tools.schema``'s subset, else
+    ``{"type": "object"}`` (the server checks its own arguments)."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    server_label: str
+    read_only: bool | None = None
+    requires_approval: bool = True
+    """The declaration's ``require_approval`` covers it: only the person's grant runs it."""
+    cancellable: bool = True
+    target: str | None = None
+    confirm: str | None = None
+    kind: ToolKind = "mcp"
+
+
+Tool = BuiltinTool | HttpTool | ClientTool | McpTool
 
 
 MAX_CONFIRM_CHARS = 200
@@ -222,6 +242,8 @@ def describe(tool: Tool) -> dict[str, Any]:
         out["description"] = tool.description
         out["parameters"] = dict(tool.parameters)
         out["confirm"] = tool.confirm
+    if isinstance(tool, McpTool):
+        out["server_label"] = tool.server_label
     if isinstance(tool, HttpTool):
         out |= {
             "method": tool.method,
@@ -266,6 +288,21 @@ class ToolRegistry:
             del self._tools[name]
         for tool in checked:
             self._add(tool)
+
+    def set_mcp_tools(self, label: str, tools: Iterable[McpTool]) -> list[McpTool]:
+        """Replace the tools of the MCP server ``label``; returns those kept (a tool whose name
+        another tool has, or past the limit, is left out)."""
+        for name in [n for n, t in self._tools.items()
+                     if isinstance(t, McpTool) and t.server_label == label]:  # fmt: skip
+            del self._tools[name]
+        kept: list[McpTool] = []
+        for tool in tools:
+            try:
+                self._add(tool)
+            except InvalidTool:
+                continue
+            kept.append(tool)
+        return kept
 
     def get(self, name: str) -> Tool:
         tool = self._tools.get(name)

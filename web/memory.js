@@ -41,8 +41,10 @@ async function load() {
 }
 
 let admin = false;
+let switches = 0; // a setting read that started before the person's last switch is stale
 
 async function loadSettings() {
+  const asked = switches;
   let view;
   try {
     view = await api(`/api/memory/settings?role_id=${encodeURIComponent(roleId())}`);
@@ -50,6 +52,9 @@ async function loadSettings() {
     notice(`Could not load the memory setting: ${errorText(error)}`, "bad");
     return;
   }
+  // A switch made while the read was on its way is not undone by the older answer: the
+  // reload after the switch shows the server's state.
+  if (asked !== switches) return;
   const roleOn = view.defaults.memory_enabled !== false;
   if (admin) {
     $("enabled").checked = roleOn;
@@ -62,6 +67,7 @@ async function loadSettings() {
 }
 
 async function switchMemory(box, scope) {
+  switches += 1;
   try {
     await api("/api/memory/settings", { method: "PUT", body: { role_id: roleId(), enabled: box.checked, scope } });
   } catch (error) {

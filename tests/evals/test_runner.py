@@ -82,7 +82,7 @@ async def test_a_scenario_runs_typed_spoken_and_tool_turns_and_reports_each_chec
     ]
     assert "sunny, 21 C" in weather.answer
 
-    assert spoken.spoken and spoken.heard == "what is the weather in Paris"
+    assert spoken.spoken and spoken.heard == "what is the weather in Paris", spoken.error
     assert spoken.passed, spoken.checks
     assert '"sky": "rain"' in spoken.answer
     assert spoken.first_ms is not None and spoken.done_ms is not None

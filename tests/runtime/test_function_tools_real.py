@@ -2,7 +2,9 @@
 and sync) and the ``openai-agents`` realtime runner, unchanged but for the URL, against the
 real server built as ``make run`` builds it — the local model, Silero VAD, Whisper, Piper —
 loaded once for the module. Typed turns, one approval accepted and one refused in the runner,
-and a spoken turn (Piper's voice heard by Whisper) that picks its tool.
+a spoken turn (Piper's voice heard by Whisper) that picks its tool, and an MCP server's tool
+(a real MCP server, ``tests.mcp.server``) chosen beside a client function and run by the
+runtime inside the response.
 
 How often the model picks the right function is measured by ``benchmarks.tool_calls``; these
 tests hold only what must always work: a plain request for the one fitting function, a forced
@@ -29,6 +31,7 @@ from plugins.tts import create_tts
 from runtime.config import Settings
 from runtime.plugin_factory import build_plugins, warm_up
 from runtime.server import RunningServer, running_server
+from tests.mcp import mcp_server
 
 pytestmark = [
     pytest.mark.skipif(
@@ -63,7 +66,7 @@ TIMER = {
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningServer]:
     data_dir = Path(tmp_path_factory.mktemp("fn"))
-    settings = Settings(port=0, storage="memory", data_dir=data_dir)
+    settings = Settings(port=0, storage="memory", data_dir=data_dir, tool_hosts="127.0.0.1")
     plugins = build_plugins(settings)
     await warm_up(plugins)
     async with running_server(settings, plugins=plugins) as running:
@@ -273,3 +276,29 @@ async def test_a_spoken_request_picks_its_tool(server: RunningServer) -> None:
                 if event.type == "agent_end" and RUNS:
                     break
     assert RUNS == ["timer:5"]
+
+
+async def test_the_default_brain_calls_an_mcp_servers_tool_and_answers_from_it(
+    server: RunningServer,
+) -> None:
+    async with mcp_server() as url:
+        shop = {"type": "mcp", "server_label": "shop", "server_url": url,
+                "require_approval": "never"}  # fmt: skip
+        async with client(server).realtime.connect(model="Assistant") as conn:
+            await conn.session.update(
+                session={"type": "realtime", "output_modalities": ["text"],
+                         "tools": [shop, WEATHER]}  # type: ignore[list-item]
+            )  # fmt: skip
+            async for event in conn:
+                if event.type in ("mcp_list_tools.completed", "mcp_list_tools.failed"):
+                    assert event.type == "mcp_list_tools.completed"
+                    break
+            await ask(conn, "How many bolts do we have in stock?")
+            response, calls = await until_done(conn)
+    assert calls == []  # nothing for the client to run
+    (call,) = [o for o in response.output if o.type == "mcp_call"]
+    assert (call.name, call.server_label) == ("stock_level", "shop")
+    assert "bolt" in json.loads(call.arguments)["product"].lower()
+    assert call.output == "bolts: 17 in stock" and call.error is None
+    (answer,) = [o for o in response.output if o.type == "message"]
+    assert "17" in answer.content[0].text

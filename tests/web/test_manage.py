@@ -55,6 +55,7 @@ async def test_memory_page_lists_adds_edits_deletes_clears_and_switches_off(
         page.once("dialog", lambda dialog: dialog.accept())
         await page.click("#clear")
         await page.wait_for_selector("#notice:has-text('2 memories deleted')")
+        await page.wait_for_selector("#empty:not(.hidden)")  # the reload after the clear is done
 
         await page.uncheck("#enabled")
         await page.wait_for_load_state("networkidle")
