@@ -6,6 +6,9 @@ Routes (``docs/http_api.md#tools``):
 - ``GET    /api/roles/{role_id}/tools`` → ``{"role_id", "tools", "allowed_hosts"}``: the
   built-ins, then the declared HTTP tools (``tools.registry.describe``: secrets by name).
 - ``PUT    /api/roles/{role_id}/tools/{name}`` (admins) → the declaration; ``DELETE`` → 204.
+- ``GET    /api/roles/{role_id}/mcp_servers`` → ``{"role_id", "mcp_servers"}`` (the GA
+  ``mcp`` fields, headers by secret name); ``PUT …/{label}`` (admins) → the server;
+  ``DELETE`` → 204.
 - ``GET    /api/tool-secrets`` (admins) → ``{"secrets": [{"name"}]}``; ``PUT …/{name}
   {value}`` → ``{"name"}``; ``DELETE …/{name}`` → 204.
 - ``GET    /api/roles/{role_id}/rules?status=`` → ``{"role_id", "rules"}``; ``POST`` (admins)
@@ -41,13 +44,16 @@ Rules
 7. Bounded: lists hold at most ``MAX_GRANTS_LISTED`` grants (the newest, oldest first, with
    ``truncated``); every body field has a length limit; the stores bound the counts (409
    ``tool_limit_exceeded``). A store that cannot be reached is 503 ``tools_unavailable``.
+8. MCP servers: everyone reads the role's; admins declare and delete them. The URL obeys the
+   HTTP tools' allowlist (400 ``host_not_allowed``), headers name secrets (rule 3), a role
+   has at most ``tools.mcp.MAX_SERVERS_PER_ROLE`` (409 ``tool_limit_exceeded``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,6 +62,13 @@ from runtime.accounts import Principal
 from runtime.api import ApiError, Caller, ServicesDep
 from runtime.api_role_memory import _role as role_in_tenant
 from runtime.policy import Policy, allow, forbidden
+from runtime.protocol import (
+    McpApprovalFilterIn,
+    McpToolFilterIn,
+    allowed_filter,
+    approval_policy,
+    mcp_tool_json,
+)
 from runtime.services import Services
 from tools.capability import (
     ANY_TARGET,
@@ -78,6 +91,7 @@ from tools.errors import (
     UnknownTool,
 )
 from tools.grants import Effect, Grant, GrantedBy, GrantStatus, NewGrant, Scope
+from tools.mcp import McpServer
 from tools.registry import (
     BUILTIN_TOOLS,
     MAX_DESCRIPTION_CHARS,
@@ -194,6 +208,75 @@ async def delete_tool(role_id: str, name: str, who: Caller, services: ServicesDe
         deleted = await services.tool_catalog.delete(who.tenant, role.id, name)
     if not deleted:
         raise ApiError(404, "unknown_tool", f"the role declares no tool {name[:64]!r}")
+    return Response(status_code=204)
+
+
+# ------------------------------------------------------------------ MCP servers (rule 8)
+
+
+class McpServerIn(BaseModel):
+    """A role's MCP server (``tools.mcp`` Rule 6): the GA ``mcp`` tool's fields, with headers
+    naming the tenant's tool secrets instead of values."""
+
+    model_config = ConfigDict(extra="forbid")
+    server_url: str = Field(min_length=1, max_length=MAX_URL_CHARS)
+    server_description: str = Field(default="", max_length=MAX_DESCRIPTION_CHARS)
+    allowed_tools: list[_NAME] | McpToolFilterIn | None = Field(
+        default=None, union_mode="left_to_right"
+    )
+    require_approval: Literal["always", "never"] | McpApprovalFilterIn | None = None
+    headers: list[SecretHeaderIn] = Field(default_factory=list, max_length=MAX_HEADERS)
+
+    def server(self, label: str) -> McpServer:
+        return McpServer(
+            label=label, url=self.server_url, description=self.server_description,
+            allowed=allowed_filter(self.allowed_tools),
+            approval=approval_policy(self.require_approval),
+            secret_headers=tuple(SecretHeader(h.header, h.secret, h.prefix)
+                                 for h in self.headers),
+        )  # fmt: skip
+
+
+def mcp_server_json(server: McpServer) -> dict[str, Any]:
+    """A role's server as the API shows it: the GA fields, headers by secret name."""
+    return mcp_tool_json(server) | {
+        "headers": [{"header": h.header, "secret": h.secret} for h in server.secret_headers]
+    }
+
+
+@router.get("/api/roles/{role_id}/mcp_servers", dependencies=[allow(Policy.MEMBER)])
+async def list_mcp_servers(role_id: str, who: Caller, services: ServicesDep) -> dict[str, Any]:
+    role = await role_in_tenant(services, who, role_id)
+    with _tool_errors():
+        servers = await services.tool_catalog.list_mcp(who.tenant, role.id)
+    return {"role_id": role.id, "mcp_servers": [mcp_server_json(s) for s in servers]}
+
+
+@router.put("/api/roles/{role_id}/mcp_servers/{label}", dependencies=[allow(Policy.ADMIN)])
+async def put_mcp_server(
+    role_id: str, label: str, body: McpServerIn, who: Caller, services: ServicesDep
+) -> dict[str, Any]:
+    """Declare or replace the role's MCP server ``label`` (checked first, like an HTTP tool's
+    URL); sessions started after it offer its tools."""
+    role = await role_in_tenant(services, who, role_id)
+    with _tool_errors():
+        saved = await services.tool_catalog.put_mcp(who.tenant, role.id, body.server(label))
+    return mcp_server_json(saved)
+
+
+@router.delete(
+    "/api/roles/{role_id}/mcp_servers/{label}",
+    status_code=204,
+    dependencies=[allow(Policy.ADMIN)],
+)
+async def delete_mcp_server(
+    role_id: str, label: str, who: Caller, services: ServicesDep
+) -> Response:
+    role = await role_in_tenant(services, who, role_id)
+    with _tool_errors():
+        deleted = await services.tool_catalog.delete_mcp(who.tenant, role.id, label)
+    if not deleted:
+        raise ApiError(404, "unknown_tool", f"the role declares no MCP server {label[:64]!r}")
     return Response(status_code=204)
 
 

@@ -327,6 +327,23 @@ def _tool_filter(value: McpToolFilterIn | None) -> ToolFilter | None:
     return ToolFilter(names, value.read_only)
 
 
+def allowed_filter(value: list[str] | McpToolFilterIn | None) -> ToolFilter | None:
+    """GA ``allowed_tools`` as a filter (None: every tool)."""
+    return ToolFilter(frozenset(value)) if isinstance(value, list) else _tool_filter(value)
+
+
+def approval_policy(
+    value: Literal["always", "never"] | McpApprovalFilterIn | None,
+) -> ApprovalPolicy:
+    """GA ``require_approval`` as a policy (unset: ``always``, GA's default)."""
+    if value is None:
+        return ApprovalPolicy()
+    if isinstance(value, str):
+        return ApprovalPolicy(mode=value)
+    return ApprovalPolicy(mode=None, always=_tool_filter(value.always),
+                          never=_tool_filter(value.never))  # fmt: skip
+
+
 def mcp_servers(
     tools: Sequence[FunctionToolIn | McpToolIn], *, param: str, event_id: str | None = None
 ) -> tuple[McpServer, ...]:
@@ -350,8 +367,6 @@ def mcp_servers(
         if any(s.label == tool.server_label for s in servers):
             raise ProtocolError(ErrorCode.INVALID_VALUE, "server_label must be unique",
                                 param=f"{where}.server_label", event_id=event_id)  # fmt: skip
-        allowed = tool.allowed_tools
-        approval = tool.require_approval
         headers = dict(tool.headers or {})
         if tool.authorization is not None:
             headers["Authorization"] = f"Bearer {tool.authorization}"
@@ -359,20 +374,12 @@ def mcp_servers(
             McpServer(
                 label=tool.server_label,
                 url=tool.server_url,
-                allowed=(
-                    ToolFilter(frozenset(allowed)) if isinstance(allowed, list)
-                    else _tool_filter(allowed)
-                ),
-                approval=(
-                    ApprovalPolicy(mode=approval) if isinstance(approval, str)
-                    else ApprovalPolicy(mode=None, always=_tool_filter(approval.always),
-                                        never=_tool_filter(approval.never))
-                    if approval is not None else ApprovalPolicy()
-                ),
+                allowed=allowed_filter(tool.allowed_tools),
+                approval=approval_policy(tool.require_approval),
                 headers=headers,
                 description=tool.server_description or "",
             )
-        )  # fmt: skip
+        )
     return tuple(servers)
 
 

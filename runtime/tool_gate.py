@@ -48,7 +48,9 @@ Rule 5. Journal: each call's decision (effect, decided_by, grant id or quoted ru
 Rule 6. Bounded: the per-call decision records kept for the journal and the client are at
         most ``MAX_CALLS_KEPT``; one confirmation; one timer.
 Rule 7. MCP servers (SPEC TOOL-6; ``tools.mcp``): each server the session declares
-        (``set_mcp_servers`` after each ``session.update``) is listed once, as a GA
+        (``set_mcp_servers`` after each ``session.update``) or an admin declared for the role
+        (read with the HTTP tools, header values from the tenant's secrets; the role's holds
+        its label) is listed once, as a GA
         ``mcp_list_tools`` item (in progress, then completed with its tools or failed), and its
         tools join the registry and the offered specs; a turn that starts while a listing is
         under way waits for it (bounded by the MCP timeout). A call is decided like any other
@@ -189,6 +191,11 @@ class ToolGate:
 
     async def _load(self) -> None:
         tools = await self.catalog.list(self.thread.tenant, self.role_id)
+        servers = await self.catalog.list_mcp(self.thread.tenant, self.role_id)
+        for server in servers:
+            headers = await self._secret_headers(server)
+            if headers is not None:
+                self._add_mcp(dataclasses.replace(server, headers=headers), origin="role")
         specs: list[ToolSpec] = []
         for tool in tools:
             try:
@@ -237,26 +244,50 @@ class ToolGate:
 
     def set_mcp_servers(self, servers: tuple[McpServer, ...]) -> None:
         """The session's MCP servers (each ``session.update``): a new or changed one is
-        listed — its tools are offered once they are —, a removed one is closed."""
+        listed — its tools are offered once they are —, a removed one is closed. A label a
+        role's server holds stays the role's."""
         wanted = {server.label: server for server in servers}
         for label, entry in list(self._mcp.items()):
             server = wanted.get(label)
-            if server is not None and _same(server, entry.server):
-                continue
-            del self._mcp[label]
-            self.registry.set_mcp_tools(label, [])
-            if entry.listing is not None:
-                entry.listing.cancel()
-            self._spawn(entry.connection.aclose())
+            if entry.origin == "session" and not (server and _same(server, entry.server)):
+                self._drop_mcp(label)
         for label, server in wanted.items():
             if label in self._mcp:
+                if self._mcp[label].origin == "role":
+                    log.warning("mcp %s: the role declares this label; the session's is left out",
+                                label)  # fmt: skip
                 continue
-            connection = McpConnection(
-                server, timeout_s=self.mcp_timeout_s, max_result_chars=self.max_result_chars
-            )
-            entry = self._mcp[label] = _McpEntry(server, connection)
-            entry.listing = asyncio.ensure_future(self._list_mcp(entry))
-            entry.listing.add_done_callback(_retrieved)
+            self._add_mcp(server, origin="session")
+
+    def _add_mcp(self, server: McpServer, *, origin: str) -> None:
+        if server.label in self._mcp:
+            self._drop_mcp(server.label)  # a role's server replaces a session's
+        connection = McpConnection(
+            server, timeout_s=self.mcp_timeout_s, max_result_chars=self.max_result_chars
+        )
+        entry = self._mcp[server.label] = _McpEntry(server, connection, origin)
+        entry.listing = asyncio.ensure_future(self._list_mcp(entry))
+        entry.listing.add_done_callback(_retrieved)
+
+    def _drop_mcp(self, label: str) -> None:
+        entry = self._mcp.pop(label)
+        self.registry.set_mcp_tools(label, [])
+        if entry.listing is not None:
+            entry.listing.cancel()
+        self._spawn(entry.connection.aclose())
+
+    async def _secret_headers(self, server: McpServer) -> dict[str, str] | None:
+        """A role's server's header values from the tenant's secrets (None: one is missing;
+        the server is not offered)."""
+        headers: dict[str, str] = {}
+        for header in server.secret_headers:
+            value = await self.executor.secrets.get(self.thread.tenant, header.secret)
+            if value is None:
+                log.warning("mcp %s: secret %r is not stored; not offered",
+                            server.label, header.secret)  # fmt: skip
+                return None
+            headers[header.header] = header.prefix + value
+        return headers
 
     async def _list_mcp(self, entry: _McpEntry) -> None:
         """List one server's tools as a GA ``mcp_list_tools`` item (Rule 7)."""
@@ -694,6 +725,8 @@ class _McpEntry:
 
     server: McpServer
     connection: McpConnection
+    origin: str
+    """``session`` (its ``session.update``) or ``role`` (an admin's, ``tools.catalog``)."""
     listing: asyncio.Task[None] | None = None
     specs: tuple[ToolSpec, ...] = ()
 

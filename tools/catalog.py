@@ -1,4 +1,5 @@
-"""Where a role's declared HTTP tools and the tenant's tool secrets are kept (SPEC TOOL-1).
+"""Where a role's declared HTTP tools and MCP servers and the tenant's tool secrets are kept
+(SPEC TOOL-1, TOOL-6).
 
 Theory of operation
 -------------------
@@ -17,6 +18,8 @@ Theory of operation
    ``tool_from_record``: every field, headers with their prefixes) and the in-memory
    implementations (tests, ``storage=memory``); the durable ones are on PostgreSQL
    (``tools/postgres_catalog.py``, secrets sealed at rest).
+6. A role's MCP servers (``tools.mcp`` Rule 6) are kept beside its HTTP tools, by label, at
+   most ``MAX_SERVERS_PER_ROLE``; their headers name secrets (``server_record``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from tools.errors import InvalidTool, ToolLimitExceeded, UnknownTool
+from tools.mcp import MAX_SERVERS_PER_ROLE, McpServer, check_server, server_record
 from tools.registry import (
     BUILTIN_TOOLS,
     MAX_TOOLS_PER_ROLE,
@@ -58,6 +62,16 @@ class ToolCatalog(Protocol):
     async def forget_role(self, tenant: str, role_id: str) -> int:
         """Remove everything of a deleted role (``DELETE /api/roles/{id}``); how many."""
         ...
+
+    async def list_mcp(self, tenant: str, role_id: str) -> builtins.list[McpServer]:
+        """The role's MCP servers (rule 6), in declaration order."""
+        ...
+
+    async def put_mcp(self, tenant: str, role_id: str, server: McpServer) -> McpServer:
+        """Declare or replace the role's MCP server ``server.label`` (checked first)."""
+        ...
+
+    async def delete_mcp(self, tenant: str, role_id: str, label: str) -> bool: ...
 
 
 class ToolSecrets(Protocol):
@@ -124,6 +138,7 @@ class InMemoryToolCatalog:
         self.bounds = bounds or HttpToolBounds()
         self.max_tools = max_tools
         self._tools: dict[tuple[str, str], dict[str, HttpTool]] = {}
+        self._mcp: dict[tuple[str, str], dict[str, McpServer]] = {}
 
     async def list(self, tenant: str, role_id: str) -> builtins.list[HttpTool]:
         return list(self._tools.get((tenant, role_id), {}).values())
@@ -146,7 +161,22 @@ class InMemoryToolCatalog:
         return self._tools.get((tenant, role_id), {}).pop(name, None) is not None
 
     async def forget_role(self, tenant: str, role_id: str) -> int:
-        return len(self._tools.pop((tenant, role_id), {}))
+        servers = self._mcp.pop((tenant, role_id), {})
+        return len(self._tools.pop((tenant, role_id), {})) + len(servers)
+
+    async def list_mcp(self, tenant: str, role_id: str) -> builtins.list[McpServer]:
+        return list(self._mcp.get((tenant, role_id), {}).values())
+
+    async def put_mcp(self, tenant: str, role_id: str, server: McpServer) -> McpServer:
+        server_record(check_server(server, self.allowed_hosts))
+        servers = self._mcp.setdefault((tenant, role_id), {})
+        if server.label not in servers and len(servers) >= MAX_SERVERS_PER_ROLE:
+            raise ToolLimitExceeded(f"a role declares at most {MAX_SERVERS_PER_ROLE} MCP servers")
+        servers[server.label] = server
+        return server
+
+    async def delete_mcp(self, tenant: str, role_id: str, label: str) -> bool:
+        return self._mcp.get((tenant, role_id), {}).pop(label, None) is not None
 
 
 class InMemoryToolSecrets:

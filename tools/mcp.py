@@ -27,6 +27,11 @@ Rule 5. Headers reach the MCP server and nothing else: they are never logged, jo
         shown back in ``session.updated`` or stored for a resume. Logs name the label, the
         tool and the outcome; never arguments or results — the ``mcp`` package's own loggers
         (and its HTTP client's, which log URLs) are held at WARNING.
+Rule 6. An admin may declare servers for a role (``tools.catalog``, at most
+        ``MAX_SERVERS_PER_ROLE``): stored as ``server_record`` — its headers by the name of a
+        tenant tool secret (``secret_headers``), never a value —, offered in every session of
+        the role beside those the session declares (a session's server with a role server's
+        label is left out), its header values read from the secrets when it connects.
 """
 
 from __future__ import annotations
@@ -39,7 +44,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tools.errors import InvalidTool, McpCallFailed
-from tools.registry import MAX_DESCRIPTION_CHARS, NAME_PATTERN, check_host
+from tools.registry import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_HEADERS,
+    NAME_PATTERN,
+    SecretHeader,
+    check_host,
+    check_secret_headers,
+)
 
 log = logging.getLogger(__name__)
 for _name in ("mcp", "httpx2", "httpcore2"):
@@ -49,6 +61,8 @@ for _name in ("mcp", "httpx2", "httpcore2"):
 
 MAX_TOOLS = 64
 """The most tools kept from one server (Rule 3)."""
+MAX_SERVERS_PER_ROLE = 8
+"""The most MCP servers an admin declares for one role (Rule 6)."""
 MAX_PAGES = 8
 LABEL_PATTERN = NAME_PATTERN
 ApprovalMode = Literal["always", "never"]
@@ -88,7 +102,8 @@ class ApprovalPolicy:
 
 @dataclass(frozen=True, slots=True)
 class McpServer:
-    """One declared MCP server (Rule 1)."""
+    """One declared MCP server (Rule 1): by a session (``headers`` with their values) or by an
+    admin for a role (``secret_headers``: values are the tenant's tool secrets, Rule 6)."""
 
     label: str
     url: str
@@ -97,6 +112,7 @@ class McpServer:
     approval: ApprovalPolicy = ApprovalPolicy()
     headers: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     description: str = ""
+    secret_headers: tuple[SecretHeader, ...] = ()
 
     def allows(self, name: str, read_only: bool | None) -> bool:
         return self.allowed is None or self.allowed.matches(name, read_only)
@@ -107,7 +123,59 @@ def check_server(server: McpServer, allowed_hosts: Iterable[str]) -> McpServer:
     if not LABEL_PATTERN.match(server.label):
         raise InvalidTool(f"server_label must match {LABEL_PATTERN.pattern}")
     check_host(server.url, allowed_hosts)
+    if len(server.headers) > MAX_HEADERS * 2:
+        raise InvalidTool(f"at most {MAX_HEADERS * 2} headers")
+    check_secret_headers(server.secret_headers)
+    if len(server.description) > MAX_DESCRIPTION_CHARS:
+        raise InvalidTool(f"description must be at most {MAX_DESCRIPTION_CHARS} characters")
     return server
+
+
+def server_record(server: McpServer) -> dict[str, Any]:
+    """A role's server as stored (Rule 6): every field but header values, which it never has."""
+    if server.headers:
+        raise InvalidTool("a role's MCP server names its headers' secrets, never their values")
+    return {
+        "kind": "mcp",
+        "label": server.label,
+        "url": server.url,
+        "allowed": _filter_record(server.allowed),
+        "approval": {"mode": server.approval.mode,
+                     "always": _filter_record(server.approval.always),
+                     "never": _filter_record(server.approval.never)},
+        "description": server.description,
+        "secret_headers": [{"header": h.header, "secret": h.secret, "prefix": h.prefix}
+                           for h in server.secret_headers],
+    }  # fmt: skip
+
+
+def server_from_record(data: Mapping[str, Any]) -> McpServer:
+    """``server_record``'s inverse."""
+    approval = data["approval"]
+    return McpServer(
+        label=data["label"],
+        url=data["url"],
+        allowed=_filter_from(data["allowed"]),
+        approval=ApprovalPolicy(approval["mode"], _filter_from(approval["always"]),
+                                _filter_from(approval["never"])),
+        description=data["description"],
+        secret_headers=tuple(SecretHeader(h["header"], h["secret"], h.get("prefix", ""))
+                             for h in data["secret_headers"]),
+    )  # fmt: skip
+
+
+def _filter_record(value: ToolFilter | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    names = sorted(value.names) if value.names is not None else None
+    return {"names": names, "read_only": value.read_only}
+
+
+def _filter_from(data: Mapping[str, Any] | None) -> ToolFilter | None:
+    if data is None:
+        return None
+    names = data.get("names")
+    return ToolFilter(frozenset(names) if names is not None else None, data.get("read_only"))
 
 
 @dataclass(frozen=True, slots=True)

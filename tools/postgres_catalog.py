@@ -41,11 +41,20 @@ from tools.catalog import (
     tool_record,
 )
 from tools.errors import ToolLimitExceeded, UnknownTool
+from tools.mcp import (
+    MAX_SERVERS_PER_ROLE,
+    McpServer,
+    check_server,
+    server_from_record,
+    server_record,
+)
 from tools.postgres_common import PooledStore, forget_role_rows
 from tools.registry import HttpTool, HttpToolBounds, check_http_tool
 
 T = TypeVar("T")
 DECLARATIONS_TABLE = "tool_declarations"
+MCP_PREFIX = "mcp:"
+"""A role's MCP server is a row named ``mcp:<label>`` (no HTTP tool name has a colon)."""
 SECRETS_TABLE = "tool_secrets"
 RESEAL_BATCH = 500
 """Secrets one ``rotate`` transaction re-seals."""
@@ -89,8 +98,8 @@ class PostgresToolCatalog(_Pooled):
         rows = await self._call(
             lambda conn: conn.fetch(
                 f"SELECT declaration FROM {DECLARATIONS_TABLE}"
-                " WHERE tenant = $1 AND role_id = $2 ORDER BY seq",
-                tenant, role_id, timeout=self.query_timeout,
+                " WHERE tenant = $1 AND role_id = $2 AND left(name, 4) <> $3 ORDER BY seq",
+                tenant, role_id, MCP_PREFIX, timeout=self.query_timeout,
             ),
             transaction=False,
         )  # fmt: skip
@@ -105,7 +114,7 @@ class PostgresToolCatalog(_Pooled):
             ),
             transaction=False,
         )  # fmt: skip
-        if found is None:
+        if found is None or name.startswith(MCP_PREFIX):
             raise UnknownTool(f"no tool named {name!r}")
         return tool_from_record(json.loads(found))
 
@@ -124,8 +133,8 @@ class PostgresToolCatalog(_Pooled):
             if exists is None:
                 count = await conn.fetchval(
                     f"SELECT count(*) FROM {DECLARATIONS_TABLE}"
-                    " WHERE tenant = $1 AND role_id = $2",
-                    tenant, role_id, timeout=t,
+                    " WHERE tenant = $1 AND role_id = $2 AND left(name, 4) <> $3",
+                    tenant, role_id, MCP_PREFIX, timeout=t,
                 )  # fmt: skip
                 if count >= self.max_tools:
                     raise ToolLimitExceeded(f"a role declares at most {self.max_tools} HTTP tools")
@@ -141,6 +150,11 @@ class PostgresToolCatalog(_Pooled):
         return await self._call(work, transaction=True)
 
     async def delete(self, tenant: str, role_id: str, name: str) -> bool:
+        if name.startswith(MCP_PREFIX):
+            return False
+        return await self._delete(tenant, role_id, name)
+
+    async def _delete(self, tenant: str, role_id: str, name: str) -> bool:
         status = await self._call(
             lambda conn: conn.execute(
                 f"DELETE FROM {DECLARATIONS_TABLE}"
@@ -155,6 +169,46 @@ class PostgresToolCatalog(_Pooled):
         return await forget_role_rows(
             self._call, DECLARATIONS_TABLE, tenant, role_id, self.query_timeout
         )
+
+    async def list_mcp(self, tenant: str, role_id: str) -> builtins.list[McpServer]:
+        rows = await self._call(
+            lambda conn: conn.fetch(
+                f"SELECT declaration FROM {DECLARATIONS_TABLE}"
+                " WHERE tenant = $1 AND role_id = $2 AND left(name, 4) = $3 ORDER BY seq",
+                tenant, role_id, MCP_PREFIX, timeout=self.query_timeout,
+            ),
+            transaction=False,
+        )  # fmt: skip
+        return [server_from_record(json.loads(r["declaration"])) for r in rows]
+
+    async def put_mcp(self, tenant: str, role_id: str, server: McpServer) -> McpServer:
+        record = json.dumps(server_record(check_server(server, self.allowed_hosts)))
+        name, t = MCP_PREFIX + server.label, self.query_timeout
+
+        async def work(conn: Any) -> McpServer:
+            await self._lock(conn, DECLARATIONS_TABLE, tenant, role_id)
+            count = await conn.fetchval(
+                f"SELECT count(*) FILTER (WHERE name <> $4) FROM {DECLARATIONS_TABLE}"
+                " WHERE tenant = $1 AND role_id = $2 AND left(name, 4) = $3",
+                tenant, role_id, MCP_PREFIX, name, timeout=t,
+            )  # fmt: skip
+            if count >= MAX_SERVERS_PER_ROLE:
+                raise ToolLimitExceeded(
+                    f"a role declares at most {MAX_SERVERS_PER_ROLE} MCP servers"
+                )
+            await conn.execute(
+                f"INSERT INTO {DECLARATIONS_TABLE} (tenant, role_id, name, declaration)"
+                " VALUES ($1, $2, $3, $4::jsonb)"
+                " ON CONFLICT (tenant, role_id, name) DO UPDATE"
+                " SET declaration = EXCLUDED.declaration, updated_at = clock_timestamp()",
+                tenant, role_id, name, record, timeout=t,
+            )  # fmt: skip
+            return server
+
+        return await self._call(work, transaction=True)
+
+    async def delete_mcp(self, tenant: str, role_id: str, label: str) -> bool:
+        return await self._delete(tenant, role_id, MCP_PREFIX + label)
 
 
 class PostgresToolSecrets(_Pooled):

@@ -212,14 +212,19 @@ def check_http_tool(
         raise InvalidTool(f"timeout_s must be in (0, {bounds.max_timeout_s:g}]")
     if not 0 < tool.max_response_bytes <= bounds.max_response_bytes:
         raise InvalidTool(f"max_response_bytes must be in (0, {bounds.max_response_bytes}]")
-    if len(tool.headers) > MAX_HEADERS:
+    check_secret_headers(tool.headers)
+    return tool
+
+
+def check_secret_headers(headers: tuple[SecretHeader, ...]) -> None:
+    """At most ``MAX_HEADERS``, each a header name, a secret name and a one-line prefix."""
+    if len(headers) > MAX_HEADERS:
         raise InvalidTool(f"at most {MAX_HEADERS} secret headers")
-    for header in tool.headers:
+    for header in headers:
         if not HEADER_NAME.match(header.header) or not SECRET_NAME.match(header.secret):
             raise InvalidTool("a secret header needs a header name and a secret name")
         if any(c in header.prefix for c in "\r\n") or len(header.prefix) > 64:
             raise InvalidTool("a secret header's prefix must be one short line")
-    return tool
 
 
 def check_client_tool(tool: ClientTool) -> ClientTool:

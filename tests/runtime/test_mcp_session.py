@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from journal.events import EventKind
@@ -308,3 +309,39 @@ async def test_a_declaration_that_cannot_be_served_is_refused_and_changes_nothin
         done = await conn.wait("response.done")
     assert not any(e["type"].startswith("mcp_list_tools") for e in conn.events)
     assert done["response"]["status"] == "completed"
+
+
+async def test_an_admins_mcp_server_serves_the_roles_sessions(server: RunningServer) -> None:
+    auth = {"Authorization": f"Bearer {server.token}"}
+    async with (
+        mcp_server(api_key=KEY) as url,
+        httpx.AsyncClient(base_url=server.http_url, headers=auth) as http,
+    ):
+        ws, conn = await connect(server)
+        async with ws:
+            role_id = live(server).role.id
+            base = f"/api/roles/{role_id}/mcp_servers"
+            assert (await http.put("/api/tool-secrets/shop_key", json={"value": KEY})).is_success
+            declared = {"server_url": url, "require_approval": "never",
+                        "allowed_tools": ["stock_level"],
+                        "headers": [{"header": "X-Api-Key", "secret": "shop_key"}]}  # fmt: skip
+            saved = await http.put(f"{base}/shop", json=declared)
+            assert saved.status_code == 200, saved.text
+            assert saved.json()["headers"] == [{"header": "X-Api-Key", "secret": "shop_key"}]
+            listed = (await http.get(base)).json()["mcp_servers"]
+            assert [s["server_label"] for s in listed] == ["shop"] and KEY not in str(listed)
+            off_list = await http.put(f"{base}/evil", json={"server_url": "http://10.0.0.1/mcp"})
+            assert (off_list.status_code, off_list.json()["code"]) == (400, "host_not_allowed")
+
+            # The session declared nothing: the role's server is listed at its first turn.
+            await say(conn, "How many bolts are in stock?")
+            done_listing = await conn.wait("mcp_list_tools.completed")
+            item = await conn.wait(
+                "conversation.item.done", where=lambda e: e["item"]["id"] == done_listing["item_id"]
+            )
+            assert [t["name"] for t in item["item"]["tools"]] == ["stock_level"]
+            done = await conn.wait("response.done")
+            assert outputs(done, "mcp_call")[0]["output"] == "bolts: 17 in stock"
+            assert KEY not in json.dumps(conn.events)
+            assert (await http.delete(f"{base}/shop")).status_code == 204
+            assert (await http.delete(f"{base}/shop")).status_code == 404

@@ -85,7 +85,7 @@ class Case:
         return self.path.format(
             role_id=w.role, user=w.user_target, document_id=w.document, entry_id=w.memory,
             record_id=w.record, token_id=w.token, call_id="rtc_none", thread_id="th_policy",
-            name="policy_tool", rule_id="rule_none", grant_id="grant_none",
+            name="policy_tool", label="policy_mcp", rule_id="rule_none", grant_id="grant_none",
         )  # fmt: skip
 
 
@@ -200,6 +200,16 @@ CASES: list[Case] = [
         allowed=400,
     ),  # fmt: skip
     Case("DELETE", "/api/roles/{role_id}/tools/{name}", "tenant_object", allowed=404),
+    Case("GET", "/api/roles/{role_id}/mcp_servers", "tenant_object"),
+    # No host is allowed here either: past the policy, 400 host_not_allowed.
+    Case(
+        "PUT",
+        "/api/roles/{role_id}/mcp_servers/{label}",
+        "tenant_object",
+        _json({"server_url": "https://x/mcp"}),
+        allowed=400,
+    ),
+    Case("DELETE", "/api/roles/{role_id}/mcp_servers/{label}", "tenant_object", allowed=404),
     Case("GET", "/api/tool-secrets", "collection"),
     Case("PUT", "/api/tool-secrets/{name}", "collection", _json({"value": "v"})),
     Case("DELETE", "/api/tool-secrets/{name}", "tenant_object", allowed=404),
@@ -246,6 +256,8 @@ DECLARED: dict[tuple[str, str], Policy] = {
     ("PATCH", "/api/roles/{role_id}/memory/settings"): Policy.ADMIN,
     ("PUT", "/api/roles/{role_id}/tools/{name}"): Policy.ADMIN,
     ("DELETE", "/api/roles/{role_id}/tools/{name}"): Policy.ADMIN,
+    ("PUT", "/api/roles/{role_id}/mcp_servers/{label}"): Policy.ADMIN,
+    ("DELETE", "/api/roles/{role_id}/mcp_servers/{label}"): Policy.ADMIN,
     ("GET", "/api/tool-secrets"): Policy.ADMIN,
     ("PUT", "/api/tool-secrets/{name}"): Policy.ADMIN,
     ("DELETE", "/api/tool-secrets/{name}"): Policy.ADMIN,

@@ -13,6 +13,14 @@ from memory.crypto import Keyring
 from memory.errors import SealBroken
 from tools.catalog import ToolCatalog, ToolSecrets, tool_from_record, tool_record
 from tools.errors import HostNotAllowed, InvalidTool, ToolLimitExceeded, UnknownTool
+from tools.mcp import (
+    MAX_SERVERS_PER_ROLE,
+    ApprovalPolicy,
+    McpServer,
+    ToolFilter,
+    server_from_record,
+    server_record,
+)
 from tools.postgres_catalog import PostgresToolSecrets
 from tools.registry import HttpTool, SecretHeader
 
@@ -227,3 +235,56 @@ async def test_rotate_reseals_every_secret_under_the_new_key(pg_pool: Any) -> No
     only_new = new.without({"old"})
     assert await PostgresToolSecrets(pg_pool, keyring=only_new).get("t", "a") == PLAIN
     assert await PostgresToolSecrets(pg_pool, keyring=only_new).get("t2", "b") == "second"
+
+
+# ------------------------------------------------------------------ a role's MCP servers
+
+
+def shop(label: str = "shop", **fields: Any) -> McpServer:
+    base: dict[str, Any] = {
+        "label": label, "url": "https://api.example.com/mcp",
+        "allowed": ToolFilter(frozenset({"stock_level", "reorder"})),
+        "approval": ApprovalPolicy(mode=None, never=ToolFilter(read_only=True)),
+        "description": "The warehouse",
+        "secret_headers": (SecretHeader("X-Api-Key", "shop_key"),),
+    }  # fmt: skip
+    return McpServer(**(base | fields))
+
+
+async def test_mcp_servers_round_trip_beside_the_http_tools(tool_catalog: ToolCatalog) -> None:
+    await tool_catalog.put("t", "r", weather())
+    server = shop()
+    assert await tool_catalog.put_mcp("t", "r", server) == server
+    assert await tool_catalog.list_mcp("t", "r") == [server]
+    assert server_from_record(server_record(server)) == server
+    # The two kinds never mix: an HTTP tool named like a server's row is neither.
+    assert [t.name for t in await tool_catalog.list("t", "r")] == ["weather"]
+    with pytest.raises(UnknownTool):
+        await tool_catalog.get("t", "r", "mcp:shop")
+    assert await tool_catalog.delete("t", "r", "mcp:shop") is False
+    for name in ("w1", "w2"):  # the HTTP tool limit (3 here) does not count the server
+        await tool_catalog.put("t", "r", weather(name))
+    replaced = shop(url="https://api.example.com/mcp2", secret_headers=())
+    await tool_catalog.put_mcp("t", "r", replaced)
+    assert await tool_catalog.list_mcp("t", "r") == [replaced]
+    assert await tool_catalog.list_mcp("t", "other") == []
+    assert await tool_catalog.list_mcp("t2", "r") == []
+    assert await tool_catalog.delete_mcp("t", "r", "shop") is True
+    assert await tool_catalog.delete_mcp("t", "r", "shop") is False
+    assert await tool_catalog.list_mcp("t", "r") == []
+
+
+async def test_mcp_servers_are_checked_bounded_and_forgotten(tool_catalog: ToolCatalog) -> None:
+    with pytest.raises(HostNotAllowed):
+        await tool_catalog.put_mcp("t", "r", shop(url="https://evil.example.net/mcp"))
+    with pytest.raises(InvalidTool):  # a role's server names secrets, never a header value
+        await tool_catalog.put_mcp("t", "r", shop(headers={"X-Api-Key": "plain"}))
+    with pytest.raises(InvalidTool):
+        await tool_catalog.put_mcp("t", "r", shop(label="a shop"))
+    for index in range(MAX_SERVERS_PER_ROLE):
+        await tool_catalog.put_mcp("t", "r", shop(f"s{index}"))
+    await tool_catalog.put_mcp("t", "r", shop("s0", description="replacing one is fine"))
+    with pytest.raises(ToolLimitExceeded):
+        await tool_catalog.put_mcp("t", "r", shop("one_more"))
+    assert await tool_catalog.forget_role("t", "r") == MAX_SERVERS_PER_ROLE
+    assert await tool_catalog.list_mcp("t", "r") == []
