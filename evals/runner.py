@@ -15,8 +15,11 @@ Rule 3. Each session is a new realtime session (``runtime.client.RealtimeClient`
         protocol with our extensions) on a new thread of the same user and role; the
         scenario's function tools are set with ``session.update``. A typed turn is
         ``conversation.item.create`` + ``response.create``; a spoken one is synthesized with
-        the embedded TTS and streamed at real time (then silence) for the server's VAD, turn
-        detection and ASR; what the server heard is reported beside what was said.
+        the embedded TTS and streamed at real time for the server's VAD, turn detection and
+        ASR, and then, like a microphone left open, silence at real time until the turn's
+        answer is done (at most ``MIC_OPEN_S``): a server that heard a pause inside the words
+        as the end, or holds for more, is never left waiting for audio that never comes. What
+        the server heard is reported beside what was said.
 Rule 4. A response that ends with function calls gets each call's ``function_call_output``
         (the turn's ``tool_output``) and a new ``response.create``, at most ``MAX_TOOL_ROUNDS``
         times; the turn's answer is the text of its last response. A response that fails, or
@@ -38,7 +41,7 @@ import asyncio
 import contextlib
 import json
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,8 @@ from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample, rms_dbfs
 from runtime.client import ClientClosed, RealtimeClient, Received
 
 MAX_TOOL_ROUNDS = 3
+MIC_OPEN_S = 30.0
+"""How long silence goes on after a spoken turn's words at most (Rule 3)."""
 LATE_TRANSCRIPT_S = 10.0
 """How long a spoken turn's transcript is waited for after its answer."""
 FRAME = INPUT_SAMPLE_RATE // 50  # 20 ms
@@ -406,10 +411,23 @@ class Runner:
     ) -> None:
         mark = len(client.messages)
         if turn.spoken:
-            ended = await self._speak(client, turn.text, scenario.role.language, mark)
-        else:
-            ended = client.clock()
-            await client.send_text(turn.text)
+            ended = await self._speak(client, turn.text, scenario.role.language)
+            microphone = asyncio.ensure_future(_silence(client))
+            try:
+                await self._answers(client, turn, result, mark, ended)
+            finally:
+                microphone.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ClientClosed):
+                    await microphone
+            return
+        ended = client.clock()
+        await client.send_text(turn.text)
+        await self._answers(client, turn, result, mark, ended)
+
+    async def _answers(
+        self, client: RealtimeClient, turn: Turn, result: TurnResult, mark: int, ended: float
+    ) -> None:
+        """The turn's responses, the tool rounds included (Rules 4–5)."""
         for _ in range(MAX_TOOL_ROUNDS + 1):
             done = await self._response_done(client)
             response = done["response"]
@@ -458,26 +476,42 @@ class Runner:
         assert message.event is not None
         return message.event
 
-    async def _speak(self, client: RealtimeClient, text: str, language: str, mark: int) -> float:
-        """Stream the spoken turn at real time; the time its speech ended (Rule 5)."""
+    async def _speak(self, client: RealtimeClient, text: str, language: str) -> float:
+        """Stream the spoken turn's words at real time; the time its speech ended (Rule 5)."""
         voice = await self.speech.pcm(text, language)
         end = last_voiced_sample(voice)
-        audio = np.concatenate((voice, np.zeros(INPUT_SAMPLE_RATE, dtype=np.int16)))
-        loop = asyncio.get_running_loop()
-        start = loop.time()
         ended = client.clock()
-        seen = mark  # messages already looked at: each is looked at once, not every frame
-        for i, offset in enumerate(range(0, audio.size, FRAME)):
-            await client.send_audio(audio[offset : offset + FRAME].tobytes())
+
+        async def frame(offset: int) -> None:
+            nonlocal ended
+            await client.send_audio(voice[offset : offset + FRAME].tobytes())
             if offset < end <= offset + FRAME:
                 ended = client.clock()
-            arrived, seen = client.messages[seen:], len(client.messages)
-            if any(m.type == "input_audio_buffer.committed" for m in arrived):
-                break
-            delay = start + (i + 1) * 0.02 - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+
+        await _at_real_time(range(0, voice.size, FRAME), frame)
         return ended
+
+
+async def _at_real_time(offsets: Iterable[int], send: Callable[[int], Awaitable[None]]) -> None:
+    """``send`` each frame offset 20 ms after the one before (no drift)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for i, offset in enumerate(offsets):
+        await send(offset)
+        delay = start + (i + 1) * FRAME / INPUT_SAMPLE_RATE - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+async def _silence(client: RealtimeClient) -> None:
+    """The open microphone after a spoken turn's words (Rule 3), until cancelled."""
+    quiet = np.zeros(FRAME, dtype=np.int16).tobytes()
+
+    async def frame(_: int) -> None:
+        await client.send_audio(quiet)
+
+    frames = int(MIC_OPEN_S * INPUT_SAMPLE_RATE / FRAME)
+    await _at_real_time(range(frames), frame)
 
 
 async def _latency_marks(client: RealtimeClient, mark: int) -> dict[str, float]:
