@@ -36,7 +36,18 @@ def tone_frame(amplitude: int = 8000, freq: float = 220.0) -> bytes:
     return (amplitude * np.sin(2 * np.pi * freq * t / SAMPLE_RATE)).astype("<i2").tobytes()
 
 
-SPEECH = tone_frame()
+def voice_frame(amplitude: int = 8000, f0: float = 150.0, harmonics: int = 30) -> bytes:
+    """20 ms of a steady voiced sound: a 150 Hz fundamental with its harmonics falling off as
+    1/k up to 4.5 kHz, as a voice's energy spreads over the speech bands. Three whole periods,
+    so frames join without a click. A pure tone would not do: it fills one band of the echo
+    guard's 24 (``pipeline.echo``), and talking over an answer it can pass for that answer's
+    echo, which a person's voice does not."""
+    t = np.arange(FRAME_SAMPLES) / SAMPLE_RATE
+    wave = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, harmonics + 1))
+    return (amplitude * wave / np.abs(wave).max()).astype("<i2").tobytes()
+
+
+SPEECH = voice_frame()
 SILENCE = b"\x00\x00" * FRAME_SAMPLES
 GA_RATE = 24_000
 """A GA client's audio: PCM16 at 24 kHz, base64 in ``input_audio_buffer.append``."""

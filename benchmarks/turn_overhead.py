@@ -6,10 +6,19 @@ Scenario (per session, all sessions concurrently, over real WebSockets on loopba
 their own processes): stream 600 ms of speech-like audio in real-time 20 ms frames, then send
 ``input_audio_buffer.commit`` (ours: and ``response.create``). turn_overhead = commit sent →
 first audio byte received. With instant plugins this is pure runtime cost. On every second turn
-(ours) the client then talks over the answer: bargein_stop = the frame that crosses the
-interruption threshold (``min_interrupt``) is sent → ``openrealtime.response.interrupted``
-received; frames_after_interrupt = audio frames of that generation received after the event.
-Otherwise the client waits for ``response.done``.
+(ours) the client then talks over the answer (400 ms of voice). With false-interruption
+recovery (SPEC TT-1) the answer is first *paused* when the sound has lasted ``min_interrupt``,
+and the interruption *confirmed* once the sound stopped and its words were heard, so two figures
+from the frame that crosses the threshold (``min_interrupt``): bargein_output_stop = → the answer
+stopped (ours: ``openrealtime.output_audio.paused`` received; GA, which has no such event: the
+answer's last audio frame received — a GA client still plays what it had buffered, up to the
+playout lead); bargein_confirmed = → ``openrealtime.response.interrupted`` received (GA: the
+cancelled ``response.done``). frames_after_interrupt = audio frames of that answer received
+after the interruption. Otherwise the client waits for ``response.done``.
+
+The client's voice is ``benchmarks.common.voice_frame`` (harmonics over the speech bands); a
+pure tone talking over an answer can pass for its echo (``pipeline.echo``), which is how
+half the GA turns of earlier runs went unanswered.
 
 Our sessions keep the server's VAD for barge-in and answer the client's commit (``server_vad``
 with ``create_response: true`` and a 10 s end-of-turn silence, so the VAD never ends a turn by
@@ -59,6 +68,9 @@ class Results:
     server_ms: list[float] = field(default_factory=list)
     """Ours only: commit handled → first frame written, from the server's latency event."""
     bargein_ms: list[float] = field(default_factory=list)
+    """The crossing frame sent → the interruption confirmed (``bargein_confirmed_ms``)."""
+    output_stop_ms: list[float] = field(default_factory=list)
+    """The crossing frame sent → the answer's output stopped (``bargein_output_stop_ms``)."""
     frames_after_interrupt: int = 0
     failures: int = 0
 
@@ -156,9 +168,18 @@ async def barge_in(
     except TimeoutError:
         results.failures += 1
         return
-    results.bargein_ms.append((event.at - sent_at[crossing]) * 1000)
-    await client.stream(SILENCE, 300)
+    crossed = sent_at[crossing]
+    results.bargein_ms.append((event.at - crossed) * 1000)
     same = _same_answer(first, ga)
+    if not ga:  # the answer is paused at once, confirmed an interruption later (TT-1)
+        paused = next((a for a in client.arrivals[mark:index + 1]
+                       if a.kind == "openrealtime.output_audio.paused"), event)  # fmt: skip
+        stopped_at = paused.at
+    else:  # the server stops sending the answer: its last frame (a GA client plays its buffer)
+        frames = [a.at for a in client.arrivals[mark:index] if same(a)]
+        stopped_at = max(frames[-1] if frames else crossed, crossed)
+    results.output_stop_ms.append((stopped_at - crossed) * 1000)
+    await client.stream(SILENCE, 300)
     results.frames_after_interrupt += sum(1 for a in client.arrivals[index + 1 :] if same(a))
 
 
@@ -194,7 +215,8 @@ async def main_async(sessions: int, turns: int, skip_pipecat: bool) -> dict[str,
         "turns": turns,
         "turn_overhead_ms": p50_p99(ours.overhead_ms),
         "server_side_turn_overhead_ms": p50_p99(ours.server_ms),
-        "bargein_stop_ms": p50_p99(ours.bargein_ms),
+        "bargein_output_stop_ms": p50_p99(ours.output_stop_ms),
+        "bargein_confirmed_ms": p50_p99(ours.bargein_ms),
         "frames_after_interrupt": ours.frames_after_interrupt,
         "failures": ours.failures,
         "samples": {"turns": len(ours.overhead_ms), "barge_ins": len(ours.bargein_ms)},
@@ -207,7 +229,8 @@ async def main_async(sessions: int, turns: int, skip_pipecat: bool) -> dict[str,
     binary_p50 = p50_p99(ours.overhead_ms)["p50"]
     result["ga"] = {
         "turn_overhead_ms": p50_p99(ga.overhead_ms),
-        "bargein_stop_ms": p50_p99(ga.bargein_ms),
+        "bargein_output_stop_ms": p50_p99(ga.output_stop_ms),
+        "bargein_confirmed_ms": p50_p99(ga.bargein_ms),
         "frames_after_interrupt": ga.frames_after_interrupt,
         "failures": ga.failures,
         "samples": {"turns": len(ga.overhead_ms), "barge_ins": len(ga.bargein_ms)},
