@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench-quick clean
+.PHONY: run test lint typecheck unit bench bench-readme clean
 
 $(STAMP): pyproject.toml requirements/llm.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 --dist loadgroup
+
+# The quick benchmarks, one after another, against docs/benchmarks/baseline.json (exit 1 when a
+# figure got worse than its tolerance); then the README's table from the files.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.bench
+
+bench-readme: $(STAMP)
+	$(BIN)/python -m benchmarks.readme_table
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

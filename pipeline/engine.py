@@ -130,6 +130,11 @@ def loop_time() -> float:
 
 ECHO_STREAM_GAP_S = 0.25
 """A pause in the microphone stream this long misaligns the echo guard's timeline."""
+ECHO_AHEAD_S = 0.5
+"""Microphone audio that came this much faster than real time since the stream's last pause is
+no microphone beside a speaker (a file, a client catching up on a backlog): the guard stands
+aside. Less is the network's jitter — frames that were late arrive together — and the guard's
+delay search covers it."""
 
 ECHO_TAIL_S = 0.3
 """After the answer's audio has played out (plus the client's buffer and the room), the
@@ -210,6 +215,10 @@ class Engine:
         self._echo_gate = EchoGate()
         self._last_frame_at: float | None = None
         self._echo_misaligned = False
+        self._echo_anchor = 0.0
+        """When the microphone stream (re)started: its audio is measured against real time
+        from here (``ECHO_AHEAD_S``)."""
+        self._echo_heard_s = 0.0
         self._echo_until = -1e9
         """When the answer audio sent so far ends playing, at real-time playback."""
         self._stream_ms = 0.0
@@ -281,14 +290,23 @@ class Engine:
         if self.echo is not None:
             last, self._last_frame_at = self._last_frame_at, now
             seconds = pcm.size / INPUT_SAMPLE_RATE
-            if last is not None and now - last < 0.5 * seconds:
-                # Audio faster than real time (a file, a catching-up client) is no microphone
-                # beside a speaker; and the guard's timeline no longer lines up with playback.
+            if last is None or now - last > ECHO_STREAM_GAP_S:
+                # The stream's start, or a pause in it (push-to-talk): the audio after it is
+                # measured against real time from here.
+                self._echo_anchor = now
+                self._echo_heard_s = 0.0
+            self._echo_heard_s += seconds
+            ahead = self._echo_heard_s - (now - self._echo_anchor) - seconds
+            if ahead > ECHO_AHEAD_S:
+                # Audio much faster than real time (a file, a catching-up client) is no
+                # microphone beside a speaker; the guard's timeline no longer lines up with the
+                # playback either.
                 self._echo_misaligned = True
             elif self._echo_misaligned or (last is not None and now - last > ECHO_STREAM_GAP_S):
                 # Real time again, or after a pause in the stream (push-to-talk): afresh.
                 self._echo_misaligned = False
                 self.echo.reset()
+                self._echo_anchor, self._echo_heard_s = now, seconds
             judgement = (
                 no_reference(pcm.size) if self._echo_misaligned else self.echo.judge(pcm, now)
             )

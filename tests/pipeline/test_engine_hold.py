@@ -184,3 +184,76 @@ async def test_noise_with_no_words_resumes_and_a_short_burst_never_holds() -> No
         ]
     finally:
         await engine.close()
+
+
+def voice(ms: int, amplitude: int = 6000) -> list[np.ndarray]:
+    """A steady voiced sound over the speech bands (``benchmarks.common.voice_frame``)."""
+    t = np.arange(FRAME) / 16000
+    wave = sum(np.sin(2 * np.pi * 150 * k * t) / k for k in range(1, 31))
+    frame = (amplitude * wave / np.abs(wave).max()).astype(np.int16)
+    return [frame] * (ms // 20)
+
+
+async def feed_jittery(engine: Engine, frames: list[np.ndarray]) -> None:
+    """Microphone frames as a congested network delivers them: two at once every 40 ms (the
+    same audio, at the same average pace, each second frame 20 ms late)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for i in range(0, len(frames), 2):
+        for frame in frames[i : i + 2]:
+            await engine.push_audio(frame)
+        await asyncio.sleep(max(0.0, start + (i + 2) * 0.02 - loop.time()))
+
+
+@in_virtual_time
+async def test_words_over_the_answer_interrupt_it_when_the_network_delivers_frames_in_pairs() -> (
+    None
+):
+    # Two frames arriving together are network jitter, not audio faster than real time: the
+    # echo guard keeps judging (it once stood aside for the one and started afresh on the next,
+    # all through the answer, and a person talking over it went unheard).
+    engine, sink, _journal, _thread = await conversation(["Wait, stop.", "wait stop"])
+    try:
+        engine.push_text("tell me a story")
+        await until(sink, "response.output_audio.delta")
+        assert engine.echo is not None
+        resets = 0
+        reset = engine.echo.reset
+
+        def counted() -> None:
+            nonlocal resets
+            resets += 1
+            reset()
+
+        engine.echo.reset = counted  # type: ignore[method-assign]
+        await feed_jittery(engine, silence(1000))
+        await feed_jittery(engine, voice(500))
+        await feed_jittery(engine, silence(800))
+        await until(sink, "response.done", 2)
+        assert len(sink.of("openrealtime.output_audio.paused")) == 1
+        (interrupted,) = sink.of("openrealtime.response.interrupted")
+        assert interrupted[1]["reason"] == "barge_in"
+        assert resets == 0
+    finally:
+        await engine.close()
+
+
+@in_virtual_time
+async def test_audio_much_faster_than_real_time_is_no_microphone_and_the_guard_stands_aside() -> (
+    None
+):
+    engine, sink, _journal, _thread = await conversation(["hello"])
+    try:
+        engine.push_text("tell me a story")
+        await until(sink, "response.output_audio.delta")
+        for frame in silence(400):  # 0.4 s at once: jitter's catching up, still judged
+            await engine.push_audio(frame)
+        assert not engine._echo_misaligned
+        for frame in silence(400):  # 0.8 s ahead of real time: a file, not a microphone
+            await engine.push_audio(frame)
+        assert engine._echo_misaligned
+        await asyncio.sleep(0.5)  # a pause, then real time again: judged afresh
+        await feed(engine, silence(200))
+        assert not engine._echo_misaligned
+    finally:
+        await engine.close()
