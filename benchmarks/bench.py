@@ -236,7 +236,7 @@ def main() -> None:
         for figure in FIGURES:
             if figure.run == run.name:
                 figures[figure.name] = pick(data, figure.path) if data is not None else None
-    result = {
+    result: dict[str, Any] = {
         "commit": head,
         "dirty": dirty,
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -44,7 +44,8 @@ def voice_frame(amplitude: int = 8000, f0: float = 150.0, harmonics: int = 30) -
     echo, which a person's voice does not."""
     t = np.arange(FRAME_SAMPLES) / SAMPLE_RATE
     wave = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, harmonics + 1))
-    return (amplitude * wave / np.abs(wave).max()).astype("<i2").tobytes()
+    samples: np.ndarray = (amplitude * wave / np.abs(wave).max()).astype("<i2")
+    return samples.tobytes()
 
 
 SPEECH = voice_frame()

@@ -12,9 +12,7 @@ from benchmarks.turn_overhead import measure
 
 @pytest.mark.parametrize("ga", [False, True], ids=["extensions", "plain_ga"])
 async def test_every_turn_is_answered_and_nothing_follows_an_interruption(ga: bool) -> None:
-    results = await measure(
-        "benchmarks.fake_server", ours=True, sessions=5, turns=4, seed=3, ga=ga
-    )
+    results = await measure("benchmarks.fake_server", ours=True, sessions=5, turns=4, seed=3, ga=ga)
     assert results.failures == 0
     assert len(results.overhead_ms) == 5 * 4  # every turn got its first audio
     assert len(results.bargein_ms) == 5 * 2  # every barge-in interrupted its answer
