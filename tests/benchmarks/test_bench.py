@@ -62,3 +62,16 @@ def test_the_table_and_the_readme_block_come_from_the_files() -> None:
     assert new.endswith("\nafter\n") and updated(new, block) == new
     with pytest.raises(SystemExit):
         updated("# no block here\n", block)
+
+
+def test_the_readme_table_is_the_one_the_files_give() -> None:
+    """The README's block is generated (``make bench-readme``) from the committed files."""
+    import json
+
+    from benchmarks.bench import BASELINE, LATEST
+    from benchmarks.readme_table import README
+
+    latest = json.loads(LATEST.read_text())
+    baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else None
+    readme = README.read_text(encoding="utf-8")
+    assert updated(readme, render(latest, baseline)) == readme, "run make bench-readme"
