@@ -353,7 +353,10 @@ class AnswerSpeaker:
                         if "brain_first_token" not in response.marks:
                             response.marks["brain_first_token"] = self.host.clock()
                         self.host.send_all(events.text_delta(text))
-                        for sentence in splitter.feed(text) if events.audio else ():
+                        pieces = splitter.feed(text) if events.audio else []
+                        if delta.speak_now and events.audio:
+                            pieces += splitter.cut()  # the brain's opening words: said at once
+                        for sentence in pieces:
                             watchdog.reschedule(None)
                             await sentences.put(sentence)
                             watchdog.reschedule(loop.time() + idle)

@@ -51,6 +51,12 @@ class SentenceSplitter:
         self._buffer = buf[start:]
         return out
 
+    def cut(self) -> list[str]:
+        """The text not yet emitted, as a piece of its own now (the brain's opening words,
+        ``BrainDelta.speak_now``); the next piece still has the first piece's lower bar."""
+        rest, self._buffer = self._buffer.strip(), ""
+        return [rest] if rest else []
+
     def flush(self) -> list[str]:
         rest, self._buffer = self._buffer.strip(), ""
         if rest:

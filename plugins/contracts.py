@@ -217,6 +217,10 @@ class BrainDelta:
     text: str = ""
     tool_call: ToolCall | None = None
     tool_result: ToolResult | None = None
+    speak_now: bool = False
+    """The answer so far is a piece to speak at once, not held for the sentence's end: the
+    brain's own opening words ("Okay, ", "According to the guide, "), said while its model is
+    still writing the rest."""
 
 
 @runtime_checkable

@@ -323,7 +323,7 @@ class LLMBrain:
         else:  # a statement: acknowledged (Rule 6)
             final = f"{reading.text}\n{_STATEMENT[lang]}"
             prefill = _ACKNOWLEDGE[lang]
-            yield BrainDelta(text=prefill)
+            yield BrainDelta(text=prefill, speak_now=True)
         async with contextlib.aclosing(
             self._generate(request, lang, final, prefill=prefill)
         ) as gen:
@@ -511,7 +511,8 @@ class LLMBrain:
         source = next((p.source for p in evidence if p.source), "")
         start = _FROM_SOURCE[lang].format(source) if source else ""
         if start:
-            yield BrainDelta(text=start if self.source_prefill else _SAID_SOURCE[lang](start))
+            said = start if self.source_prefill else _SAID_SOURCE[lang](start)
+            yield BrainDelta(text=said, speak_now=True)
         evidence_text = " ".join(p.text for p in evidence)
         spoken = False
         prefill = start if self.source_prefill else ""

@@ -41,3 +41,14 @@ def test_long_first_clause_is_cut_at_a_comma() -> None:
     )
     assert out[0] == "Well, before we start with all of that,"
     assert out[1] == "let me check something first."
+
+
+def test_cut_speaks_the_opening_words_at_once_and_keeps_the_first_bar() -> None:
+    splitter = SentenceSplitter(first_clause_chars=24)
+    assert splitter.feed("Okay, ") == []  # a short clause waits for more …
+    assert splitter.cut() == ["Okay,"]  # … unless the brain says it is to be said now
+    assert splitter.cut() == []
+    # The model's first piece still gets the first piece's lower bar.
+    assert splitter.feed("the meeting moved to Friday, at ten in the morning") == [
+        "the meeting moved to Friday,"
+    ]

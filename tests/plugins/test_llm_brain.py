@@ -450,7 +450,7 @@ async def test_the_spoken_answer_starts_with_the_source() -> None:
 
     out = await deltas(brain, request)
 
-    assert out[0] == BrainDelta(text="根据《售后政策》，")
+    assert out[0] == BrainDelta(text="根据《售后政策》，", speak_now=True)
     assert "".join(d.text for d in out) == "根据《售后政策》，质量问题退货的运费由商店承担。"
 
 
@@ -636,7 +636,7 @@ async def test_a_statement_is_acknowledged_with_a_prefilled_start(
 
     out = await deltas(brain, turn(text, language=language))
 
-    assert out[0] == BrainDelta(text=prefill)
+    assert out[0] == BrainDelta(text=prefill, speak_now=True)
     assert "".join(d.text for d in out) == prefill + "noted."
     messages = model.payloads[0]["messages"]
     assert messages[-1] == {"role": "assistant", "content": prefill}
