@@ -1,6 +1,7 @@
-// The tools page (SPEC TOOL-1…3, docs/http_api.md#tools): for one role, its tools, the rules
-// its judge reads and the permissions (grants) people gave it. Admins and owners declare HTTP
-// tools (parameters as a JSON schema box), set write-only secrets, add rules, activate the ones
+// The tools page (SPEC TOOL-1…3, TOOL-6, docs/http_api.md#tools): for one role, its tools, its
+// MCP servers, the rules its judge reads and the permissions (grants) people gave it. Admins and
+// owners declare HTTP tools (parameters as a JSON schema box) and MCP servers (headers by
+// secret name), set write-only secrets, add rules, activate the ones
 // the agent proposed, retire them, and revoke any permission. Members see the tools and active
 // rules read-only, and only the permissions they gave or that apply in their own threads,
 // which they may revoke; the server refuses everything else anyway (403, or 404 for a grant
@@ -108,6 +109,75 @@ function saveTool(event) {
   });
 }
 
+// ------------------------------------------------------------------ MCP servers
+
+function approvalText(value) {
+  if (value === "never") return "never asks";
+  if (value === "always") return "asks before every call";
+  if (value && value.never && value.never.read_only) return "asks unless read-only";
+  return "asks as configured";
+}
+
+function mcpItem(server) {
+  const head = el(
+    "div",
+    { class: "row spread" },
+    el("div", { class: "row" }, el("strong", {}, server.server_label), el("span", { class: "badge" }, "mcp")),
+    admin
+      ? el("button", {
+          type: "button",
+          class: "danger delete",
+          onclick: () => {
+            if (!confirm(`Delete the MCP server “${server.server_label}”?`)) return;
+            change(`MCP server “${server.server_label}” deleted.`, () => api(rolePath(`mcp_servers/${encodeURIComponent(server.server_label)}`), { method: "DELETE" }));
+          },
+        }, "Delete")
+      : null,
+  );
+  const facts = [approvalText(server.require_approval)];
+  const allowed = server.allowed_tools && server.allowed_tools.tool_names;
+  facts.push(allowed ? `tools: ${allowed.join(", ")}` : "all its tools");
+  const secrets = server.headers.map((h) => `${h.header} ← ${h.secret}`).join(", ");
+  if (secrets) facts.push(`secret headers: ${secrets}`);
+  return el(
+    "li",
+    { "data-label": server.server_label },
+    head,
+    el("div", { class: "small" }, server.server_url),
+    el("div", { class: "muted small" }, facts.join(" · ")),
+  );
+}
+
+async function loadMcpServers() {
+  const { mcp_servers: servers } = await api(rolePath("mcp_servers"));
+  $("mcp-servers").replaceChildren(...servers.map(mcpItem));
+  $("mcp-empty").classList.toggle("hidden", servers.length > 0);
+}
+
+function mcpBody() {
+  const approval = $("mcp-approval").value;
+  const names = $("mcp-tools").value.split(",").map((n) => n.trim()).filter(Boolean);
+  const body = {
+    server_url: $("mcp-url").value.trim(),
+    require_approval: approval === "read_only" ? { never: { read_only: true } } : approval,
+    headers: [],
+  };
+  if (names.length) body.allowed_tools = names;
+  const header = $("mcp-header").value.trim();
+  const secret = $("mcp-header-secret").value;
+  if (header || secret) body.headers.push({ header, secret, prefix: $("mcp-header-prefix").value });
+  return body;
+}
+
+function saveMcpServer(event) {
+  event.preventDefault();
+  const label = $("mcp-label").value.trim();
+  change(`MCP server “${label}” saved.`, async () => {
+    await api(rolePath(`mcp_servers/${encodeURIComponent(label)}`), { method: "PUT", body: mcpBody() });
+    $("mcp-label").value = "";
+  });
+}
+
 // ------------------------------------------------------------------ secrets (admins)
 
 async function loadSecrets() {
@@ -130,9 +200,10 @@ async function loadSecrets() {
       ),
     ),
   );
-  const picker = $("tool-header-secret");
-  const chosen = picker.value;
-  picker.replaceChildren(el("option", { value: "" }, "— secret —"), ...secrets.map(({ name }) => el("option", { value: name, selected: name === chosen }, name)));
+  for (const picker of [$("tool-header-secret"), $("mcp-header-secret")]) {
+    const chosen = picker.value;
+    picker.replaceChildren(el("option", { value: "" }, "— secret —"), ...secrets.map(({ name }) => el("option", { value: name, selected: name === chosen }, name)));
+  }
 }
 
 function saveSecret(event) {
@@ -229,7 +300,7 @@ async function loadGrants() {
 
 async function load() {
   try {
-    await Promise.all([loadTools(), loadRules(), loadGrants(), admin ? loadSecrets() : null]);
+    await Promise.all([loadTools(), loadMcpServers(), loadRules(), loadGrants(), admin ? loadSecrets() : null]);
   } catch (error) {
     notice(`Could not load: ${errorText(error)}`, "bad");
   }
@@ -250,6 +321,7 @@ async function main() {
   $("grant-status").addEventListener("change", load);
   if (admin) {
     $("tool-form").addEventListener("submit", saveTool);
+    $("mcp-form").addEventListener("submit", saveMcpServer);
     $("secret-form").addEventListener("submit", saveSecret);
     $("rule-form").addEventListener("submit", addRule);
   }

@@ -1,5 +1,6 @@
 """The tools page in a real browser over the real HTTP API: an admin adds a rule and an HTTP
-tool, activates a rule the agent proposed, sets a secret and revokes a permission; a member sees
+tool, activates a rule the agent proposed, sets a secret and revokes a permission, adds and
+deletes an MCP server; a member sees
 the lists read-only and only their own permissions, at phone width too, and the server refuses
 the member's edits anyway."""
 
@@ -18,6 +19,7 @@ from tests.web.test_accounts import member_token
 from tests.web.test_history import api
 from tools.capability import Capability
 from tools.grants import GrantedBy, NewGrant
+from tools.mcp import McpServer
 from tools.registry import HttpTool
 from tools.rules import Author
 
@@ -113,9 +115,51 @@ async def test_an_admin_adds_a_rule_and_a_tool_activates_a_proposal_and_revokes_
     assert SECRET_VALUE not in page_text
 
 
+async def test_an_admin_adds_an_mcp_server_with_a_secret_header_and_deletes_it(
+    launch: Launch, silence_wav: Path, tmp_path: Path
+) -> None:
+    async with tools_server(tmp_path) as server:
+        role = await default_role_id(server)
+        services = server.services
+        await services.tool_secrets.set(TENANT, "shop_key", SECRET_VALUE)
+        browser = await launch(silence_wav)
+        page = await open_page(browser, server, "/tools.html")
+        await page.wait_for_selector("#mcp-empty:not(.hidden)")
+
+        await page.click("#mcp-box summary")
+        await page.fill("#mcp-label", "shop")
+        await page.fill("#mcp-url", "https://evil.example.net/mcp")
+        await page.click("#mcp-form button[type=submit]")
+        await page.wait_for_selector("#notice.bad:has-text('host_not_allowed')")
+        await page.fill("#mcp-label", "shop")
+        await page.fill("#mcp-url", "https://api.example.com/mcp")
+        await page.fill("#mcp-tools", "stock_level, reorder")
+        await page.select_option("#mcp-approval", "read_only")
+        await page.fill("#mcp-header", "X-Api-Key")
+        await page.select_option("#mcp-header-secret", "shop_key")
+        await page.click("#mcp-form button[type=submit]")
+        item = page.locator("#mcp-servers li[data-label=shop]")
+        await item.wait_for()
+        shown = await item.inner_text()
+        (saved,) = await services.tool_catalog.list_mcp(TENANT, role)
+
+        page.once("dialog", lambda dialog: dialog.accept())
+        await item.locator("button.delete").click()
+        await page.wait_for_selector("#mcp-empty:not(.hidden)")
+        left = await services.tool_catalog.list_mcp(TENANT, role)
+        page_text = await page.content()
+    assert "asks unless read-only" in shown and "tools: reorder, stock_level" in shown
+    assert "X-Api-Key ← shop_key" in shown
+    assert saved.url == "https://api.example.com/mcp"
+    assert saved.allowed is not None and saved.allowed.names == {"stock_level", "reorder"}
+    assert saved.approval.never is not None and saved.approval.never.read_only is True
+    assert [(h.header, h.secret) for h in saved.secret_headers] == [("X-Api-Key", "shop_key")]
+    assert left == [] and SECRET_VALUE not in page_text
+
+
 ADMIN_CONTROLS = (
     "#tool-form", "#tool-box", "#secret-form", "#secrets", "#rule-form", "#hosts",
-    "button.delete", "button.activate", "button.retire",
+    "#mcp-form", "#mcp-box", "button.delete", "button.activate", "button.retire",
 )  # fmt: skip
 
 
@@ -131,6 +175,9 @@ async def test_a_member_sees_read_only_lists_and_only_their_grants_even_on_a_pho
             name="weather", description="Forecast", parameters={"type": "object"},
             method="GET", url_template="https://api.example.com/forecast",
         ))  # fmt: skip
+        await services.tool_catalog.put_mcp(
+            TENANT, role, McpServer("shop", "https://api.example.com/mcp")
+        )
         active = await services.rules.create(
             TENANT, role, "Weather is fine.", Author("person", OWNER)
         )
@@ -149,6 +196,9 @@ async def test_a_member_sees_read_only_lists_and_only_their_grants_even_on_a_pho
 
         controls = {s: await page.locator(s).count() for s in ADMIN_CONTROLS}
         tools = await page.eval_on_selector_all("#tools li", "ns => ns.map(n => n.dataset.name)")
+        servers = await page.eval_on_selector_all(
+            "#mcp-servers li", "ns => ns.map(n => n.dataset.label)"
+        )
         rules = await page.eval_on_selector_all("#rules li", "ns => ns.map(n => n.dataset.id)")
         grants = await page.eval_on_selector_all("#grants li", "ns => ns.map(n => n.dataset.id)")
         overflow = await page.evaluate(
@@ -164,6 +214,8 @@ async def test_a_member_sees_read_only_lists_and_only_their_grants_even_on_a_pho
             "activate": await api(page, "PATCH", f"/api/roles/{role}/rules/{hidden_rule.id}",
                                   {"expected_version": 1, "status": "active"}),
             "secrets": await api(page, "GET", "/api/tool-secrets"),
+            "put_mcp": await api(page, "PUT", f"/api/roles/{role}/mcp_servers/mine",
+                                 {"server_url": "https://api.example.com/mcp"}),
             "revoke_admins": await api(page, "POST",
                                        f"/api/roles/{role}/grants/{admins.id}/revoke"),
         }  # fmt: skip
@@ -175,11 +227,13 @@ async def test_a_member_sees_read_only_lists_and_only_their_grants_even_on_a_pho
         rule_statuses = {r.id: r.status for r in await services.rules.list(TENANT, role)}
     assert controls == dict.fromkeys(ADMIN_CONTROLS, 0)
     assert tools == ["knowledge_search", "confide", "end_conversation", "weather"]
+    assert servers == ["shop"]  # read-only: no delete button (ADMIN_CONTROLS)
     assert rules == [active.id]
     assert grants == [bobs.id]
     assert overflow <= 0
     assert {k: v["status"] for k, v in refused.items()} == {
-        "put_tool": 403, "add_rule": 403, "activate": 403, "secrets": 403, "revoke_admins": 404,
+        "put_tool": 403, "add_rule": 403, "activate": 403, "secrets": 403, "put_mcp": 403,
+        "revoke_admins": 404,
     }  # fmt: skip
     assert refused["revoke_admins"]["body"]["code"] == "grant_not_found"
     assert statuses == {admins.id: "active", bobs.id: "revoked"}
