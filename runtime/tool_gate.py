@@ -47,20 +47,14 @@ Rule 5. Journal: each call's decision (effect, decided_by, grant id or quoted ru
         answers or results.
 Rule 6. Bounded: the per-call decision records kept for the journal and the client are at
         most ``MAX_CALLS_KEPT``; one confirmation; one timer.
-Rule 7. MCP servers (SPEC TOOL-6; ``tools.mcp``): each server the session declares
-        (``set_mcp_servers`` after each ``session.update``) or an admin declared for the role
-        (read with the HTTP tools, header values from the tenant's secrets; the role's holds
-        its label) is listed once, as a GA
-        ``mcp_list_tools`` item (in progress, then completed with its tools or failed), and its
-        tools join the registry and the offered specs; a turn that starts while a listing is
-        under way waits for it (bounded by the MCP timeout). A call is decided like any other
-        (grants, rules; a deny always wins); then a tool the declaration's
+Rule 7. MCP servers (SPEC TOOL-6): the session's and the role's (read with the HTTP tools,
+        header values from the tenant's secrets) are ``runtime.mcp_servers``' — listed once
+        each, their tools in the registry and the offered specs. A call is decided like any
+        other (grants, rules; a deny always wins); then a tool the declaration's
         ``require_approval`` covers runs only on the person's grant — anything else, a rule's
         allow included, asks (the request's ``server_label`` is the server's) — and a tool it
-        does not cover runs unless denied (journaled as decided by ``client`` when nothing
-        decided). It runs on the session's connection to that server; a failure is the
-        call's error result, and ``mcp_error`` tells the response's ``mcp_call`` item why.
-        ``close`` closes the connections.
+        waives runs unless denied (journaled as decided by ``client`` when nothing decided).
+        ``mcp_error`` tells the response's ``mcp_call`` item why a call failed.
 """
 
 from __future__ import annotations
@@ -82,6 +76,7 @@ from pipeline.response import CallOrigin, Continuation, ToolGateHost
 from plugins.brain.tool_loop import PROCEED, Verdict
 from plugins.brain.tool_loop import ToolGate as GateFn
 from plugins.contracts import ToolCall, ToolResult, ToolSpec
+from runtime.mcp_servers import McpServers
 from runtime.tool_confirm import Answer, Confirmation, ConfirmState, classify_answer, question_for
 from tools.capability import Capability
 from tools.catalog import ToolCatalog
@@ -89,17 +84,15 @@ from tools.decide import Decision, ToolDecider
 from tools.errors import (
     InvalidArguments,
     InvalidTool,
-    McpCallFailed,
     ToolError,
     ToolsUnavailable,
     UnknownTool,
 )
 from tools.grants import GrantedBy, GrantStore, NewGrant
 from tools.http_tool import HttpToolExecutor
-from tools.mcp import McpConnection, McpServer, McpToolInfo
+from tools.mcp import McpServer
 from tools.registry import ClientTool, HttpTool, McpTool, Tool, ToolRegistry
 from tools.rules import Author, RuleStore
-from tools.schema import check_parameters_schema
 
 log = logging.getLogger(__name__)
 
@@ -179,10 +172,9 @@ class ToolGate:
         self._timer: asyncio.TimerHandle | None = None
         self._host: ToolGateHost | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.mcp_timeout_s = mcp_timeout_s
-        self.max_result_chars = max_result_chars
-        self._mcp: dict[str, _McpEntry] = {}
-        self._mcp_errors: OrderedDict[str, ev.McpError] = OrderedDict()
+        self.mcp = McpServers(
+            self.registry, self._send, timeout_s=mcp_timeout_s, max_result_chars=max_result_chars
+        )
 
     # ------------------------------------------------------------ set-up (Rule 1)
 
@@ -195,7 +187,7 @@ class ToolGate:
         for server in servers:
             headers = await self._secret_headers(server)
             if headers is not None:
-                self._add_mcp(dataclasses.replace(server, headers=headers), origin="role")
+                self.mcp.add(dataclasses.replace(server, headers=headers), origin="role")
         specs: list[ToolSpec] = []
         for tool in tools:
             try:
@@ -217,10 +209,8 @@ class ToolGate:
         except ToolsUnavailable:
             log.warning("the role's tools cannot be read now; offered without them")
             self._loaded = None
-        listings = [e.listing for e in self._mcp.values() if e.listing is not None]
-        if listings:  # a turn right after session.update is offered the servers' tools
-            await asyncio.wait([asyncio.shield(t) for t in listings])
-        return (*self._http_specs, *(s for e in self._mcp.values() for s in e.specs))
+        await self.mcp.listed()  # a turn right after session.update is offered their tools
+        return (*self._http_specs, *self.mcp.specs)
 
     def set_client_tools(self, specs: tuple[ToolSpec, ...]) -> None:
         """The client's functions (each ``session.update``). A declaration outside the schema
@@ -243,38 +233,8 @@ class ToolGate:
     # ------------------------------------------------------------ MCP servers (Rule 7)
 
     def set_mcp_servers(self, servers: tuple[McpServer, ...]) -> None:
-        """The session's MCP servers (each ``session.update``): a new or changed one is
-        listed — its tools are offered once they are —, a removed one is closed. A label a
-        role's server holds stays the role's."""
-        wanted = {server.label: server for server in servers}
-        for label, entry in list(self._mcp.items()):
-            server = wanted.get(label)
-            if entry.origin == "session" and not (server and _same(server, entry.server)):
-                self._drop_mcp(label)
-        for label, server in wanted.items():
-            if label in self._mcp:
-                if self._mcp[label].origin == "role":
-                    log.warning("mcp %s: the role declares this label; the session's is left out",
-                                label)  # fmt: skip
-                continue
-            self._add_mcp(server, origin="session")
-
-    def _add_mcp(self, server: McpServer, *, origin: str) -> None:
-        if server.label in self._mcp:
-            self._drop_mcp(server.label)  # a role's server replaces a session's
-        connection = McpConnection(
-            server, timeout_s=self.mcp_timeout_s, max_result_chars=self.max_result_chars
-        )
-        entry = self._mcp[server.label] = _McpEntry(server, connection, origin)
-        entry.listing = asyncio.ensure_future(self._list_mcp(entry))
-        entry.listing.add_done_callback(_retrieved)
-
-    def _drop_mcp(self, label: str) -> None:
-        entry = self._mcp.pop(label)
-        self.registry.set_mcp_tools(label, [])
-        if entry.listing is not None:
-            entry.listing.cancel()
-        self._spawn(entry.connection.aclose())
+        """The session's MCP servers (each ``session.update``; ``runtime.mcp_servers``)."""
+        self.mcp.set_session(servers)
 
     async def _secret_headers(self, server: McpServer) -> dict[str, str] | None:
         """A role's server's header values from the tenant's secrets (None: one is missing;
@@ -289,59 +249,14 @@ class ToolGate:
             headers[header.header] = header.prefix + value
         return headers
 
-    async def _list_mcp(self, entry: _McpEntry) -> None:
-        """List one server's tools as a GA ``mcp_list_tools`` item (Rule 7)."""
-        label = entry.server.label
-        item = ev.McpListToolsItem(f"mcpl_{uuid.uuid4().hex[:24]}", label)
-        self._send([ev.ItemAdded(item), ev.McpListToolsInProgress(item.id)])
-        try:
-            infos = await entry.connection.list_tools()
-        except McpCallFailed as e:
-            log.warning("mcp %s: the tools cannot be listed (%s)", label, e.kind)
-            self._send([ev.McpListToolsFailed(item.id), ev.ItemDone(item)])
-            return
-        finally:
-            entry.listing = None
-        by_name = {info.name: info for info in infos}
-        kept = self.registry.set_mcp_tools(label, [_mcp_tool(info, entry.server) for info in infos])
-        entry.specs = tuple(
-            ToolSpec(t.name, t.description, dict(by_name[t.name].input_schema)) for t in kept
-        )
-        listed = tuple(
-            ev.McpListedTool(t.name, dict(by_name[t.name].input_schema), t.description or None,
-                             by_name[t.name].annotations)
-            for t in kept
-        )  # fmt: skip
-        log.info("mcp %s: %d tools offered", label, len(kept))
-        self._send([ev.McpListToolsCompleted(item.id),
-                    ev.ItemDone(dataclasses.replace(item, tools=listed))])  # fmt: skip
-
     def mcp_server_of(self, name: str) -> str | None:
         """The label of the MCP server whose tool ``name`` is, if it is one."""
-        with contextlib.suppress(UnknownTool):
-            tool = self.registry.get(name)
-            if isinstance(tool, McpTool):
-                return tool.server_label
-        return None
+        return self.mcp.server_of(name)
 
     def mcp_error(self, call_id: str) -> ev.McpError | None:
         """Why an MCP call failed, as its ``mcp_call`` item says (None: it did not fail, or
         was not run)."""
-        return self._mcp_errors.get(call_id)
-
-    async def _run_mcp(self, tool: McpTool, call: ToolCall) -> str:
-        entry = self._mcp.get(tool.server_label)
-        if entry is None:
-            failure = McpCallFailed("the MCP server was removed", "http_error")
-        else:
-            try:
-                return await entry.connection.call(call.name, call.arguments)
-            except McpCallFailed as e:
-                failure = e
-        self._mcp_errors[call.call_id] = ev.McpError(failure.kind, failure.message, failure.status)
-        while len(self._mcp_errors) > MAX_CALLS_KEPT:
-            self._mcp_errors.popitem(last=False)
-        raise failure
+        return self.mcp.error(call_id)
 
     # ------------------------------------------------------------ deciding (Rule 2)
 
@@ -376,18 +291,15 @@ class ToolGate:
         if decision.effect == "deny":
             self._keep(call.call_id, fields)
             return Verdict(refused=_refusal(decision))
-        if isinstance(tool, McpTool) and not (
-            tool.requires_approval and decision.decided_by != "grant"
-        ):
-            # The declaration waived approval: a rule's allow or no decision runs it (Rule 7).
+        if isinstance(tool, McpTool):
+            # What the declaration's require_approval covers runs on the person's grant only;
+            # what it waives runs unless denied (Rule 7).
+            runs = decision.decided_by == "grant" or not tool.requires_approval
+        else:
+            runs = decision.effect == "allow"
+        if runs:
             if decision.effect != "allow":
                 fields["decision"] |= {"effect": "allow", "decided_by": "client"}
-            self._keep(call.call_id, fields)
-            return self._allowed(tool, call, origin.generation)
-        if decision.effect == "allow" and not isinstance(tool, McpTool):
-            self._keep(call.call_id, fields)
-            return self._allowed(tool, call, origin.generation)
-        if decision.effect == "allow" and decision.decided_by == "grant":
             self._keep(call.call_id, fields)
             return self._allowed(tool, call, origin.generation)
         if isinstance(tool, ClientTool) and self.client_undecided == "allow":
@@ -418,7 +330,7 @@ class ToolGate:
             mcp_tool = tool
 
             def run_mcp() -> Awaitable[str]:
-                return self._run_mcp(mcp_tool, call)
+                return self.mcp.run(mcp_tool, call)
 
             return Verdict(run=run_mcp)
         assert isinstance(tool, HttpTool)
@@ -642,7 +554,7 @@ class ToolGate:
             return Continuation(call, None, confirmation.input, confirmation.input_seq)
         try:
             if isinstance(tool, McpTool):
-                content = await self._run_mcp(tool, call)
+                content = await self.mcp.run(tool, call)
             else:
                 assert isinstance(tool, HttpTool)
                 content = await self._run_http(tool, call, generation)
@@ -705,48 +617,13 @@ class ToolGate:
 
     async def close(self) -> None:
         self._cancel_timer()
-        entries, self._mcp = list(self._mcp.values()), {}
-        for entry in entries:
-            if entry.listing is not None:
-                entry.listing.cancel()
-            await entry.connection.aclose()
+        await self.mcp.close()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-
-
-@dataclasses.dataclass(eq=False)
-class _McpEntry:
-    """One declared MCP server of the session: its connection, the listing under way and the
-    specs of its tools once listed."""
-
-    server: McpServer
-    connection: McpConnection
-    origin: str
-    """``session`` (its ``session.update``) or ``role`` (an admin's, ``tools.catalog``)."""
-    listing: asyncio.Task[None] | None = None
-    specs: tuple[ToolSpec, ...] = ()
-
-
-def _same(a: McpServer, b: McpServer) -> bool:
-    return a == b and dict(a.headers) == dict(b.headers)
-
-
-def _mcp_tool(info: McpToolInfo, server: McpServer) -> McpTool:
-    """An MCP server's tool as the registry holds it: its schema is gated when it is of the
-    subset; otherwise the server checks the arguments (as a client checks its own)."""
-    try:
-        parameters: dict[str, Any] = check_parameters_schema(info.input_schema)
-    except InvalidTool:
-        parameters = {"type": "object"}
-    return McpTool(
-        name=info.name, description=info.description, parameters=parameters,
-        server_label=server.label, read_only=info.read_only,
-        requires_approval=server.approval.requires(info.name, info.read_only),
-    )  # fmt: skip
 
 
 def _retrieved(future: asyncio.Future[None]) -> None:

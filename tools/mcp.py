@@ -262,7 +262,8 @@ class McpConnection:
         except Exception as e:
             failure = _failure(e, self.server.label)
             log.warning("mcp %s: %s failed: %s", self.server.label, what, failure.kind)
-            self._drop()
+            if failure.kind != "protocol_error":  # the server answered: the session holds
+                self._drop()
             raise failure from e
 
     async def _client(self) -> Any:
