@@ -389,14 +389,16 @@ class Runner:
         index: int,
     ) -> tuple[TurnResult, RealtimeClient]:
         result = TurnResult(session + 1, index + 1, turn.text, turn.spoken, turn.tags)
+        mark = len(client.messages)
         try:
-            await self._exchange(client, scenario, turn, result)
+            await self._exchange(client, scenario, turn, result, mark)
         except (TimeoutError, ClientClosed) as e:
-            result.error = result.error or (
+            what = (
                 "no answer within the turn timeout"
                 if isinstance(e, TimeoutError)
                 else "the connection closed"
             )
+            result.error = result.error or f"{what}; {_how_far(client.messages[mark:])}"
             await client.close()
             client = await self._connect(role_id, scenario)  # Rule 4: the session goes on
         result.checks = text_checks(turn.expect, result.answer, result.calls, result.first_ms)
@@ -407,9 +409,13 @@ class Runner:
         return result, client
 
     async def _exchange(
-        self, client: RealtimeClient, scenario: Scenario, turn: Turn, result: TurnResult
+        self,
+        client: RealtimeClient,
+        scenario: Scenario,
+        turn: Turn,
+        result: TurnResult,
+        mark: int,
     ) -> None:
-        mark = len(client.messages)
         if turn.spoken:
             ended = await self._speak(client, turn.text, scenario.role.language)
             microphone = asyncio.ensure_future(_silence(client))
@@ -571,6 +577,19 @@ def _heard(messages: list[Received]) -> str | None:
         ):
             return str(m.event.get("transcript") or "")
     return None
+
+
+def _how_far(messages: list[Received]) -> str:
+    """What the server sent during a turn that went wrong, for its report: each kind of
+    message once, in order, with its count ('nothing' if it sent nothing)."""
+    counts: dict[str, int] = {}
+    for m in messages:
+        counts[m.type] = counts.get(m.type, 0) + 1
+    if not counts:
+        return "the server sent nothing"
+    return "the server sent: " + ", ".join(
+        kind if n == 1 else f"{kind} ×{n}" for kind, n in counts.items()
+    )
 
 
 def _clip(text: str, n: int) -> str:

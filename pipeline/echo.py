@@ -902,6 +902,11 @@ class EchoGate:
         self.voiced = False
         """The voiced flag for the coordinator: the VAD's, on near-end frames only."""
 
+    @property
+    def holding(self) -> bool:
+        """The VAD's current speech began as possible echo and is not confirmed yet."""
+        return self.state is GateState.ECHO
+
     def reset(self) -> None:
         """The VAD was reset: its speech state is gone (positions keep counting)."""
         self.state = GateState.QUIET

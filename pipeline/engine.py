@@ -317,9 +317,13 @@ class Engine:
         events = await self._vad.process(pcm)
         voiced = self._vad.voiced
         if judgement is not None:  # the assistant's own voice is no speech (TT-4)
-            gated = self._echo_gate.feed(events, voiced, judgement)
-            if now <= self._echo_until + ECHO_TAIL_S:  # only while an answer may be heard
-                events, voiced = gated, self._echo_gate.voiced
+            gate = self._echo_gate
+            held = gate.holding
+            gated = gate.feed(events, voiced, judgement)
+            # Only while an answer may be heard, and for speech that began then: once it ends,
+            # the gate still confirms (or drops) what it held, which the VAD will not start again.
+            if held or now <= self._echo_until + ECHO_TAIL_S:
+                events, voiced = gated, gate.voiced
         now = self.clock()
         coordinator = self.coordinator
         for event in events:

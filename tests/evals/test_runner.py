@@ -10,9 +10,10 @@ from pathlib import Path
 import httpx
 
 from evals.report import report, write_html, write_json
-from evals.runner import Runner, embedded_target, url_target
+from evals.runner import Runner, _how_far, embedded_target, url_target
 from evals.scenario import load_file
 from plugins.fakes import FakeASR
+from runtime.client import Received
 from runtime.config import Settings
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.ga import FunctionBrain
@@ -142,3 +143,21 @@ async def test_a_setup_failure_is_reported_and_nothing_runs(tmp_path: Path) -> N
     assert not result.passed and result.turns == []
     assert result.error is not None and result.error.startswith("cannot open session 1:")
     assert report(results)["summary"]["setup_errors"] == 1
+
+
+def test_a_turn_that_went_wrong_says_how_far_the_server_got() -> None:
+    def received(seq: int, kind: str | None) -> Received:
+        if kind is None:  # an audio frame
+            return Received(seq, 0.0, None, b"")
+        return Received(seq, 0.0, {"type": kind})
+
+    messages = [
+        received(1, "input_audio_buffer.speech_started"),
+        received(2, "response.created"),
+        received(3, None),
+        received(4, None),
+    ]
+    assert _how_far(messages) == (
+        "the server sent: input_audio_buffer.speech_started, response.created, audio ×2"
+    )
+    assert _how_far([]) == "the server sent nothing"

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import voice_frame
 from journal.events import EventKind, ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins
@@ -62,11 +63,13 @@ async def feed(engine: Engine, frames: list[np.ndarray]) -> None:
         await asyncio.sleep(max(0.0, start + (i + 1) * 0.02 - loop.time()))
 
 
-async def conversation(asr: list[str]) -> tuple[Engine, Sink, InMemoryJournalStore, ThreadRef]:
+async def conversation(
+    asr: list[str], answers: tuple[str, ...] = (ANSWER, "Okay.")
+) -> tuple[Engine, Sink, InMemoryJournalStore, ThreadRef]:
     sink, journal, thread = Sink(), InMemoryJournalStore(), ThreadRef("t", "u", "th")
     engine = Engine(
         plugins=Plugins(
-            EnergyVAD(), FakeASR(asr), FakeBrain([ANSWER, "Okay."]), FakeTTS(ms_per_char=20)
+            EnergyVAD(), FakeASR(asr), FakeBrain(list(answers)), FakeTTS(ms_per_char=20)
         ),
         sink=sink,
         journal=journal,
@@ -187,10 +190,8 @@ async def test_noise_with_no_words_resumes_and_a_short_burst_never_holds() -> No
 
 
 def voice(ms: int, amplitude: int = 6000) -> list[np.ndarray]:
-    """A steady voiced sound over the speech bands (``benchmarks.common.voice_frame``)."""
-    t = np.arange(FRAME) / 16000
-    wave = sum(np.sin(2 * np.pi * 150 * k * t) / k for k in range(1, 31))
-    frame = (amplitude * wave / np.abs(wave).max()).astype(np.int16)
+    """A steady voiced sound over the speech bands."""
+    frame = np.frombuffer(voice_frame(amplitude), dtype="<i2")
     return [frame] * (ms // 20)
 
 
@@ -255,5 +256,26 @@ async def test_audio_much_faster_than_real_time_is_no_microphone_and_the_guard_s
         await asyncio.sleep(0.5)  # a pause, then real time again: judged afresh
         await feed(engine, silence(200))
         assert not engine._echo_misaligned
+    finally:
+        await engine.close()
+
+
+@in_virtual_time
+async def test_words_that_begin_as_a_short_answer_ends_are_heard_whole() -> None:
+    # The person answers at once: the words begin while the answer may still be heard (its
+    # audio and the guard's tail after it), before the guard could lock on to an echo, so the
+    # guard holds them as the answer's possible echo. They go on after it: no echo any more.
+    # (The held start was once dropped as the window closed and the utterance lost.)
+    engine, sink, journal, thread = await conversation(["What about tomorrow?"], ("Yes.",))
+    try:
+        engine.push_text("is it open today")
+        await until(sink, "response.output_audio.delta")
+        await feed(engine, voice(1000))
+        await feed(engine, silence(800))
+        await until(sink, "response.done", 2)
+        assert len(sink.of("input_audio_buffer.speech_started")) == 1
+        users = [e.payload["text"] for e in await journal.read(thread)
+                 if e.kind is EventKind.USER_INPUT]  # fmt: skip
+        assert users == ["is it open today", "What about tomorrow?"]
     finally:
         await engine.close()

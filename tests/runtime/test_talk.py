@@ -18,7 +18,7 @@ import sys
 import threading
 import types
 import wave
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from runtime.talk.terminal import TranscriptPrinter
 from runtime.talk.wav import CapturingSpeaker, WavMicrophone, read_wav
 from tests.fault_proxy import FaultProxy
 from tests.runtime.conftest import fake_plugins
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG_ANSWER = (
@@ -83,13 +84,6 @@ class Keys:
     async def lines(self) -> AsyncIterator[str]:
         while True:
             yield await self._lines.get()
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll state that no event announces (what a speaker played, what a talk client sent)."""
-    async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110 (polls state of other tasks and threads)
-            await asyncio.sleep(0.02)
 
 
 class Running:
