@@ -12,7 +12,7 @@ Rule 2. Intent, in this order: *social* (greetings, thanks, goodbyes, "who are y
         question about the person themself — "我之前说过的学习目标是什么?", "what's my name?",
         "do you remember where I live?" — answered from ``<memory_data>``), *question*
         (anything asked or requested: searched in the documents) and *statement* (everything
-        else: acknowledged, never answered with "I don't know").
+        else: acknowledged by code, ``ACKNOWLEDGED``, never answered with "I don't know").
 Rule 3. The knowledge query is written from the current input and the recent turns: a follow-up
         ("那运费谁承担?", "what about weekends?", a pronoun, a very short question) is searched
         together with the person's previous message, so it is found in the context of that turn.
@@ -120,6 +120,16 @@ DONT_KNOW_MARKERS = (
     "not mentioned",
 )
 
+ACKNOWLEDGED = {"en": "Okay, got it.", "zh": "好的，我知道了。"}
+"""The answer to a statement (Rule 2): said by code, so it never adds a fact of its own."""
+
+# Words of assent before a thanks or a goodbye ("Great, thanks a lot!", 「好的，明白了，谢谢！」).
+_EN_OKAY = (
+    r"(?:(?:ok(?:ay)?|great|perfect|cool|alright|all right|fine|good|nice|wonderful|excellent"
+    r"|awesome|got it|understood|sounds good)\b[\s,.!-]*)*"
+)
+_ZH_OKAY = r"(?:(?:好的|好嘞|好|行|嗯|明白了?|知道了|了解了?|收到)[\s，,。.!！]*)*"
+
 _SOCIAL: list[tuple[str, re.Pattern[str], str]] = [
     ("en", re.compile(r"^\W*(wait|stop|hold on)\b", re.I), "Okay, I stopped. Go ahead."),
     (
@@ -129,9 +139,22 @@ _SOCIAL: list[tuple[str, re.Pattern[str], str]] = [
         ),
         "Hello! How can I help you?",
     ),
-    ("en", re.compile(r"^\W*(thanks|thank you)\b[^?]*$", re.I), "You're welcome."),
-    ("en", re.compile(r"^\W*(bye|goodbye|see you)\b[^?]*$", re.I), "Goodbye! Talk to you soon."),
-    ("en", re.compile(r"\bhow are you\b", re.I), "I'm fine, thank you. How can I help?"),
+    ("en", re.compile(rf"^\W*{_EN_OKAY}(thanks|thank you)\b[^?]*$", re.I), "You're welcome."),
+    (
+        "en",
+        re.compile(rf"^\W*{_EN_OKAY}(bye|goodbye|see you)\b[^?]*$", re.I),
+        "Goodbye! Talk to you soon.",
+    ),
+    (
+        "en",
+        re.compile(
+            r"\bhow are you\b|^\W*(?:(?:hey|hi|hello)(?: there)?[\s,!.]*)?"
+            r"(?:how(?:'?s| is) (?:it going|your day(?: going)?|everything|life)"
+            r"|how (?:are things|have you been))[\s?!.]*$",
+            re.I,
+        ),
+        "I'm fine, thank you. How can I help?",
+    ),
     (
         "en",
         re.compile(r"\b(who|what) are you\b|\bwhat'?s your name\b|\byour name\?", re.I),
@@ -154,8 +177,8 @@ _SOCIAL: list[tuple[str, re.Pattern[str], str]] = [
         re.compile(r"^\W*(你好|您好|早上好|晚上好|下午好|嗨|哈喽)(呀|啊)?\W*$"),
         "你好！有什么可以帮你？",
     ),
-    ("zh", re.compile(r"^\W*(谢谢|多谢|感谢)[^?？吗]*$"), "不客气。"),
-    ("zh", re.compile(r"^\W*(再见|拜拜)[^?？吗]*$"), "再见！"),
+    ("zh", re.compile(rf"^\W*{_ZH_OKAY}(谢谢|多谢|感谢)[^?？吗]*$"), "不客气。"),
+    ("zh", re.compile(rf"^\W*{_ZH_OKAY}(再见|拜拜)[^?？吗]*$"), "再见！"),
     (
         "zh",
         re.compile(r"你是谁|你叫什么|你是什么"),
@@ -176,7 +199,7 @@ _ABOUT_ME = {
     "en": re.compile(
         r"\bwhat did i (tell|say to|mention to) you\b|\bdid i (tell|mention)\b"
         r"|\b(do|did) you (still )?(remember|recall|know) "
-        r"(what|where|who|when|how|my|me|about me)\b"
+        r"(what|which|where|who|when|how|my|me|about me)\b"
         r"|\bremember (what|where|who|my)\b|\bwhat do you (know|remember) about me\b"
         r"|\bwhat('?s| is| was| were| are) my\b|\bwho am i\b|\bwhere do i (live|work|come from)\b"
         r"|\bwhat do i (like|prefer|do|study|want)\b|\bwhat am i (learning|studying|doing)\b"
@@ -492,8 +515,9 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bfather\b|\bdad\b"
         r"|家人|妻子|老婆|丈夫|老公|儿子|女儿|孩子|姐姐|妹妹|哥哥|弟弟|妈妈|爸爸|母亲|父亲",
         "birthday": r"\bbirthday|\bborn\b|生日|出生",
-        "age": r"\bage\b|\bhow old\b|\byears? old\b|岁|年纪|多大",
-        "allergy": r"\ballerg|过敏",
+        "age": r"\bage\b|\bhow old\b|\byears? old\b|\bi(?:'m| am)(?: actually| now)? \d{1,3}\b"
+        r"|岁|年纪|多大",
+        "allergy": r"\ballerg|\bmedic(?:ine|ation)s?\b|\bdrugs?\b|过敏|药",
         "goal": r"\bgoals?\b|\blearn|\bstudy|\bstudying\b|\bplan(?:s|ning)?\b|\btraining\b"
         r"|\bhop(?:e|ed|ing) to\b|\bpick up\b|\baim"
         r"|目标|学|打算|计划",
@@ -535,13 +559,20 @@ def asks_about_me(question: str, entries: Sequence[str]) -> bool:
 
 
 def relevant_memories(
-    question: str, entries: Sequence[str], *, limit: int = 3, by_words: bool = True
+    question: str,
+    entries: Sequence[str],
+    *,
+    limit: int = 3,
+    by_words: bool = True,
+    best_only: bool = False,
 ) -> list[str]:
     """The memory entries that answer ``question`` (Rule 6), best first: sharing its subject,
     then most attributes and words (newest first among equals). A question for an attribute
     no entry has gets none; one that shares no attribute or word with any entry gets the
     newest entries only when it asks for anything memory holds ("what do you know about
-    me?"), else none ("what's my blood type?"). ``by_words=False``: attributes only."""
+    me?"), else none ("what's my blood type?"). ``by_words=False``: attributes only;
+    ``best_only``: only the entries that share the most ("what do I do for a living?" is the
+    job, not the city that shares a word)."""
     wanted = terms(question) if by_words else set()
     asked = attributes(question)
     subjects = asked & _SUBJECTS
@@ -556,6 +587,8 @@ def relevant_memories(
     if not scored:
         return list(entries[:limit]) if by_words and _ANYTHING_ABOUT_ME.search(question) else []
     scored.sort(reverse=True)
+    if best_only:
+        scored = [item for item in scored if item[0] == scored[0][0]]
     return [entry for _, _, entry in scored[:limit]]
 
 

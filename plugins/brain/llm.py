@@ -4,7 +4,10 @@ Theory of operation
 -------------------
 Every turn is first read by ``plugins.brain.grounding`` (language, intent, knowledge query).
 
-Rule 1. Social turns and "what did I just say" get code's reply at once (no model call).
+Rule 1. Social turns and "what did I just say" get code's reply at once (no model call); so do
+        statements (``grounding.ACKNOWLEDGED``: the model, asked to acknowledge, added facts of
+        its own) and questions about the person (the entries that answer best, said back in
+        the second person).
 Rule 2. Tool routing. Code routes the knowledge search: every question is searched with the
         context-aware query, once per turn. Functions (the client's, the role's HTTP tools) are
         Rule 10's, decided first.
@@ -35,8 +38,7 @@ Rule 5. With evidence the model sees only the best sentences of the passages —
         when under 70 % of its content words come from them, or when it only echoes the
         question (``Support``); if nothing is left, code reads the best evidence sentence.
 Rule 6. Voice style: one or two short sentences in the person's language, at most
-        ``max_answer_tokens`` tokens (fewer when memory says the person prefers brevity);
-        statements are acknowledged briefly.
+        ``max_answer_tokens`` tokens (fewer when memory says the person prefers brevity).
 Rule 7. Prompt layout for the prefix cache: the system message holds only what is stable in a
         thread (style rules, role instructions, the memory note and entries), then the history
         as chat messages (user and assistant turns; tool turns and a summary left out; an
@@ -101,6 +103,7 @@ from plugins.brain.function_calls import (
     says_values,
 )
 from plugins.brain.grounding import (
+    ACKNOWLEDGED,
     KNOWLEDGE_TOOL,
     NOT_IN_DOCUMENTS,
     NOT_REMEMBERED,
@@ -149,21 +152,13 @@ _STYLE = {
         "4. When the person tells you something, acknowledge it briefly and invent nothing."
     ),
 }
-_ASK_MEMORY = {
-    "zh": "（这是问你记得的关于用户的事。用户以前说过的相关内容如下，用“你”称呼用户回答：）",
-    "en": "(A question about what you remember of the person. What they told you before is "
-    'below; answer it, calling them "you":)',
-}
-_ACKNOWLEDGE = {"zh": "好的，", "en": "Okay, "}
 _SAID_SOURCE = {
     "zh": lambda start: start.rstrip("，") + "：",
     "en": lambda start: start.rstrip(", ") + ": ",
 }
 _TOLD_ME = {"zh": "你跟我说过，", "en": "You told me that "}
-_STATEMENT = {
-    "zh": "（这是陈述，不是提问：简短确认即可，不要补充其他内容。）",
-    "en": "(A statement, not a question: acknowledge it briefly, add nothing else.)",
-}
+_AND = {"zh": "；还有，", "en": ", and that "}
+_STOP = {"zh": "。", "en": "."}
 _REPLY_IN = {"zh": "（请用中文回答）", "en": "(Answer in English.)"}
 _FROM_SOURCE = {"zh": "根据《{}》，", "en": "According to {}, "}
 _RECALL = {"en": 'You said: "{}"', "zh": "你刚才说：“{}”"}
@@ -312,7 +307,6 @@ class LLMBrain:
                 async for delta in ans:
                     yield delta
             return
-        prefill = ""
         if reading.intent is Intent.MEMORY:
             async with contextlib.aclosing(
                 self._answer_from_memory(request, reading, memory_entries(request.system))
@@ -320,41 +314,23 @@ class LLMBrain:
                 async for delta in ans:
                     yield delta
             return
-        else:  # a statement: acknowledged (Rule 6)
-            final = f"{reading.text}\n{_STATEMENT[lang]}"
-            prefill = _ACKNOWLEDGE[lang]
-            yield BrainDelta(text=prefill, speak_now=True)
-        async with contextlib.aclosing(
-            self._generate(request, lang, final, prefill=prefill)
-        ) as gen:
-            async for text in gen:
-                yield BrainDelta(text=text)
+        # A statement: acknowledged by code (grounding Rule 2); the model, asked to, added
+        # facts of its own ("Okay, 10 minutes!" to "My name is Marco.").
+        yield BrainDelta(text=ACKNOWLEDGED[lang])
 
     async def _answer_from_memory(
         self, request: BrainInput, reading: Reading, entries: Sequence[str]
     ) -> AsyncGenerator[BrainDelta, None]:
-        """A question about the person, from the entries that answer it (grounding Rule 6);
-        none: the fixed "don't remember" sentence (Rule 3)."""
+        """A question about the person, from the entries that answer it best (grounding Rule
+        6), said back by code in the second person: the model chose the wrong one of two and
+        copied "I" for "you"; none: the fixed "don't remember" sentence (Rule 3)."""
         lang = reading.language
-        chosen = relevant_memories(reading.text, entries, limit=2)
+        chosen = relevant_memories(reading.text, entries, limit=2, best_only=True)
         if not chosen:
             yield BrainDelta(text=NOT_REMEMBERED[lang])
             return
-        listed = "\n".join(f"- {entry}" for entry in chosen)
-        final = f"{reading.text}\n{_ASK_MEMORY[lang]}\n{listed}"
-        prefill = _TOLD_ME[lang]
-        yield BrainDelta(text=prefill)
-        # What the model says of memory is held to the entries like an answer to the
-        # documents (Rule 5); if nothing holds, code says the best entry back.
-        spoken = False
-        generated = self._generate(request, lang, final, prefill=prefill)
-        checked = _checked_sentences(generated, Support(" ".join(chosen), reading.text).faithful)
-        async with contextlib.aclosing(checked):
-            async for sentence in checked:
-                spoken = True
-                yield BrainDelta(text=sentence)
-        if not spoken:
-            yield BrainDelta(text=second_person(chosen[0]))
+        said = _AND[lang].join(second_person(entry).rstrip("。.!！ ") for entry in chosen)
+        yield BrainDelta(text=f"{_TOLD_ME[lang]}{said}{_STOP[lang]}")
 
     # ------------------------------------------------------------ tool routing (Rule 2)
 

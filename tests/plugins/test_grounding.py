@@ -139,6 +139,27 @@ def test_social_turns_carry_a_fixed_reply_in_the_persons_language() -> None:
     assert read_turn(brain_input("what is the return window?")).reply is None
 
 
+@pytest.mark.parametrize(
+    ("text", "reply"),
+    [
+        ("Great, thanks a lot!", "You're welcome."),
+        ("Perfect, thanks, that's all!", "You're welcome."),
+        ("Okay, bye!", "Goodbye! Talk to you soon."),
+        ("Hey there, how's it going?", "I'm fine, thank you. How can I help?"),
+        ("好的，明白了，谢谢！", "不客气。"),
+        ("好嘞，谢谢你，拜拜！", "不客气。"),
+        # A question after the assent or the thanks is the turn's: searched, not thanked.
+        ("Thanks, but what about the fee?", None),
+        ("How's it going with my refund?", None),
+        ("好的，那运费谁承担？", None),
+    ],
+)
+def test_thanks_and_goodbyes_after_words_of_assent_are_social(text: str, reply: str | None) -> None:
+    # Once statements, whose model-made acknowledgement answered "Great, thanks a lot!" with a
+    # library's opening hours.
+    assert read_turn(brain_input(text)).reply == reply
+
+
 def test_only_questions_get_a_knowledge_query() -> None:
     assert read_turn(brain_input("what is the return window?")).query == (
         "what is the return window?"

@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from pipeline.content import TurnContent
-from plugins.brain.grounding import NOT_IN_DOCUMENTS, NOT_REMEMBERED, NOTHING_EARLIER
+from plugins.brain.grounding import (
+    ACKNOWLEDGED,
+    NOT_IN_DOCUMENTS,
+    NOT_REMEMBERED,
+    NOTHING_EARLIER,
+)
 from plugins.brain.llm import LLMBrain, Support, chat_messages
 from plugins.brain.local_model import Generation, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
@@ -605,8 +610,10 @@ async def test_strong_evidence_is_answered_without_a_quote_check() -> None:
 # ---------------------------------------------------------------- memory and statements (Rule 5)
 
 
-async def test_a_memory_question_with_memory_data_asks_the_model_from_memory() -> None:
-    model = FakeModel(["你的学习目标是通过 HSK 四级。"])
+async def test_a_memory_question_is_answered_by_code_from_the_entry_that_answers_it() -> None:
+    # Said back in the second person, without the model: it chose the wrong one of two
+    # entries and copied "I" for "you".
+    model = FakeModel(["我住在上海。"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn(
         "我之前说过的学习目标是什么?",
@@ -614,33 +621,30 @@ async def test_a_memory_question_with_memory_data_asks_the_model_from_memory() -
     )
 
     assert await spoken(brain, request) == "你跟我说过，你的学习目标是通过 HSK 四级。"
-    messages = model.payloads[0]["messages"]
-    assert "我的学习目标是通过 HSK 四级" in messages[0]["content"]
-    # The matching entry is repeated under the question; the answer's start is prefilled.
-    question = messages[-2]
-    assert question["role"] == "user" and question["content"].startswith("我之前说过的学习目标")
-    assert question["content"].endswith("- 我的学习目标是通过 HSK 四级")
-    assert "上海" not in question["content"]
-    assert messages[-1] == {"role": "assistant", "content": "你跟我说过，"}
+    assert model.calls == []
+
+
+async def test_a_memory_question_gets_the_entry_with_its_attribute_not_one_sharing_a_word() -> None:
+    brain = LLMBrain(FakeModel([]))  # type: ignore[arg-type]
+    memory = "<memory_data>\n- I live in Lyon\n- I work as a pastry chef\n</memory_data>"
+    request = turn("What do I do for a living?", language="en", memory=memory)
+
+    assert await spoken(brain, request) == "You told me that you work as a pastry chef."
 
 
 @pytest.mark.parametrize(
-    ("text", "language", "prefill"),
-    [("我是因为商品质量问题退货。", "zh", "好的，"), ("I live in Berlin.", "en", "Okay, ")],
+    ("text", "language"),
+    [("我是因为商品质量问题退货。", "zh"), ("My name is Marco.", "en")],
 )
-async def test_a_statement_is_acknowledged_with_a_prefilled_start(
-    text: str, language: str, prefill: str
-) -> None:
-    model = FakeModel(["noted."])
+async def test_a_statement_is_acknowledged_by_code(text: str, language: str) -> None:
+    # The model, asked to acknowledge, answered "My name is Marco." with "Okay, 10 minutes!".
+    model = FakeModel(["10 minutes!"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
 
     out = await deltas(brain, turn(text, language=language))
 
-    assert out[0] == BrainDelta(text=prefill, speak_now=True)
-    assert "".join(d.text for d in out) == prefill + "noted."
-    messages = model.payloads[0]["messages"]
-    assert messages[-1] == {"role": "assistant", "content": prefill}
-    assert messages[-2]["role"] == "user" and messages[-2]["content"].startswith(text + "\n")
+    assert "".join(d.text for d in out) == ACKNOWLEDGED[language]
+    assert model.calls == []
 
 
 @pytest.mark.parametrize(
@@ -658,7 +662,7 @@ async def test_max_tokens_is_the_brief_cap_when_memory_asks_for_brevity(
     model = FakeModel(["ok"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
 
-    await deltas(brain, turn("我是因为商品质量问题退货。", memory=memory))
+    await deltas(brain, turn("运费由谁承担?", results=(ZH_EVIDENCE,), memory=memory))
 
     assert model.payloads[0]["max_tokens"] == cap
 
@@ -792,7 +796,7 @@ async def test_cancelling_the_consumer_closes_the_models_stream_at_once() -> Non
     assert model.closed_early == 1
 
 
-async def test_a_memory_answer_the_entries_do_not_support_is_replaced_by_the_entry() -> None:
+async def test_a_memory_answer_is_the_entry_never_what_the_model_would_say() -> None:
     model = FakeModel(["you live in Berlin."])
     brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn(
@@ -801,7 +805,8 @@ async def test_a_memory_answer_the_entries_do_not_support_is_replaced_by_the_ent
         memory="<memory_data>\n- my name is Ingrid\n- I live in Berlin\n</memory_data>",
     )
 
-    assert await spoken(brain, request) == "You told me that your name is Ingrid"
+    assert await spoken(brain, request) == "You told me that your name is Ingrid."
+    assert model.calls == []
 
 
 # ---------------------------------------------------------------- memory in other words, by meaning
@@ -815,7 +820,6 @@ async def test_a_question_for_the_persons_name_in_other_words_is_answered_from_m
     request = turn("What should you call me?", language="en", memory=EN_MEMORY)
 
     assert await spoken(brain, request) == "You told me that your name is Priya."
-    assert model.payloads[0]["messages"][-2]["content"].endswith("- My name is Priya")
 
 
 async def test_a_question_for_an_attribute_nobody_told_is_not_remembered_without_the_model() -> (
