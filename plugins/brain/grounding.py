@@ -36,6 +36,13 @@ Rule 6. Memory in other words: what a question asks of the person and what an en
         asks *for* something ("what should you call me?", 「我是做哪一行的」) it is a memory
         question whatever its words; any other ("can I bring my dog?") is searched in the
         documents first and answered from memory only when they do not answer it.
+Rule 7. The document in focus: a conversation is about one business's documents at a time.
+        The passages kept are those of the documents the question names (``brand``: a title's
+        first word or first two Chinese characters — "Bluecoast", 「云雀」), else of those named
+        like the one the last answers quoted. Every other passage is dropped, so a question the
+        focused documents do not answer gets "the documents don't say", not another business's
+        rule that shares its words ("Is there a gym in the building?" answered with a
+        kindergarten's hours).
 """
 
 from __future__ import annotations
@@ -376,6 +383,60 @@ def is_follow_up(text: str, lang: str) -> bool:
 
 
 # ---------------------------------------------------------------- evidence
+
+
+_ARTICLES = frozenset({"the", "a", "an", "our", "my", "your"})
+_CITED = re.compile(r"^(?:According to (?P<en>.+?), |根据《(?P<zh>.+?)》，)")
+_CITATIONS_BACK = 3
+"""How many of the assistant's last answers are looked at for the document in focus."""
+
+
+def brand(title: str) -> str:
+    """A document title's name for the business or thing it is about (Rule 7): its first two
+    Chinese characters (「云雀」通信套餐常见问题), else its first word after an article,
+    lowercased ("bluecoast" Car Rental Terms)."""
+    title = title.strip()
+    if re.match(f"[{CJK_IDEOGRAPHS}]{{2}}", title):
+        return title[:2]
+    words = [w.lower() for w in re.findall(r"[A-Za-z][\w-]*", title)]
+    words = words[1:] if len(words) > 1 and words[0] in _ARTICLES else words
+    return words[0] if words else ""
+
+
+def _names(text: str, name: str) -> bool:
+    if not name:
+        return False
+    if name.isascii():
+        return re.search(rf"\b{re.escape(name)}\b", text, re.I) is not None
+    return name in text
+
+
+def cited_source(history: Sequence[HistoryTurn]) -> str | None:
+    """The document the assistant's latest answers quoted (``According to X, …``), if any of
+    the last few did."""
+    answers = [turn.text for turn in history if turn.role == "assistant"]
+    for text in reversed(answers[-_CITATIONS_BACK:]):
+        match = _CITED.match(text)
+        if match:
+            return match["en"] or match["zh"]
+    return None
+
+
+def in_focus(question: str, history: Sequence[HistoryTurn], found: list[Passage]) -> list[Passage]:
+    """The passages of the documents the conversation is about (Rule 7): those whose name the
+    question says, else those named like the document the last answers quoted (a follow-up,
+    "And on Sundays?", stays with the library it asked about). A passage of another business's
+    document, however close in words, answers no question about this one."""
+    names = {brand(p.source) for p in found if p.source}
+    named = {name for name in names if _names(question, name)}
+    if not named:
+        cited = cited_source(history)
+        if cited is None:
+            return found
+        named = {brand(cited)} - {""}
+        if not named:
+            return found
+    return [p for p in found if brand(p.source) in named]
 
 
 def knowledge_results(request: BrainInput) -> list[ToolResult]:

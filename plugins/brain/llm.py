@@ -115,6 +115,7 @@ from plugins.brain.grounding import (
     best_sentences,
     coverage,
     earlier_user_inputs,
+    in_focus,
     knowledge_results,
     memory_entries,
     passages,
@@ -271,7 +272,7 @@ class LLMBrain:
             if call is not None:
                 yield BrainDelta(tool_call=call)
                 return
-            found = passages(knowledge_results(request))
+            found = in_focus(reading.text, request.history, passages(knowledge_results(request)))
             computed = await self._computed(request, reading, found) if found else None
             if computed is not None:
                 source = next((p.source for p in found if p.source), "")

@@ -26,6 +26,7 @@ from plugins.brain.grounding import (
     Intent,
     best_sentences,
     earlier_user_inputs,
+    in_focus,
     knowledge_results,
     memory_entries,
     passages,
@@ -96,7 +97,7 @@ class LocalBrain:
             return _MEMORY_ANSWER[lang].format(separator.join(_second_person(e) for e in chosen))
         if reading.intent is Intent.STATEMENT:
             return _ACKNOWLEDGE[lang]
-        found = passages(knowledge_results(request))
+        found = in_focus(reading.text, request.history, passages(knowledge_results(request)))
         best = best_sentences(reading.text, found, limit=1)
         if not best:
             return NOT_IN_DOCUMENTS[lang]

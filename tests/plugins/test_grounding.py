@@ -17,8 +17,10 @@ from plugins.brain.grounding import (
     asks_about_me,
     attributes,
     best_sentences,
+    brand,
     detect_language,
     earlier_user_inputs,
+    in_focus,
     knowledge_query,
     knowledge_results,
     memory_entries,
@@ -510,3 +512,55 @@ def test_sentences_leave_a_list_items_marker_off() -> None:
 def test_asking_to_be_called_by_a_name_is_a_statement() -> None:
     assert read_turn(brain_input("Please call me Sam.")).intent is Intent.STATEMENT
     assert read_turn(brain_input("Please call the front desk for me.")).intent is Intent.QUESTION
+
+
+# ---------------------------------------------------------------- the document in focus (Rule 7)
+
+LIBRARY = Passage("Maple Hollow Public Library Borrowing Rules", "On Sundays: 12:00 to 17:00.")
+FLATS = Passage("Linden Court Apartments Resident Guide", "Quiet hours 22:00 to 7:00 from Sunday.")
+RETURNS = Passage("星河商店售后说明 v1", "退货期限为签收后 7 天。")
+POINTS = Passage("星河会员积分规则", "积分有效期为 12 个月。")
+
+
+@pytest.mark.parametrize(
+    ("title", "name"),
+    [
+        ("Bluecoast Car Rental Terms", "bluecoast"),
+        ("The Harbor Loft House Rules", "harbor"),
+        ("云雀通信套餐常见问题", "云雀"),
+        ("Nova X2 Headphones: Warranty and Care", "nova"),
+        ("", ""),
+    ],
+)
+def test_a_documents_brand_is_its_first_name(title: str, name: str) -> None:
+    assert brand(title) == name
+
+
+def test_the_document_a_question_names_is_the_one_kept() -> None:
+    found = [FLATS, LIBRARY]
+    kept = in_focus("Is Maple Hollow open on Sundays?", (), found)
+
+    assert kept == [LIBRARY]
+
+
+def test_a_follow_up_stays_with_the_document_the_last_answer_quoted() -> None:
+    history = (
+        HistoryTurn("user", "Is Maple Hollow library open on Wednesday evenings?"),
+        HistoryTurn("assistant", "According to Maple Hollow Public Library Borrowing Rules, yes."),
+    )
+
+    assert in_focus("And on Sundays?", history, [FLATS, LIBRARY]) == [LIBRARY]
+    # Another business's passage alone answers nothing about the library.
+    assert in_focus("Is there a gym?", history, [FLATS]) == []
+
+
+def test_documents_of_one_business_stay_in_focus_together() -> None:
+    history = (HistoryTurn("assistant", "根据《星河商店售后说明 v1》，退货期限为签收后 7 天。"),)
+
+    assert in_focus("积分多久过期？", history, [POINTS, RETURNS]) == [POINTS, RETURNS]
+
+
+def test_with_no_document_named_or_quoted_every_passage_counts() -> None:
+    history = (HistoryTurn("assistant", "You told me that you live in Lyon."),)
+
+    assert in_focus("When do you open?", history, [FLATS, LIBRARY]) == [FLATS, LIBRARY]
