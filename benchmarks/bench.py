@@ -79,7 +79,7 @@ RUNS = (
     Run("journal", "journal", ("--samples", "100", "--appends-one", "500", "--appends-each", "50")),
     Run("memory", "memory", ("--users", "100", "--samples", "200", "--pool-entries", "2000",
                              "--pool-samples", "50", "--pool-purges", "5")),
-    Run("voice_latency", "voice_latency", ("--turns", "6")),
+    Run("voice_latency", "voice_latency", ("--turns", "10")),
     Run("echo", "echo", ("--seeds", "1,2", "--cases", "40", "--stress-cases", "10")),
 )  # fmt: skip
 
@@ -120,6 +120,9 @@ FIGURES = (
            tolerance=1.3, label="end of speech → first audio p50 (ms), local model"),
     Figure("voice_latency.p99_ms", "voice_latency", "end_of_speech_to_first_audio_ms.p99",
            label="end of speech → first audio p99 (ms), local model"),
+    Figure("voice_latency.model_p50_ms", "voice_latency",
+           "model_end_of_speech_to_first_audio_ms.p50", tolerance=1.3,
+           label="end of speech → first audio p50 (ms), questions the model answers"),
     Figure("echo.self_interruptions", "echo", "self_interruptions", slack=0,
            label="echo: self-interruptions"),
     Figure("echo.caught_rate", "echo", "bargein_over_echo_caught_rate", better="higher",

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 from benchmarks.common import emit, p50_p99, percentile
@@ -39,20 +40,30 @@ from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.server import running_server
 
-QUESTIONS = (
-    "Hello there.",
-    "I just bought a new pair of headphones.",
-    "What did I just say?",
-    "My name is Sam and I live in Berlin.",
-    "Thank you very much.",
-    "I am planning a trip to Paris next week.",
-    "What is my name?",
-    "Thanks a lot for your help.",
-    "I would like to learn to play the guitar.",
-    "Goodbye, see you later.",
+DOCUMENT = (
+    "Nova X2 Headphones: Warranty and Care",
+    "The Nova X2 headphones come with a two-year warranty from the date of purchase. "
+    "The warranty covers manufacturing defects but not water damage or a lost ear cushion. "
+    "A full charge takes about two hours and lasts up to thirty hours of playback. "
+    "Unused headphones in their original box can be returned within 30 days for a full refund. "
+    "Replacement ear cushions cost 15 dollars a pair.",
 )
-"""Social turns (answered by code at once) and statements and a memory question, which the
-default ``llm`` brain answers with the model: both kinds of turn are in the figures."""
+"""A document the server searches: the questions about it are answered by the model."""
+QUESTIONS = (
+    ("Hello there.", "code"),
+    ("How long is the warranty on the Nova X2 headphones?", "model"),
+    ("My name is Sam and I live in Berlin.", "code"),
+    ("How long does a full charge last?", "model"),
+    ("Does the warranty cover water damage?", "model"),
+    ("Thank you very much.", "code"),
+    ("Can I return them if I change my mind?", "model"),
+    ("What is my name?", "code"),
+    ("How much do new ear cushions cost?", "model"),
+    ("Goodbye, see you later.", "code"),
+)
+"""Spoken questions about the document, which the default ``llm`` brain answers with the model
+(``model``), and greetings, thanks, a statement and a memory question, which code answers at
+once (``code``): the figures cover both, and the model's turns on their own."""
 FRAME = INPUT_SAMPLE_RATE // 50
 
 
@@ -125,27 +136,39 @@ async def one_turn(client: RealtimeClient, voice: PCM) -> dict[str, float] | Non
 
 
 async def run(turns: int, brain: str = "llm") -> dict[str, Any]:
-    voices = [await synthesize(q) for q in QUESTIONS]
+    voices = [await synthesize(q) for q, _ in QUESTIONS]
     rows: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="openrealtime-voice-latency-") as data_dir:
         settings = Settings.model_validate(
             {"port": 0, "data_dir": Path(data_dir), "storage": "memory", "brain": brain}
         )
         async with running_server(settings) as server:
+            async with httpx.AsyncClient(
+                base_url=server.http_url, headers={"Authorization": f"Bearer {server.token}"}
+            ) as http:
+                name, text = DOCUMENT
+                (
+                    await http.post("/api/documents", json={"name": name, "text": text})
+                ).raise_for_status()
             async with RealtimeClient(server.ws_url, server.token, clock=time.monotonic) as c:
                 await c.connect()
                 for i in range(turns):
                     row = await one_turn(c, voices[i % len(voices)])
                     if row is not None:
+                        row["model"] = float(QUESTIONS[i % len(QUESTIONS)][1] == "model")
                         rows.append(row)
 
     def col(name: str) -> list[float]:
         return [r[name] for r in rows]
 
     hidden = [h for h in col("asr_hidden") if h >= 0]
+    model_rows = [r for r in rows if r["model"]]
     return {
         "turns": len(rows),
         "end_of_speech_to_first_audio_ms": p50_p99(col("e2e")),
+        "model_turns": len(model_rows),
+        "model_end_of_speech_to_first_audio_ms": p50_p99([r["e2e"] for r in model_rows]),
+        "model_brain_first_token_ms": percentile([r["brain_first_token"] for r in model_rows], 50),
         "breakdown_ms": {
             name: percentile(col(name), 50)
             for name in (

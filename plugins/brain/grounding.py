@@ -38,11 +38,13 @@ Rule 6. Memory in other words: what a question asks of the person and what an en
         documents first and answered from memory only when they do not answer it.
 Rule 7. The document in focus: a conversation is about one business's documents at a time.
         The passages kept are those of the documents the question names (``brand``: a title's
-        first word or first two Chinese characters — "Bluecoast", 「云雀」), else of those named
-        like the one the last answers quoted. Every other passage is dropped, so a question the
-        focused documents do not answer gets "the documents don't say", not another business's
-        rule that shares its words ("Is there a gym in the building?" answered with a
-        kindergarten's hours).
+        first word or first two Chinese characters — "Bluecoast", 「云雀」), else, for a
+        follow-up (Rule 3), of those named like the one the last answers quoted. Every other
+        passage is dropped, so a question the focused documents do not answer gets "the
+        documents don't say", not another business's rule that shares its words ("Is there a
+        gym?" after the apartments' rules, answered with a kindergarten's hours). A new question
+        that names no document may turn to any of them (a travel claim after the office's
+        Wi-Fi).
 """
 
 from __future__ import annotations
@@ -424,12 +426,15 @@ def cited_source(history: Sequence[HistoryTurn]) -> str | None:
 
 def in_focus(question: str, history: Sequence[HistoryTurn], found: list[Passage]) -> list[Passage]:
     """The passages of the documents the conversation is about (Rule 7): those whose name the
-    question says, else those named like the document the last answers quoted (a follow-up,
-    "And on Sundays?", stays with the library it asked about). A passage of another business's
-    document, however close in words, answers no question about this one."""
+    question says, else, for a follow-up (Rule 3), those named like the document the last
+    answers quoted ("And on Sundays?" stays with the library it asked about). A passage of
+    another business's document, however close in words, answers no question about this one;
+    a new question that names none may turn to any of the person's documents."""
     names = {brand(p.source) for p in found if p.source}
     named = {name for name in names if _names(question, name)}
     if not named:
+        if not is_follow_up(question, detect_language(question)):
+            return found  # a new question may turn to another of the person's documents
         cited = cited_source(history)
         if cited is None:
             return found

@@ -564,3 +564,12 @@ def test_with_no_document_named_or_quoted_every_passage_counts() -> None:
     history = (HistoryTurn("assistant", "You told me that you live in Lyon."),)
 
     assert in_focus("When do you open?", history, [FLATS, LIBRARY]) == [FLATS, LIBRARY]
+
+
+def test_a_new_question_may_turn_to_another_of_the_persons_documents() -> None:
+    history = (
+        HistoryTurn("assistant", "According to Linden Court Apartments Resident Guide, 22:00."),
+    )
+    question = "How many items can a library card borrow at the same time?"
+
+    assert in_focus(question, history, [LIBRARY, FLATS]) == [LIBRARY, FLATS]
