@@ -178,7 +178,10 @@ def commit() -> tuple[str, bool]:
             ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
         ).stdout.strip()
 
-    return git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain"))
+    # The figures' own files (a partial run after a full one) and the README's table are no
+    # change to the code measured.
+    changed = git("status", "--porcelain", "--", ".", ":!docs/benchmarks", ":!README.md")
+    return git("rev-parse", "--short", "HEAD"), bool(changed)
 
 
 def run_one(run: Run) -> tuple[dict[str, Any] | None, dict[str, Any]]:
