@@ -512,19 +512,29 @@ def sentences(text: str) -> list[str]:
     return out
 
 
+def is_asked(sentence: str) -> bool:
+    """A sentence that asks (ends in a question mark)."""
+    return sentence.rstrip().endswith(("?", "？"))
+
+
 def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -> list[Passage]:
     """The sentences of ``found`` that best cover ``question``'s content terms, each term
     weighted by how few of the sentences hold it (the words every passage shares, such as the
     shop's name, count little), ties going to the better-ranked passage; at most ``limit``.
     The first passage's first sentence when none shares a term (the retrieval judged it
-    relevant by meaning)."""
+    relevant by meaning). A document's own question (an FAQ's "用超了怎么收费？") is never
+    quoted: its words count for the sentences that answer it, up to the next question."""
     wanted = terms(question)
-    candidates = [
-        (rank, Passage(passage.source, sentence), (terms(sentence) | topic) & wanted)
-        for rank, passage in enumerate(found)
-        for topic in [terms(passage.topic)]
-        for sentence in sentences(passage.text)
-    ]
+    candidates = []
+    for rank, passage in enumerate(found):
+        topic = terms(passage.topic)
+        asked: set[str] = set()
+        for sentence in sentences(passage.text):
+            if is_asked(sentence):
+                asked = terms(sentence)
+                continue
+            shared = (terms(sentence) | topic | asked) & wanted
+            candidates.append((rank, Passage(passage.source, sentence), shared))
     holding: dict[str, int] = {}
     for _, _, shared in candidates:
         for term in shared:
@@ -537,7 +547,7 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
     if not scored:
         if not found:
             return []
-        first = sentences(found[0].text)
+        first = [sentence for sentence in sentences(found[0].text) if not is_asked(sentence)]
         return [Passage(found[0].source, first[0] if first else found[0].text)]
     scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
     return [item[2] for item in scored[:limit]]

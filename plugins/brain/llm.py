@@ -116,6 +116,7 @@ from plugins.brain.grounding import (
     coverage,
     earlier_user_inputs,
     in_focus,
+    is_asked,
     knowledge_results,
     memory_entries,
     passages,
@@ -502,7 +503,7 @@ class LLMBrain:
                 spoken = True
                 yield BrainDelta(text=sentence)
         if not spoken:  # code reads the best evidence sentence: one, never a whole passage
-            said = sentences(evidence[0].text)
+            said = [s for p in evidence for s in sentences(p.text) if not is_asked(s)]
             yield BrainDelta(text=said[0] if said else evidence[0].text)
 
     async def _generate(
@@ -641,6 +642,8 @@ class Support:
         self.language = detect_language(evidence_text)
 
     def faithful(self, sentence: str) -> bool:
+        if is_asked(sentence):
+            return False  # a question is no answer (an FAQ's question line, copied)
         if not all(number in self.numbers for number in _NUMBER.findall(sentence)):
             return False
         if detect_language(sentence) != self.language:

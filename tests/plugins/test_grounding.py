@@ -573,3 +573,14 @@ def test_a_new_question_may_turn_to_another_of_the_persons_documents() -> None:
     question = "How many items can a library card borrow at the same time?"
 
     assert in_focus(question, history, [LIBRARY, FLATS]) == [LIBRARY, FLATS]
+
+
+def test_an_faqs_question_is_never_a_best_sentence_but_lends_its_words_to_its_answer() -> None:
+    faq = Passage(
+        "套餐问答",
+        "用超了怎么收费？超出的流量每 GB 5 元。可以加副卡吗？每张副卡每月 10 元。",
+    )
+
+    best = best_sentences("流量用超了怎么收费？", [faq], limit=1)
+
+    assert [p.text for p in best] == ["超出的流量每 GB 5 元。"]

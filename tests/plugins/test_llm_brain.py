@@ -499,6 +499,23 @@ def test_support_keeps_faithful_sentences_and_drops_inventions_and_echoes() -> N
     cross = Support("Returns are accepted within 7 days.", "退货期限是多久?")
     assert cross.faithful("可以在 7 天内退货。")
     assert not cross.faithful("可以在 30 天内退货。")
+    # A question is no answer: an FAQ's question line, copied, says nothing.
+    faq = Support("用超了怎么收费？超出的流量每 GB 5 元。", "流量超了要多交多少？")
+    assert not faq.faithful("用超了怎么收费？")
+    assert faq.faithful("超出的流量每 GB 5 元。")
+
+
+async def test_an_faq_question_line_is_never_the_answer() -> None:
+    model = FakeModel(["用超了怎么收费？"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    evidence = (
+        "[source: 套餐问答]\n<untrusted_knowledge>用超了怎么收费？超出的流量每 GB 5 元，"
+        "每月最多收 60 元。</untrusted_knowledge>"
+    )
+
+    said = await spoken(brain, turn("用超了怎么收费？", results=(evidence,)))
+
+    assert said.startswith("根据《套餐问答》，") and "？" not in said
 
 
 async def test_a_number_from_the_question_may_be_repeated() -> None:
