@@ -346,7 +346,7 @@ def asked_part(text: str) -> str:
     question with a statement beside it, as input enrichment writes: "退款多久到账？我喜欢简洁
     回答。" asks about refunds, not about the person); else ``text``."""
     parts = sentences(text)
-    asked = [part for part in parts if part.rstrip().endswith(("?", "？"))]
+    asked = [part for part in parts if is_asked(part)]
     if not asked or len(asked) == len(parts):
         return text
     return " ".join(part.strip() for part in asked)
@@ -388,7 +388,9 @@ def is_follow_up(text: str, lang: str) -> bool:
 
 
 _ARTICLES = frozenset({"the", "a", "an", "our", "my", "your"})
-_CITED = re.compile(r"^(?:According to (?P<en>.+?), |根据《(?P<zh>.+?)》，)")
+_CITED = re.compile(r'^(?:According to "?(?P<en>[^":,]+)"?[,:] |根据《(?P<zh>.+?)》)')
+"""How both brains open an answer from a document (``llm``: "According to X, " or "…X: ",
+``local``: 'According to "X": '; 根据《X》)."""
 _CITATIONS_BACK = 3
 """How many of the assistant's last answers are looked at for the document in focus."""
 
@@ -424,7 +426,9 @@ def cited_source(history: Sequence[HistoryTurn]) -> str | None:
     return None
 
 
-def in_focus(question: str, history: Sequence[HistoryTurn], found: list[Passage]) -> list[Passage]:
+def in_focus(
+    question: str, language: str, history: Sequence[HistoryTurn], found: list[Passage]
+) -> list[Passage]:
     """The passages of the documents the conversation is about (Rule 7): those whose name the
     question says, else, for a follow-up (Rule 3), those named like the document the last
     answers quoted ("And on Sundays?" stays with the library it asked about). A passage of
@@ -433,7 +437,7 @@ def in_focus(question: str, history: Sequence[HistoryTurn], found: list[Passage]
     names = {brand(p.source) for p in found if p.source}
     named = {name for name in names if _names(question, name)}
     if not named:
-        if not is_follow_up(question, detect_language(question)):
+        if not is_follow_up(question, language):
             return found  # a new question may turn to another of the person's documents
         cited = cited_source(history)
         if cited is None:

@@ -273,7 +273,8 @@ class LLMBrain:
             if call is not None:
                 yield BrainDelta(tool_call=call)
                 return
-            found = in_focus(reading.text, request.history, passages(knowledge_results(request)))
+            found = passages(knowledge_results(request))
+            found = in_focus(reading.text, reading.language, request.history, found)
             computed = await self._computed(request, reading, found) if found else None
             if computed is not None:
                 source = next((p.source for p in found if p.source), "")

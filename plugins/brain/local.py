@@ -97,7 +97,8 @@ class LocalBrain:
             return _MEMORY_ANSWER[lang].format(separator.join(_second_person(e) for e in chosen))
         if reading.intent is Intent.STATEMENT:
             return _ACKNOWLEDGE[lang]
-        found = in_focus(reading.text, request.history, passages(knowledge_results(request)))
+        found = passages(knowledge_results(request))
+        found = in_focus(reading.text, reading.language, request.history, found)
         best = best_sentences(reading.text, found, limit=1)
         if not best:
             return NOT_IN_DOCUMENTS[lang]

@@ -538,7 +538,7 @@ def test_a_documents_brand_is_its_first_name(title: str, name: str) -> None:
 
 def test_the_document_a_question_names_is_the_one_kept() -> None:
     found = [FLATS, LIBRARY]
-    kept = in_focus("Is Maple Hollow open on Sundays?", (), found)
+    kept = in_focus("Is Maple Hollow open on Sundays?", "en", (), found)
 
     assert kept == [LIBRARY]
 
@@ -549,21 +549,27 @@ def test_a_follow_up_stays_with_the_document_the_last_answer_quoted() -> None:
         HistoryTurn("assistant", "According to Maple Hollow Public Library Borrowing Rules, yes."),
     )
 
-    assert in_focus("And on Sundays?", history, [FLATS, LIBRARY]) == [LIBRARY]
+    assert in_focus("And on Sundays?", "en", history, [FLATS, LIBRARY]) == [LIBRARY]
     # Another business's passage alone answers nothing about the library.
-    assert in_focus("Is there a gym?", history, [FLATS]) == []
+    assert in_focus("Is there a gym?", "en", history, [FLATS]) == []
+
+
+def test_the_local_brains_opening_names_the_document_too() -> None:
+    history = (HistoryTurn("assistant", 'According to "Maple Hollow Public Library": 9 to 5.'),)
+
+    assert in_focus("And on Sundays?", "en", history, [FLATS, LIBRARY]) == [LIBRARY]
 
 
 def test_documents_of_one_business_stay_in_focus_together() -> None:
     history = (HistoryTurn("assistant", "根据《星河商店售后说明 v1》，退货期限为签收后 7 天。"),)
 
-    assert in_focus("积分多久过期？", history, [POINTS, RETURNS]) == [POINTS, RETURNS]
+    assert in_focus("积分多久过期？", "zh", history, [POINTS, RETURNS]) == [POINTS, RETURNS]
 
 
 def test_with_no_document_named_or_quoted_every_passage_counts() -> None:
     history = (HistoryTurn("assistant", "You told me that you live in Lyon."),)
 
-    assert in_focus("When do you open?", history, [FLATS, LIBRARY]) == [FLATS, LIBRARY]
+    assert in_focus("When do you open?", "en", history, [FLATS, LIBRARY]) == [FLATS, LIBRARY]
 
 
 def test_a_new_question_may_turn_to_another_of_the_persons_documents() -> None:
@@ -572,7 +578,7 @@ def test_a_new_question_may_turn_to_another_of_the_persons_documents() -> None:
     )
     question = "How many items can a library card borrow at the same time?"
 
-    assert in_focus(question, history, [LIBRARY, FLATS]) == [LIBRARY, FLATS]
+    assert in_focus(question, "en", history, [LIBRARY, FLATS]) == [LIBRARY, FLATS]
 
 
 def test_an_faqs_question_is_never_a_best_sentence_but_lends_its_words_to_its_answer() -> None:
