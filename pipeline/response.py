@@ -360,6 +360,11 @@ class AnswerSpeaker:
                             watchdog.reschedule(None)
                             await sentences.put(sentence)
                             watchdog.reschedule(loop.time() + idle)
+                        if pieces:
+                            # The synthesiser takes the sentence before this loop sends more
+                            # text: a brain that streams faster than the loop turns would
+                            # otherwise have every delta written before the first audio.
+                            await asyncio.sleep(0)
                     if response.incomplete is not None:
                         break  # the limit is reached: the brain stops (closed below)
         except TimeoutError as e:
