@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import uvicorn
 
+from pipeline import echo
 from pipeline.engine import Plugins
 from runtime.app import create_asgi_app
 from runtime.config import Settings
@@ -108,6 +109,7 @@ async def running_server(
     sock.bind((settings.host, settings.port))
     port = sock.getsockname()[1]
     server = _Server(uvicorn_config(app, settings))
+    await asyncio.to_thread(echo.warm_up)  # the echo guard's kernels, before any session
     task = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
     try:
         while not server.started:

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from pipeline import echo_kernel
 from pipeline.echo import (
     GATE_TRANSITIONS,
     EchoGate,
@@ -20,6 +21,7 @@ from pipeline.echo import (
     EchoSettings,
     GateState,
     GateTrigger,
+    warm_up,
 )
 from pipeline.turns import Interrupt, TurnCoordinator, TurnSettings
 from plugins.audio import PCM
@@ -553,3 +555,11 @@ def test_resume_without_a_pause_changes_nothing() -> None:
     written = guard._written
     guard.resume(2.0)
     assert guard._written == written
+
+
+def test_warm_up_compiles_every_kernel_a_session_calls() -> None:
+    """The server compiles the guard's kernels before it takes sessions (a compilation in the
+    loop stopped it for seconds: every session's first audible step waited for it)."""
+    warm_up()
+    for function in (echo_kernel.audible_step, echo_kernel.envelope_around):
+        assert function.signatures, function

@@ -1,0 +1,320 @@
+"""The echo guard's audible step, compiled (``pipeline/echo.py`` Rules 3 and 4).
+
+A step with output audible in the delay range did about 60 small numpy calls; their fixed cost,
+not the arithmetic, was most of the guard's time, and the guard was a third of a conversing
+session's CPU (``benchmarks.capacity``). Here the same operations, in the same order, run as
+loops compiled by numba: one call per step after the microphone's FFT (which numpy still does).
+
+The functions are sans-I/O like the guard: arrays in, arrays updated in place, scalars out.
+Their values agree with the numpy version they replaced to rounding (sums and products over
+the bands are taken in order here, pairwise or by BLAS in numpy);
+``tests/pipeline/test_echo.py`` holds them to ``tests/pipeline/echo_reference.py``, the
+step-by-step version, as it held that one. Compiled on first use and cached beside the module
+(numba's own cache, ``__pycache__``); ``warm_up`` compiles them before a server takes sessions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TypeVar, cast
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+Complex = npt.NDArray[np.complex128]
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def _compiled(function: F) -> F:
+    return cast(F, numba.njit(cache=True, nogil=True)(function))
+
+
+# Indices of the guard's scalar state (``EchoGuard._state``, int64): kept in one array the
+# kernel updates in place, so one argument carries them.
+LOCKED = 0
+"""The locked lag, in hops (-1: none)."""
+CANDIDATE = 1
+"""A lag the fast correlation prefers while the lock holds (-1: none)."""
+JUMPED = 2
+"""The candidate correlates better than the lock on the fast average (0/1)."""
+STEPS_HEARD = 3
+"""Steps with audible output (warm-up and acquisition)."""
+GAINS_SETTLED = 4
+"""Every band has had 100 gain updates (the step is 0.05)."""
+NOISE_SET = 5
+MEAN_SET = 6
+STATE_SIZE = 7
+
+# Indices of its constants (``EchoGuard._params``, float64).
+TAU, MARGIN, SPREAD, NEAR_END, DECAY = 0, 1, 2, 3, 4
+LOCK_CORRELATION, LOCK_CONTRAST, RELEASE_CORRELATION = 5, 6, 7
+POWER_FLOOR, GAIN_MIN_POWER = 8, 9
+PARAMS_SIZE = 10
+
+# Rows of the per-band state (``EchoGuard._band_state``, (4, bands) float64).
+NOISE, MEAN, GAINS, GAIN_UPDATES = 0, 1, 2, 3
+
+NO_LOCK = 1
+"""``audible_step``'s status when there is no lock and acquisition is over."""
+
+
+@_compiled
+def envelope_around(
+    envelope: Floats,
+    written: int,
+    hop: int,
+    lags: int,
+    neighbours: int,
+    decay: float,
+    out: Floats,
+    valid: Bools,
+) -> bool:
+    """The output's envelope at the hops around the delay range at ``hop`` into ``out``
+    (oldest first: lag max+neighbours … −neighbours), its room tail past the output's end, and
+    which of those hops hold output into ``valid``; True when all of them do."""
+    ring = envelope.shape[0]
+    bands = envelope.shape[1]
+    first = hop - lags + 1 - neighbours
+    everything = True
+    last_row = written % ring
+    for i in range(out.shape[0]):
+        h = first + i
+        if written - ring < h <= written:
+            row = h % ring
+            for b in range(bands):
+                out[i, b] = envelope[row, b]
+            valid[i] = True
+            continue
+        everything = False
+        valid[i] = False
+        if h > written and written >= 0:
+            tail = decay ** float(h - written)  # past the end: its room tail (Rule 4)
+            for b in range(bands):
+                out[i, b] = envelope[last_row, b] * tail
+        else:
+            for b in range(bands):
+                out[i, b] = 0.0
+    return everything
+
+
+@_compiled
+def _lockable(correlation: Floats, lag: int, middle: int, params: Floats) -> bool:
+    peak = correlation[lag]
+    median = np.sort(correlation)[middle]
+    return bool(peak >= params[LOCK_CORRELATION] and peak - median >= params[LOCK_CONTRAST])
+
+
+@_compiled
+def _learn_gains(
+    mic_floor: Floats, output: Floats, band_state: Floats, state: Ints, floor: float
+) -> None:
+    """Running median of log10(mic / output) per band, with a step that starts large."""
+    bands = output.shape[0]
+    gains = band_state[GAINS]
+    updates = band_state[GAIN_UPDATES]
+    loud = 0
+    for b in range(bands):
+        if output[b] > floor:
+            loud += 1
+    if loud == 0:
+        return
+    everywhere = loud == bands
+    lowest = math.inf
+    for b in range(bands):
+        if not output[b] > floor:
+            continue
+        ratio = math.log10(mic_floor[b]) - math.log10(output[b])
+        updates[b] += 1.0
+        lowest = min(lowest, updates[b])
+        if everywhere and state[GAINS_SETTLED]:
+            step = 0.05  # what the formula gives from 100 updates on
+        else:
+            step = max(0.05, 0.5 / math.sqrt(updates[b]))
+        difference = ratio - gains[b]
+        sign = 1.0 if difference > 0 else (-1.0 if difference < 0 else 0.0)
+        gains[b] = gains[b] + step * sign
+    if everywhere and not state[GAINS_SETTLED]:
+        state[GAINS_SETTLED] = 1 if lowest >= 100.0 else 0
+
+
+@_compiled
+def _output_near(envelope: Floats, lags: int, neighbours: int, lag: int, out: Floats) -> None:
+    """The loudest output envelope within ±``neighbours`` hops of ``lag``, into ``out``."""
+    centre = lags - 1 + neighbours - lag
+    for b in range(out.shape[0]):
+        loudest = envelope[centre - neighbours, b]
+        for i in range(centre - neighbours + 1, centre + neighbours + 1):
+            loudest = max(loudest, envelope[i, b])
+        out[b] = loudest
+
+
+@_compiled
+def audible_step(
+    spectrum: Complex,
+    mic_bands: Floats,
+    band_bins: Ints,
+    band_state: Floats,
+    envelope: Floats,
+    features: Floats,
+    feature_energies: Floats,
+    averages: Floats,
+    taus: Floats,
+    state: Ints,
+    params: Floats,
+    geometry: Ints,
+    out: Floats,
+) -> int:
+    """Rules 3 and 4 for one step with output audible: the microphone's band powers from its
+    spectrum, the noise floor and mean, the correlations and the lock, the echo bound and the
+    excess over it. ``geometry``: hop, written, lags, neighbours, warm-up steps, acquire steps,
+    the median lag's index. Writes (echo bound over the bands, residual dB, excess dB, near-end
+    0/1) into ``out``; returns 0, or ``NO_LOCK``."""
+    hop, written, lags, neighbours = geometry[0], geometry[1], geometry[2], geometry[3]
+    warm_up, acquire, middle = geometry[4], geometry[5], geometry[6]
+    bands = mic_bands.shape[1]
+    ring = envelope.shape[0]
+    floor = params[POWER_FLOOR]
+
+    # The microphone: band powers, the noise floor (follows dips at once, rises ≈ 2 dB/s),
+    # the log-powers minus their running mean.
+    mic = np.empty(bands)
+    for b in range(bands):
+        total = 0.0
+        for k in range(band_bins[0, b], band_bins[1, b]):
+            value = spectrum[k]
+            total += (value.real * value.real + value.imag * value.imag) * mic_bands[k, b]
+        mic[b] = total
+    noise = band_state[NOISE]
+    mean = band_state[MEAN]
+    tau = params[TAU]
+    centred = np.empty(bands)
+    for b in range(bands):
+        if not state[NOISE_SET]:
+            noise[b] = max(mic[b], floor)  # then it moves, as every step
+        if mic[b] < noise[b]:
+            noise[b] = max(0.7 * noise[b] + 0.3 * mic[b], floor)
+        else:
+            noise[b] = max(noise[b] * 1.01, floor)
+        log_mic = math.log10(mic[b] + noise[b])
+        if not state[MEAN_SET]:
+            mean[b] = log_mic
+        mean[b] += tau * (log_mic - mean[b])
+        centred[b] = log_mic - mean[b]
+    state[NOISE_SET] = 1
+    state[MEAN_SET] = 1
+
+    around = np.empty((lags + 2 * neighbours, bands))
+    valid = np.empty(lags + 2 * neighbours, dtype=np.bool_)
+    everything = envelope_around(
+        envelope, written, hop, lags, neighbours, params[DECAY], around, valid
+    )
+    state[STEPS_HEARD] += 1
+
+    # Rule 3: the per-lag correlations, each average at its own rate.
+    latest = np.empty(2 * lags + 1)
+    for lag in range(lags):
+        if not everything and not valid[neighbours + lags - 1 - lag]:
+            latest[lag] = 0.0
+            latest[lags + lag] = 0.0
+            continue
+        row = (hop - lag) % ring
+        product = 0.0
+        for b in range(bands):
+            product += features[row, b] * centred[b]
+        latest[lag] = product
+        latest[lags + lag] = feature_energies[row]
+    energy = 0.0
+    for b in range(bands):
+        energy += centred[b] * centred[b]
+    latest[2 * lags] = energy
+    for r in range(2):
+        rate = taus[r, 0]
+        for i in range(2 * lags + 1):
+            averages[r, i] += rate * (latest[i] - averages[r, i])
+    if state[STEPS_HEARD] >= warm_up:
+        slow = np.empty(lags)
+        fast = np.empty(lags)
+        for lag in range(lags):
+            slow[lag] = averages[0, lag] / math.sqrt(
+                averages[0, 2 * lags] * averages[0, lags + lag] + 1e-12
+            )
+            fast[lag] = averages[1, lag] / math.sqrt(
+                averages[1, 2 * lags] * averages[1, lags + lag] + 1e-12
+            )
+        # The lock, on the slow correlations: another lag takes over only when clearly better.
+        locked = state[LOCKED]
+        if locked >= 0 and slow[locked] < params[RELEASE_CORRELATION]:
+            locked = -1
+        best = int(np.argmax(slow))
+        if best != locked and (locked < 0 or slow[best] > slow[locked] + 0.05):
+            if _lockable(slow, best, middle, params):
+                locked = best
+        state[LOCKED] = locked
+        # A delay that jumped, on the fast ones.
+        best = int(np.argmax(fast))
+        state[CANDIDATE] = -1
+        state[JUMPED] = 0
+        if locked >= 0 and best != locked and _lockable(fast, best, middle, params):
+            state[CANDIDATE] = best
+            state[JUMPED] = 1 if fast[best] > fast[locked] else 0
+
+    # Rule 4: the echo bound and the excess over it.
+    locked = state[LOCKED]
+    mic_floor = np.empty(bands)
+    for b in range(bands):
+        mic_floor[b] = mic[b] + floor
+    bound = np.empty(bands)
+    if locked < 0:
+        if state[STEPS_HEARD] > acquire:
+            return NO_LOCK
+        for b in range(bands):  # anything in range, at full level
+            loudest = around[neighbours, b]
+            for i in range(neighbours + 1, neighbours + lags):
+                loudest = max(loudest, around[i, b])
+            bound[b] = loudest
+    else:
+        near = np.empty(bands)
+        _output_near(around, lags, neighbours, locked, near)
+        candidate = state[CANDIDATE]
+        if candidate < 0:
+            _learn_gains(mic_floor, near, band_state, state, params[GAIN_MIN_POWER])
+        else:
+            # The delay may have jumped: the echo may come from either lag.
+            other = np.empty(bands)
+            _output_near(around, lags, neighbours, candidate, other)
+            learned = other if state[JUMPED] else near
+            _learn_gains(mic_floor, learned, band_state, state, params[GAIN_MIN_POWER])
+            for b in range(bands):
+                near[b] = max(near[b], other[b])
+        gains = band_state[GAINS]
+        loudest = 0.0
+        for b in range(bands):
+            bound[b] = near[b] * 10.0 ** gains[b]
+            loudest = max(loudest, bound[b])
+        # A speaker's distortion spreads the loudest band's energy to the others.
+        spread = params[SPREAD] * loudest
+        for b in range(bands):
+            bound[b] = max(bound[b], spread)
+    log_sum = 0.0
+    above = 0.0
+    mic_power = 0.0
+    bound_sum = 0.0
+    margin = params[MARGIN]
+    for b in range(bands):
+        threshold = margin * bound[b] + 2.0 * noise[b]
+        log_sum += max(math.log10(mic_floor[b] / threshold), 0.0)
+        above += max(mic[b] - threshold, 0.0)
+        mic_power += mic[b]
+        bound_sum += bound[b]
+    excess = log_sum / bands
+    out[0] = bound_sum
+    out[1] = 10.0 * math.log10(above / mic_power) if above > 0 and mic_power > 0 else -100.0
+    out[2] = 10.0 * excess
+    out[3] = 1.0 if excess >= params[NEAR_END] else 0.0
+    return 0
