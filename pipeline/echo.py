@@ -143,6 +143,7 @@ _QUEUED_HOPS = 64
 """Output is analysed at the latest when this many hops wait (the pacer's lead is 30)."""
 _IDLE_STEPS = 50
 """Idle steps (nothing audible) whose spectra wait for one batched FFT: at most 1 s of audio."""
+_LOG_OUTPUT_FLOOR = math.log10(_OUTPUT_FLOOR)
 _QUIET_MARGIN = 1.0 - 1e-9
 """An estimate of the output's loudness this far below ``_AUDIBLE`` is inaudible for certain
 (the estimate differs from the exact figure by rounding only, ~1e-15)."""
@@ -239,10 +240,15 @@ def _band_matrix(rate: int, size: int, edges: Floats, window: Floats) -> Floats:
     return matrix * (2.0 / (size * float(np.sum(window * window))))
 
 
-def _power(spectrum: npt.NDArray[np.complex128]) -> Floats:
-    """|X|² of each bin: real² + imag², squared in one call over the interleaved floats."""
-    squares = np.square(spectrum.view(np.float64))
-    return np.asarray(squares[..., 0::2] + squares[..., 1::2])
+def _band_bins(matrix: Floats) -> npt.NDArray[np.int64]:
+    """(2, bands): the first and after-last bin each band of a band matrix sums (its nonzero
+    rows: one run), so the kernels skip the zeros."""
+    runs = np.zeros((2, matrix.shape[1]), dtype=np.int64)  # an empty band sums nothing
+    for band, column in enumerate(matrix.T):
+        rows = np.flatnonzero(column)
+        if rows.size:
+            runs[:, band] = rows[0], rows[-1] + 1
+    return runs
 
 
 def _dbfs(power: float) -> float:
@@ -279,14 +285,8 @@ class EchoGuard:
         )
         self._hop_tau = 1.0 - math.exp(-HOP_MS / s.correlation_tau_ms)
         self._acquire_steps = math.ceil(s.acquire_ms / STEP_MS)
-        # The bins each band sums (its rows of the band matrix: one run), for the kernel.
-        self._band_bins = np.array(
-            [
-                [np.flatnonzero(column)[0], np.flatnonzero(column)[-1] + 1]
-                for column in self._mic_bands.T
-            ],
-            dtype=np.int64,
-        ).T.copy()
+        self._band_bins = _band_bins(self._mic_bands)
+        self._out_band_bins = _band_bins(self._out_bands)
         params = np.zeros(kernel.PARAMS_SIZE)
         params[kernel.TAU] = self._tau
         params[kernel.MARGIN] = self._margin
@@ -298,6 +298,8 @@ class EchoGuard:
         params[kernel.RELEASE_CORRELATION] = s.release_correlation
         params[kernel.POWER_FLOOR] = _POWER_FLOOR
         params[kernel.GAIN_MIN_POWER] = _GAIN_MIN_POWER
+        params[kernel.HOP_TAU] = self._hop_tau
+        params[kernel.OUTPUT_FLOOR] = _OUTPUT_FLOOR
         self._params = params
         self._geometry = np.array(
             [0, 0, self._lags, _NEIGHBOURS, _WARM_UP_STEPS, self._acquire_steps, self._middle],
@@ -307,8 +309,6 @@ class EchoGuard:
         # Scratch of _audible's exact test.
         self._around = np.zeros((self._lags + 2 * _NEIGHBOURS, s.bands))
         self._around_valid = np.zeros(self._lags + 2 * _NEIGHBOURS, dtype=np.bool_)
-        # decay**k for k = 0…_CHUNK_HOPS, as _write_some_hops scales a chunk (a column).
-        self._scales = self._decay ** np.arange(_CHUNK_HOPS + 1, dtype=np.float64)[:, None]
         self.reset()
 
     # ------------------------------------------------------------ state
@@ -324,7 +324,7 @@ class EchoGuard:
         # test) and the features' energy (the correlation's normalisation).
         self._envelope_sums: Floats = np.zeros(ring)
         self._feature_energies: Floats = np.zeros(ring)
-        self._out_mean: Floats | None = None
+        self._out_mean: Floats = np.zeros(bands)  # once kernel.OUT_MEAN_SET is set
         self._written = -1  # last hop whose band powers are in the ring
         self._out_end = -math.inf  # where the scheduled output ends, in hops
         self._raw: Floats = np.zeros(0)
@@ -409,14 +409,8 @@ class EchoGuard:
             # The hops follow each other: one window every ``step`` samples after the first.
             windows = sliding_window_view(raw, self._out_window_len)[step::step][:hops]
             spectra = np.fft.rfft(windows * self._out_window)
-            spectral = _power(spectra)
             powers = np.empty((hops, self.settings.bands))
-            first = 0
-            for count in self._queued_frames:
-                # One product per frame: a product of more rows may round differently.
-                end = first + count
-                np.matmul(spectral[first:end], self._out_bands, out=powers[first:end])
-                first = end
+            kernel.band_powers(spectra, self._out_bands, self._out_band_bins, powers)
             self._write_hops(powers, self._queued_frames)
         self._queued_frames.clear()
         self._queued_hops = 0
@@ -496,8 +490,8 @@ class EchoGuard:
             self._envelope[rows] = envelope
             self._envelope_sums[rows] = envelope.sum(axis=1)
             self._powers[rows] = 0.0
-            mean = self._out_mean if self._out_mean is not None else math.log10(_OUTPUT_FLOOR)
-            self._features[rows] = math.log10(_OUTPUT_FLOOR) - mean
+            mean = self._out_mean if self._state[kernel.OUT_MEAN_SET] else _LOG_OUTPUT_FLOOR
+            self._features[rows] = _LOG_OUTPUT_FLOOR - mean
             features = self._features[rows]
             self._feature_energies[rows] = (features * features).sum(axis=1)
         self._written = hop
@@ -506,53 +500,23 @@ class EchoGuard:
         """Append the band powers of consecutive hops (rows of ``powers``) to the ring;
         ``frames``: how many of them each call of ``played`` gave (one count for ``resume``).
 
-        The envelope's scaling and the output's running mean go chunk by chunk (a frame's hops,
-        at most ``_CHUNK_HOPS`` at a time), as they did when each frame was written on its own:
-        their rounding depends on the chunks. The rest is computed for all hops at once."""
-        chunks = [min(_CHUNK_HOPS, n - i) for n in frames for i in range(0, n, _CHUNK_HOPS)]
-        count, ring = powers.shape[0], self._ring
-        log_powers = np.log10(powers + _OUTPUT_FLOOR)
-        audible = powers.sum(axis=1) > 100.0 * _OUTPUT_FLOOR
-        # envelope[h] = max(power[h], decay * envelope[h - 1]): in each chunk, a running
-        # maximum of the powers scaled by decay**-k (k from 1 at the chunk's first hop) after
-        # the previous hop's envelope, scaled back.
-        scale = np.concatenate([self._scales[1 : n + 1] for n in chunks])
-        envelope = powers / scale
-        previous = self._envelope[self._written % ring]
-        features = np.empty_like(powers)
-        if self._out_mean is None:
-            self._out_mean = log_powers[0].copy()
-        mean = self._out_mean
-        start = 0
-        for n in chunks:
-            end = start + n
-            chunk = envelope[start:end]
-            np.maximum(chunk[0], previous, out=chunk[0])
-            np.maximum.accumulate(chunk, axis=0, out=chunk)
-            previous = chunk[-1] * scale[end - 1]
-            np.subtract(log_powers[start:end], mean, out=features[start:end])
-            heard = int(np.count_nonzero(audible[start:end]))
-            if heard:  # the running mean moves once per chunk (≤ a few hops)
-                loud = log_powers[start:end]
-                if heard < n:
-                    loud = loud[audible[start:end]]
-                weight = 1.0 - (1.0 - self._hop_tau) ** heard
-                mean += weight * (loud.sum(axis=0) / heard - mean)  # loud.mean(axis=0)
-            start = end
-        envelope *= scale
-        first = (self._written + 1) % ring
-        # A slice where the rows do not wrap around the ring (the same rows, fewer calls).
-        rows = (
-            slice(first, first + count)
-            if first + count <= ring
-            else (first + np.arange(count)) % ring
+        The output's running mean moves chunk by chunk (a frame's hops, at most
+        ``_CHUNK_HOPS`` at a time), as it did when each frame was written on its own."""
+        kernel.write_hops(
+            powers,
+            np.asarray(frames, dtype=np.int64),
+            _CHUNK_HOPS,
+            self._written,
+            self._powers,
+            self._envelope,
+            self._envelope_sums,
+            self._features,
+            self._feature_energies,
+            self._out_mean,
+            self._state,
+            self._params,
         )
-        self._powers[rows] = powers
-        self._envelope[rows] = envelope
-        self._envelope_sums[rows] = envelope.sum(axis=1)
-        self._features[rows] = features
-        self._feature_energies[rows] = (features * features).sum(axis=1)
-        self._written += count
+        self._written += powers.shape[0]
 
     # ------------------------------------------------------------ microphone
 
@@ -696,35 +660,10 @@ class EchoGuard:
         samples = self._idle[: window + count * _STEP]
         frames = sliding_window_view(samples[_STEP:], window)[::_STEP]  # step k's frame
         spectra = np.fft.rfft(frames * self._mic_window)
-        powers = _power(spectra)
-        mics = np.empty((count, self.settings.bands))
-        for k in range(count):
-            # One row at a time: a matrix product of many rows rounds differently.
-            np.matmul(powers[k], self._mic_bands, out=mics[k])
-        shares = 0.3 * mics  # _track_noise's, for every step at once
-        noises = np.empty_like(mics)
-        for k in range(count):
-            noises[k] = self._track_noise(mics[k], shares[k])
-        state, mean = self._state, self._mic_mean
-        for log_mic in np.log10(mics + noises):
-            if not state[kernel.MEAN_SET]:
-                mean[:] = log_mic
-                state[kernel.MEAN_SET] = 1
-            mean += self._tau * (log_mic - mean)
-        self._mic_frame[:] = samples[-window:]
-
-    def _track_noise(self, mic: Floats, share: Floats | None = None) -> Floats:
-        """Per-band noise floor: follows dips at once, rises by ≈ 2 dB/s (``share``: 0.3 * mic,
-        if it is at hand)."""
-        noise = self._noise
-        if not self._state[kernel.NOISE_SET]:
-            np.maximum(mic, _POWER_FLOOR, out=noise)
-            self._state[kernel.NOISE_SET] = 1
-        share = 0.3 * mic if share is None else share
-        np.maximum(
-            np.where(mic < noise, 0.7 * noise + share, noise * 1.01), _POWER_FLOOR, out=noise
+        kernel.idle_steps(
+            spectra, self._mic_bands, self._band_bins, self._band_state, self._state, self._params
         )
-        return noise
+        self._mic_frame[:] = samples[-window:]
 
 
 def warm_up() -> None:
@@ -735,9 +674,10 @@ def warm_up() -> None:
     rate = guard.settings.output_sample_rate
     output = (8000 * np.sin(np.arange(rate) * 0.05)).astype(np.int16)
     out_frame, mic_frame = rate * STEP_MS // 1000, _STEP
-    for step in range(30):
+    for step in range(35):
         now = step * STEP_MS / 1000
-        guard.played(output[step * out_frame : (step + 1) * out_frame], now)
+        if step >= 5:  # idle steps first: the first audible one replays them
+            guard.played(output[step * out_frame : (step + 1) * out_frame], now)
         guard.judge(output[step * mic_frame : (step + 1) * mic_frame] // 4, now)
     # _audible's exact test, called from here rather than from the step.
     kernel.envelope_around(

@@ -49,19 +49,104 @@ GAINS_SETTLED = 4
 """Every band has had 100 gain updates (the step is 0.05)."""
 NOISE_SET = 5
 MEAN_SET = 6
-STATE_SIZE = 7
+OUT_MEAN_SET = 7
+"""The output's running mean has a value (its first hop's log-powers, to begin with)."""
+STATE_SIZE = 8
 
 # Indices of its constants (``EchoGuard._params``, float64).
 TAU, MARGIN, SPREAD, NEAR_END, DECAY = 0, 1, 2, 3, 4
 LOCK_CORRELATION, LOCK_CONTRAST, RELEASE_CORRELATION = 5, 6, 7
 POWER_FLOOR, GAIN_MIN_POWER = 8, 9
-PARAMS_SIZE = 10
+HOP_TAU, OUTPUT_FLOOR = 10, 11
+PARAMS_SIZE = 12
 
 # Rows of the per-band state (``EchoGuard._band_state``, (4, bands) float64).
 NOISE, MEAN, GAINS, GAIN_UPDATES = 0, 1, 2, 3
 
 NO_LOCK = 1
 """``audible_step``'s status when there is no lock and acquisition is over."""
+
+
+@_compiled
+def band_powers(spectra: Complex, bands_matrix: Floats, band_bins: Ints, out: Floats) -> None:
+    """Each row's band powers (``|X|²`` summed over the band's bins, scaled) into ``out``."""
+    for row in range(spectra.shape[0]):
+        for b in range(bands_matrix.shape[1]):
+            total = 0.0
+            for k in range(band_bins[0, b], band_bins[1, b]):
+                value = spectra[row, k]
+                total += (value.real * value.real + value.imag * value.imag) * bands_matrix[k, b]
+            out[row, b] = total
+
+
+@_compiled
+def write_hops(
+    powers: Floats,
+    frames: Ints,
+    chunk: int,
+    written: int,
+    power_ring: Floats,
+    envelope: Floats,
+    envelope_sums: Floats,
+    features: Floats,
+    feature_energies: Floats,
+    out_mean: Floats,
+    state: Ints,
+    params: Floats,
+) -> None:
+    """Append the band powers of consecutive hops (rows of ``powers``) to the ring after hop
+    ``written`` (Rule 2): the envelope (the power, or the last hop's envelope decayed, whichever
+    is larger), the features (log-powers minus the output's running mean) and the rows' sums.
+    ``frames``: how many hops each call of ``played`` gave; the running mean moves once per
+    chunk of at most ``chunk`` hops of a frame, by its audible hops."""
+    ring, bands = envelope.shape[0], envelope.shape[1]
+    decay, hop_tau, floor = params[DECAY], params[HOP_TAU], params[OUTPUT_FLOOR]
+    if not state[OUT_MEAN_SET]:
+        for b in range(bands):
+            out_mean[b] = math.log10(powers[0, b] + floor)
+        state[OUT_MEAN_SET] = 1
+    previous = envelope[written % ring].copy()
+    log_powers = np.empty(bands)
+    loud_sum = np.empty(bands)
+    row_index = 0
+    for frame in range(frames.shape[0]):
+        remaining = frames[frame]
+        while remaining > 0:
+            n = min(chunk, remaining)
+            remaining -= n
+            heard = 0
+            for b in range(bands):
+                loud_sum[b] = 0.0
+            for _ in range(n):
+                row = (written + 1 + row_index) % ring
+                total = 0.0
+                for b in range(bands):
+                    total += powers[row_index, b]
+                audible = total > 100.0 * floor
+                envelope_sum = 0.0
+                energy = 0.0
+                for b in range(bands):
+                    power = powers[row_index, b]
+                    level = max(power, decay * previous[b])
+                    previous[b] = level
+                    log_powers[b] = math.log10(power + floor)
+                    feature = log_powers[b] - out_mean[b]
+                    power_ring[row, b] = power
+                    envelope[row, b] = level
+                    features[row, b] = feature
+                    envelope_sum += level
+                    energy += feature * feature
+                    if audible:
+                        loud_sum[b] += log_powers[b]
+                envelope_sums[row] = envelope_sum
+                feature_energies[row] = energy
+                if audible:
+                    heard += 1
+                row_index += 1
+            if heard:  # the running mean moves once per chunk (≤ a few hops)
+                weight = 1.0 - (1.0 - hop_tau) ** heard
+                for b in range(bands):
+                    out_mean[b] += weight * (loud_sum[b] / heard - out_mean[b])
 
 
 @_compiled
@@ -155,6 +240,64 @@ def _output_near(envelope: Floats, lags: int, neighbours: int, lag: int, out: Fl
 
 
 @_compiled
+def _listen(
+    spectrum: Complex,
+    mic_bands: Floats,
+    band_bins: Ints,
+    band_state: Floats,
+    state: Ints,
+    params: Floats,
+    mic: Floats,
+    centred: Floats,
+) -> None:
+    """One step of the microphone: its band powers (into ``mic``), the noise floor (follows
+    dips at once, rises ≈ 2 dB/s), its log-powers' running mean, and the log-powers minus that
+    mean (into ``centred``)."""
+    floor = params[POWER_FLOOR]
+    for b in range(mic.shape[0]):
+        total = 0.0
+        for k in range(band_bins[0, b], band_bins[1, b]):
+            value = spectrum[k]
+            total += (value.real * value.real + value.imag * value.imag) * mic_bands[k, b]
+        mic[b] = total
+    noise = band_state[NOISE]
+    mean = band_state[MEAN]
+    tau = params[TAU]
+    for b in range(mic.shape[0]):
+        if not state[NOISE_SET]:
+            noise[b] = max(mic[b], floor)  # then it moves, as every step
+        if mic[b] < noise[b]:
+            noise[b] = max(0.7 * noise[b] + 0.3 * mic[b], floor)
+        else:
+            noise[b] = max(noise[b] * 1.01, floor)
+        log_mic = math.log10(mic[b] + noise[b])
+        if not state[MEAN_SET]:
+            mean[b] = log_mic
+        mean[b] += tau * (log_mic - mean[b])
+        centred[b] = log_mic - mean[b]
+    state[NOISE_SET] = 1
+    state[MEAN_SET] = 1
+
+
+@_compiled
+def idle_steps(
+    spectra: Complex,
+    mic_bands: Floats,
+    band_bins: Ints,
+    band_state: Floats,
+    state: Ints,
+    params: Floats,
+) -> None:
+    """The microphone's state through steps put off while nothing audible played (rows of
+    ``spectra``, in order): what their audible steps would have done to it."""
+    bands = mic_bands.shape[1]
+    mic = np.empty(bands)
+    centred = np.empty(bands)
+    for k in range(spectra.shape[0]):
+        _listen(spectra[k], mic_bands, band_bins, band_state, state, params, mic, centred)
+
+
+@_compiled
 def audible_step(
     spectrum: Complex,
     mic_bands: Floats,
@@ -181,33 +324,10 @@ def audible_step(
     ring = envelope.shape[0]
     floor = params[POWER_FLOOR]
 
-    # The microphone: band powers, the noise floor (follows dips at once, rises ≈ 2 dB/s),
-    # the log-powers minus their running mean.
     mic = np.empty(bands)
-    for b in range(bands):
-        total = 0.0
-        for k in range(band_bins[0, b], band_bins[1, b]):
-            value = spectrum[k]
-            total += (value.real * value.real + value.imag * value.imag) * mic_bands[k, b]
-        mic[b] = total
-    noise = band_state[NOISE]
-    mean = band_state[MEAN]
-    tau = params[TAU]
     centred = np.empty(bands)
-    for b in range(bands):
-        if not state[NOISE_SET]:
-            noise[b] = max(mic[b], floor)  # then it moves, as every step
-        if mic[b] < noise[b]:
-            noise[b] = max(0.7 * noise[b] + 0.3 * mic[b], floor)
-        else:
-            noise[b] = max(noise[b] * 1.01, floor)
-        log_mic = math.log10(mic[b] + noise[b])
-        if not state[MEAN_SET]:
-            mean[b] = log_mic
-        mean[b] += tau * (log_mic - mean[b])
-        centred[b] = log_mic - mean[b]
-    state[NOISE_SET] = 1
-    state[MEAN_SET] = 1
+    _listen(spectrum, mic_bands, band_bins, band_state, state, params, mic, centred)
+    noise = band_state[NOISE]
 
     around = np.empty((lags + 2 * neighbours, bands))
     valid = np.empty(lags + 2 * neighbours, dtype=np.bool_)

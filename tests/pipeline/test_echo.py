@@ -561,5 +561,12 @@ def test_warm_up_compiles_every_kernel_a_session_calls() -> None:
     """The server compiles the guard's kernels before it takes sessions (a compilation in the
     loop stopped it for seconds: every session's first audible step waited for it)."""
     warm_up()
-    for function in (echo_kernel.audible_step, echo_kernel.envelope_around):
+    kernels = (
+        echo_kernel.audible_step,
+        echo_kernel.idle_steps,
+        echo_kernel.envelope_around,
+        echo_kernel.band_powers,
+        echo_kernel.write_hops,
+    )
+    for function in kernels:
         assert function.signatures, function
