@@ -286,6 +286,7 @@ class EchoGuard:
         self._hop_tau = 1.0 - math.exp(-HOP_MS / s.correlation_tau_ms)
         self._acquire_steps = math.ceil(s.acquire_ms / STEP_MS)
         self._band_bins = _band_bins(self._mic_bands)
+        self._fft_order, self._twiddles = kernel.fft_tables(mic_window_len)
         self._out_band_bins = _band_bins(self._out_bands)
         params = np.zeros(kernel.PARAMS_SIZE)
         params[kernel.TAU] = self._tau
@@ -576,7 +577,10 @@ class EchoGuard:
         geometry[0], geometry[1] = hop, self._written
         judged = self._judged
         status = kernel.audible_step(
-            np.fft.rfft(frame * self._mic_window),
+            frame,
+            self._mic_window,
+            self._fft_order,
+            self._twiddles,
             self._mic_bands,
             self._band_bins,
             self._band_state,

@@ -735,8 +735,12 @@ class Engine:
             previous = self.items.last_id
             self._send(ev.InputAudioBufferCommitted(item.id, previous))
             self._send(ev.ItemAdded(item, previous))
+        # Long-term memory is read while the input is transcribed and journaled; started
+        # before the response, its read is usually done when the turn's context needs it (no
+        # round of the loop waiting for it: under load every round waits behind every session).
+        memory_read = self._spawn(self.memory.read(), "memory-read") if self.memory else None
         response.task = self._spawn(
-            self._respond(response, command.text, utterance), f"response-{generation}"
+            self._respond(response, command.text, utterance, memory_read), f"response-{generation}"
         )
 
     def _on_interrupt(self, command: Interrupt) -> None:
@@ -862,12 +866,14 @@ class Engine:
     # ------------------------------------------------------------ the response
 
     async def _respond(
-        self, response: Response, text: str | None, utterance: Utterance | None
+        self,
+        response: Response,
+        text: str | None,
+        utterance: Utterance | None,
+        memory_read: asyncio.Task[str | None] | None,
     ) -> None:
         self._thinking.add(response.generation)  # the model is the answer's (SPEC RT-11)
         self._sync_model_hold()
-        # Long-term memory is read while the input is transcribed and journaled.
-        memory_read = self._spawn(self.memory.read(), "memory-read") if self.memory else None
         options = response.options
         try:
             if response.pending is not None:
@@ -1140,7 +1146,11 @@ class Engine:
     async def _memory_data(self, read: asyncio.Task[str | None] | None) -> str | None:
         if read is None:
             return None
-        done, _ = await asyncio.wait({read}, timeout=self.settings.memory_read_timeout_s)
+        # A read that is done is taken as it is: asyncio.wait would still go round the loop
+        # (a turn's every round waits behind every other session's frames under load).
+        done = {read} if read.done() else None
+        if done is None:
+            done, _ = await asyncio.wait({read}, timeout=self.settings.memory_read_timeout_s)
         if not done:
             read.cancel()
             log.warning("memory read timed out; the turn goes on without memory")

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 
 import uvloop
 
 from journal.events import ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins, loop_time
+from pipeline.events import ServerEvent
 from plugins.contracts import BrainDelta, BrainInput
 from plugins.fakes import FakeASR, FakeTTS
 from plugins.vad.energy import EnergyVAD
@@ -120,3 +122,66 @@ def test_on_uvloop_the_engines_clock_reads_finer_than_a_millisecond() -> None:
     first, second, loops = uvloop.run(read())
     assert second - first >= 0.0003
     assert abs(second - loops) < 0.01  # the loop's timeline (it lags by its iteration)
+
+
+class InstantMemory:
+    """Long-term memory that answers without waiting (an in-process store)."""
+
+    async def read(self) -> str | None:
+        return "<memory_data>likes tea</memory_data>"
+
+    async def on_user_final(
+        self, text: str, *, thread_id: str, seq: int | None, at: datetime
+    ) -> None:
+        return None
+
+
+class RoundCounter:
+    """Counts the loop's rounds while it runs: one callback that schedules itself again."""
+
+    def __init__(self) -> None:
+        self.rounds = 0
+        self.running = True
+
+    def tick(self) -> None:
+        self.rounds += 1
+        if self.running:
+            asyncio.get_running_loop().call_soon(self.tick)
+
+
+@in_virtual_time
+async def test_a_turn_goes_round_the_loop_few_times_before_its_first_audio() -> None:
+    """Under load every round of the loop waits behind every other session's frames, so a
+    turn's latency is its rounds times the round's length: the memory read, started with the
+    response, cost the turn three more rounds (asyncio.wait on it) than the whole rest of it."""
+    counter = RoundCounter()
+    first_audio_round: list[int] = []
+
+    class CountingSink(Sink):
+        def send(self, value: ServerEvent) -> None:
+            super().send(value)
+            audio = self.events[-1][1]["type"] == "response.output_audio.delta"
+            if audio and not first_audio_round:
+                first_audio_round.append(counter.rounds)
+                counter.running = False
+
+    sink = CountingSink()
+    engine = Engine(
+        plugins=Plugins(EnergyVAD(), FakeASR(["hi"]), InstantBrain(), FakeTTS()),
+        sink=sink,
+        journal=InMemoryJournalStore(),
+        thread=ThreadRef("t", "u", "th"),
+        persona=Persona("Be brief."),
+        voice_session_id="vs_rounds",
+        settings=EngineSettings(),
+        clock=asyncio.get_running_loop().time,
+        memory=InstantMemory(),
+    )
+    try:
+        engine.push_text("hello")
+        asyncio.get_running_loop().call_soon(counter.tick)
+        await until(sink, "response.done")
+    finally:
+        await engine.close()
+    assert len(first_audio_round) == 1
+    assert first_audio_round[0] <= 2  # 4 while the memory read started with the response
