@@ -1395,8 +1395,7 @@ class Engine:
         self.send_all(done)
         if self.thread_memory is not None and text and response.options.in_conversation:
             self.thread_memory.after_turn()  # learns in the background (TM-4)
-        if self.on_turn_end is not None:
-            self.on_turn_end()
+        self._end_turn(response)
 
     async def _compact(self) -> None:
         try:
@@ -1404,9 +1403,17 @@ class Engine:
         except JournalError as e:
             log.warning("compaction failed (will retry after a later turn): %s", e)
 
-    def _response_finished(self, response: Response) -> None:
+    def _end_turn(self, response: Response) -> None:
+        """Tell the owner the turn ended, once per response: its done was sent (completed,
+        interrupted, failed) or there was nothing to answer."""
+        if response.turn_ended:
+            return
+        response.turn_ended = True
         if self.on_turn_end is not None:
-            self.on_turn_end()  # also a response that failed or had nothing to answer
+            self.on_turn_end()
+
+    def _response_finished(self, response: Response) -> None:
+        self._end_turn(response)  # also a response that failed or had nothing to answer
         # Its audio has played out (the client may have said so before real time had passed).
         self._echo_until = min(self._echo_until, self.clock())
         self.coordinator.on_response_done(response.generation, self.clock())

@@ -201,6 +201,8 @@ class Response:
     tracker: PlayoutTracker = field(default_factory=PlayoutTracker)
     task: asyncio.Task[None] | None = None
     finalized: bool = False
+    turn_ended: bool = False
+    """The engine's owner was told the turn ended (``on_turn_end``: once per response)."""
     recording: bool = True
     """Still transcribing/journaling the user's input: an interruption must not cancel that."""
     cancelled: bool = False

@@ -142,3 +142,35 @@ async def test_an_interrupted_response_ends_its_turn_too() -> None:
     assert ended
     done = next(e for e in sink.events if e["type"] == "response.done")
     assert done["response"]["status"] == "cancelled"
+
+
+async def test_every_response_ends_its_turn_exactly_once() -> None:
+    """A completed answer told the engine's owner twice: its finalisation and its end both
+    did."""
+    sink, ended = Sink(), []
+    engine = Engine(
+        plugins=Plugins(
+            EnergyVAD(), FakeASR(), FakeBrain(["Yes.", "Sure."]), FakeTTS(ms_per_char=1)
+        ),
+        sink=sink,
+        journal=InMemoryJournalStore(),
+        thread=ThreadRef("t", "u", "th"),
+        persona=Persona(""),
+        voice_session_id="vs_test",
+        on_turn_end=lambda: ended.append(len(sink.events)),
+    )
+
+    async def done(count: int) -> None:
+        for _ in range(400):
+            if sum(e["type"] == "response.done" for e in sink.events) >= count:
+                return
+            await asyncio.sleep(0.01)
+
+    try:
+        engine.push_text("Is it open?")
+        await done(1)
+        engine.push_text("And tomorrow?")
+        await done(2)
+    finally:
+        await engine.close()  # every task of both responses has ended
+    assert len(ended) == 2
