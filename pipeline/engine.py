@@ -78,7 +78,7 @@ from pipeline.engine_config import (
     TurnMemory,
 )
 from pipeline.history import ConversationHistory
-from pipeline.items import ConversationItems, ItemNotFound
+from pipeline.items import ConversationItems, ItemNotFound, TruncatedBeyondAudio
 from pipeline.preemption import Preemption
 from pipeline.response import (
     AnswerSpeaker,
@@ -474,7 +474,7 @@ class Engine:
             raise ItemNotFound(f"item {item_id[:64]!r} is not an answer with audio")
         tracker = response.tracker
         if audio_end_ms > tracker.sent_ms + 1:
-            raise ValueError(
+            raise TruncatedBeyondAudio(
                 f"audio_end_ms {audio_end_ms} is beyond the item's audio ({tracker.sent_ms:.0f} ms)"
             )
         if not response.finalized:

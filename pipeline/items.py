@@ -22,6 +22,11 @@ class ItemNotFound(LookupError):
     """A client named an item this session does not hold (``item_not_found``)."""
 
 
+class TruncatedBeyondAudio(ValueError):
+    """``conversation.item.truncate`` past the audio the item has (``invalid_value`` on
+    ``audio_end_ms``)."""
+
+
 class ConversationItems:
     def __init__(self, *, limit: int = MAX_ITEMS_KEPT) -> None:
         self.limit = limit

@@ -59,7 +59,7 @@ from journal.events import ThreadRef
 from pipeline import events as ev
 from pipeline.audio_formats import AudioFormatError, InboundAudio
 from pipeline.engine import Engine, ResponseOptions
-from pipeline.items import ItemNotFound
+from pipeline.items import ItemNotFound, TruncatedBeyondAudio
 from plugins.contracts import ToolChoice
 from runtime.accounts import Principal
 from runtime.continuity import (
@@ -725,7 +725,7 @@ class RealtimeConnection:
             raise ProtocolError(
                 ErrorCode.ITEM_NOT_FOUND, str(e), param="item_id", event_id=event_id
             ) from None
-        except ValueError as e:  # only a truncation past the item's audio raises it
+        except TruncatedBeyondAudio as e:
             raise ProtocolError(
                 ErrorCode.INVALID_VALUE, str(e), param="audio_end_ms", event_id=event_id
             ) from None

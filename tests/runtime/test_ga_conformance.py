@@ -195,6 +195,14 @@ async def test_a_scripted_ga_conversation_validates_strictly(tmp_path: Path) -> 
                              "item_id": first_user["item"]["id"]})  # fmt: skip
             gone = await conn.wait("error")
             assert gone["error"]["code"] == "item_not_found"
+            # A truncation past the answer's audio names audio_end_ms (its own error type).
+            await conn.send({"type": "conversation.item.truncate", "item_id": answer_item,
+                             "content_index": 0, "audio_end_ms": 3_600_000})  # fmt: skip
+            beyond = await conn.wait("error")
+            assert (beyond["error"]["code"], beyond["error"]["param"]) == (
+                "invalid_value",
+                "audio_end_ms",
+            )
             thread_id = done["response"]["conversation_id"]
             await ws.close()
             await conn.reader
