@@ -63,7 +63,8 @@ from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
 from pipeline.backchannel import is_real_turn
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
-from pipeline.echo import EchoGate, EchoGuard, EchoSettings, no_reference
+from pipeline.echo import EchoGuard
+from pipeline.echo_path import EchoPath
 from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.engine_config import (
     FAILURE_MESSAGES,
@@ -145,18 +146,6 @@ def loop_time() -> float:
     return loop.time()
 
 
-ECHO_STREAM_GAP_S = 0.25
-"""A pause in the microphone stream this long misaligns the echo guard's timeline."""
-ECHO_AHEAD_S = 0.5
-"""Microphone audio that came this much faster than real time since the stream's last pause is
-no microphone beside a speaker (a file, a client catching up on a backlog): the guard stands
-aside. Less is the network's jitter — frames that were late arrive together — and the guard's
-delay search covers it."""
-
-ECHO_TAIL_S = 0.3
-"""After the answer's audio has played out (plus the client's buffer and the room), the
-microphone's sound is the person's: the echo gate is bypassed."""
-
 HOLD_SPECULATE_MS = 40.0
 """Quiet after which a held sound is transcribed (two frames: sooner than a turn's pause)."""
 
@@ -227,17 +216,9 @@ class Engine:
             self.settings.turns, end_of_turn_model=plugins.endpointer is not None
         )
         self._vad = plugins.vad.create_stream()
-        rate = self.settings.output_sample_rate
-        self.echo = _echo_guard(rate) if self.settings.echo_guard else None
-        self._echo_gate = EchoGate()
-        self._last_frame_at: float | None = None
-        self._echo_misaligned = False
-        self._echo_anchor = 0.0
-        """When the microphone stream (re)started: its audio is measured against real time
-        from here (``ECHO_AHEAD_S``)."""
-        self._echo_heard_s = 0.0
-        self._echo_until = -1e9
-        """When the answer audio sent so far ends playing, at real-time playback."""
+        self.echo_path = EchoPath(
+            self.settings.output_sample_rate, enabled=self.settings.echo_guard
+        )
         self._stream_ms = 0.0
         self._vad_ms = 0.0  # audio the VAD heard: its event times count only that (no pauses)
         settings = self.settings
@@ -303,44 +284,14 @@ class Engine:
         now = self.clock()
         self._stream_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
         # The echo guard sees every frame (its timeline), the paused microphone's included.
-        judgement = None
-        if self.echo is not None:
-            last, self._last_frame_at = self._last_frame_at, now
-            seconds = pcm.size / INPUT_SAMPLE_RATE
-            if last is None or now - last > ECHO_STREAM_GAP_S:
-                # The stream's start, or a pause in it (push-to-talk): the audio after it is
-                # measured against real time from here.
-                self._echo_anchor = now
-                self._echo_heard_s = 0.0
-            self._echo_heard_s += seconds
-            ahead = self._echo_heard_s - (now - self._echo_anchor) - seconds
-            if ahead > ECHO_AHEAD_S:
-                # Audio much faster than real time (a file, a catching-up client) is no
-                # microphone beside a speaker; the guard's timeline no longer lines up with the
-                # playback either.
-                self._echo_misaligned = True
-            elif self._echo_misaligned or (last is not None and now - last > ECHO_STREAM_GAP_S):
-                # Real time again, or after a pause in the stream (push-to-talk): afresh.
-                self._echo_misaligned = False
-                self.echo.reset()
-                self._echo_anchor, self._echo_heard_s = now, seconds
-            judgement = (
-                no_reference(pcm.size) if self._echo_misaligned else self.echo.judge(pcm, now)
-            )
+        judgement = self.echo_path.judge(pcm, now)
         if self.coordinator.mic_paused:
             return
         self._vad_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
         self.capture.remember(pcm)
         events = await self._vad.process(pcm)
-        voiced = self._vad.voiced
-        if judgement is not None:  # the assistant's own voice is no speech (TT-4)
-            gate = self._echo_gate
-            held = gate.holding
-            gated = gate.feed(events, voiced, judgement)
-            # Only while an answer may be heard, and for speech that began then: once it ends,
-            # the gate still confirms (or drops) what it held, which the VAD will not start again.
-            if held or now <= self._echo_until + ECHO_TAIL_S:
-                events, voiced = gated, gate.voiced
+        # The assistant's own voice is no speech (TT-4).
+        events, voiced = self.echo_path.gated(events, self._vad.voiced, judgement, now)
         now = self.clock()
         coordinator = self.coordinator
         for event in events:
@@ -594,18 +545,16 @@ class Engine:
 
     def _reset_vad(self) -> None:
         self._vad.reset()
-        self._echo_gate.reset()
+        self.echo_path.reset_gate()
 
     def audio_sent(self, pcm: PCM, now: float) -> None:
         """A response's audio went to the client (the echo guard's reference)."""
-        echo = self.echo
-        if echo is None:
-            return
-        rate = self.settings.output_sample_rate
-        self._echo_until = max(self._echo_until, now) + pcm.size / rate
-        if echo.settings.output_sample_rate != rate:  # a session.update changed the format
-            echo = self.echo = _echo_guard(rate)
-        echo.played(pcm, now)
+        self.echo_path.sent(pcm, now, self.settings.output_sample_rate)
+
+    @property
+    def echo(self) -> EchoGuard | None:
+        """The session's echo guard (None: off)."""
+        return self.echo_path.guard
 
     def _new_item_id(self) -> str:
         return f"{self._item_prefix}_{uuid.uuid4().hex[:12]}"
@@ -751,8 +700,7 @@ class Engine:
         response.cancelled = True
         if self.tool_gate is not None:
             self.tool_gate.interrupted(command.generation, command.reason)
-        if self.echo is not None:
-            self.echo.stop(self.clock())  # the client clears its playback
+        self.echo_path.stop(self.clock())  # the client clears its playback
         if response.preemption is not None:
             response.preemption.cancel()
         if response.task is not None and not response.recording:
@@ -821,8 +769,8 @@ class Engine:
         response = self._responses.get(command.generation)
         if response is not None:
             self.speaker.pause(response, now)
-            if self.echo is not None and self.client_pauses_playback:
-                self.echo.pause(now)
+            if self.client_pauses_playback:
+                self.echo_path.pause(now)
             self._send(ev.OutputAudioPaused(response.response_id, command.generation))
         # The sound is transcribed as soon as it goes quiet: the verdict at its stop (a
         # voice gap later) then usually finds the transcript made or well under way.
@@ -836,8 +784,8 @@ class Engine:
         response = self._responses.get(command.generation)
         if response is not None and response.paused:
             self.speaker.resume(response, self.clock())
-            if self.echo is not None and self.client_pauses_playback:
-                self.echo.resume(self.clock())
+            if self.client_pauses_playback:
+                self.echo_path.resume(self.clock())
             self._send(ev.OutputAudioResumed(response.response_id, command.generation))
 
     async def _judge_interruption(self, command: JudgeInterruption) -> None:
@@ -1415,7 +1363,7 @@ class Engine:
     def _response_finished(self, response: Response) -> None:
         self._end_turn(response)  # also a response that failed or had nothing to answer
         # Its audio has played out (the client may have said so before real time had passed).
-        self._echo_until = min(self._echo_until, self.clock())
+        self.echo_path.played_out(self.clock())
         self.coordinator.on_response_done(response.generation, self.clock())
         self._run(self.coordinator.commands())
         if self.idle_timeout_s is not None and self.coordinator.state is TurnState.LISTENING:
@@ -1511,12 +1459,6 @@ class Engine:
             log.warning("engine task %s failed: %s", task.get_name(), error.code)
         elif error is not None:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
-
-
-def _echo_guard(output_rate: int) -> EchoGuard:
-    """An echo guard for output at ``output_rate`` (G.711's 8 kHz: bands up to 3.6 kHz)."""
-    high = min(EchoSettings().high_hz, 0.45 * output_rate)
-    return EchoGuard(EchoSettings(output_sample_rate=output_rate, high_hz=high))
 
 
 def _arguments_json(arguments: Mapping[str, Any]) -> str:

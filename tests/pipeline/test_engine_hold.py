@@ -249,13 +249,13 @@ async def test_audio_much_faster_than_real_time_is_no_microphone_and_the_guard_s
         await until(sink, "response.output_audio.delta")
         for frame in silence(400):  # 0.4 s at once: jitter's catching up, still judged
             await engine.push_audio(frame)
-        assert not engine._echo_misaligned
+        assert not engine.echo_path.misaligned
         for frame in silence(400):  # 0.8 s ahead of real time: a file, not a microphone
             await engine.push_audio(frame)
-        assert engine._echo_misaligned
+        assert engine.echo_path.misaligned
         await asyncio.sleep(0.5)  # a pause, then real time again: judged afresh
         await feed(engine, silence(200))
-        assert not engine._echo_misaligned
+        assert not engine.echo_path.misaligned
     finally:
         await engine.close()
 

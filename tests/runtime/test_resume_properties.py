@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 
 from benchmarks.common import voice_frame
 from journal.events import EventKind, ThreadRef
-from pipeline.engine import ECHO_TAIL_S
+from pipeline.echo_path import ECHO_TAIL_S
 from pipeline.engine_config import EngineSettings
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from runtime.accounts import LOCAL_PRINCIPAL
