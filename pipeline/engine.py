@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -74,6 +75,7 @@ from pipeline.engine_config import (
     OutputSink,
     Persona,
     Plugins,
+    SessionSetup,
     ThreadMemoryHook,
     TurnFailure,
     TurnMemory,
@@ -390,6 +392,33 @@ class Engine:
         self._reset_vad()
         self.capture.clear_preroll()
         self._run(self.coordinator.commands())
+
+    def configure(self, setup: SessionSetup) -> None:
+        """The session's configuration, at its start and after each update: the next response
+        uses it (one in progress keeps what it began with)."""
+        self.persona = dataclasses.replace(
+            self.persona, instructions=setup.instructions, voice=setup.voice
+        )
+        self.audio_out = setup.audio_out
+        self.client_tools = setup.client_tools
+        self.tool_choice = setup.tool_choice
+        self.max_output_tokens = setup.max_output_tokens
+        self.auto_respond = setup.auto_respond
+        self.coordinator.settings = setup.turns
+        self.idle_timeout_s = setup.idle_timeout_s
+        self.tune_listening(
+            threshold=setup.vad_threshold, prefix_padding_ms=setup.prefix_padding_ms
+        )
+        if self.settings.output_sample_rate != setup.output_sample_rate:
+            self.settings = dataclasses.replace(
+                self.settings, output_sample_rate=setup.output_sample_rate
+            )
+
+    def set_playback(self, *, client_pauses: bool, exact: bool) -> None:
+        """Who plays the answer: whether the client pauses its playback with a held answer, and
+        whether its playback reports are exact (a server-side media track)."""
+        self.client_pauses_playback = client_pauses
+        self.exact_playout = exact
 
     def tune_listening(self, *, threshold: float | None, prefix_padding_ms: int | None) -> bool:
         """Per-session VAD threshold and pre-roll (GA ``server_vad`` fields). False when the

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from pipeline import events as ev
 from pipeline.turns import TurnSettings
-from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer
+from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer, ToolChoice, ToolSpec
 
 
 class OutputSink(Protocol):
@@ -112,6 +112,27 @@ class EngineSettings:
     preemptive: bool = True
     """Start the brain on the speculative transcript during the endpoint wait
     (``pipeline.preemption``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSetup:
+    """What a voice session's configuration (GA ``session.update``) sets on its engine, all at
+    once (``Engine.configure``)."""
+
+    instructions: str
+    voice: str | None
+    audio_out: bool
+    """Output modalities: audio with a transcript (True) or text only."""
+    client_tools: tuple[ToolSpec, ...]
+    tool_choice: ToolChoice
+    max_output_tokens: int | None
+    auto_respond: bool
+    """A spoken turn the VAD ends starts a response (``create_response``)."""
+    turns: TurnSettings
+    idle_timeout_s: float | None
+    vad_threshold: float | None
+    prefix_padding_ms: int | None
+    output_sample_rate: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import enum
 import logging
 import time
@@ -60,7 +59,7 @@ from pipeline import events as ev
 from pipeline.audio import PCM
 from pipeline.audio_formats import AudioFormat, InboundAudio
 from pipeline.engine import Engine, EngineSettings, Persona
-from pipeline.engine_config import TurnFailure
+from pipeline.engine_config import SessionSetup, TurnFailure
 from pipeline.history import ConversationHistory
 from pipeline.turns import TurnSettings
 from plugins.brain.local_model import local_model_of
@@ -546,31 +545,31 @@ class VoiceSession:
         """Apply the session configuration to the engine (at start and after an update)."""
         engine, config, role = self.engine, self.config, self.role
         assert engine is not None
-        voice = role.voice if config.voice in GA_VOICES else config.voice
-        engine.persona = dataclasses.replace(
-            engine.persona, instructions=config.instructions, voice=voice
-        )
-        engine.audio_out = "audio" in config.output_modalities
-        engine.client_tools = config.tools
-        engine.tool_choice = ToolChoice.from_ga(config.tool_choice)
         limit = config.max_output_tokens
-        engine.max_output_tokens = limit if isinstance(limit, int) else None
-        self.tool_gate.set_client_tools(engine.client_tools)
-        self.tool_gate.set_mcp_servers(config.mcp_servers)
-        engine.auto_respond = config.turn_detection.create_response
-        self._configure_playback()
-        engine.coordinator.settings = self._turn_settings(config.turn_detection)
         detection = config.turn_detection
-        engine.idle_timeout_s = (
-            detection.idle_timeout_ms / 1000.0 if detection.idle_timeout_ms is not None else None
-        )
-        engine.tune_listening(
-            threshold=detection.threshold, prefix_padding_ms=detection.prefix_padding_ms
-        )
-        if engine.settings.output_sample_rate != config.output_format.rate:
-            engine.settings = dataclasses.replace(
-                engine.settings, output_sample_rate=config.output_format.rate
+        engine.configure(
+            SessionSetup(
+                instructions=config.instructions,
+                voice=role.voice if config.voice in GA_VOICES else config.voice,
+                audio_out="audio" in config.output_modalities,
+                client_tools=config.tools,
+                tool_choice=ToolChoice.from_ga(config.tool_choice),
+                max_output_tokens=limit if isinstance(limit, int) else None,
+                auto_respond=detection.create_response,
+                turns=self._turn_settings(detection),
+                idle_timeout_s=(
+                    detection.idle_timeout_ms / 1000.0
+                    if detection.idle_timeout_ms is not None
+                    else None
+                ),
+                vad_threshold=detection.threshold,
+                prefix_padding_ms=detection.prefix_padding_ms,
+                output_sample_rate=config.output_format.rate,
             )
+        )
+        self.tool_gate.set_client_tools(config.tools)
+        self.tool_gate.set_mcp_servers(config.mcp_servers)
+        self._configure_playback()
         self.outbox.output_format = config.output_format
 
     def _configure_playback(self) -> None:
@@ -580,10 +579,10 @@ class VoiceSession:
         assert self.engine is not None
         extensions = self.outbox.extensions
         media = self.outbox.media is not None
-        self.engine.client_pauses_playback = media or (
-            extensions.events and extensions.pause_playback
+        self.engine.set_playback(
+            client_pauses=media or (extensions.events and extensions.pause_playback),
+            exact=media,
         )
-        self.engine.exact_playout = media
 
     # ------------------------------------------------------------ the journal buffer's news
 
