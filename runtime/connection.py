@@ -643,11 +643,9 @@ class RealtimeConnection:
                             "binary audio needs the binary_audio extension; "
                             "use input_audio_buffer.append",
                         )
-                    await self._push_audio(session, engine, message.pcm)
+                    await self._push_audio(session, message.pcm)
                 elif isinstance(message, AudioAppend):
-                    await self._push_audio(
-                        session, engine, decode_append(message), message.event_id
-                    )
+                    await self._push_audio(session, decode_append(message), message.event_id)
                 else:
                     await self._handle(session, engine, message)
             except ProtocolError as e:
@@ -659,7 +657,7 @@ class RealtimeConnection:
                 self._error(ErrorCode.INTERNAL, "the server failed to handle this message")
 
     async def _push_audio(
-        self, session: VoiceSession, engine: Engine, data: bytes, event_id: str | None = None
+        self, session: VoiceSession, data: bytes, event_id: str | None = None
     ) -> None:
         try:
             pcm = session.decode_input(data)
@@ -668,8 +666,7 @@ class RealtimeConnection:
         except ProtocolError as e:
             e.event_id = event_id
             raise
-        if pcm.size:
-            await engine.push_audio(pcm)
+        await session.hear(pcm)
 
     async def _handle(self, session: VoiceSession, engine: Engine, message: object) -> None:
         """One client message other than audio (docs/protocol.md, event by event)."""

@@ -423,6 +423,13 @@ class VoiceSession:
         self._configure_engine()
         self.outbox.send(ev.SessionUpdated(self.session_json()))
 
+    async def hear(self, pcm: PCM) -> None:
+        """Microphone audio (16 kHz PCM) from whatever carries it — the WebSocket's messages,
+        a WebRTC track — the one way audio enters a session."""
+        engine = self.engine
+        if pcm.size and engine is not None:
+            await engine.push_audio(pcm)
+
     def decode_input(self, data: bytes) -> PCM:
         """One chunk of client audio in the session's input format, bounded by duration,
         as pipeline audio (``AudioFormatError``, ``ProtocolError`` when it is not valid)."""

@@ -371,13 +371,11 @@ class Call:
             except MediaStreamError:
                 return
             session = connection.session
-            if session is None or not session.holds(connection) or session.engine is None:
+            if session is None or not session.holds(connection):
                 continue
             assert isinstance(frame, av.AudioFrame)
             for out in resampler.resample(frame):
-                pcm = out.to_ndarray().reshape(-1).astype(np.int16, copy=False)
-                if pcm.size:
-                    await session.engine.push_audio(pcm)
+                await session.hear(out.to_ndarray().reshape(-1).astype(np.int16, copy=False))
 
     async def hang_up(self) -> None:
         """End the session for good, as ``openrealtime.session.close`` does (rule 4) — also
