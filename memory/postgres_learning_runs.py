@@ -25,7 +25,7 @@ Connection failures and timeouts become ``MemoryUnavailable``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
 from typing import Any, TypeVar
 
 from memory.errors import MemoryUnavailable
@@ -41,7 +41,7 @@ from memory.learning_runs import (
     UnknownRun,
     new_run_id,
 )
-from runtime.database import on_connection
+from storage.postgres import PooledCalls
 
 T = TypeVar("T")
 
@@ -117,12 +117,12 @@ class PostgresLearningRunStore:
         self.pool = pool
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
-
-    async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        return await on_connection(
-            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
-            unavailable=MemoryUnavailable, what="learning runs",
-        )  # fmt: skip
+        self._call = PooledCalls(
+            pool,
+            acquire_timeout=acquire_timeout,
+            unavailable=MemoryUnavailable,
+            what="learning runs",
+        )
 
     async def enqueue(
         self, *, tenant: str, role_id: str, thread_id: str, user: str, up_to_seq: int

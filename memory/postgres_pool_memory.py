@@ -46,7 +46,7 @@ from memory.postgres_store import (
     entry_columns,
 )
 from memory.store import MAX_CHANGES_LISTED
-from runtime.database import CONNECTION_ERRORS
+from storage.postgres import CONNECTION_ERRORS
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

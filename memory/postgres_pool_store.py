@@ -88,7 +88,7 @@ from memory.pool_store import (
     plan_forget,
     plan_writes,
 )
-from runtime.database import CONNECTION_ERRORS, in_batches
+from storage.postgres import CONNECTION_ERRORS, in_batches
 
 T = TypeVar("T")
 

@@ -29,7 +29,6 @@ per role), ``role_memory_confessions``, ``role_memory_enrichments`` and ``role_m
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -44,7 +43,7 @@ from memory.role_records import (
     ModelCall,
     RoleMemorySettings,
 )
-from runtime.database import in_batches, on_connection
+from storage.postgres import PooledCalls, in_batches
 
 T = TypeVar("T")
 
@@ -123,12 +122,12 @@ class PostgresRoleRecords:
         self.keyring = keyring if keyring is not None else process_keyring()
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
-
-    async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool = False) -> T:
-        return await on_connection(
-            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
-            unavailable=MemoryUnavailable, what="role memory records",
-        )  # fmt: skip
+        self._call = PooledCalls(
+            pool,
+            acquire_timeout=acquire_timeout,
+            unavailable=MemoryUnavailable,
+            what="role memory records",
+        )
 
     def _seal(self, table: str, column: str, row: dict[str, Any], text: str) -> Sealed:
         return self.keyring.seal(text, context=record_context(table, column, row))

@@ -25,7 +25,7 @@ no decryption. ``seal_plaintext`` seals rows written before encryption (run at s
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -57,7 +57,7 @@ from memory.entries import (
 )
 from memory.errors import DuplicateMemory, MemoryUnavailable, UnknownKey
 from memory.store import MAX_CHANGES_LISTED, MemoryBackup, plan_restore
-from runtime.database import in_batches, on_connection
+from storage.postgres import PooledCalls, in_batches
 
 T = TypeVar("T")
 
@@ -196,6 +196,12 @@ class PostgresMemoryStore:
         self.reload_keyring = reload_keyring
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
+        self._call = PooledCalls(
+            pool,
+            acquire_timeout=acquire_timeout,
+            unavailable=MemoryUnavailable,
+            what="memory store",
+        )
 
     # ------------------------------------------------------------------ sealing
 
@@ -246,14 +252,6 @@ class PostgresMemoryStore:
             e.id, e.tenant, e.owner, e.role_id, e.kind, e.key, key_id, blob, digest, e.origin,
             e.source_thread_id, e.source_seq, e.stated_at, e.status, e.revision, e.created_at,
             e.updated_at,
-        )  # fmt: skip
-
-    async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        """Run ``work(conn)`` on a pooled connection (in a transaction when asked: every
-        change takes the owner's lock first with ``_lock``)."""
-        return await on_connection(
-            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
-            unavailable=MemoryUnavailable, what="memory store",
         )  # fmt: skip
 
     async def _lock(self, conn: Any, tenant: str, owner: str) -> datetime:

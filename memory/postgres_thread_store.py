@@ -27,7 +27,6 @@ batches on start, ``rotate`` moves rows to the active key (``openrealtime memory
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -37,7 +36,7 @@ from memory.errors import MemoryUnavailable, RevisionConflict
 from memory.postgres_store import SEAL_BATCH, process_keyring
 from memory.thread_memory import Overrides, Settings, ThreadFact, ThreadMemory, forked
 from memory.thread_store import EMPTY, check_new_revision
-from runtime.database import in_batches, on_connection
+from storage.postgres import PooledCalls, in_batches
 
 T = TypeVar("T")
 
@@ -133,12 +132,12 @@ class PostgresThreadMemoryStore:
         self.keyring = keyring if keyring is not None else process_keyring()
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
-
-    async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        return await on_connection(
-            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
-            unavailable=MemoryUnavailable, what="thread memory",
-        )  # fmt: skip
+        self._call = PooledCalls(
+            pool,
+            acquire_timeout=acquire_timeout,
+            unavailable=MemoryUnavailable,
+            what="thread memory",
+        )
 
     def _args(self, tenant: str, owner: str, thread_id: str, m: ThreadMemory) -> tuple[Any, ...]:
         sealed = self.keyring.seal(facts_json(m), context=facts_context(tenant, owner, thread_id))

@@ -69,7 +69,7 @@ from runtime.continuity import (
     resumed_meanwhile,
     resumed_message,
 )
-from runtime.database import CONNECTION_ERRORS, DatabaseUnavailable
+from runtime.database import DatabaseUnavailable
 from runtime.live import Claim
 from runtime.outbox import NO_EXTENSIONS, Outbox
 from runtime.protocol import (
@@ -112,6 +112,7 @@ from runtime.session_config import SessionConfig, apply_update
 from runtime.telemetry import OutboxTap
 from runtime.tool_gate import ApprovalNotFound
 from runtime.transport import SEND_FAILURES, Disconnected, Link, WebSocketLink
+from storage.postgres import CONNECTION_ERRORS
 
 if TYPE_CHECKING:
     from runtime.services import Services

@@ -41,72 +41,17 @@ import os
 import subprocess
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 import asyncpg
 
+from storage.postgres import CONNECTION_ERRORS
+
 logger = logging.getLogger(__name__)
-
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,  # SQLSTATE class 08, and a connection that went away
-    asyncpg.exceptions.OperatorInterventionError,  # 57: admin shutdown, cannot connect now
-    asyncpg.exceptions.InsufficientResourcesError,  # 53: too many connections
-    asyncpg.InterfaceError,
-    # A backend that went away (a restart) while its connection sat in the pool can leave
-    # asyncpg's protocol stuck ("another operation is in progress") until the socket closes.
-    asyncpg.InternalClientError,
-)
-"""Failures that mean "the database cannot be reached", as opposed to a bad query."""
-
-T = TypeVar("T")
-
-
-async def on_connection(
-    pool: Any,
-    work: Callable[[Any], Awaitable[T]],
-    *,
-    transaction: bool,
-    acquire_timeout: float,
-    unavailable: Callable[[str], Exception],
-    what: str,
-) -> T:
-    """Run ``work(conn)`` on one of ``pool``'s connections, in a transaction when asked. A
-    database that cannot be reached (``CONNECTION_ERRORS``) raises ``unavailable("<what>
-    unavailable: <error type>")`` — the store's own error, never the driver's; the message
-    names the error's type only (its text may quote a query's values)."""
-    try:
-        async with pool.acquire(timeout=acquire_timeout) as conn:
-            try:
-                if not transaction:
-                    return await work(conn)
-                async with conn.transaction():
-                    return await work(conn)
-            except CONNECTION_ERRORS:
-                # Such a failure may leave the connection stuck for good: the pool must not
-                # hand it out again (it opens a new one).
-                with contextlib.suppress(asyncpg.InterfaceError):  # already gone
-                    conn.terminate()
-                raise
-    except CONNECTION_ERRORS as e:
-        raise unavailable(f"{what} unavailable: {type(e).__name__}") from e
-
-
-async def in_batches(step: Callable[[], Awaitable[int]], batch: int) -> int:
-    """Call ``step`` (one batch of at most ``batch`` rows, one transaction) until a batch comes
-    back short; how many rows all the batches did (re-sealing, key rotation)."""
-    total = 0
-    while True:
-        done = await step()
-        total += done
-        if done < batch:
-            return total
-
 
 _REFUSED: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # 28: role or password refused

@@ -30,7 +30,8 @@ from typing import Any
 
 import asyncpg
 
-from runtime.database import CONNECTION_ERRORS, DatabaseUnavailable
+from runtime.database import DatabaseUnavailable
+from storage.postgres import CONNECTION_ERRORS
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import asyncpg
 
-from runtime.database import CONNECTION_ERRORS
 from runtime.records import (
     ConversationRecord,
     IdempotencyKeyReused,
@@ -37,6 +36,7 @@ from runtime.records import (
     check_segment,
     plan_write,
 )
+from storage.postgres import CONNECTION_ERRORS
 
 _TIMEOUT = 10.0
 _COLUMNS = (

@@ -1,12 +1,12 @@
 """What the tool stores on PostgreSQL share (their connection handling is
-``runtime.database.on_connection``)."""
+``storage.postgres.PooledCalls``)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
-from runtime.database import on_connection
+from storage.postgres import PooledCalls
 from tools.errors import ToolsUnavailable
 
 T = TypeVar("T")
@@ -22,12 +22,9 @@ class PooledStore:
         self.pool = pool
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
-
-    async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        return await on_connection(
-            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
-            unavailable=ToolsUnavailable, what=self.WHAT,
-        )  # fmt: skip
+        self._call = PooledCalls(
+            pool, acquire_timeout=acquire_timeout, unavailable=ToolsUnavailable, what=self.WHAT
+        )
 
 
 Call = Callable[..., Awaitable[Any]]

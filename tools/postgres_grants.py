@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from runtime.database import on_connection
+from storage.postgres import PooledCalls
 from tools.capability import Capability
 from tools.errors import GrantNotFound, InvalidGrant, ToolLimitExceeded, ToolsUnavailable
 from tools.grants import (
@@ -94,12 +93,9 @@ class PostgresGrantStore:
         self.max_active = max_active
         self.query_timeout = query_timeout
         self.acquire_timeout = acquire_timeout
-
-    async def _call(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool) -> T:
-        return await on_connection(
-            self.pool, work, transaction=transaction, acquire_timeout=self.acquire_timeout,
-            unavailable=ToolsUnavailable, what="grants",
-        )  # fmt: skip
+        self._call = PooledCalls(
+            pool, acquire_timeout=acquire_timeout, unavailable=ToolsUnavailable, what="grants"
+        )
 
     async def create(self, tenant: str, role_id: str, new: NewGrant) -> Grant:
         check_new_grant(new)

@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from runtime.database import on_connection
+from storage.postgres import on_connection
 
 
 class StoreUnavailable(Exception):

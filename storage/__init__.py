@@ -1,0 +1,1 @@
+"""Storage shared by the domain packages (``storage/postgres.py``)."""
