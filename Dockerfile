@@ -26,6 +26,7 @@ COPY memory/ memory/
 COPY pipeline/ pipeline/
 COPY plugins/ plugins/
 COPY runtime/ runtime/
+COPY storage/ storage/
 COPY tools/ tools/
 COPY web/ web/
 RUN pip install --upgrade pip \
