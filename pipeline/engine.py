@@ -90,6 +90,8 @@ from pipeline.response import (
     PendingInput,
     Response,
     ResponseOptions,
+    ResponseState,
+    ResponseTrigger,
     ToolGateHook,
     usage,
 )
@@ -858,7 +860,7 @@ class Engine:
                 text, user_seq = await self._typed_input(response)
             else:
                 text, user_seq = await self._record_user_input(response, text, utterance)
-            response.recording = False
+            response.move(ResponseTrigger.RECORDED)
             response.enter("context", self.clock())
             if response.cancelled:
                 return
@@ -882,8 +884,7 @@ class Engine:
                 # spoken turn that was not answered): the turn's input is the last one.
                 text, user_seq = self._last_input, self._last_input_seq
             if not text or not response.respond:
-                response.finalized = True  # nothing to answer (silence, or no auto-response)
-                self._response_finished(response)
+                self._response_finished(response)  # nothing to answer: silence, no auto-response
                 return
             if not options.in_conversation and options.input_text is not None:
                 # Out of band with its own input: the whole conversation so far is context.
@@ -910,7 +911,7 @@ class Engine:
             events = response.events
             events.previous_item_id = self.items.last_id
             self.send_all(events.created())
-            response.created = True
+            response.move(ResponseTrigger.CREATED)
             if settled is not None:
                 self._show_settled_mcp(response, settled)
             response.enter("brain", self.clock())
@@ -971,19 +972,16 @@ class Engine:
             self.on_turn_failed(failure)
         self._emit_error(code, message, retryable=retryable)
         if response.finalized or not response.respond:
-            response.finalized = True  # nobody asked for an answer: the error says it all
-            self._response_finished(response)
+            self._response_finished(response)  # nobody asked for an answer: the error says all
             return
         if not response.created:  # a client that asked for it gets the whole response
             self.send_all(response.events.created())
-            response.created = True
+            response.move(ResponseTrigger.CREATED)
         await self._apologize(response)
-        response.finalized = True
-        self.send_all(
-            response.events.done(
-                "failed", error={"type": "server_error", "code": code, "message": message}
-            )
+        done = response.events.done(
+            "failed", error={"type": "server_error", "code": code, "message": message}
         )
+        self._finish(response, done)
         self._response_finished(response)
 
     async def _apologize(self, response: Response) -> None:
@@ -1284,7 +1282,7 @@ class Engine:
         """An approved client call: this response's one output is the call, for the client."""
         response.events.previous_item_id = self.items.last_id
         self.send_all(response.events.created())
-        response.created = True
+        response.move(ResponseTrigger.CREATED)
         await self.journal_tool(response, BrainDelta(tool_call=call))
         await self._finalize(response, interrupted=False)
         self._response_finished(response)
@@ -1326,7 +1324,7 @@ class Engine:
     ) -> None:
         if response.finalized:
             return
-        response.finalized = True
+        response.move(ResponseTrigger.FINALIZE)
         tracker = response.tracker
         events = response.events
         if events.audio:
@@ -1349,7 +1347,7 @@ class Engine:
                 )
             except JournalError as e:
                 if not interrupted:
-                    response.finalized = False  # ``_fail`` sends its done (failed), not silence
+                    response.move(ResponseTrigger.RECORD_FAILED)  # ``_fail`` sends a failed done
                     raise
                 # Interrupted: the client still gets its done (cancelled) after the error.
                 self._emit_error(e.code, str(e), retryable=e.retryable)
@@ -1369,10 +1367,7 @@ class Engine:
             text=text,
             usage=usage(response.prompt, events.text),
         )
-        self.send_all(done)
-        if self.thread_memory is not None and text and response.options.in_conversation:
-            self.thread_memory.after_turn()  # learns in the background (TM-4)
-        self._end_turn(response)
+        self._finish(response, done, learn=bool(text) and response.options.in_conversation)
 
     async def _compact(self) -> None:
         try:
@@ -1380,17 +1375,25 @@ class Engine:
         except JournalError as e:
             log.warning("compaction failed (will retry after a later turn): %s", e)
 
-    def _end_turn(self, response: Response) -> None:
-        """Tell the owner the turn ended, once per response: its done was sent (completed,
-        interrupted, failed) or there was nothing to answer."""
-        if response.turn_ended:
+    def _finish(
+        self, response: Response, done: list[ev.ServerEvent] | None = None, *, learn: bool = False
+    ) -> None:
+        """The one end of a response (``pipeline.response`` Rule 1): its ``response.done``
+        (None: there was nothing to answer), the thread's memory learning from an answer that
+        joined the conversation (``learn``, TM-4: in the background), FINISHED, and the
+        owner told that the turn ended — once, however many paths reach it."""
+        if response.state is ResponseState.FINISHED:
             return
-        response.turn_ended = True
+        if done is not None:
+            self.send_all(done)
+        if learn and self.thread_memory is not None:
+            self.thread_memory.after_turn()
+        response.move(ResponseTrigger.FINISH)
         if self.on_turn_end is not None:
             self.on_turn_end()
 
     def _response_finished(self, response: Response) -> None:
-        self._end_turn(response)  # also a response that failed or had nothing to answer
+        self._finish(response)  # also a response that failed or had nothing to answer
         # Its audio has played out (the client may have said so before real time had passed).
         self.echo_path.played_out(self.clock())
         self.coordinator.on_response_done(response.generation, self.clock())

@@ -3,8 +3,13 @@
 Theory of operation
 -------------------
 Rule 1. A ``Response`` is the state of one answer (its generation, its GA events, its playout
-        tracker, its marks); the engine creates it at the commit and finishes it (one
-        finalization path, in the engine: journal, done events).
+        tracker, its marks); the engine creates it at the commit and finishes it. Its life is
+        ``ResponseState``, moved only through ``RESPONSE_TRANSITIONS``: RECORDING (the
+        person's input is transcribed and journaled) → PREPARING (its context; nothing sent)
+        → ANSWERING (``response.created`` sent) → FINALIZING (the answer's record) →
+        FINISHED. FINISHED is reached once, from any other state, where ``response.done``
+        was sent (or nothing was to be answered) — the engine's ``_finish``, which also tells
+        its owner the turn ended, once.
 Rule 2. ``AnswerSpeaker.speak`` runs the brain through the shared tool loop in the calling
         task and TTS in a second one, connected by a bounded sentence queue (a
         ``SentenceSplitter`` hands each finished sentence on); audio is resampled to the
@@ -29,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -167,6 +173,42 @@ class PendingInput:
     write: asyncio.Task[list[JournalEvent]]
 
 
+class ResponseState(enum.Enum):
+    RECORDING = "recording"
+    """The person's input is transcribed and journaled: an interruption waits for it."""
+    PREPARING = "preparing"
+    """The turn's context is read; nothing of the response was sent yet."""
+    ANSWERING = "answering"
+    """``response.created`` was sent: the brain, the speech and its playout."""
+    FINALIZING = "finalizing"
+    """The answer's record is written; ``response.done`` follows."""
+    FINISHED = "finished"
+    """``response.done`` was sent, or there was nothing to answer: the turn ended."""
+
+
+class ResponseTrigger(enum.Enum):
+    RECORDED = "recorded"
+    CREATED = "created"
+    FINALIZE = "finalize"
+    RECORD_FAILED = "record_failed"
+    """The answer's record failed: a failed ``response.done`` is sent instead."""
+    FINISH = "finish"
+
+
+_R, _G = ResponseState, ResponseTrigger
+RESPONSE_TRANSITIONS: dict[tuple[ResponseState, ResponseTrigger], ResponseState] = {
+    (_R.RECORDING, _G.RECORDED): _R.PREPARING,
+    (_R.PREPARING, _G.CREATED): _R.ANSWERING,
+    (_R.RECORDING, _G.CREATED): _R.ANSWERING,  # the input failed: the apology's response
+    (_R.ANSWERING, _G.FINALIZE): _R.FINALIZING,
+    (_R.PREPARING, _G.FINALIZE): _R.FINALIZING,  # interrupted before anything was sent
+    (_R.RECORDING, _G.FINALIZE): _R.FINALIZING,
+    (_R.FINALIZING, _G.RECORD_FAILED): _R.ANSWERING,
+    **{(state, _G.FINISH): _R.FINISHED for state in _R if state is not _R.FINISHED},
+}
+del _R, _G
+
+
 @dataclass
 class Response:
     generation: int
@@ -191,8 +233,6 @@ class Response:
     """A gated call settled after the response that asked (continued here)."""
     mcp_calls: dict[str, str] = field(default_factory=dict)
     """The open ``mcp_call`` output items, by call id (their results close them)."""
-    created: bool = False
-    """``response.created`` was sent."""
     prompt: tuple[str, str] = ("", "")
     """What the brain was given (system, text); its size is estimated when the response ends,
     off the path to the first audio."""
@@ -200,12 +240,9 @@ class Response:
     """False: a spoken turn is only transcribed and journaled (``create_response: false``)."""
     tracker: PlayoutTracker = field(default_factory=PlayoutTracker)
     task: asyncio.Task[None] | None = None
-    finalized: bool = False
-    turn_ended: bool = False
-    """The engine's owner was told the turn ended (``on_turn_end``: once per response)."""
-    recording: bool = True
-    """Still transcribing/journaling the user's input: an interruption must not cancel that."""
+    state: ResponseState = ResponseState.RECORDING
     cancelled: bool = False
+    """An interruption was asked for (in whatever state the response was)."""
     marks: dict[str, float] = field(default_factory=dict)
     played_report: asyncio.Event = field(default_factory=asyncio.Event)
     pacer: Pacer | None = None
@@ -224,6 +261,29 @@ class Response:
 
     def enter(self, stage: str, now: float) -> None:
         self.stage, self.stage_at = stage, now
+
+    def move(self, trigger: ResponseTrigger) -> None:
+        """Rule 1: the one way the response's state changes."""
+        target = RESPONSE_TRANSITIONS.get((self.state, trigger))
+        if target is None:
+            raise RuntimeError(f"response: {trigger.value} is not allowed in {self.state.value}")
+        self.state = target
+
+    @property
+    def recording(self) -> bool:
+        """Still transcribing/journaling the person's input: an interruption must not cancel
+        that."""
+        return self.state is ResponseState.RECORDING
+
+    @property
+    def created(self) -> bool:
+        """``response.created`` was sent and ``response.done`` not yet."""
+        return self.state in (ResponseState.ANSWERING, ResponseState.FINALIZING)
+
+    @property
+    def finalized(self) -> bool:
+        """Its record is being written or its done was sent: nobody else finishes it."""
+        return self.state in (ResponseState.FINALIZING, ResponseState.FINISHED)
 
 
 class SpeakerHost(Protocol):
