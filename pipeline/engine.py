@@ -57,7 +57,6 @@ from typing import Any
 
 from journal.errors import JournalError, WriterFenced
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
-from journal.projection import render_context
 from journal.store import JournalStore
 from pipeline import events as ev
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
@@ -96,6 +95,7 @@ from pipeline.response import (
     usage,
 )
 from pipeline.response_events import ResponseEvents
+from pipeline.turn_context import ALL_HISTORY, TurnContextReader
 from pipeline.turns import (
     Command,
     CommitUserTurn,
@@ -153,9 +153,6 @@ def loop_time() -> float:
 HOLD_SPECULATE_MS = 40.0
 """Quiet after which a held sound is transcribed (two frames: sooner than a turn's pause)."""
 
-ALL_HISTORY = 2**62
-"""``before_seq`` that takes the whole thread as context (an out-of-band response)."""
-
 _GA_REASONS = {"barge_in": "turn_detected", "cancel": "client_cancelled",
                "text_input": "client_cancelled"}  # fmt: skip
 """Our interruption reasons as the GA protocol's ``status_details.reason``."""
@@ -198,7 +195,6 @@ class Engine:
         self.on_turn_end = on_turn_end
         """Called when a response ends, however it ends (role memory's learning waits for it)."""
         self.memory = memory
-        self.enrichment = enrichment
         self.thread_memory = thread_memory
         self.history = history or ConversationHistory(journal)
         self.tools: Mapping[str, ToolHandler] = tools or {}
@@ -215,6 +211,14 @@ class Engine:
         # The whole session id: item ids stay unique across every session of a thread.
         self._item_prefix = f"item_{voice_session_id.removeprefix('vs_')}{suffix}"
         self.settings = settings or EngineSettings()
+        self.context = TurnContextReader(
+            journal=journal,
+            history=self.history,
+            thread=thread,
+            settings=self.settings,
+            enrichment=enrichment,
+            thread_memory=thread_memory,
+        )
         self.clock = clock or loop_time
         self.coordinator = TurnCoordinator(
             self.settings.turns, end_of_turn_model=plugins.endpointer is not None
@@ -415,6 +419,7 @@ class Engine:
             self.settings = dataclasses.replace(
                 self.settings, output_sample_rate=setup.output_sample_rate
             )
+            self.context.settings = self.settings
 
     def set_playback(self, *, client_pauses: bool, exact: bool) -> None:
         """Who plays the answer: whether the client pauses its playback with a held answer, and
@@ -891,7 +896,7 @@ class Engine:
                 user_seq, text = ALL_HISTORY, options.input_text
                 persons_words = False
             # The brain may see the person's words enriched from memory; the journal keeps them.
-            current = await self._enriched(text, user_seq) if persons_words else text
+            current = await self.context.enriched(text, user_seq) if persons_words else text
             preempted = response.preemption
             if preempted is not None and (
                 current != text or not preempted.reusable_for(response.turn_id, text)
@@ -1029,20 +1034,6 @@ class Engine:
             else:
                 self.model_hold.release(self.voice_session_id)
 
-    async def _enriched(self, text: str, seq: int | None) -> str:
-        """The person's input as the brain sees it: rewritten by the session's
-        ``InputEnrichment``, or as said (no hook, no journal position, no rewrite, a hook that
-        failed or overran ``enrichment_timeout_s``). A barge-in cancels the wait."""
-        if self.enrichment is None or seq is None:
-            return text
-        try:
-            async with asyncio.timeout(self.settings.enrichment_timeout_s):
-                rewritten = await self.enrichment.rewrite(text, seq=seq)
-        except Exception as e:  # enrichment never fails the turn
-            log.warning("input enrichment failed (the input goes on as said): %s", type(e).__name__)
-            return text
-        return rewritten or text
-
     async def _typed_input(self, response: Response) -> tuple[str, int | None]:
         """The text items added since the last response (already being journaled) and the
         seq of the first, so the history before it is what the model sees as context."""
@@ -1107,33 +1098,6 @@ class Engine:
             self._spawn_memory(text, stored)
         return text, seq
 
-    async def _thread_memory_block(self, language: str | None) -> str | None:
-        """The thread's learned facts for this turn (bounded like the memory read)."""
-        if self.thread_memory is None:
-            return None
-        try:
-            async with asyncio.timeout(self.settings.memory_read_timeout_s):
-                return await self.thread_memory.read(language)
-        except TimeoutError:
-            log.warning("thread memory read timed out; the turn goes on without it")
-            return None
-
-    async def _memory_data(self, read: asyncio.Task[str | None] | None) -> str | None:
-        if read is None:
-            return None
-        # A read that is done is taken as it is: asyncio.wait would still go round the loop
-        # (a turn's every round waits behind every other session's frames under load).
-        done = {read} if read.done() else None
-        if done is None:
-            done, _ = await asyncio.wait({read}, timeout=self.settings.memory_read_timeout_s)
-        if not done:
-            read.cancel()
-            log.warning("memory read timed out; the turn goes on without memory")
-            return None
-        if read.cancelled() or read.exception() is not None:
-            return None
-        return read.result()
-
     async def _turn_content(
         self,
         current_input: str,
@@ -1156,35 +1120,15 @@ class Engine:
         gated: tuple[ToolSpec, ...] = ()
         if self.tool_gate is not None and tool_choice.mode != "none":
             gated = await self.tool_gate.specs()
-        tools = (*self.tool_specs, *gated, *client_tools)
-        thread_memory = await self._thread_memory_block(persona.language)
-        if before_seq is not None:
-            context = await self.history.context(
-                self.thread,
-                # The history's budget leaves room for the thread's facts too.
-                instructions=f"{instructions}\n{thread_memory}" if thread_memory else instructions,
-                tools=tools,
-                current_input=current_input,
-                language=persona.language,
-                # The projector reads "everything so far" as None (it pages back from a seq).
-                before_seq=None if before_seq == ALL_HISTORY else before_seq,
-            )
-        else:
-            # The journal is unreachable: what this session still holds (its buffer included),
-            # bounded by count, without the current input.
-            events = await self.journal.read_tail(self.thread, self.settings.history_events + 1)
-            context = render_context(events[:-1], persona.language)
-        return TurnContent(
+        return await self.context.content(
+            current_input,
+            before_seq=before_seq,
+            persona=persona,
             instructions=instructions,
-            conversation_context=context.text,
-            current_input=current_input,
-            language=persona.language,
-            memory_data=await self._memory_data(memory),
-            thread_memory=thread_memory,
-            tools=tools,
-            history=context.history,
+            tools=(*self.tool_specs, *gated, *client_tools),
             tool_choice=tool_choice,
             max_output_tokens=max_output_tokens,
+            memory=memory,
         )
 
     async def journal_tool(self, response: Response, delta: BrainDelta) -> None:
@@ -1352,7 +1296,7 @@ class Engine:
                 # Interrupted: the client still gets its done (cancelled) after the error.
                 self._emit_error(e.code, str(e), retryable=e.retryable)
             else:
-                self._spawn(self._compact(), "compaction")
+                self._spawn(self.context.compact(self.persona.language), "compaction")
         if interrupted:
             status: str = "cancelled"
             ga_reason: str | None = _GA_REASONS.get(reason or "", "turn_detected")
@@ -1368,12 +1312,6 @@ class Engine:
             usage=usage(response.prompt, events.text),
         )
         self._finish(response, done, learn=bool(text) and response.options.in_conversation)
-
-    async def _compact(self) -> None:
-        try:
-            await self.history.compact(self.thread, language=self.persona.language)
-        except JournalError as e:
-            log.warning("compaction failed (will retry after a later turn): %s", e)
 
     def _finish(
         self, response: Response, done: list[ev.ServerEvent] | None = None, *, learn: bool = False
