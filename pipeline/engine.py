@@ -59,7 +59,7 @@ from journal.errors import JournalError, WriterFenced
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.store import JournalStore
 from pipeline import events as ev
-from pipeline.audio import INPUT_SAMPLE_RATE, PCM, duration_ms
+from pipeline.audio import INPUT_SAMPLE_RATE, PCM
 from pipeline.backchannel import is_real_turn
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
@@ -81,6 +81,7 @@ from pipeline.engine_config import (
 )
 from pipeline.history import ConversationHistory
 from pipeline.items import ConversationItems, ItemNotFound, TruncatedBeyondAudio
+from pipeline.listening import Listening
 from pipeline.preemption import Preemption
 from pipeline.response import (
     AnswerSpeaker,
@@ -223,12 +224,9 @@ class Engine:
         self.coordinator = TurnCoordinator(
             self.settings.turns, end_of_turn_model=plugins.endpointer is not None
         )
-        self._vad = plugins.vad.create_stream()
         self.echo_path = EchoPath(
             self.settings.output_sample_rate, enabled=self.settings.echo_guard
         )
-        self._stream_ms = 0.0
-        self._vad_ms = 0.0  # audio the VAD heard: its event times count only that (no pauses)
         settings = self.settings
         self.capture = SpeechCapture(
             asr=plugins.asr,
@@ -241,6 +239,13 @@ class Engine:
             asr_timeout_s=settings.asr_timeout_s,
             speculate_after_ms=settings.speculate_after_ms,
             partial_every_s=settings.partial_every_s,
+        )
+        self.listening = Listening(
+            plugins.vad.create_stream(),
+            self.echo_path,
+            self.capture,
+            clock=self.clock,
+            preroll_floor_ms=settings.preroll_ms,
         )
         self._responses: dict[int, Response] = {}
         self.audio_out = True
@@ -289,33 +294,23 @@ class Engine:
         """One frame of 16 kHz microphone audio."""
         if self._closed:
             return
-        now = self.clock()
-        self._stream_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
-        # The echo guard sees every frame (its timeline), the paused microphone's included.
-        judgement = self.echo_path.judge(pcm, now)
-        if self.coordinator.mic_paused:
+        heard = await self.listening.hear(pcm, mic_paused=self.coordinator.mic_paused)
+        if heard is None:
             return
-        self._vad_ms += duration_ms(pcm.size, INPUT_SAMPLE_RATE)
-        self.capture.remember(pcm)
-        events = await self._vad.process(pcm)
-        # The assistant's own voice is no speech (TT-4).
-        events, voiced = self.echo_path.gated(events, self._vad.voiced, judgement, now)
-        now = self.clock()
-        coordinator = self.coordinator
-        for event in events:
-            at = now - (self._vad_ms - event.at_ms) / 1000.0
-            if event.kind is VADEventKind.SPEECH_START:
+        now, coordinator = heard.now, self.coordinator
+        for kind, at in heard.events:
+            if kind is VADEventKind.SPEECH_START:
                 coordinator.on_speech_start(now, at=at)
                 if self._idle is not None:
                     self._idle.cancel()
                     self._idle = None
             else:
                 coordinator.on_speech_end(now, at=at)
-        if voiced:
+        if heard.voiced:
             coordinator.on_voice(now)
         coordinator.on_tick(now)
         self._run(coordinator.commands())
-        self.capture.after_frame(voiced, now)
+        self.capture.after_frame(heard.voiced, now)
 
     def push_text(self, text: str) -> None:
         """A typed user turn answered at once (``add_user_text`` then ``create_response``)."""
@@ -395,8 +390,7 @@ class Engine:
         self.coordinator.pause_microphone(self.clock())
         if not paused:
             self.coordinator.resume_microphone(self.clock())
-        self._reset_vad()
-        self.capture.clear_preroll()
+        self.listening.clear()
         self._run(self.coordinator.commands())
 
     def configure(self, setup: SessionSetup) -> None:
@@ -428,16 +422,8 @@ class Engine:
         self.exact_playout = exact
 
     def tune_listening(self, *, threshold: float | None, prefix_padding_ms: int | None) -> bool:
-        """Per-session VAD threshold and pre-roll (GA ``server_vad`` fields). False when the
-        VAD has no adjustable threshold (the energy VAD), so it was left as it is."""
-        if prefix_padding_ms is not None:
-            self.capture.preroll_ms = max(float(prefix_padding_ms), self.settings.preroll_ms)
-        if threshold is None:
-            return True
-        if not hasattr(self._vad, "threshold"):
-            return False
-        self._vad.threshold = min(max(threshold, 0.01), 0.99)
-        return True
+        """Per-session VAD threshold and pre-roll (``Listening.tune``)."""
+        return self.listening.tune(threshold=threshold, prefix_padding_ms=prefix_padding_ms)
 
     def item(self, item_id: str) -> ev.Item:
         return self.items.get(item_id)
@@ -488,8 +474,7 @@ class Engine:
 
     def pause_microphone(self) -> None:
         self.coordinator.pause_microphone(self.clock())
-        self._reset_vad()
-        self.capture.clear_preroll()
+        self.listening.clear()
         self._run(self.coordinator.commands())
 
     def resume_microphone(self) -> None:
@@ -562,7 +547,11 @@ class Engine:
             elif isinstance(command, UserSpeechResumed):
                 self._drop_preemption()
                 self.capture.resume()
-                self._send(ev.SpeechStarted(round(self._stream_ms), self._item_id(command.turn_id)))
+                self._send(
+                    ev.SpeechStarted(
+                        round(self.listening.stream_ms), self._item_id(command.turn_id)
+                    )
+                )
             elif isinstance(command, DropUtterance):
                 self._drop_preemption()
                 self.capture.drop()
@@ -578,10 +567,6 @@ class Engine:
                 self._on_resume(command)
         self._arm_timer()
         self._sync_model_hold()
-
-    def _reset_vad(self) -> None:
-        self._vad.reset()
-        self.echo_path.reset_gate()
 
     def audio_sent(self, pcm: PCM, now: float) -> None:
         """A response's audio went to the client (the echo guard's reference)."""
@@ -607,7 +592,7 @@ class Engine:
             self.capture.begin(command.turn_id, command.at, now)
         self._send(
             ev.SpeechStarted(
-                audio_start_ms=max(0, round(self._stream_ms - (now - command.at) * 1000.0)),
+                audio_start_ms=self.listening.position_ms(command.at, now),
                 item_id=self._item_id(command.turn_id),
             )
         )
@@ -615,7 +600,7 @@ class Engine:
     def _on_pause(self, command: UserSpeechStopped) -> None:
         self._send(
             ev.SpeechStopped(
-                audio_end_ms=max(0, round(self._stream_ms - (self.clock() - command.at) * 1000.0)),
+                audio_end_ms=self.listening.position_ms(command.at, self.clock()),
                 item_id=self._item_id(command.turn_id),
             )
         )
@@ -668,7 +653,7 @@ class Engine:
         if command.reason != "endpoint":
             # An explicit end of turn: speech heard from now on is new speech, even if the
             # VAD has not seen the pause yet.
-            self._reset_vad()
+            self.listening.reset()
         generation = command.generation
         typed = command.reason == "text"
         options = (self._next_options if typed else None) or ResponseOptions()
@@ -1342,7 +1327,7 @@ class Engine:
     def _arm_idle(self, delay: float) -> None:
         if self._idle is not None:
             self._idle.cancel()
-        started = self._stream_ms
+        started = self.listening.stream_ms
         self._idle = asyncio.get_running_loop().call_later(delay, self._on_idle, started)
 
     def _on_idle(self, started_ms: float) -> None:
@@ -1352,7 +1337,7 @@ class Engine:
         if self._closed or self.coordinator.state is not TurnState.LISTENING:
             return
         item_id = self._new_item_id()
-        self._send(ev.TimeoutTriggered(round(started_ms), round(self._stream_ms), item_id))
+        self._send(ev.TimeoutTriggered(round(started_ms), round(self.listening.stream_ms), item_id))
 
     # ------------------------------------------------------------ output helpers
 

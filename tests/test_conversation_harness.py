@@ -30,9 +30,9 @@ async def test_the_microphone_streams_20_ms_frames_at_virtual_real_time() -> Non
     async with conversation() as convo:
         assert convo.now == 0.0
         await convo.say("hello", ms=100)
-        assert (convo.now, convo.engine._stream_ms) == (100.0, 100.0)
+        assert (convo.now, convo.engine.listening.stream_ms) == (100.0, 100.0)
         await convo.silence(ms=40)
-        assert (convo.now, convo.engine._stream_ms) == (140.0, 140.0)
+        assert (convo.now, convo.engine.listening.stream_ms) == (140.0, 140.0)
         await convo.wait(until_ms=150)
         await convo.say("again", ms=40)  # not before now: from the next frame, 160 ms
         assert convo.now == 200.0
