@@ -48,7 +48,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import time
 import uuid
@@ -96,6 +95,7 @@ from pipeline.response import (
     usage,
 )
 from pipeline.response_events import ResponseEvents
+from pipeline.tool_record import ToolRecord
 from pipeline.turn_context import ALL_HISTORY, TurnContextReader
 from pipeline.turns import (
     Command,
@@ -272,6 +272,14 @@ class Engine:
         """A gated call settled after its response ended, for the next typed response."""
         self.items = ConversationItems()
         """This session's items as announced (``retrieve``/``delete``/``truncate``)."""
+        self.tool_record = ToolRecord(
+            items=self.items,
+            send=self._send,
+            send_all=self.send_all,
+            append=self._append,
+            new_item_id=self._new_item_id,
+            gate=tool_gate,
+        )
         self._last_input = ""
         self._last_input_seq: int | None = None
         self._partials: dict[int, str] = {}
@@ -903,7 +911,7 @@ class Engine:
             self.send_all(events.created())
             response.move(ResponseTrigger.CREATED)
             if settled is not None:
-                self._show_settled_mcp(response, settled)
+                self.tool_record.show_settled_mcp(response, settled)
             response.enter("brain", self.clock())
             await self.speaker.speak(response, content)
             self.send_all(events.audio_done())
@@ -1117,95 +1125,13 @@ class Engine:
         )
 
     async def journal_tool(self, response: Response, delta: BrainDelta) -> None:
-        """Journal a tool call or result and show it as an item: a client function is an
-        output item of the response (the client runs it); a server tool (knowledge search) is
-        shown as conversation items only, so a client never tries to run it."""
+        """A tool call or result of ``response``, shown and journaled (``ToolRecord``); a call
+        the client runs joins the calls whose outputs a continuation waits for."""
         prefix = f"{self._event_prefix}:{response.turn_id}:{response.generation}"
-        in_conversation = response.options.in_conversation
-        if delta.tool_result is not None and delta.tool_result.call_id in response.mcp_calls:
-            await self._mcp_result(response, delta.tool_result, prefix)
-            return
-        if delta.tool_call is not None:
-            call = delta.tool_call
-            item_id = self._new_item_id()
-            client = any(t.name == call.name for t in response.client_tools) and (
-                self.tool_gate is None or self.tool_gate.runs_on_client(call.call_id)
-            )
-            label = self.tool_gate.mcp_server_of(call.name) if self.tool_gate else None
-            if label is not None and "confirmation" not in self._decision_fields(call.call_id):
-                # An MCP server's tool runs here: an output item open until it answers (an
-                # asked one shows as the approval request instead).
-                response.mcp_calls[call.call_id] = item_id
-                self.send_all(response.events.mcp_call(item_id, call.name, label, call.arguments))
-            elif client:
-                self.send_all(
-                    response.events.function_call(item_id, call.call_id, call.name, call.arguments)
-                )
-                known = self._exchange[0] if self._exchange else ()
-                self._exchange = ((*known, call), {}, self._last_input)
-            else:
-                item = ev.FunctionCallItem(
-                    item_id, call.call_id, call.name, _arguments_json(call.arguments)
-                )
-                if in_conversation:
-                    previous = self.items.last_id
-                    self._send(ev.ItemAdded(item, previous))
-                    self._send(ev.ItemDone(item, previous))
-            if in_conversation:
-                await self._append(
-                    f"{prefix}:tool_call:{call.call_id}",
-                    EventKind.TOOL_CALL,
-                    {"call_id": call.call_id, "name": call.name, "arguments": call.arguments,
-                     "item_id": item_id, **self._decision_fields(call.call_id)},
-                )  # fmt: skip
-        elif delta.tool_result is not None and in_conversation:
-            result = delta.tool_result
-            item_id = self._new_item_id()
-            output = ev.FunctionCallOutputItem(item_id, result.call_id, result.content)
-            previous = self.items.last_id
-            self._send(ev.ItemAdded(output, previous))
-            await self._journal_result(result, prefix, item_id)
-            self._send(ev.ItemDone(output, previous))
-
-    async def _journal_result(self, result: ToolResult, prefix: str, item_id: str) -> None:
-        await self._append(
-            f"{prefix}:tool_result:{result.call_id}",
-            EventKind.TOOL_RESULT,
-            {"call_id": result.call_id, "name": result.name, "content": result.content,
-             "is_error": result.is_error, "item_id": item_id},
-        )  # fmt: skip
-
-    async def _mcp_result(self, response: Response, result: ToolResult, prefix: str) -> None:
-        """An MCP call answered: its output item is done with the output or the error."""
-        item_id = response.mcp_calls.pop(result.call_id)
-        self.send_all(response.events.mcp_call_done(item_id, **self._mcp_outcome(result)))
-        if response.options.in_conversation:
-            await self._journal_result(result, prefix, item_id)
-
-    def _show_settled_mcp(self, response: Response, settled: Continuation) -> None:
-        """An approved MCP call ran before this response (``runtime.tool_gate`` Rule 7): the
-        response shows it as its first output item, with the approval it ran on."""
-        result = settled.result
-        label = self.tool_gate.mcp_server_of(settled.call.name) if self.tool_gate else None
-        if label is None or result is None or not settled.ran:
-            return
-        asked = self._decision_fields(settled.call.call_id).get("confirmation")
-        item_id = self._new_item_id()
-        call = settled.call
-        events = response.events
-        self.send_all(
-            events.mcp_call(item_id, call.name, label, call.arguments,
-                            approval_request_id=asked if isinstance(asked, str) else None)
-        )  # fmt: skip
-        self.send_all(events.mcp_call_done(item_id, **self._mcp_outcome(result)))
-
-    def _mcp_outcome(self, result: ToolResult) -> dict[str, Any]:
-        """An MCP call's ``output``, or its ``error`` as the gate knows it (a refusal or a
-        timeout of the tool loop is the tool's execution error)."""
-        if not result.is_error:
-            return {"output": result.content}
-        known = self.tool_gate.mcp_error(result.call_id) if self.tool_gate else None
-        return {"error": known or ev.McpError("tool_execution_error", result.content)}
+        call = await self.tool_record.record(response, delta, prefix)
+        if call is not None:
+            known = self._exchange[0] if self._exchange else ()
+            self._exchange = ((*known, call), {}, self._last_input)
 
     async def _hand_to_client(self, response: Response, call: ToolCall) -> None:
         """An approved client call: this response's one output is the call, for the client."""
@@ -1227,9 +1153,6 @@ class Engine:
             known = {t.name: t for t in (*self.client_tools, *options.tools)}
             self.tool_gate.set_client_tools(tuple(known.values()))
         return (() if choice.mode == "none" else tools), choice
-
-    def _decision_fields(self, call_id: str) -> dict[str, Any]:
-        return self.tool_gate.journal_fields(call_id) if self.tool_gate is not None else {}
 
     async def _finish_interrupted(self, response: Response, reason: str) -> None:
         if response.task is not None:
@@ -1414,10 +1337,6 @@ class Engine:
             log.warning("engine task %s failed: %s", task.get_name(), error.code)
         elif error is not None:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
-
-
-def _arguments_json(arguments: Mapping[str, Any]) -> str:
-    return json.dumps(dict(arguments), ensure_ascii=False)
 
 
 __all__ = [
