@@ -40,8 +40,6 @@ session (no ``seq``, no token) ends with its connection; otherwise it waits for 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import enum
 import itertools
@@ -50,17 +48,13 @@ import uuid
 from typing import TYPE_CHECKING
 
 import asyncpg
-import numpy as np
 from starlette.websockets import WebSocketDisconnect
 
 from accounts.errors import AccountsUnavailable
 from journal.errors import JournalUnavailable
 from journal.events import ThreadRef
 from pipeline import events as ev
-from pipeline.audio_formats import AudioFormatError, InboundAudio
-from pipeline.engine import Engine, ResponseOptions
-from pipeline.items import ItemNotFound, TruncatedBeyondAudio
-from plugins.contracts import ToolChoice
+from pipeline.audio_formats import AudioFormatError
 from runtime.accounts import Principal
 from runtime.continuity import (
     ContinueHere,
@@ -70,47 +64,27 @@ from runtime.continuity import (
     resumed_message,
 )
 from runtime.database import DatabaseUnavailable
+from runtime.dispatch import SessionCloseRequested, handle
 from runtime.live import Claim
 from runtime.outbox import NO_EXTENSIONS, Outbox
 from runtime.protocol import (
-    Ack,
     AudioAppend,
-    AudioClear,
-    AudioCommit,
     AudioFrame,
     CloseCode,
     ErrorCode,
-    FunctionCallOutputIn,
-    InputPause,
-    InputResume,
-    ItemCreate,
-    ItemDelete,
-    ItemRetrieve,
-    ItemTruncate,
     Limits,
-    McpApprovalResponseIn,
-    McpToolIn,
-    MessageIn,
-    OutputAudioBufferClear,
-    PlaybackProgress,
     ProtocolError,
     Refused,
-    ResponseCancel,
-    ResponseCreate,
-    SessionClose,
     SessionResume,
     SessionStart,
-    SessionUpdate,
     decode_append,
     parse_client_message,
-    tool_specs,
     unauthorized,
 )
 from runtime.roles import Role
 from runtime.session import VoiceSession, initial_config
 from runtime.session_config import SessionConfig, apply_update
 from runtime.telemetry import OutboxTap
-from runtime.tool_gate import ApprovalNotFound
 from runtime.transport import SEND_FAILURES, Disconnected, Link, WebSocketLink
 from storage.postgres import CONNECTION_ERRORS
 
@@ -648,7 +622,10 @@ class RealtimeConnection:
                 elif isinstance(message, AudioAppend):
                     await self._push_audio(session, decode_append(message), message.event_id)
                 else:
-                    await self._handle(session, engine, message)
+                    try:
+                        await handle(session, engine, message, media=self.link.media)
+                    except SessionCloseRequested:
+                        raise _Close(CloseCode.NORMAL, "closed by client") from None
             except ProtocolError as e:
                 self._protocol_error(e)
             except (_Close, Disconnected, WebSocketDisconnect, asyncio.CancelledError):
@@ -668,128 +645,6 @@ class RealtimeConnection:
             e.event_id = event_id
             raise
         await session.hear(pcm)
-
-    async def _handle(self, session: VoiceSession, engine: Engine, message: object) -> None:
-        """One client message other than audio (docs/protocol.md, event by event)."""
-        outbox = session.outbox
-        event_id = getattr(message, "event_id", None)
-        try:
-            if isinstance(message, SessionUpdate):
-                session.update(message)
-            elif isinstance(message, AudioCommit):
-                if not engine.commit():
-                    raise ProtocolError(ErrorCode.COMMIT_EMPTY, "no user speech to commit")
-            elif isinstance(message, AudioClear):
-                engine.clear_input()
-                outbox.send(ev.InputAudioBufferCleared())
-            elif isinstance(message, ItemCreate):
-                await self._create_item(session, engine, message)
-            elif isinstance(message, ItemRetrieve):
-                outbox.send(ev.ItemRetrieved(engine.item(message.item_id)))
-            elif isinstance(message, ItemDelete):
-                await engine.delete_item(message.item_id)
-            elif isinstance(message, ItemTruncate):
-                await engine.truncate_item(message.item_id, message.audio_end_ms)
-            elif isinstance(message, ResponseCreate):
-                engine.create_response(response_options(message))
-            elif isinstance(message, ResponseCancel):
-                if not engine.cancel_response():
-                    raise ProtocolError(ErrorCode.NO_RESPONSE, "no response in progress")
-            elif isinstance(message, OutputAudioBufferClear):
-                media = self.link.media
-                if media is None:
-                    raise ProtocolError(
-                        ErrorCode.UNSUPPORTED,
-                        "output_audio_buffer.clear is for WebRTC; over WebSocket stop playback "
-                        "and send conversation.item.truncate",
-                    )
-                engine.cancel_response()  # what was played stays the heard prefix
-                media.clear()
-            elif isinstance(message, InputPause):
-                engine.pause_microphone()
-                outbox.send(ev.InputPaused())
-            elif isinstance(message, InputResume):
-                engine.resume_microphone()
-                outbox.send(ev.InputResumed())
-            elif isinstance(message, PlaybackProgress):
-                engine.on_playback(message.generation, message.played_ms)
-            elif isinstance(message, Ack):
-                outbox.ack(message.seq)
-            elif isinstance(message, SessionClose):
-                raise _Close(CloseCode.NORMAL, "closed by client")
-            elif isinstance(message, SessionStart | SessionResume):
-                raise ProtocolError(ErrorCode.SESSION_ALREADY_STARTED, "session started")
-        except ItemNotFound as e:
-            raise ProtocolError(
-                ErrorCode.ITEM_NOT_FOUND, str(e), param="item_id", event_id=event_id
-            ) from None
-        except TruncatedBeyondAudio as e:
-            raise ProtocolError(
-                ErrorCode.INVALID_VALUE, str(e), param="audio_end_ms", event_id=event_id
-            ) from None
-        except ProtocolError as e:
-            e.event_id = e.event_id or event_id
-            raise
-
-    async def _create_item(
-        self, session: VoiceSession, engine: Engine, message: ItemCreate
-    ) -> None:
-        item = message.item
-        if isinstance(item, FunctionCallOutputIn):
-            engine.add_function_output(item.call_id, item.output, item.id)
-            return
-        if isinstance(item, McpApprovalResponseIn):
-            try:
-                session.tool_gate.approve(
-                    item.approval_request_id, approve=item.approve, scope=item.scope,
-                    rule=item.rule, item_id=item.id,
-                )  # fmt: skip
-            except ApprovalNotFound as e:
-                raise ProtocolError(
-                    ErrorCode.ITEM_NOT_FOUND, str(e), param="item.approval_request_id"
-                ) from None
-            return
-        assert isinstance(item, MessageIn)
-        if item.role != "user":
-            raise ProtocolError(
-                ErrorCode.UNSUPPORTED,
-                f"{item.role} items are not supported; add user messages "
-                "(instructions go in session.update)",
-                param="item.role",
-            )
-        parts: list[str] = []
-        for part in item.content:
-            if part.type == "input_text" and part.text is not None:
-                parts.append(part.text)
-            elif part.type == "input_audio" and part.audio is not None:
-                parts.append(await self._transcribe_item(session, engine, part.audio))
-            else:
-                raise ProtocolError(
-                    ErrorCode.UNSUPPORTED,
-                    f"a user message holds input_text or input_audio, not {part.type}",
-                    param="item.content",
-                )
-        text = " ".join(p.strip() for p in parts if p.strip())
-        if not text:
-            raise ProtocolError(
-                ErrorCode.INVALID_VALUE, "the message is empty", param="item.content"
-            )
-        engine.add_user_text(text, item.id)
-
-    async def _transcribe_item(self, session: VoiceSession, engine: Engine, audio: str) -> str:
-        """An ``input_audio`` part (base64 in the session's input format), transcribed."""
-        try:
-            data = base64.b64decode(audio, validate=True)
-            decoder = InboundAudio(session.config.input_format)
-            pcm = np.concatenate((decoder.decode(data), decoder.flush()))
-        except (binascii.Error, ValueError) as e:
-            raise ProtocolError(
-                ErrorCode.INVALID_AUDIO, f"input_audio: {e}", param="item.content"
-            ) from None
-        transcript = await self.services.plugins.asr.transcribe(
-            pcm, language=engine.persona.language
-        )
-        return transcript.text
 
     # ------------------------------------------------------------ errors
 
@@ -831,45 +686,3 @@ def _name_in_telemetry(session: VoiceSession) -> None:
     tap = session.outbox.tap
     if isinstance(tap, OutboxTap):
         tap.session_id = session.id
-
-
-def response_options(message: ResponseCreate) -> ResponseOptions:
-    """What a ``response.create`` asks of this one response."""
-    params = message.response
-    if params is None:
-        return ResponseOptions()
-    audio = None
-    if params.output_modalities is not None:
-        audio = "audio" in params.output_modalities
-    input_text = None
-    if params.input:
-        texts = [
-            part.text or ""
-            for item in params.input
-            if isinstance(item, MessageIn)
-            for part in item.content
-            if part.type == "input_text"
-        ]
-        input_text = " ".join(t for t in texts if t) or None
-    tools = tool_specs(params.tools) if params.tools is not None else None
-    for index, tool in enumerate(params.tools or ()):
-        if isinstance(tool, McpToolIn):
-            raise ProtocolError(
-                ErrorCode.UNSUPPORTED,
-                "MCP servers are declared with session.update, not per response",
-                param=f"response.tools[{index}]",
-                event_id=message.event_id,
-            )
-    tool_choice = None
-    if params.tool_choice is not None:
-        choice = params.tool_choice
-        tool_choice = ToolChoice.from_ga(choice if isinstance(choice, str) else choice.model_dump())
-    return ResponseOptions(
-        instructions=params.instructions,
-        audio=audio,
-        in_conversation=params.conversation != "none",
-        input_text=input_text,
-        tools=tools,
-        tool_choice=tool_choice,
-        max_output_tokens=params.max_output_tokens,
-    )
