@@ -72,21 +72,20 @@ otherwise it is held (ECHO). In ECHO, near frames adding up to ``confirm_ms`` wi
 frame ends the speech at the last near frame (back to ECHO). The voiced flag the coordinator sees
 is the near flag: echo frames never hold a barge-in candidate alive.
 
-Cost: a step with output audible in the delay range takes one 512-point FFT (numpy) and one
-call of ``echo_kernel.audible_step``, Rules 3 and 4 compiled by numba (it was about 60 small
-numpy calls, whose fixed cost, not the arithmetic, was most of it: a third of a conversing
-session's CPU). An idle step (nothing audible: its judgement needs no spectrum) only keeps its
-samples; the idle steps' spectra go through one FFT and their noise floor and mean are replayed in
-order when an audible step comes or 50 steps wait. Output frames are queued and analysed together
-(one 768-point FFT per 10 ms hop, the ring updated frame by frame as before) when the microphone
-reaches them or 64 hops wait. The batches do the same operations on the same values, and the
-kernel the same operations in the same order (its sums over the bands run in order, numpy's
-pairwise: the figures agree to rounding), so the state and every judgement are those of analysing
-each step and frame when it comes (``tests/pipeline/echo_reference.py`` keeps that version and
-the tests hold the guard to it). Measured on the 2-vCPU VM (µs per 20 ms while output plays,
-``judge`` + ``played`` with the pacer's 300 ms lead): 89 with the numpy step, 40 with the kernel
-(2026-12-05); idle 11. ``warm_up`` compiles the kernel (≈3 s, 0.15 s from numba's cache) before a
-server takes sessions.
+Cost: a step with output audible in the delay range is one call of ``echo_kernel.audible_step`` —
+its 512-point FFT and Rules 3 and 4 compiled by numba (it was about 60 small numpy calls, whose
+fixed cost, not the arithmetic, was most of it: a third of a conversing session's CPU). An idle
+step (nothing audible: its judgement needs no spectrum) only keeps its samples; the idle steps'
+spectra go through one FFT and their noise floor and mean are replayed in order when an audible
+step comes or 50 steps wait. Output frames are queued and analysed together (one 768-point FFT per
+10 ms hop, the ring updated frame by frame as before) when the microphone reaches them or 64 hops
+wait. The batches do the same operations on the same values, and the kernel the same operations in
+the same order (its sums over the bands run in order, numpy's pairwise: the figures agree to
+rounding), so the state and every judgement are those of analysing each step and frame when it
+comes (``tests/pipeline/echo_reference.py`` keeps that version and the tests hold the guard to it).
+Measured on the 2-vCPU VM (µs per 20 ms while output plays, ``judge`` + ``played`` with the pacer's
+300 ms lead): 89 with the numpy step, 25 compiled (2026-12-05); idle 11. ``warm_up`` compiles the
+kernel (≈3 s, 0.15 s from numba's cache) before a server takes sessions.
 
 Wiring (the engine): ``guard.played(frame, now)`` where the pacer sends a response's audio;
 ``judgement = guard.judge(pcm, now)`` first thing for every microphone frame; the VAD's events
@@ -138,7 +137,7 @@ _WARM_UP_STEPS = 15
 _NEIGHBOURS = 2
 """The echo bound takes the loudest output within ±2 hops of the locked lag."""
 _CHUNK_HOPS = 64
-"""Output hops are appended to the ring at most this many at a time (decay**64 stays far from 0)."""
+"""The output's running mean moves once per this many hops of a frame at most."""
 _QUEUED_HOPS = 64
 """Output is analysed at the latest when this many hops wait (the pacer's lead is 30)."""
 _IDLE_STEPS = 50
@@ -368,8 +367,8 @@ class EchoGuard:
 
     @property
     def delay_ms(self) -> float | None:
-        locked = int(self._state[kernel.LOCKED])
-        return None if locked < 0 else float(locked * HOP_MS)
+        locked = self.delay_hops
+        return None if locked is None else float(locked * HOP_MS)
 
     # ------------------------------------------------------------ output
 

@@ -15,6 +15,7 @@ step-by-step version, as it held that one. Compiled on first use and cached besi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import TypeVar, cast
@@ -67,6 +68,7 @@ NO_LOCK = 1
 """``audible_step``'s status when there is no lock and acquisition is over."""
 
 
+@functools.cache
 def fft_tables(size: int) -> tuple[Ints, Complex]:
     """The bit-reversed order and the twiddle factors of ``spectrum``'s FFT of ``size`` (a
     power of two)."""
@@ -103,15 +105,21 @@ def spectrum(frame: Floats, window: Floats, order: Ints, twiddles: Complex, out:
 
 
 @_compiled
+def _row_powers(spectrum: Complex, bands_matrix: Floats, band_bins: Ints, out: Floats) -> None:
+    """One spectrum's band powers (``|X|²`` summed over the band's bins, scaled) into ``out``."""
+    for b in range(bands_matrix.shape[1]):
+        total = 0.0
+        for k in range(band_bins[0, b], band_bins[1, b]):
+            value = spectrum[k]
+            total += (value.real * value.real + value.imag * value.imag) * bands_matrix[k, b]
+        out[b] = total
+
+
+@_compiled
 def band_powers(spectra: Complex, bands_matrix: Floats, band_bins: Ints, out: Floats) -> None:
-    """Each row's band powers (``|X|²`` summed over the band's bins, scaled) into ``out``."""
+    """Each row's band powers into ``out`` (``_row_powers``)."""
     for row in range(spectra.shape[0]):
-        for b in range(bands_matrix.shape[1]):
-            total = 0.0
-            for k in range(band_bins[0, b], band_bins[1, b]):
-                value = spectra[row, k]
-                total += (value.real * value.real + value.imag * value.imag) * bands_matrix[k, b]
-            out[row, b] = total
+        _row_powers(spectra[row], bands_matrix, band_bins, out[row])
 
 
 @_compiled
@@ -141,7 +149,6 @@ def write_hops(
             out_mean[b] = math.log10(powers[0, b] + floor)
         state[OUT_MEAN_SET] = 1
     previous = envelope[written % ring].copy()
-    log_powers = np.empty(bands)
     loud_sum = np.empty(bands)
     row_index = 0
     for frame in range(frames.shape[0]):
@@ -164,15 +171,15 @@ def write_hops(
                     power = powers[row_index, b]
                     level = max(power, decay * previous[b])
                     previous[b] = level
-                    log_powers[b] = math.log10(power + floor)
-                    feature = log_powers[b] - out_mean[b]
+                    log_power = math.log10(power + floor)
+                    feature = log_power - out_mean[b]
                     power_ring[row, b] = power
                     envelope[row, b] = level
                     features[row, b] = feature
                     envelope_sum += level
                     energy += feature * feature
                     if audible:
-                        loud_sum[b] += log_powers[b]
+                        loud_sum[b] += log_power
                 envelope_sums[row] = envelope_sum
                 feature_energies[row] = energy
                 if audible:
@@ -289,12 +296,7 @@ def _listen(
     dips at once, rises ≈ 2 dB/s), its log-powers' running mean, and the log-powers minus that
     mean (into ``centred``)."""
     floor = params[POWER_FLOOR]
-    for b in range(mic.shape[0]):
-        total = 0.0
-        for k in range(band_bins[0, b], band_bins[1, b]):
-            value = spectrum[k]
-            total += (value.real * value.real + value.imag * value.imag) * mic_bands[k, b]
-        mic[b] = total
+    _row_powers(spectrum, mic_bands, band_bins, mic)
     noise = band_state[NOISE]
     mean = band_state[MEAN]
     tau = params[TAU]
@@ -400,15 +402,13 @@ def audible_step(
         for i in range(2 * lags + 1):
             averages[r, i] += rate * (latest[i] - averages[r, i])
     if state[STEPS_HEARD] >= warm_up:
-        slow = np.empty(lags)
-        fast = np.empty(lags)
-        for lag in range(lags):
-            slow[lag] = averages[0, lag] / math.sqrt(
-                averages[0, 2 * lags] * averages[0, lags + lag] + 1e-12
-            )
-            fast[lag] = averages[1, lag] / math.sqrt(
-                averages[1, 2 * lags] * averages[1, lags + lag] + 1e-12
-            )
+        correlations = np.empty((2, lags))  # row 0 slow (the lock), row 1 fast (a jump)
+        for r in range(2):
+            for lag in range(lags):
+                correlations[r, lag] = averages[r, lag] / math.sqrt(
+                    averages[r, 2 * lags] * averages[r, lags + lag] + 1e-12
+                )
+        slow, fast = correlations[0], correlations[1]
         # The lock, on the slow correlations: another lag takes over only when clearly better.
         locked = state[LOCKED]
         if locked >= 0 and slow[locked] < params[RELEASE_CORRELATION]:

@@ -414,7 +414,7 @@ class Engine:
         self.auto_respond = setup.auto_respond
         self.coordinator.settings = setup.turns
         self.idle_timeout_s = setup.idle_timeout_s
-        self.tune_listening(
+        self.listening.tune(
             threshold=setup.vad_threshold, prefix_padding_ms=setup.prefix_padding_ms
         )
         if self.settings.output_sample_rate != setup.output_sample_rate:
@@ -428,10 +428,6 @@ class Engine:
         whether its playback reports are exact (a server-side media track)."""
         self.client_pauses_playback = client_pauses
         self.exact_playout = exact
-
-    def tune_listening(self, *, threshold: float | None, prefix_padding_ms: int | None) -> bool:
-        """Per-session VAD threshold and pre-roll (``Listening.tune``)."""
-        return self.listening.tune(threshold=threshold, prefix_padding_ms=prefix_padding_ms)
 
     def item(self, item_id: str) -> ev.Item:
         return self.items.get(item_id)
@@ -979,8 +975,7 @@ class Engine:
         done = response.events.done(
             "failed", error={"type": "server_error", "code": code, "message": message}
         )
-        self._finish(response, done)
-        self._response_finished(response)
+        self._response_finished(response, done)
 
     async def _apologize(self, response: Response) -> None:
         """Say the role's failure message in a spoken answer (never in text only); a TTS that
@@ -1238,8 +1233,10 @@ class Engine:
         if self.on_turn_end is not None:
             self.on_turn_end()
 
-    def _response_finished(self, response: Response) -> None:
-        self._finish(response)  # also a response that failed or had nothing to answer
+    def _response_finished(
+        self, response: Response, done: list[ev.ServerEvent] | None = None
+    ) -> None:
+        self._finish(response, done)  # also a response that failed or had nothing to answer
         # Its audio has played out (the client may have said so before real time had passed).
         self.echo_path.played_out(self.clock())
         self.coordinator.on_response_done(response.generation, self.clock())

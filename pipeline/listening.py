@@ -71,6 +71,8 @@ class Listening:
         events = await self.vad.process(pcm)
         events, voiced = self.echo_path.gated(events, self.vad.voiced, judgement, now)
         now = self.clock()
+        if not events:  # the usual frame
+            return Heard(now, (), voiced)
         at = tuple((e.kind, now - (self.vad_ms - e.at_ms) / 1000.0) for e in events)
         return Heard(now, at, voiced)
 

@@ -135,10 +135,9 @@ class TurnContextReader:
             return None
         # Rule 3: asyncio.wait would still go round the loop (under load every round waits
         # behind every other session's frames).
-        done = {read} if read.done() else None
-        if done is None:
-            done, _ = await asyncio.wait({read}, timeout=self.settings.memory_read_timeout_s)
-        if not done:
+        if not read.done():
+            await asyncio.wait({read}, timeout=self.settings.memory_read_timeout_s)
+        if not read.done():
             read.cancel()
             log.warning("memory read timed out; the turn goes on without memory")
             return None

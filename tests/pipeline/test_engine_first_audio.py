@@ -15,7 +15,7 @@ from journal.events import ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins, loop_time
 from pipeline.events import ServerEvent
-from plugins.contracts import BrainDelta, BrainInput
+from plugins.contracts import Brain, BrainDelta, BrainInput
 from plugins.fakes import FakeASR, FakeTTS
 from plugins.vad.energy import EnergyVAD
 from tests.pipeline.test_engine_hold import Sink, until
@@ -37,10 +37,12 @@ class SlowModelBrain:
         yield BrainDelta(text="the meeting moved to Friday.")
 
 
-async def first_audio_after(speak_now: bool) -> tuple[float, list[str]]:
-    sink, tts = Sink(), FakeTTS(ms_per_char=20)
-    engine = Engine(
-        plugins=Plugins(EnergyVAD(), FakeASR(["hi"]), SlowModelBrain(speak_now=speak_now), tts),
+def typed_engine(
+    brain: Brain, sink: Sink, *, tts: FakeTTS | None = None, memory: InstantMemory | None = None
+) -> Engine:
+    """An engine on virtual time for typed turns with ``brain``."""
+    return Engine(
+        plugins=Plugins(EnergyVAD(), FakeASR(["hi"]), brain, tts or FakeTTS()),
         sink=sink,
         journal=InMemoryJournalStore(),
         thread=ThreadRef("t", "u", "th"),
@@ -48,7 +50,13 @@ async def first_audio_after(speak_now: bool) -> tuple[float, list[str]]:
         voice_session_id="vs_first",
         settings=EngineSettings(),
         clock=asyncio.get_running_loop().time,
+        memory=memory,
     )
+
+
+async def first_audio_after(speak_now: bool) -> tuple[float, list[str]]:
+    sink, tts = Sink(), FakeTTS(ms_per_char=20)
+    engine = typed_engine(SlowModelBrain(speak_now=speak_now), sink, tts=tts)
     try:
         asked = asyncio.get_running_loop().time()
         engine.push_text("when is the meeting?")
@@ -84,16 +92,7 @@ async def test_the_first_sentence_is_spoken_before_a_fast_brain_writes_the_rest(
     faster than the loop turns had every text delta written before the first audio (0.7–1.3 ms
     of a 2.5 ms turn in ``benchmarks.turn_overhead``)."""
     sink = Sink()
-    engine = Engine(
-        plugins=Plugins(EnergyVAD(), FakeASR(["hi"]), InstantBrain(), FakeTTS()),
-        sink=sink,
-        journal=InMemoryJournalStore(),
-        thread=ThreadRef("t", "u", "th"),
-        persona=Persona("Be brief."),
-        voice_session_id="vs_fast",
-        settings=EngineSettings(),
-        clock=asyncio.get_running_loop().time,
-    )
+    engine = typed_engine(InstantBrain(), sink)
     try:
         engine.push_text("hello")
         await until(sink, "response.done")
@@ -166,17 +165,7 @@ async def test_a_turn_goes_round_the_loop_few_times_before_its_first_audio() -> 
                 counter.running = False
 
     sink = CountingSink()
-    engine = Engine(
-        plugins=Plugins(EnergyVAD(), FakeASR(["hi"]), InstantBrain(), FakeTTS()),
-        sink=sink,
-        journal=InMemoryJournalStore(),
-        thread=ThreadRef("t", "u", "th"),
-        persona=Persona("Be brief."),
-        voice_session_id="vs_rounds",
-        settings=EngineSettings(),
-        clock=asyncio.get_running_loop().time,
-        memory=InstantMemory(),
-    )
+    engine = typed_engine(InstantBrain(), sink, memory=InstantMemory())
     try:
         engine.push_text("hello")
         asyncio.get_running_loop().call_soon(counter.tick)
