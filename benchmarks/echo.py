@@ -72,7 +72,8 @@ import numpy.typing as npt
 from benchmarks.common import emit, percentile
 from benchmarks.speech_data import audible_span, seed_speech_synthesis, warm_up
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample
-from pipeline.echo import EchoGate, EchoGuard, EchoJudgement, EchoSettings
+from pipeline.echo import EchoGuard, EchoJudgement, EchoSettings
+from pipeline.echo_gate import EchoGate
 from pipeline.turns import Interrupt, TurnCoordinator, TurnSettings, TurnState, UserSpeechStarted
 from plugins.contracts import TTS, VADEvent, VADEventKind
 from plugins.tts import create_tts

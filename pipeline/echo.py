@@ -6,7 +6,8 @@ A laptop without echo cancellation plays the answer on its speaker and hears it 
 microphone: delayed (the client's playout buffer, the audio devices, the room), quieter (−6 to
 −30 dB), coloured (a small speaker, reverberation) and mixed with noise. Without a guard the VAD
 hears a voice and the coordinator interrupts the answer with its own echo (TT-4). Two pieces,
-both sans-I/O (inputs are calls carrying ``now``, nothing awaits or reads a clock):
+both sans-I/O (inputs are calls carrying ``now``, nothing awaits or reads a clock): the guard
+here, the gate in ``pipeline/echo_gate.py``.
 
 ``EchoGuard`` compares the microphone with the output actually sent and judges every microphone
 frame: is there sound the echo of that output does not explain? It works on band powers (24
@@ -14,10 +15,10 @@ mel-spaced bands, 200 Hz–7 kHz, 32 ms Hann windows), not waveforms: band power
 speaker's filtering, the room and a few milliseconds of misalignment, where a waveform canceller
 needs a long adaptive filter and seconds to converge.
 
-``EchoGate`` sits between the VAD and the ``TurnCoordinator``: it passes the VAD's decisions on
-while nothing is playing, holds back speech that is only echo, and starts speech itself when a
-person talks over the echo, so a barge-in is still detected while the VAD is already "in speech"
-because of the echo.
+``EchoGate`` (``pipeline/echo_gate.py``) sits between the VAD and the ``TurnCoordinator``: it
+passes the VAD's decisions on while nothing is playing, holds back speech that is only echo, and
+starts speech itself when a person talks over the echo, so a barge-in is still detected while the
+VAD is already "in speech" because of the echo.
 
 Rule 1 — one timeline. Positions count microphone samples (16 kHz) as ``judge`` receives them:
 ``judge`` must see every microphone frame, in order, even while the microphone is paused for
@@ -61,17 +62,6 @@ no lock comes within ``acquire_ms`` of audible output, there is no echo to guard
 every frame is near-end until a lock comes. With nothing audible in the delay range, every frame
 is near-end.
 
-Rule 5 — the gate. The gate follows the VAD's own speech state and is in one of three states
-(``GATE_TRANSITIONS``): QUIET (the VAD hears no speech), ECHO (the VAD hears speech that was
-held back as echo), OPEN (speech was passed on). A frame is *near* when the VAD calls it voiced
-and the guard calls it near-end. The VAD's SPEECH_START passes (OPEN) when no frame since the
-speech began had output audible, or when the near frames since then add up to ``confirm_ms``;
-otherwise it is held (ECHO). In ECHO, near frames adding up to ``confirm_ms`` within
-``confirm_window_ms`` start speech at the first of them (OPEN). The VAD's SPEECH_END closes
-(QUIET; passed on only from OPEN). In OPEN with output audible, ``release_ms`` without a near
-frame ends the speech at the last near frame (back to ECHO). The voiced flag the coordinator sees
-is the near flag: echo frames never hold a barge-in candidate alive.
-
 Cost: a step with output audible in the delay range is one call of ``echo_kernel.audible_step`` —
 its 512-point FFT and Rules 3 and 4 compiled by numba (it was about 60 small numpy calls, whose
 fixed cost, not the arithmetic, was most of it: a third of a conversing session's CPU). An idle
@@ -87,19 +77,18 @@ Measured on the 2-vCPU VM (µs per 20 ms while output plays, ``judge`` + ``playe
 300 ms lead): 89 with the numpy step, 25 compiled (2026-12-05); idle 11. ``warm_up`` compiles the
 kernel (≈3 s, 0.15 s from numba's cache) before a server takes sessions.
 
-Wiring (the engine): ``guard.played(frame, now)`` where the pacer sends a response's audio;
-``judgement = guard.judge(pcm, now)`` first thing for every microphone frame; the VAD's events
-and voiced flag go through ``gate.feed(events, voiced, judgement)`` and ``gate.voiced`` before
-they reach the coordinator; ``gate.reset()`` wherever the VAD is reset; ``guard.stop(now)`` when a
-response is interrupted (its playback is cleared); ``guard.pause(now)``/``guard.resume(now)``
-when an answer is held and resumed; ``guard.reset()`` only for a new audio path.
+Wiring (``pipeline/echo_path.py`` for the engine): ``guard.played(frame, now)`` where the pacer
+sends a response's audio; ``judgement = guard.judge(pcm, now)`` first thing for every microphone
+frame; the VAD's events and voiced flag go through ``gate.feed(events, voiced, judgement)`` and
+``gate.voiced`` before they reach the coordinator; ``gate.reset()`` wherever the VAD is reset;
+``guard.stop(now)`` when a response is interrupted (its playback is cleared);
+``guard.pause(now)``/``guard.resume(now)`` when an answer is held and resumed; ``guard.reset()``
+only for a new audio path.
 """
 
 from __future__ import annotations
 
-import enum
 import math
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -109,7 +98,6 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from pipeline import echo_kernel as kernel
 from plugins.audio import INPUT_SAMPLE_RATE, PCM
-from plugins.contracts import VADEvent, VADEventKind
 
 Floats = npt.NDArray[np.float64]
 Samples = Floats | PCM
@@ -715,171 +703,9 @@ def _with_samples(judgement: EchoJudgement, samples: int) -> EchoJudgement:
     )
 
 
-# ---------------------------------------------------------------- the gate
-
-
-class GateState(enum.Enum):
-    QUIET = "quiet"
-    ECHO = "echo"
-    OPEN = "open"
-
-
-class GateTrigger(enum.Enum):
-    VAD_START_NEAR = "vad_start_near"
-    VAD_START_ECHO = "vad_start_echo"
-    CONFIRMED = "confirmed"
-    RELEASED = "released"
-    VAD_END = "vad_end"
-
-
-_S, _T = GateState, GateTrigger
-GATE_TRANSITIONS: dict[tuple[GateState, GateTrigger], GateState] = {
-    (_S.QUIET, _T.VAD_START_NEAR): _S.OPEN,
-    (_S.QUIET, _T.VAD_START_ECHO): _S.ECHO,
-    (_S.ECHO, _T.CONFIRMED): _S.OPEN,
-    (_S.ECHO, _T.VAD_END): _S.QUIET,
-    (_S.OPEN, _T.RELEASED): _S.ECHO,
-    (_S.OPEN, _T.VAD_END): _S.QUIET,
-}
-del _S, _T
-
-
-@dataclass(frozen=True, slots=True)
-class _Frame:
-    start: int
-    samples: int
-    near: bool
-    reference: bool
-
-
-class EchoGate:
-    """VAD decisions with the echo taken out, for the coordinator (Rule 5).
-
-    Positions are the VAD's (samples fed to it, counting on through its resets): ``feed`` must be
-    called once for every frame the VAD processes, with that frame's judgement.
-    """
-
-    def __init__(
-        self,
-        *,
-        confirm_ms: float = 120.0,
-        confirm_window_ms: float = 200.0,
-        release_ms: float = 400.0,
-    ) -> None:
-        self.confirm_ms = confirm_ms
-        self.confirm_window_ms = confirm_window_ms
-        self.release_ms = release_ms
-        self._position = 0
-        self._history: deque[_Frame] = deque()
-        self._history_ms = max(confirm_window_ms, 2_000.0)
-        self.state = GateState.QUIET
-        self._speech_at = 0  # where the VAD's current speech began
-        self._last_near_end: int | None = None
-        self.voiced = False
-        """The voiced flag for the coordinator: the VAD's, on near-end frames only."""
-
-    @property
-    def holding(self) -> bool:
-        """The VAD's current speech began as possible echo and is not confirmed yet."""
-        return self.state is GateState.ECHO
-
-    def reset(self) -> None:
-        """The VAD was reset: its speech state is gone (positions keep counting)."""
-        self.state = GateState.QUIET
-        self._history.clear()
-        self._last_near_end = None
-        self.voiced = False
-
-    def feed(
-        self, events: Sequence[VADEvent], voiced: bool, judgement: EchoJudgement
-    ) -> list[VADEvent]:
-        """One frame: the VAD's events and voiced flag for it, and the guard's judgement of it.
-        Returns the events the coordinator should see."""
-        start = self._position
-        samples = judgement.samples
-        self._position += samples
-        near = voiced and judgement.near_end
-        self.voiced = near
-        self._remember(_Frame(start, samples, near, judgement.reference))
-        out: list[VADEvent] = []
-        if near:
-            self._last_near_end = self._position
-        for event in events:
-            at = round(event.at_ms * INPUT_SAMPLE_RATE / 1000.0)
-            if event.kind is VADEventKind.SPEECH_START:
-                if self.state is not GateState.QUIET:
-                    continue  # cannot happen with a VAD that alternates; ignore
-                self._speech_at = at
-                if self._passes(at):
-                    self._move(GateTrigger.VAD_START_NEAR)
-                    out.append(event)
-                else:
-                    self._move(GateTrigger.VAD_START_ECHO)
-            elif self.state is not GateState.QUIET:
-                opened = self.state is GateState.OPEN
-                self._move(GateTrigger.VAD_END)
-                if opened:
-                    out.append(event)
-        if self.state is GateState.ECHO:
-            first = self._confirmed()
-            if first is not None:
-                self._move(GateTrigger.CONFIRMED)
-                out.append(VADEvent(VADEventKind.SPEECH_START, _ms(first)))
-        elif self.state is GateState.OPEN and judgement.reference:
-            last = self._last_near_end
-            if last is None or _ms(self._position - last) >= self.release_ms:
-                self._move(GateTrigger.RELEASED)
-                end = last if last is not None else start
-                out.append(VADEvent(VADEventKind.SPEECH_END, _ms(end)))
-        return out
-
-    def _remember(self, frame: _Frame) -> None:
-        history = self._history
-        history.append(frame)
-        horizon = frame.start + frame.samples - self._history_ms * INPUT_SAMPLE_RATE / 1000.0
-        while history and history[0].start + history[0].samples < horizon:
-            history.popleft()
-
-    def _passes(self, at: int) -> bool:
-        """A VAD speech start at ``at`` is near-end speech: echo-free, or confirmed."""
-        since = [f for f in self._history if f.start + f.samples > at]
-        if not any(f.reference for f in since):
-            return True
-        return _ms(sum(f.samples for f in since if f.near)) >= self.confirm_ms
-
-    def _confirmed(self) -> int | None:
-        """Start of the first near frame, if near frames within the confirmation window (and
-        inside the VAD's speech) add up to ``confirm_ms``."""
-        window_start = self._position - self.confirm_window_ms * INPUT_SAMPLE_RATE / 1000.0
-        near = [
-            f
-            for f in self._history
-            if f.near and f.start >= window_start and f.start + f.samples > self._speech_at
-        ]
-        if _ms(sum(f.samples for f in near)) < self.confirm_ms:
-            return None
-        return max(near[0].start, self._speech_at)
-
-    def _move(self, trigger: GateTrigger) -> None:
-        target = GATE_TRANSITIONS.get((self.state, trigger))
-        if target is None:
-            raise RuntimeError(f"echo gate: {trigger.value} is not allowed in {self.state.value}")
-        self.state = target
-        if trigger in (GateTrigger.CONFIRMED, GateTrigger.VAD_START_NEAR):
-            self._last_near_end = self._position
-
-
-def _ms(samples: float) -> float:
-    return samples * 1000.0 / INPUT_SAMPLE_RATE
-
-
 __all__ = [
-    "GATE_TRANSITIONS",
-    "EchoGate",
     "EchoGuard",
     "EchoJudgement",
     "EchoSettings",
-    "GateState",
-    "GateTrigger",
     "warm_up",
 ]

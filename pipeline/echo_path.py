@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM
-from pipeline.echo import EchoGate, EchoGuard, EchoJudgement, EchoSettings, no_reference
+from pipeline.echo import EchoGuard, EchoJudgement, EchoSettings, no_reference
+from pipeline.echo_gate import EchoGate
 from plugins.contracts import VADEvent
 
 ECHO_STREAM_GAP_S = 0.25

@@ -13,16 +13,8 @@ import numpy.typing as npt
 import pytest
 
 from pipeline import echo_kernel
-from pipeline.echo import (
-    GATE_TRANSITIONS,
-    EchoGate,
-    EchoGuard,
-    EchoJudgement,
-    EchoSettings,
-    GateState,
-    GateTrigger,
-    warm_up,
-)
+from pipeline.echo import EchoGuard, EchoJudgement, EchoSettings, warm_up
+from pipeline.echo_gate import GATE_TRANSITIONS, EchoGate, GateState, GateTrigger
 from pipeline.turns import Interrupt, TurnCoordinator, TurnSettings
 from plugins.audio import PCM
 from plugins.contracts import VADEvent, VADEventKind
