@@ -44,14 +44,16 @@ class StageBrain:
 
 
 class FlakyJournal:
-    """Fails the next ``fail_next`` appends with the journal being unreachable."""
+    """Fails the next ``fail_next`` appends (of events of kind ``only``, if given) with the
+    journal being unreachable."""
 
-    def __init__(self, convo: Conversation) -> None:
+    def __init__(self, convo: Conversation, *, only: EventKind | None = None) -> None:
         self.store = convo.store
         self.fail_next = 0
+        self.only = only
 
     async def append(self, thread: ThreadRef, events: Sequence[NewEvent], **kw: Any) -> Any:
-        if self.fail_next:
+        if self.fail_next and (self.only is None or any(e.kind is self.only for e in events)):
             self.fail_next -= 1
             raise JournalUnavailable("the journal is down (scripted)")
         return await self.store.append(thread, events, **kw)

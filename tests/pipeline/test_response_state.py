@@ -6,17 +6,15 @@ answer."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
 
 import pytest
 
-from journal.errors import JournalUnavailable
-from journal.events import EventKind, NewEvent, ThreadRef
+from journal.events import EventKind
 from pipeline.response import RESPONSE_TRANSITIONS, Response, ResponseState, ResponseTrigger
 from pipeline.response_events import ResponseEvents
 from plugins.fakes import FakeBrain, Faults
 from tests.conversation_harness import Conversation, conversation
+from tests.pipeline.test_engine_failures import FlakyJournal
 from tests.virtual_time import in_virtual_time
 
 S, T = ResponseState, ResponseTrigger
@@ -51,23 +49,6 @@ def test_a_move_the_table_does_not_hold_is_an_error() -> None:
             r.move(trigger)
 
 
-class RecordFails:
-    """A journal whose next write of an answer's record fails (the person's input is kept)."""
-
-    def __init__(self, convo: Conversation) -> None:
-        self.store = convo.store
-        self.armed = True
-
-    async def append(self, thread: ThreadRef, events: Sequence[NewEvent], **kw: Any) -> Any:
-        if self.armed and any(e.kind is EventKind.ASSISTANT_OUTPUT for e in events):
-            self.armed = False
-            raise JournalUnavailable("the journal is down (scripted)")
-        return await self.store.append(thread, events, **kw)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
-
-
 def dones(convo: Conversation) -> Counter[str]:
     return Counter(r["response"]["id"] for r in convo.events("response.done"))
 
@@ -89,7 +70,9 @@ async def test_every_response_has_one_done_and_one_end_of_turn_however_it_ends()
         await convo.until("response.done")
         await convo.silence(ms=3_000)
         # The answer's record fails: one failed done.
-        convo.engine.journal = RecordFails(convo)  # type: ignore[assignment]
+        journal = FlakyJournal(convo, only=EventKind.ASSISTANT_OUTPUT)
+        journal.fail_next = 1
+        convo.engine.journal = journal  # type: ignore[assignment]
         await convo.say("first question", ms=600)
         await convo.until("response.done")
         await convo.silence(ms=3_000)
