@@ -8,6 +8,8 @@ one line of text (what a prompt shows), in the thread's language:
   prefix the user heard, marked with `` …``
 - tool call: ``工具调用:name {arguments}`` / ``Tool call: name {arguments}``
 - tool result: ``工具结果(name):content`` / ``Tool result (name): content``
+- a private tool's call and result (``private: true``, kept without their text: ``confide``)
+  are not rendered
 - a verified summary (from a checkpoint, see ``journal/checkpoints.py``):
   ``早前对话摘要:…`` / ``Summary of earlier conversation: …``
 
@@ -71,6 +73,8 @@ def event_turn(event: JournalEvent) -> HistoryTurn | None:
         interrupted = bool(payload.get("interrupted"))
         text = one_line(str(payload.get("heard_text" if interrupted else "text", "")))
         return HistoryTurn("assistant", text, interrupted=interrupted) if text else None
+    if payload.get("private") is True:
+        return None  # a private tool's call or result: kept without its text, shown as nothing
     if event.kind is EventKind.TOOL_CALL:
         name = one_line(str(payload.get("name", "")))
         arguments = one_line(_as_text(payload.get("arguments", {})))

@@ -11,7 +11,9 @@ A learning run (``memory/learning_runs.py``) names a thread and a journal positi
    ``run.up_to_seq`` (at most ``MAX_EVIDENCE_EVENTS``, the newest kept), each as an
    ``EvidenceItem`` whose ``speaker`` code decides: ``person`` only for a ``user_input`` the
    person typed or said (source ``voice`` or ``text``) that was not deleted in the evidence;
-   ``agent`` for the agent's words, ``confide`` for what the agent said through ``confide``,
+   ``agent`` for the agent's words, ``confide`` for what the agent said through ``confide``
+   (the journal keeps that call without its text: it is read from the sealed confession kept
+   at the call's journal position, ``runtime/confide.py`` rule 5),
    ``tool`` for tool calls and results, ``notice`` for everything the system wrote (memory
    notes, summaries, deleted/truncated markers). Only a person's words are a person's words.
 2. No person's words in the evidence: nothing can be learned, and no model is called (an agent
@@ -171,8 +173,12 @@ class LearningRequest:
 # ------------------------------------------------------------------ evidence (rule 1)
 
 
-def evidence_of(events: Sequence[JournalEvent]) -> list[EvidenceItem]:
-    """The events as evidence items, the speaker decided by code (rule 1)."""
+def evidence_of(
+    events: Sequence[JournalEvent], confided: Mapping[int, str] | None = None
+) -> list[EvidenceItem]:
+    """The events as evidence items, the speaker decided by code (rule 1); ``confided``: the
+    thread's sealed confessions by the journal position of their call."""
+    confided = confided or {}
     deleted = {
         str(e.payload.get("item_id"))
         for e in events
@@ -193,12 +199,16 @@ def evidence_of(events: Sequence[JournalEvent]) -> list[EvidenceItem]:
             text = str(payload["heard_text"] if interrupted else payload.get("text", ""))
         elif event.kind is EventKind.TOOL_CALL:
             arguments = payload.get("arguments")
-            if payload.get("name") == CONFIDE_TOOL and isinstance(arguments, dict):
-                speaker, text = "confide", str(arguments.get("text", ""))
+            if payload.get("name") == CONFIDE_TOOL and payload.get("private") is True:
+                speaker, text = "confide", confided.get(event.seq, "")
+            elif payload.get("name") == CONFIDE_TOOL and isinstance(arguments, dict):
+                speaker, text = "confide", str(arguments.get("text", ""))  # kept before sealing
             else:
                 speaker = "tool"
                 text = f"{payload.get('name', '')}({json.dumps(arguments, ensure_ascii=False)})"
         elif event.kind is EventKind.TOOL_RESULT:
+            if payload.get("private") is True:
+                continue  # a private tool's answer (the confessor's): kept without its text
             speaker, text = "tool", f"{payload.get('name', '')}: {payload.get('content', '')}"
         else:
             speaker, text = "notice", str(payload.get("text", payload.get("op", event.kind)))
@@ -568,10 +578,20 @@ class RoleLearningProcedure:
             await self.before_reading(run)
         thread = ThreadRef(run.tenant, run.user, run.thread_id)
         start = max(after_seq, run.up_to_seq - MAX_EVIDENCE_EVENTS)
-        events = await self.journal.read(
-            thread, after_seq=start, limit=max(0, run.up_to_seq - start)
-        )
-        return evidence_of([e for e in events if e.seq <= run.up_to_seq])
+        events = [
+            e
+            for e in await self.journal.read(
+                thread, after_seq=start, limit=max(0, run.up_to_seq - start)
+            )
+            if e.seq <= run.up_to_seq
+        ]
+        confided: dict[int, str] = {}
+        if any(e.kind is EventKind.TOOL_CALL and e.payload.get("private") for e in events):
+            for confession in await self.records.confessions(run.tenant, run.thread_id):
+                if confession.seq > start:
+                    joined = f"{confided.get(confession.seq, '')} {confession.text}"
+                    confided[confession.seq] = joined.strip()
+        return evidence_of(events, confided)
 
     async def learn(
         self,

@@ -279,6 +279,7 @@ class Engine:
             append=self._append,
             new_item_id=self._new_item_id,
             gate=tool_gate,
+            private=frozenset(t.name for t in tool_specs if t.private),
         )
         self._last_input = ""
         self._last_input_seq: int | None = None

@@ -14,6 +14,10 @@ Rule 2. Every call and result of a response that joins the conversation is journ
         out-of-band response's are shown and not kept.
 Rule 3. An MCP call that was approved and ran before the response (the person answered the
         gate's question) is the response's first output item, with the approval it ran on.
+Rule 4. A private tool's call and result (``ToolSpec.private``: ``confide``) are journaled
+        without what it was given and what it answered — ``arguments`` ``{}``, ``content``
+        ``""`` and ``private: true`` — because the tool keeps them itself, sealed: nothing at
+        rest holds them in plaintext. The live client is still shown them.
 """
 
 from __future__ import annotations
@@ -44,8 +48,11 @@ class ToolRecord:
         append: Append,
         new_item_id: Callable[[], str],
         gate: ToolGateHook | None,
+        private: frozenset[str] = frozenset(),
     ) -> None:
         self.items = items
+        self.private = private
+        """The private tools' names (Rule 4)."""
         self.send = send
         self.send_all = send_all
         self.append = append
@@ -88,8 +95,9 @@ class ToolRecord:
                 await self.append(
                     f"{prefix}:tool_call:{call.call_id}",
                     EventKind.TOOL_CALL,
-                    {"call_id": call.call_id, "name": call.name, "arguments": call.arguments,
-                     "item_id": item_id, **self.decision_fields(call.call_id)},
+                    {"call_id": call.call_id, "name": call.name, "item_id": item_id,
+                     **self._kept(call.name, "arguments", call.arguments),
+                     **self.decision_fields(call.call_id)},
                 )  # fmt: skip
         elif delta.tool_result is not None and in_conversation:
             result = delta.tool_result
@@ -125,9 +133,15 @@ class ToolRecord:
         await self.append(
             f"{prefix}:tool_result:{result.call_id}",
             EventKind.TOOL_RESULT,
-            {"call_id": result.call_id, "name": result.name, "content": result.content,
-             "is_error": result.is_error, "item_id": item_id},
+            {"call_id": result.call_id, "name": result.name, "is_error": result.is_error,
+             "item_id": item_id, **self._kept(result.name, "content", result.content)},
         )  # fmt: skip
+
+    def _kept(self, tool: str, key: str, value: Any) -> dict[str, Any]:
+        """What the journal keeps of a call's arguments or a result's content (Rule 4)."""
+        if tool not in self.private:
+            return {key: value}
+        return {key: {} if key == "arguments" else "", "private": True}
 
     async def _mcp_result(self, response: Response, result: ToolResult, prefix: str) -> None:
         """An MCP call answered: its output item is done with the output or the error."""

@@ -103,6 +103,9 @@ class ToolSpec:
     parameters: dict[str, Any]
     read_only: bool = False
     """No effects outside the answer (a search): it may run before the turn is committed."""
+    private: bool = False
+    """What it is given and answers is kept only by the tool, sealed (``confide``): the journal
+    keeps the call and its result without them (``pipeline.tool_record`` Rule 4)."""
 
 
 ToolChoiceMode = Literal["auto", "none", "required", "function"]

@@ -20,6 +20,10 @@ Theory of operation
    marked open here and closed by the session when the turn ends.
 4. The handler never raises for memory's failures: the agent always gets an answer. Logs carry
    no confession text (STYLE 12).
+5. The confession rests only in ``role_memory_confessions``, sealed (seeds/000: 告解加密保存):
+   the tool is ``private``, so the journal keeps the call and the answer without their text
+   (``pipeline.tool_record`` Rule 4), and learning reads the confession from its table by the
+   call's journal position (``memory.role_learning`` rule 1).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ TOOL_SPEC = ToolSpec(
         "required": ["text"],
         "additionalProperties": False,
     },
+    private=True,  # the journal keeps no copy: the confession is sealed in its own table
 )
 
 CALM_ANSWERS = {

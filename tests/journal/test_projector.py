@@ -51,6 +51,21 @@ def lines(result: ProjectedContext) -> list[str]:
 # ----------------------------------------------------------------------------- format
 
 
+def test_a_private_tools_call_and_result_are_not_shown() -> None:
+    """``confide``'s call and answer are journaled without their text (``pipeline.tool_record``
+    Rule 4): the brain is shown neither, and the turn around them is whole."""
+    private = {"call_id": "c1", "name": "confide", "arguments": {}, "private": True}
+    events = [
+        said("u1", "Book me a table."),
+        NewEvent("c", EventKind.TOOL_CALL, private),
+        NewEvent("r", EventKind.TOOL_RESULT,
+                 {"call_id": "c1", "name": "confide", "content": "", "private": True}),
+        answered("a1", "Done."),
+    ]  # fmt: skip
+    result = project(events, budget=1000)
+    assert lines(result) == ["User: Book me a table.", "Assistant: Done."]
+
+
 def test_renders_oldest_to_newest_in_the_seed_format() -> None:
     events = [
         said("u1", "我刚签收了星河商店的商品,想退货。"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from accounts.model import Principal
 from journal.events import EventKind, NewEvent, ThreadRef
 from memory.learning_runs import InMemoryLearningRunStore, RunState
 from memory.pool import Reader
@@ -24,10 +25,12 @@ from runtime.config import Settings
 from runtime.roles import Role, RoleOverrides, default_role
 from runtime.server import running_server
 from runtime.services import Services, open_services
+from tests.postgres import postgres_url, truncate_all
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.role_memory_fakes import ScriptedMemoryModel
 
 THREAD = ThreadRef("t", "u1", "th")
+__all__ = ["postgres_url"]
 
 
 @pytest.fixture
@@ -188,15 +191,14 @@ async def test_empty_text_is_a_readable_error_and_keeps_nothing(services: Servic
 class ConfidingBrain:
     """Confides in its first round, then answers in words (the tool loop's second round)."""
 
-    def __init__(self) -> None:
+    def __init__(self, confession: str = "I suggested a steakhouse.") -> None:
         self.requests: list[BrainInput] = []
+        self.confession = confession
 
     async def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
         self.requests.append(request)
         if not request.tool_calls and any(t.name == "confide" for t in request.tools):
-            yield BrainDelta(
-                tool_call=ToolCall("c1", "confide", {"text": "I suggested a steakhouse."})
-            )
+            yield BrainDelta(tool_call=ToolCall("c1", "confide", {"text": self.confession}))
             return
         yield BrainDelta(text="Sorry, I suggested meat. Here is a vegan place instead.")
 
@@ -252,8 +254,14 @@ async def test_a_text_turn_whose_brain_confides_keeps_the_confession_and_learns(
         assert confession.text == "I suggested a steakhouse."
         assert confession.answered_by == "memory_model"
         ref = ThreadRef(principal.tenant, principal.user, thread_id)
-        kinds = [e.kind for e in await services.journal.read(ref)]
+        events = await services.journal.read(ref)
+        kinds = [e.kind for e in events]
         assert kinds[:3] == [EventKind.USER_INPUT, EventKind.TOOL_CALL, EventKind.TOOL_RESULT]
+        # The journal keeps the call and the confessor's answer without their text (rule 5).
+        call, answer = events[1].payload, events[2].payload
+        assert call["arguments"] == {} and call["private"] is True
+        assert answer["content"] == "" and answer["private"] is True
+        assert "steakhouse" not in json.dumps([e.payload for e in events])
 
         store = services.learning_runs
         assert isinstance(store, InMemoryLearningRunStore)
@@ -273,6 +281,9 @@ async def test_a_text_turn_whose_brain_confides_keeps_the_confession_and_learns(
         assert await services.pool.read_visible(principal.tenant, role.id, other) == []
         purposes = [c.purpose for c in await services.role_records.calls(principal.tenant, role.id)]
         assert purposes == ["confide", "learn"]
+        # Learning read the confession from its sealed table, as a hint of where to look.
+        learned = json.dumps(model.calls[-1]["messages"], ensure_ascii=False)
+        assert "I suggested a steakhouse." in learned
 
 
 async def test_while_the_journal_is_unreachable_the_confession_is_kept_and_nothing_learned(
@@ -298,3 +309,74 @@ async def test_while_the_journal_is_unreachable_the_confession_is_kept_and_nothi
     (confession,) = await services.role_records.confessions(THREAD.tenant, THREAD.thread_id)
     assert confession.seq == 0
     assert runs(services) == []
+
+
+MARKER = "Marker-5c1e: I told them the wrong gate"
+"""A confession no table may hold in plaintext (seeds/000: 告解加密保存)."""
+
+
+async def plaintext_rows(pool: Any, marker: str) -> dict[str, int]:
+    """Every table of the public schema whose rows, read as text, hold ``marker``."""
+    found: dict[str, int] = {}
+    async with pool.acquire() as conn:
+        tables = await conn.fetch(
+            "SELECT quote_ident(tablename) AS name FROM pg_tables WHERE schemaname = 'public'"
+        )
+        for table in tables:
+            name = table["name"]
+            count = await conn.fetchval(
+                f"SELECT count(*) FROM {name} AS t WHERE t::text LIKE '%' || $1 || '%'", marker
+            )
+            if count:
+                found[name] = count
+    return found
+
+
+async def test_no_table_holds_a_confession_in_plaintext(postgres_url: str, tmp_path: Path) -> None:
+    settings = Settings(
+        port=0, data_dir=tmp_path, storage="postgres", database_url=postgres_url,
+        knowledge_semantic=False,
+    )  # fmt: skip
+    async with running_server(
+        settings, plugins=fake_plugins(brain=ConfidingBrain(MARKER))
+    ) as server:
+        services = server.services
+        assert services.database is not None
+        pool = services.database.pool
+        await truncate_all(pool)
+        principal = Principal("local", "local-user")  # the tables were emptied: its token again
+        await services.accounts.add_token(principal, server.token)
+        role = await default_role(services.roles, principal.tenant)
+        model = RoleMemoryModel(provider_charges=False)
+        services.memory_models["m"] = model
+        await services.role_records.put_settings(
+            principal.tenant, role.id, RoleMemorySettings(memory_model="m"), expected=0
+        )
+        async with RealtimeClient(server.ws_url, server.token) as client:
+            await client.connect()
+            await client.send_text("I'm vegan, by the way. Where should we eat?")
+            done = await client.wait_type("response.done", timeout=30)
+            thread_id = client.session["thread_id"]
+        assert done["response"]["status"] == "completed"
+        (confession,) = await services.role_records.confessions(principal.tenant, thread_id)
+        assert confession.text == MARKER  # kept, and readable through its store
+        assert await plaintext_rows(pool, MARKER) == {}
+        assert await plaintext_rows(pool, "Tell them plainly") == {}  # nor the answer
+
+        # A journal written before Rule 4 held both in plaintext: the migration takes them out.
+        ref = ThreadRef(principal.tenant, principal.user, thread_id)
+        await services.journal.append(
+            ref,
+            [
+                NewEvent("old-call", EventKind.TOOL_CALL,
+                         {"call_id": "c0", "name": "confide", "arguments": {"text": MARKER}}),
+                NewEvent("old-answer", EventKind.TOOL_RESULT,
+                         {"call_id": "c0", "name": "confide", "content": "Tell them plainly."}),
+            ],
+        )  # fmt: skip
+        assert set(await plaintext_rows(pool, MARKER)) == {"journal_events"}
+        migration = Path(__file__).parents[2] / "journal/migrations/0005_private_tool_payloads.sql"
+        async with pool.acquire() as conn:
+            await conn.execute(migration.read_text())
+        assert await plaintext_rows(pool, MARKER) == {}
+        assert await plaintext_rows(pool, "Tell them plainly") == {}
