@@ -61,7 +61,6 @@ import numpy as np
 
 from benchmarks.common import emit, percentile
 from knowledge.base import KnowledgeBase, KnowledgeLimits
-from knowledge.embedding import REFERENCE_LANGUAGES, E5Embedder, to_bytes
 from knowledge.retrieval import (
     CROSS_LANGUAGE_MARGIN,
     CROSS_LANGUAGE_PARTIAL,
@@ -69,7 +68,8 @@ from knowledge.retrieval import (
     Hit,
 )
 from knowledge.store import InMemoryKnowledgeStore, NewChunk
-from knowledge.text import parse_query
+from plugins.embedding import REFERENCE_LANGUAGES, E5Embedder, to_bytes
+from plugins.text import parse_query
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "benchmarks" / "data" / "knowledge" / "tasks.json"

@@ -46,13 +46,13 @@ import numpy as np
 from benchmarks.common import emit
 from evals.scenario import Scenario, load_file
 from knowledge.base import DEFAULT_SEMANTIC_MARGIN, KnowledgeBase, KnowledgeLimits
-from knowledge.embedding import REFERENCE_LANGUAGES, E5Embedder
 from knowledge.retrieval import DEFAULT_MIN_COVERAGE, DEFAULT_SPECIFICITY
 from knowledge.store import InMemoryKnowledgeStore
-from knowledge.text import parse_query
 from pipeline.content import TurnContent
 from plugins.brain.grounding import Intent, read_turn
 from plugins.contracts import HistoryTurn
+from plugins.embedding import REFERENCE_LANGUAGES, E5Embedder
+from plugins.text import parse_query
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = ROOT / "benchmarks" / "data" / "conversations"

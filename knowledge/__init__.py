@@ -5,7 +5,7 @@ lexical + semantic retrieval, and the ``knowledge_search`` tool.
   ``knowledge.postgres_store``: ``PostgresKnowledgeStore``.
 - ``knowledge.base``: ``KnowledgeBase`` — validation, chunking, embedding at ingest, cached
   search indexes.
-- ``knowledge.text``: chunking and lexical terms; ``knowledge.retrieval``: the index and ranking;
-  ``knowledge.embedding``: the offline embedder.
+- ``knowledge.retrieval``: the index and ranking, over ``plugins.text`` (chunking and lexical
+  terms) and ``plugins.embedding`` (the offline embedder), which the brain uses too.
 - ``knowledge.tool``: ``make_knowledge_tool``.
 """

@@ -1,6 +1,6 @@
 """``KnowledgeBase``: documents, bindings and search for the runtime, on top of a store.
 
-It validates input against ``KnowledgeLimits``, chunks text (``knowledge.text``), embeds the
+It validates input against ``KnowledgeLimits``, chunks text (``plugins.text``), embeds the
 chunks at ingest when an embedder is configured (semantic recall on), and answers searches from
 a cached ``KnowledgeIndex`` per (tenant, user). A cached index is used while the store's
 ``version`` for that owner is unchanged — one cheap read per search — and rebuilt (in a worker
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from knowledge.embedding import REFERENCE_LANGUAGES, Embedder, to_bytes
 from knowledge.errors import InvalidDocument, LimitExceeded
 from knowledge.retrieval import (
     DEFAULT_MIN_COVERAGE,
@@ -34,11 +33,12 @@ from knowledge.retrieval import (
     LexicalHit,
 )
 from knowledge.store import Document, DocumentInfo, KnowledgeStore, NewChunk
-from knowledge.text import chunk_text, parse_query, sentence_units
+from plugins.embedding import REFERENCE_LANGUAGES, Embedder, to_bytes
+from plugins.text import chunk_text, parse_query, sentence_units
 
 DEFAULT_SEMANTIC_MARGIN = 0.03
 """How far a chunk's similarity must beat the query's baseline (its best similarity to
-``knowledge.embedding.REFERENCE_PASSAGES``) to count as a semantic match."""
+``plugins.embedding.REFERENCE_PASSAGES``) to count as a semantic match."""
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class KnowledgeBase:
         if self.embedder is None:
             return [NewChunk(p) for p in pieces]
         # Each chunk's whole text, then its sentences when it has several (module doc of
-        # ``knowledge.embedding``); one batch for the document.
+        # ``plugins.embedding``); one batch for the document.
         units = [[piece, *sentence_units(piece)] for piece in pieces]
         vectors = await self.embedder.passages([u for group in units for u in group])
         out: list[NewChunk] = []

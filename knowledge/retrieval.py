@@ -7,14 +7,14 @@ inverted index (term → chunks with term frequencies) and, when the chunks carr
 matrix of their vectors.
 
 Lexical side (always on). Rule 1: a chunk's terms are its body's plus its document's name's
-(``knowledge.text.terms``); a term in the name counts ``TITLE_WEIGHT`` times, so title and body
+(``plugins.text.terms``); a term in the name counts ``TITLE_WEIGHT`` times, so title and body
 both match. Rule 2: chunks are ranked by BM25. Rule 3 (coverage gate): a chunk qualifies only
 when it covers at least ``min_coverage`` of the query's weight. The query's units are its
 English content words and the content characters of its Chinese runs, each covered by its
-terms and their synonyms (``knowledge.text.ParsedQuery``). A unit weighs how much it says:
+terms and their synonyms (``plugins.text.ParsedQuery``). A unit weighs how much it says:
 
 - covered by a term some chunk has: that term's IDF over the largest possible IDF, capped by
-  the term's background weight (``knowledge.text.background_weight``: everyday words — come,
+  the term's background weight (``plugins.text.background_weight``: everyday words — come,
   work, 需要 — weigh little even where the documents happen to use them);
 - covered by no chunk's term: its least weight among its terms' background weights and, for a
   Chinese character, the character as a word on its own (at least ``CHARACTER_WEIGHT``). So a
@@ -60,10 +60,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from knowledge.embedding import from_bytes
 from knowledge.store import KnowledgeSnapshot
-from knowledge.text import ParsedQuery, background_weight, holds_answer, sentence_units, terms
+from plugins.embedding import from_bytes
 from plugins.language import dominant_language
+from plugins.text import ParsedQuery, background_weight, holds_answer, sentence_units, terms
 
 TITLE_WEIGHT = 2
 BM25_K1 = 1.2
@@ -80,7 +80,7 @@ DEFAULT_SPECIFICITY = 0.015
 SPECIFIC_WORD_WEIGHT = 0.7
 """Rule 4c: the least Rule 3 weight of a query unit that exempts the chunks whose body covers it
 (and whose document name does not) from Rule 4b: a word at most about Zipf 4.75 in everyday
-text (``knowledge.text.background_weight``; employee, 0.67, is too common) and in few of the
+text (``plugins.text.background_weight``; employee, 0.67, is too common) and in few of the
 owner's chunks. Chosen on the evaluation's main split, where 0.6 and 0.7 do the same: employee
 (in three of its 27 chunks, 0.52) must not exempt, 毛巾 (in one, 0.73) does."""
 DEFAULT_SEMANTIC_FLOOR = 0.9

@@ -15,7 +15,6 @@ from journal.postgres_store import PostgresJournalStore
 from journal.projector import BudgetedConversationContextProjector
 from journal.store import InMemoryJournalStore, JournalStore
 from knowledge.base import KnowledgeBase
-from knowledge.embedding import E5Embedder
 from knowledge.postgres_store import PostgresKnowledgeStore
 from knowledge.store import InMemoryKnowledgeStore
 from memory.crypto import KEY_FILE_NAME, Keyring, KeySource
@@ -36,6 +35,7 @@ from memory.thread_consolidation import JsonModel
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
 from plugins.brain.local_model import local_model_of
+from plugins.embedding import E5Embedder
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
 from runtime.database import Database, open_database

@@ -60,7 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from knowledge.text import background_weight
+from plugins.text import background_weight
 from tools.capability import ANY_TARGET, Capability
 
 RuleKind = Literal["permits", "forbids", "ask_first", "other"]

@@ -61,10 +61,10 @@ from typing import Any
 
 import jsonschema
 
-from knowledge.embedding import E5Embedder, Embedder, Vector
 from plugins.brain.arithmetic import stated_numbers
 from plugins.brain.grounding import earlier_user_inputs, terms
 from plugins.contracts import BrainInput, ToolCall, ToolChoice, ToolResult, ToolSpec
+from plugins.embedding import E5Embedder, Embedder, Vector
 from plugins.errors import PluginError, PluginTimeout
 
 log = logging.getLogger(__name__)

@@ -55,13 +55,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from knowledge.text import parse_query, stem
-from knowledge.text import terms as index_terms
 from plugins.contracts import BrainInput, HistoryTurn, ToolResult
 from plugins.language import CJK_IDEOGRAPHS, zh_or_en
 
 # Part of reading a turn (Rule 1), so readers of a turn (the benchmarks) take it from here too.
 from plugins.language import detect_language as detect_language
+from plugins.text import parse_query, stem
+from plugins.text import terms as index_terms
 
 KNOWLEDGE_TOOL = "knowledge_search"
 
@@ -291,7 +291,7 @@ def turn_language(request: BrainInput) -> str:
 
 def terms(text: str) -> set[str]:
     """Content terms: Chinese character bigrams and English words of 3+ letters that are not
-    stop words, stemmed as the knowledge index stems them (``knowledge.text.stem``)."""
+    stop words, stemmed as the knowledge index stems them (``plugins.text.stem``)."""
     lowered = text.lower()
     out = {stem(w) for w in _WORD.findall(lowered) if len(w) >= 3 and w not in _STOP_EN}
     for run in _CJK_RUN.findall(lowered):
@@ -454,7 +454,7 @@ def knowledge_results(request: BrainInput) -> list[ToolResult]:
 
 def passages(results: Sequence[ToolResult]) -> list[Passage]:
     """The knowledge blocks of ``results``, best-ranked first (Rule 4). A block's leading lines
-    without sentence punctuation are its section headings (``knowledge.text.chunk_text`` puts
+    without sentence punctuation are its section headings (``plugins.text.chunk_text`` puts
     them on lines of their own): they become the passage's ``topic``."""
     out: list[Passage] = []
     for result in results:
@@ -558,7 +558,7 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
 
 
 def coverage(question: str, evidence: Sequence[Passage]) -> float:
-    """The share of ``question``'s content units (``knowledge.text.parse_query``: English
+    """The share of ``question``'s content units (``plugins.text.parse_query``: English
     words and Chinese characters, filler left out, synonyms counted) that the evidence's
     terms cover; 1.0 when the question has none."""
     units = parse_query(question).units

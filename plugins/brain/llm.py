@@ -80,7 +80,6 @@ import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
-from knowledge.embedding import Embedder
 from plugins.brain.arithmetic import (
     EXPRESSION_SCHEMA,
     Computation,
@@ -131,6 +130,7 @@ from plugins.brain.json_model import json_payload
 from plugins.brain.local_model import Generation, LocalModel
 from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewritten_queries
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult
+from plugins.embedding import Embedder
 from plugins.language import detect_language, zh_or_en
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from knowledge.embedding import E5Embedder
 from knowledge.postgres_store import PostgresKnowledgeStore
 from knowledge.store import InMemoryKnowledgeStore, KnowledgeStore
+from tests.embedder import embedder
 from tests.postgres import pg_pool, postgres_url
 
 __all__ = ["embedder", "pg_pool", "postgres_url", "store"]
@@ -23,11 +23,3 @@ def store(request: pytest.FixtureRequest) -> Any:
     pool = request.getfixturevalue("pg_pool")
     knowledge: KnowledgeStore = PostgresKnowledgeStore(pool)
     return knowledge
-
-
-@pytest.fixture(scope="session")
-def embedder() -> E5Embedder:
-    """The process's embedder (``E5Embedder.shared``): the model loads once per session."""
-    shared = E5Embedder.shared()
-    shared.load()
-    return shared

@@ -14,7 +14,6 @@ import pytest
 
 from benchmarks.knowledge_eval import ROOT, document_name, load_tasks
 from knowledge.base import KnowledgeBase, KnowledgeLimits
-from knowledge.embedding import REFERENCE_LANGUAGES, E5Embedder, to_bytes
 from knowledge.errors import InvalidDocument, LimitExceeded
 from knowledge.retrieval import SPECIFIC_WORD_WEIGHT, KnowledgeIndex
 from knowledge.store import (
@@ -24,7 +23,8 @@ from knowledge.store import (
     KnowledgeStore,
     StoredChunk,
 )
-from knowledge.text import background_weight, parse_query
+from plugins.embedding import REFERENCE_LANGUAGES, E5Embedder, to_bytes
+from plugins.text import background_weight, parse_query
 
 T, ALICE, BOB = "t", "alice", "bob"
 SHOP = (

@@ -7,9 +7,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from knowledge.embedding import from_bytes, to_bytes
 from knowledge.errors import DocumentNotFound, LimitExceeded
 from knowledge.store import KnowledgeStore, NewChunk
+from plugins.embedding import from_bytes, to_bytes
 
 T, ALICE, BOB = "tenant-a", "alice", "bob"
 

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from knowledge.embedding import ENGINE_ENV, E5Embedder, _engine_environment
+from plugins.embedding import ENGINE_ENV, E5Embedder, _engine_environment
 
 
 async def test_a_repeated_query_is_not_embedded_again(embedder: E5Embedder) -> None:

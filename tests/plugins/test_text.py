@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from knowledge.text import (
+from plugins.text import (
     COMMON_WEIGHT,
     AnswerType,
     answer_type,

@@ -19,7 +19,7 @@ filler never decides a match; bigrams across a particle, pronoun or the copula (
 word with synonyms (``SYNONYMS``: a small general-purpose table — 邮费/运费, warranty/guarantee,
 Saturday/weekend) also looks for them. The coverage gate in ``knowledge.retrieval`` counts the
 rest, weighing words the documents lack by how common they are in everyday language
-(``background_weight``, from the word frequencies in ``knowledge/data/common_words.tsv``).
+(``background_weight``, from the word frequencies in ``plugins/data/common_words.tsv``).
 """
 
 from __future__ import annotations
@@ -414,13 +414,13 @@ COMMON_ZIPF = 5.5
 """A word at least this frequent in general text (Zipf scale: 5.5 ≈ three per ten thousand
 words — way, right, 需要, 自己) weighs ``COMMON_WEIGHT`` when the documents lack it."""
 RARE_ZIPF = 4.3
-"""A word at most this frequent (or not in ``knowledge/data/common_words.tsv``) weighs 1."""
+"""A word at most this frequent (or not in ``plugins/data/common_words.tsv``) weighs 1."""
 COMMON_WEIGHT = 0.2
 
 
 @functools.cache
 def _common_words() -> dict[str, float]:
-    data = resources.files("knowledge").joinpath("data/common_words.tsv").read_text("utf-8")
+    data = resources.files("plugins").joinpath("data/common_words.tsv").read_text("utf-8")
     out: dict[str, float] = {}
     for line in data.splitlines():
         if line and not line.startswith("#"):
@@ -445,6 +445,6 @@ MIN_SENTENCE_CHARS = 8
 
 def sentence_units(chunk: str) -> list[str]:
     """The sentences of ``chunk`` that get a vector of their own beside the whole chunk's
-    (``knowledge.embedding``), in order; none when it has fewer than two."""
+    (``plugins.embedding``), in order; none when it has fewer than two."""
     found = [s for s in sentences(chunk) if len(s) >= MIN_SENTENCE_CHARS]
     return found if len(found) > 1 else []
