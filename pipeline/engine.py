@@ -55,13 +55,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from journal.errors import JournalError, WriterFenced
-from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
+from journal.events import ThreadRef
 from journal.store import JournalStore
 from pipeline import events as ev
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM
 from pipeline.backchannel import is_real_turn
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
+from pipeline.conversation import Conversation
 from pipeline.echo import EchoGuard
 from pipeline.echo_path import EchoPath
 from pipeline.endpoint_cues import Cue, transcript_cue
@@ -201,16 +202,18 @@ class Engine:
         self.tools: Mapping[str, ToolHandler] = tools or {}
         self.tool_specs = tool_specs
         self.sink = sink
-        self.journal = journal
         self.thread = thread
         self.persona = persona
         self.voice_session_id = voice_session_id
-        # A session continued from the journal after a resume (its epoch) numbers its turns
-        # from 1 again: the suffix keeps its journal event ids and item ids distinct.
-        suffix = f".{incarnation}" if incarnation else ""
-        self._event_prefix = voice_session_id + suffix
-        # The whole session id: item ids stay unique across every session of a thread.
-        self._item_prefix = f"item_{voice_session_id.removeprefix('vs_')}{suffix}"
+        self.conversation = Conversation(
+            journal=journal,
+            thread=thread,
+            voice_session_id=voice_session_id,
+            incarnation=incarnation,
+            send=self._send,
+            spawn=self._spawn,
+            memory=memory,
+        )
         self.settings = settings or EngineSettings()
         self.context = TurnContextReader(
             journal=journal,
@@ -276,8 +279,8 @@ class Engine:
             items=self.items,
             send=self._send,
             send_all=self.send_all,
-            append=self._append,
-            new_item_id=self._new_item_id,
+            append=self.conversation.append,
+            new_item_id=self.conversation.new_item_id,
             gate=tool_gate,
             private=frozenset(t.name for t in tool_specs if t.private),
         )
@@ -329,20 +332,8 @@ class Engine:
     def add_user_text(self, text: str, item_id: str | None = None) -> ev.MessageItem:
         """A user text item (``conversation.item.create``): journaled now, answered when a
         response is created."""
-        item_id = item_id or self._new_item_id()
-        item = ev.MessageItem(item_id, "user", (ev.ContentPart("input_text", text=text),))
-        previous = self.items.last_id
-        self._send(ev.ItemAdded(item, previous))
-        write = self._spawn(
-            self._append(
-                f"{self._event_prefix}:{item_id}:user",
-                EventKind.USER_INPUT,
-                {"text": text, "source": "text", "item_id": item_id},
-            ),
-            "user-item",
-        )
-        self._pending.append(PendingInput(text, item_id, write))
-        self._send(ev.ItemDone(item, previous))
+        item, pending = self.conversation.add_text(text, item_id, self.items.last_id)
+        self._pending.append(pending)
         return item
 
     def add_function_output(self, call_id: str, output: str, item_id: str | None = None) -> None:
@@ -352,21 +343,9 @@ class Engine:
         call = next((c for c in calls if c.call_id == call_id), None)
         if exchange is None or call is None:
             raise ItemNotFound(f"no function call {call_id[:64]!r} is waiting for its output")
-        item_id = item_id or self._new_item_id()
-        item = ev.FunctionCallOutputItem(item_id, call_id, output)
-        previous = self.items.last_id
-        self._send(ev.ItemAdded(item, previous))
-        exchange[1][call_id] = ToolResult(call_id=call_id, name=call.name, content=output)
-        self._spawn(
-            self._append(
-                f"{self._event_prefix}:{item_id}:tool_result",
-                EventKind.TOOL_RESULT,
-                {"call_id": call_id, "name": call.name, "content": output,
-                 "is_error": False, "item_id": item_id},
-            ),
-            "function-output",
-        )  # fmt: skip
-        self._send(ev.ItemDone(item, previous))
+        exchange[1][call_id] = self.conversation.function_output(
+            call, output, item_id, self.items.last_id
+        )
 
     def create_response(self, options: ResponseOptions | None = None) -> None:
         """``response.create``: answer what was added since the last response (a response in
@@ -437,9 +416,7 @@ class Engine:
         """``conversation.item.delete``: the item leaves the model's history (a tombstone in the
         journal; the journal itself is append-only)."""
         self.item(item_id)
-        await self._append(
-            f"{self._event_prefix}:{item_id}:deleted", EventKind.ITEM_DELETED, {"item_id": item_id}
-        )
+        await self.conversation.deleted(item_id)
         self.items.forget(item_id)
         self._send(ev.ItemDeleted(item_id))
 
@@ -460,11 +437,7 @@ class Engine:
             response.played_report.set()
         else:
             heard = tracker.heard_text(float(audio_end_ms))
-            await self._append(
-                f"{self._event_prefix}:{item_id}:truncated:{audio_end_ms}",
-                EventKind.ITEM_TRUNCATED,
-                {"item_id": item_id, "heard_text": heard},
-            )
+            await self.conversation.truncated(item_id, heard, audio_end_ms)
         self._send(ev.ItemTruncated(item_id, 0, audio_end_ms))
 
     def commit(self) -> bool:
@@ -554,7 +527,7 @@ class Engine:
                 self.capture.resume()
                 self._send(
                     ev.SpeechStarted(
-                        round(self.listening.stream_ms), self._item_id(command.turn_id)
+                        round(self.listening.stream_ms), self.conversation.item_id(command.turn_id)
                     )
                 )
             elif isinstance(command, DropUtterance):
@@ -582,9 +555,6 @@ class Engine:
         """The session's echo guard (None: off)."""
         return self.echo_path.guard
 
-    def _new_item_id(self) -> str:
-        return f"{self._item_prefix}_{uuid.uuid4().hex[:12]}"
-
     def _send(self, event: ev.ServerEvent) -> None:
         """Send ``event``; the items it announces are kept (``pipeline.items``)."""
         self.items.note(event)
@@ -598,7 +568,7 @@ class Engine:
         self._send(
             ev.SpeechStarted(
                 audio_start_ms=self.listening.position_ms(command.at, now),
-                item_id=self._item_id(command.turn_id),
+                item_id=self.conversation.item_id(command.turn_id),
             )
         )
 
@@ -606,7 +576,7 @@ class Engine:
         self._send(
             ev.SpeechStopped(
                 audio_end_ms=self.listening.position_ms(command.at, self.clock()),
-                item_id=self._item_id(command.turn_id),
+                item_id=self.conversation.item_id(command.turn_id),
             )
         )
         audio = self.capture.pause(command.at)
@@ -666,7 +636,7 @@ class Engine:
         audio = self.audio_out if options.audio is None else options.audio
         events = ResponseEvents(
             response_id=f"resp_{uuid.uuid4().hex[:16]}",
-            item_id=self._new_item_id(),
+            item_id=self.conversation.new_item_id(),
             generation=generation,
             audio=audio,
             in_conversation=options.in_conversation,
@@ -706,7 +676,7 @@ class Engine:
         for old in [g for g in self._responses if g < generation - 4]:
             del self._responses[old]
         if not typed:
-            item = self._user_audio_item(command.turn_id, None, "in_progress")
+            item = self.conversation.spoken_item(command.turn_id, None, "in_progress")
             previous = self.items.last_id
             self._send(ev.InputAudioBufferCommitted(item.id, previous))
             self._send(ev.ItemAdded(item, previous))
@@ -852,7 +822,7 @@ class Engine:
         try:
             if response.pending is not None:
                 response.enter("journal", self.clock())
-                text, user_seq = await self._typed_input(response)
+                text, user_seq = await self.conversation.typed(response.pending)
             else:
                 text, user_seq = await self._record_user_input(response, text, utterance)
             response.move(ResponseTrigger.RECORDED)
@@ -1023,33 +993,6 @@ class Engine:
             else:
                 self.model_hold.release(self.voice_session_id)
 
-    async def _typed_input(self, response: Response) -> tuple[str, int | None]:
-        """The text items added since the last response (already being journaled) and the
-        seq of the first, so the history before it is what the model sees as context."""
-        pending = response.pending or []
-        seq: int | None = None
-        for index, item in enumerate(pending):
-            stored = await item.write
-            if index == 0 and stored and stored[-1].seq > 0:
-                seq = stored[-1].seq
-        for item in pending:
-            self._spawn_memory(item.text, await item.write)
-        return "\n".join(item.text for item in pending), seq
-
-    def _spawn_memory(self, text: str, stored: list[JournalEvent]) -> None:
-        if self.memory is not None and stored:
-            seq = stored[-1].seq if stored[-1].seq > 0 else None
-            self._spawn(
-                self.memory.on_user_final(
-                    text, thread_id=self.thread.thread_id, seq=seq, at=stored[-1].created_at
-                ),
-                "memory-extract",
-            )
-
-    def _user_audio_item(self, turn_id: int, transcript: str | None, status: str) -> ev.MessageItem:
-        part = ev.ContentPart("input_audio", transcript=transcript)
-        return ev.MessageItem(self._item_id(turn_id), "user", (part,), status=status)
-
     async def _record_user_input(
         self, response: Response, text: str | None, utterance: Utterance | None
     ) -> tuple[str, int | None]:
@@ -1064,27 +1007,13 @@ class Engine:
                 if utterance.asr_done is not None:
                     response.marks["asr_done"] = utterance.asr_done
             text = transcript.text.strip()
-            item_id = self._item_id(response.turn_id)
             seconds = utterance.samples / INPUT_SAMPLE_RATE if utterance is not None else 0.0
-            self._send(
-                ev.TranscriptionCompleted(item_id, text, ev.DurationUsage(round(seconds, 3)))
-            )
-            item = self._user_audio_item(response.turn_id, text, "completed")
-            self._send(ev.ItemDone(item))
+            self.send_all(self.conversation.transcribed(response.turn_id, text, seconds))
         seq: int | None = None
         if text:
             response.enter("journal", self.clock())
-            stored = await self._append(
-                f"{self._event_prefix}:{response.turn_id}:user",
-                EventKind.USER_INPUT,
-                {
-                    "text": text,
-                    "source": "text" if utterance is None else "voice",
-                    "item_id": self._item_id(response.turn_id),
-                },
-            )
-            seq = stored[-1].seq if stored and stored[-1].seq > 0 else None
-            self._spawn_memory(text, stored)
+            voice = utterance is not None
+            seq = await self.conversation.record_spoken(response.turn_id, text, voice=voice)
         return text, seq
 
     async def _turn_content(
@@ -1123,7 +1052,7 @@ class Engine:
     async def journal_tool(self, response: Response, delta: BrainDelta) -> None:
         """A tool call or result of ``response``, shown and journaled (``ToolRecord``); a call
         the client runs joins the calls whose outputs a continuation waits for."""
-        prefix = f"{self._event_prefix}:{response.turn_id}:{response.generation}"
+        prefix = self.conversation.event_id(response.turn_id, response.generation)
         call = await self.tool_record.record(response, delta, prefix)
         if call is not None:
             known = self._exchange[0] if self._exchange else ()
@@ -1182,17 +1111,10 @@ class Engine:
             text = heard = events.text  # text only: what was sent is what was read
         if text and response.options.in_conversation:
             try:
-                await self._append(
-                    f"{self._event_prefix}:{response.turn_id}:assistant:{response.generation}",
-                    EventKind.ASSISTANT_OUTPUT,
-                    {
-                        "text": text,
-                        "heard_text": heard,
-                        "interrupted": interrupted,
-                        "generation": response.generation,
-                        "item_id": events.item_id,
-                    },
-                )
+                await self.conversation.answered(
+                    response.turn_id, response.generation, events.item_id,
+                    text=text, heard=heard, interrupted=interrupted,
+                )  # fmt: skip
             except JournalError as e:
                 if not interrupted:
                     response.move(ResponseTrigger.RECORD_FAILED)  # ``_fail`` sends a failed done
@@ -1257,7 +1179,7 @@ class Engine:
         self._idle = None
         if self._closed or self.coordinator.state is not TurnState.LISTENING:
             return
-        item_id = self._new_item_id()
+        item_id = self.conversation.new_item_id()
         self._send(ev.TimeoutTriggered(round(started_ms), round(self.listening.stream_ms), item_id))
 
     # ------------------------------------------------------------ output helpers
@@ -1272,7 +1194,9 @@ class Engine:
         delta = text[len(sent) :] if text.startswith(sent) else ""
         if delta:
             self._partials = {turn_id: text}
-        self._send(ev.TranscriptionDelta(self._item_id(turn_id), delta, transcript=text))
+        self._send(
+            ev.TranscriptionDelta(self.conversation.item_id(turn_id), delta, transcript=text)
+        )
 
     def audio_started(self, generation: int, now: float) -> None:
         """The first frame of ``generation`` went out (the speaker's notice)."""
@@ -1282,16 +1206,6 @@ class Engine:
     def send_all(self, events: list[ev.ServerEvent]) -> None:
         for event in events:
             self._send(event)
-
-    async def _append(
-        self, event_id: str, kind: EventKind, payload: dict[str, Any]
-    ) -> list[JournalEvent]:
-        return await self.journal.append(
-            self.thread, [NewEvent(event_id, kind, payload, self.voice_session_id)]
-        )
-
-    def _item_id(self, turn_id: int) -> str:
-        return f"{self._item_prefix}_{turn_id}"
 
     def _arm_timer(self) -> None:
         deadline = self.coordinator.next_deadline()

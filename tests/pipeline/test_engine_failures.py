@@ -184,7 +184,7 @@ async def test_a_failing_tool_is_a_result_the_brain_reads_and_the_turn_is_answer
 async def test_a_failed_journal_write_fails_the_turn_and_the_next_one_is_journaled() -> None:
     async with conversation(brain=FakeBrain(["Yes."])) as convo:
         journal = FlakyJournal(convo)
-        convo.engine.journal = journal  # type: ignore[assignment]
+        convo.engine.conversation.journal = journal  # type: ignore[assignment]
         seen = failures_of(convo)
         journal.fail_next = 1
         done = await spoken_turn(convo, "first question")
@@ -264,7 +264,7 @@ async def test_the_model_is_held_from_speech_until_the_answer_is_generated_not_p
 async def test_an_answer_heard_whole_whose_record_fails_is_not_apologised_for() -> None:
     async with conversation(brain=FakeBrain(["Yes."])) as convo:
         journal = FlakyJournal(convo)
-        convo.engine.journal = journal  # type: ignore[assignment]
+        convo.engine.conversation.journal = journal  # type: ignore[assignment]
         seen = failures_of(convo)
         convo.type("hello")
         await convo.until("response.created")  # the typed item is journaled by now
@@ -280,7 +280,7 @@ async def test_an_interrupted_answer_whose_record_fails_still_gets_its_done() ->
     brain = FakeBrain(["A long answer that the person will cut short in the middle."])
     async with conversation(brain=brain) as convo:
         journal = FlakyJournal(convo)
-        convo.engine.journal = journal  # type: ignore[assignment]
+        convo.engine.conversation.journal = journal  # type: ignore[assignment]
         convo.type("hello")
         await convo.until("response.output_audio.delta")
         journal.fail_next = 1  # the interrupted answer's record

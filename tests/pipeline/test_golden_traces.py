@@ -215,7 +215,7 @@ async def journal_outage() -> Trace:
     """The journal's write fails: the turn is apologised for, the next one is journaled."""
     async with conversation(brain=FakeBrain(["Yes."]), expect_errors=True) as convo:
         journal = FlakyJournal(convo)
-        convo.engine.journal = journal  # type: ignore[assignment]
+        convo.engine.conversation.journal = journal  # type: ignore[assignment]
         journal.fail_next = 1
         await convo.say("first question", ms=600)
         await convo.until("response.done")

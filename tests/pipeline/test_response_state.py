@@ -72,7 +72,7 @@ async def test_every_response_has_one_done_and_one_end_of_turn_however_it_ends()
         # The answer's record fails: one failed done.
         journal = FlakyJournal(convo, only=EventKind.ASSISTANT_OUTPUT)
         journal.fail_next = 1
-        convo.engine.journal = journal  # type: ignore[assignment]
+        convo.engine.conversation.journal = journal  # type: ignore[assignment]
         await convo.say("first question", ms=600)
         await convo.until("response.done")
         await convo.silence(ms=3_000)
