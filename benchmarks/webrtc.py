@@ -38,7 +38,7 @@ from benchmarks.common import (
     server_process,
     tone_frame,
 )
-from runtime.webrtc_client import MIC_RATE, WebRTCClient
+from runtime.webrtc.client import MIC_RATE, WebRTCClient
 
 QUESTION_S = 0.6
 SILENCE_MS = 300

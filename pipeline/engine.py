@@ -487,9 +487,9 @@ class Engine:
             self.create_response()
 
     def adopt_last_input(self, text: str, journal_seq: int) -> None:
-        """A session continued from the journal (``runtime.connection``): its last journaled
-        user input is what a ``response.create`` without new input answers, as it would have
-        been in the process that took it (which may have died before answering)."""
+        """A session continued from the journal (``runtime.realtime.connection``): its last
+        journaled user input is what a ``response.create`` without new input answers, as it would
+        have been in the process that took it (which may have died before answering)."""
         self._last_input, self._last_input_seq = text, journal_seq
 
     @property

@@ -9,7 +9,7 @@ Rule 1. One vocabulary. The engine, the session and the memory code build these 
 Rule 2. One encoder. ``wire(event, extensions)`` turns a value into the JSON object that goes
         out: fields in declaration order, ``None`` left out, tuples as lists, nested values
         encoded the same way. Bytes (audio) are base64. ``event_id`` and ``seq`` are added by
-        the writer (``runtime.outbox``), not here.
+        the writer (``runtime.realtime.outbox``), not here.
 Rule 3. Extensions are opt-in. A client that did not ask for extensions never receives an
         extension event (``ExtensionEvent``) nor an extension field (a field whose metadata
         says ``extension``): the writer drops the one and ``wire`` leaves out the other.

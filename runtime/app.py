@@ -13,26 +13,24 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from runtime import (
-    api_accounts,
-    api_client_secrets,
-    api_conversations,
-    api_knowledge,
-    api_memory,
-    api_role_memory,
-    api_roles,
-    api_system,
-    api_thread_fork,
-    api_threads,
-    api_tools,
-    webrtc,
-)
-from runtime.api_operations import router as operations_router
-from runtime.connection import RealtimeConnection
 from runtime.drain import DRAINING_CODE, DrainState
-from runtime.policy import Policy, allow
+from runtime.http import accounts as api_accounts
+from runtime.http import client_secrets as api_client_secrets
+from runtime.http import conversations as api_conversations
+from runtime.http import knowledge as api_knowledge
+from runtime.http import memory as api_memory
+from runtime.http import role_memory as api_role_memory
+from runtime.http import roles as api_roles
+from runtime.http import system as api_system
+from runtime.http import thread_fork as api_thread_fork
+from runtime.http import threads as api_threads
+from runtime.http import tools as api_tools
+from runtime.http.operations import router as operations_router
+from runtime.http.policy import Policy, allow
+from runtime.realtime.connection import RealtimeConnection
+from runtime.realtime.transport import WebSocketLink
 from runtime.services import Services
-from runtime.transport import WebSocketLink
+from runtime.webrtc import calls as webrtc
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
@@ -65,7 +63,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
             status_code=422,
         )
 
-    # Every route declares who may use it (runtime/policy.py; docs/http_api.md lists them).
+    # Every route declares who may use it (runtime/http/policy.py; docs/http_api.md lists them).
     @app.get("/health", dependencies=[allow(Policy.ANONYMOUS)])
     async def health() -> dict[str, Any]:
         return {"status": "ok", "sessions": len(services.active_sessions)}

@@ -40,7 +40,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.typing import Subprotocol
 
 from pipeline.audio import INPUT_SAMPLE_RATE
-from runtime.protocol import decode_audio
+from runtime.realtime.protocol import decode_audio
 
 SUBPROTOCOL = "openrealtime"
 RETRY_LATER_CODE = "server_unavailable"

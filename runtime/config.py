@@ -204,7 +204,7 @@ class Settings(BaseSettings):
     readiness_timeout_s: float = Field(default=2.0, gt=0, le=30)
     """``/healthz/ready``'s database check gives up after this long (then: not ready)."""
 
-    # tools (SPEC TOOL; tools/, runtime/api_tools.py)
+    # tools (SPEC TOOL; tools/, runtime/http/tools.py)
     tool_hosts: str = ""
     """Comma-separated hosts an HTTP tool's URL may name (the allowlist; empty: no HTTP tools
     can be declared). Exact host names, no wildcards."""

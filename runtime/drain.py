@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Several processes share one database behind a load balancer (README "Fleet"); any of them can
-continue any session from the journal (``runtime/continuity.py`` rule 3). A process that is
+continue any session from the journal (``runtime/realtime/continuity.py`` rule 3). A process that is
 told to stop hands its sessions over instead of cutting them:
 
 Rule 1 — no new sessions. From ``DrainState.begin`` on, a realtime WebSocket handshake (a start
@@ -40,11 +40,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipeline.events import ServerDraining
-from runtime.protocol import CloseCode
+from runtime.realtime.protocol import CloseCode
 
 if TYPE_CHECKING:
-    from runtime.live import LiveSessions
-    from runtime.session import VoiceSession
+    from runtime.realtime.live import LiveSessions
+    from runtime.realtime.session import VoiceSession
 
 log = logging.getLogger(__name__)
 

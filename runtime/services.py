@@ -40,21 +40,25 @@ from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensu
 from runtime.config import Settings
 from runtime.database import Database, open_database
 from runtime.limits import WriteRateLimiter
-from runtime.live import LiveSessions
 from runtime.metrics import LoopLagMonitor, ModelState, ProcessState
 from runtime.migrations import apply_migrations
 from runtime.plugin_factory import build_plugins, warm_up
 from runtime.postgres_records import PostgresRecordStore
 from runtime.postgres_stores import PostgresRoleStore, PostgresThreadStore
+from runtime.realtime.live import LiveSessions
+from runtime.realtime.resume import (
+    InMemoryResumeTokenStore,
+    PostgresResumeTokenStore,
+    ResumeTokenStore,
+)
+from runtime.realtime.transport import Calls
 from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
-from runtime.resume import InMemoryResumeTokenStore, PostgresResumeTokenStore, ResumeTokenStore
 from runtime.role_memory import RoleLearning, RoleMemoryModels
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
 from runtime.telemetry import Telemetry
 from runtime.thread_memory import ThreadMemoryService, json_model_of
 from runtime.threads import InMemoryThreadStore, ThreadStore
 from runtime.tracing import tracing_from_settings
-from runtime.transport import Calls
 from tools.catalog import InMemoryToolCatalog, InMemoryToolSecrets, ToolCatalog, ToolSecrets
 from tools.grants import GrantStore, InMemoryGrantStore
 from tools.http_tool import HttpToolExecutor
@@ -140,11 +144,11 @@ class Services:
     """Role memory's model calls and learner (``runtime/role_memory.py``); its learner runs
     between ``start_background`` and ``close``."""
     calls: Calls = field(init=False)
-    """WebRTC calls of this process (``runtime.webrtc``)."""
+    """WebRTC calls of this process (``runtime.webrtc.calls``)."""
     tool_executor: HttpToolExecutor = field(init=False)
     """Runs the sessions' HTTP tool calls on one connection pool (``runtime.tool_gate``)."""
     write_limiter: WriteRateLimiter = field(init=False)
-    """Write requests per user and minute (SPEC ACC-5, ``runtime/policy.py`` rule 4)."""
+    """Write requests per user and minute (SPEC ACC-5, ``runtime/http/policy.py`` rule 4)."""
     owns_plugins: bool = False
     """Whether the plugins were built here (and are closed with the services)."""
     draining: bool = False

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 A resume token expires ``resume_ttl_s`` after it was issued or last extended
-(``runtime/resume.py`` rule 3); a session extends it when its connection drops. A process that
-dies (SIGKILL, a crash) extends nothing: a session connected for longer than the TTL would then
+(``runtime/realtime/resume.py`` rule 3); a session extends it when its connection drops. A process
+that dies (SIGKILL, a crash) extends nothing: a session connected for longer than the TTL would then
 be refused everywhere, although its journal is intact.
 
 Rule 1 — every ``resume_ttl_s / 3`` this process extends, by ``resume_ttl_s``, the token of each

@@ -19,7 +19,7 @@ Tables live in ``tools/migrations/0002_tool_catalog.sql``.
 4. ``rotate`` re-seals, in batches of one transaction each, every secret not under the active
    key (``FOR UPDATE SKIP LOCKED``); ``key_ids_in_use`` counts rows per key id. With
    ``seal_plaintext`` (nothing: sealed from the first row) they make this a sealed store of
-   ``openrealtime memory rotate-key`` (``runtime/cli_memory.py``).
+   ``openrealtime memory rotate-key`` (``runtime/cli/memory.py``).
 5. Every statement names ``tenant`` and is bounded by ``query_timeout``, the wait for a
    connection by ``acquire_timeout``; connection failures and timeouts become
    ``ToolsUnavailable``. Nothing here logs a value, a declaration or a name.

@@ -22,8 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.app import create_app
 from runtime.config import Settings
+from runtime.http.policy import Policy, application_routes, policy_of
 from runtime.metrics import ProcessState, RuntimeMetrics
-from runtime.policy import Policy, application_routes, policy_of
 from tests.deploy.schemas import COMPOSE, KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def test_pre_stop_starts_draining_and_the_grace_period_outlasts_it() -> None:
     sleep = int(re.search(r"sleep (\d+)", script).group(1))  # type: ignore[union-attr]
     grace = by_kind("Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > sleep + 30  # time left for SIGTERM's drain after the preStop
-    cli = (ROOT / "runtime" / "cli.py").read_text()
+    cli = (ROOT / "runtime" / "cli" / "command.py").read_text()
     assert "add_signal_handler(signal.SIGUSR1, server.services.start_draining)" in cli
 
 

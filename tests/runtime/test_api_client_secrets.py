@@ -1,4 +1,4 @@
-"""Client secrets (``runtime/api_client_secrets.py``, issue 14): minted over the HTTP API as
+"""Client secrets (``runtime/http/client_secrets.py``, issue 14): minted over the HTTP API as
 OpenAI's GA endpoint answers, refused by every other HTTP route, accepted by the realtime
 WebSocket for sessions of their bound role only, and ended with their user."""
 
@@ -21,11 +21,11 @@ from runtime.accounts import Principal
 from runtime.app import create_app
 from runtime.client import SUBPROTOCOL
 from runtime.config import Settings
-from runtime.protocol import CloseCode
+from runtime.realtime.protocol import CloseCode
+from runtime.realtime.session import VoiceSession
 from runtime.roles import default_role
 from runtime.server import running_server
 from runtime.services import Services, open_services
-from runtime.session import VoiceSession
 from tests.runtime.conftest import fake_plugins
 
 URL = "/v1/realtime/client_secrets"

@@ -19,9 +19,9 @@ from journal.checkpoints import NewCheckpoint, source_checksum
 from journal.events import EventKind, NewEvent, ThreadRef
 from memory.errors import MemoryUnavailable
 from runtime.accounts import Principal
-from runtime.api_conversations import JOURNAL_GONE, NO_RUNTIME_IDS, ROLE_DELETED, THREAD_UNKNOWN
 from runtime.app import create_app
 from runtime.config import Settings
+from runtime.http.conversations import JOURNAL_GONE, NO_RUNTIME_IDS, ROLE_DELETED, THREAD_UNKNOWN
 from runtime.roles import default_role
 from runtime.services import Services, open_services
 from tests.postgres import postgres_url, truncate_all

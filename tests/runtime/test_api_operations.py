@@ -1,4 +1,4 @@
-"""Liveness and readiness (``runtime/api_operations.py``), on services with real PostgreSQL.
+"""Liveness and readiness (``runtime/http/operations.py``), on services with real PostgreSQL.
 
 Both probes are anonymous (the policy table test covers that); readiness follows the database,
 the plugins' warm-up and draining, and says which check failed without saying more.

@@ -1,4 +1,4 @@
-"""Role memory over HTTP (``runtime/api_role_memory.py``) on both stores: who sees which pool
+"""Role memory over HTTP (``runtime/http/role_memory.py``) on both stores: who sees which pool
 entries, Remember and Forget, the change log, purge and who may, the settings and their
 revision, a thread's confessions and enrichments — and that deleting a conversation keeps what
 was learned from it unless its ``thread:`` tag is purged."""

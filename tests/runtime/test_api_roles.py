@@ -1,4 +1,4 @@
-"""The role routes over HTTP (``runtime/api_roles.py``): revisions and 409 ``stale_revision``,
+"""The role routes over HTTP (``runtime/http/roles.py``): revisions and 409 ``stale_revision``,
 what a deletion does (and says it will do beforehand), members refused, and voice samples
 spoken by the configured TTS."""
 
@@ -20,9 +20,9 @@ from memory.pool import tenant_tag
 from plugins.contracts import SpeechChunk
 from plugins.fakes import FakeTTS, Faults
 from runtime.accounts import Principal
-from runtime.api_roles import MAX_SAMPLE_CHARS, SAMPLE_TEXT
 from runtime.app import create_app
 from runtime.config import Settings
+from runtime.http.roles import MAX_SAMPLE_CHARS, SAMPLE_TEXT
 from runtime.services import Services, open_services
 from tests.runtime.conftest import fake_plugins
 

@@ -1,4 +1,4 @@
-"""``GET /api/system`` (``runtime/api_system.py``) and the model registry it reads
+"""``GET /api/system`` (``runtime/http/system.py``) and the model registry it reads
 (``runtime/model_facts.py``): what runs, the database's kind without its URL, version, uptime,
 sessions, and the rolling latency window fed by real turns through the real server."""
 

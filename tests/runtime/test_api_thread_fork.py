@@ -22,9 +22,9 @@ from journal.errors import JournalUnavailable
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from memory.thread_memory import Overrides, ThreadFact, ThreadMemory
 from plugins.fakes import FakeBrain
-from runtime.api_thread_fork import carried_amendments
 from runtime.client import RealtimeClient
 from runtime.config import Settings
+from runtime.http.thread_fork import carried_amendments
 from runtime.roles import default_role
 from runtime.server import running_server
 from runtime.services import open_services

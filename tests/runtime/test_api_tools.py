@@ -1,4 +1,4 @@
-"""Tool permissions over HTTP (``runtime/api_tools.py``) on both stores: who may read and write
+"""Tool permissions over HTTP (``runtime/http/tools.py``) on both stores: who may read and write
 a role's tools, the tenant's secrets, rules and grants; that a secret's value never comes back;
 that a rule's PATCH is compare-and-set on its version; that revoking cascades; and that a
 member sees and revokes only the grants they answer for."""

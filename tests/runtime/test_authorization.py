@@ -19,7 +19,7 @@ from runtime.accounts import LOCAL_PRINCIPAL, Principal
 from runtime.app import create_app
 from runtime.config import Settings
 from runtime.memory_hook import session_memory
-from runtime.protocol import CloseCode
+from runtime.realtime.protocol import CloseCode
 from runtime.roles import default_role
 from runtime.server import running_server
 from runtime.services import Services, open_services

@@ -20,7 +20,7 @@ import websockets
 
 from runtime.config import Settings
 from runtime.database import EmbeddedPostgres, open_database
-from runtime.protocol import CloseCode
+from runtime.realtime.protocol import CloseCode
 from runtime.server import RunningServer, running_server
 from tests.postgres import (
     TEST_DATABASE_URL_ENV,

@@ -24,7 +24,7 @@ from memory.postgres_store import PostgresMemoryStore
 from memory.postgres_thread_store import PostgresThreadMemoryStore
 from memory.role_records import RoleMemorySettings
 from memory.thread_memory import ThreadMemory, remember
-from runtime import cli_memory
+from runtime.cli import memory as cli_memory
 from runtime.config import Settings
 from tests.postgres import pg_pool, postgres_url
 

@@ -1,4 +1,4 @@
-"""The continuity rules of ``runtime/continuity.py``, each against real in-memory stores: a
+"""The continuity rules of ``runtime/realtime/continuity.py``, each against real in-memory stores: a
 continuation's checks (rule 1), the resume handshake (rule 2), continuing from the journal and
 the claim race (rule 3), the fencing order (rule 4), reconcile items from the journal — amended
 items included, bounded (rule 5) — and ``resumed_message``."""
@@ -17,7 +17,7 @@ from journal.amendments import item_deleted, item_truncated
 from journal.events import NewEvent, ThreadRef
 from journal.store import InMemoryJournalStore
 from runtime.accounts import Principal
-from runtime.continuity import (
+from runtime.realtime.continuity import (
     RECONCILE_MAX_ITEMS,
     RECONCILE_SCAN_EVENTS,
     RESUME_RACE_ATTEMPTS,
@@ -30,8 +30,8 @@ from runtime.continuity import (
     redeem,
     resumed_message,
 )
-from runtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart
-from runtime.resume import InMemoryResumeTokenStore, VoiceSessionRecord
+from runtime.realtime.protocol import CloseCode, ErrorCode, SessionResume, SessionStart
+from runtime.realtime.resume import InMemoryResumeTokenStore, VoiceSessionRecord
 from runtime.roles import InMemoryRoleStore, Role
 from runtime.threads import InMemoryThreadStore
 from tests.journal.builders import THREAD, answered, said, tool_call

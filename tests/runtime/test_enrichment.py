@@ -2,7 +2,7 @@
 the rewrite as the current input while the journal keeps the person's words and the record is
 stored; nothing is called without visible entries, with memory off or without a memory model;
 a missing, refused, slow or cancelled answer leaves the input as said — and the wiring of a
-real session (``runtime/session.py``)."""
+real session (``runtime/realtime/session.py``)."""
 
 from __future__ import annotations
 

@@ -29,12 +29,12 @@ from plugins.fakes import FakeBrain, FakeTTS
 from runtime.accounts import LOCAL_PRINCIPAL
 from runtime.client import RealtimeClient
 from runtime.config import Settings
-from runtime.connection import RealtimeConnection
 from runtime.drain import DRAINING_CODE
-from runtime.outbox import Outbox
-from runtime.protocol import CloseCode
+from runtime.realtime.connection import RealtimeConnection
+from runtime.realtime.outbox import Outbox
+from runtime.realtime.protocol import CloseCode
+from runtime.realtime.session import VoiceSession
 from runtime.server import running_server
-from runtime.session import VoiceSession
 from tests.fleet import Nginx, ServerProcess, needs_nginx
 from tests.postgres import pg_pool, postgres_url
 from tests.runtime.conftest import fake_plugins

@@ -20,8 +20,8 @@ from pipeline.audio_formats import ulaw_decode, ulaw_encode
 from plugins.contracts import ToolChoice
 from plugins.fakes import FakeASR, FakeTTS
 from runtime.config import Settings
+from runtime.realtime.session import VoiceSession
 from runtime.server import RunningServer, running_server
-from runtime.session import VoiceSession
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.ga import WEATHER_TOOL, FunctionBrain
 from tests.runtime.test_ga_conformance import GAConnection, journal_of, say, silence, tone

@@ -12,7 +12,7 @@ from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.store import InMemoryJournalStore, WriterFence
 from runtime.client import RealtimeClient
 from runtime.config import Settings
-from runtime.protocol import CloseCode
+from runtime.realtime.protocol import CloseCode
 from runtime.server import running_server
 from runtime.services import open_services
 from tests.runtime.conftest import fake_plugins

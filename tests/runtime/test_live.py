@@ -1,5 +1,5 @@
-"""The live registry's rules (``runtime/live.py``): places held for starting sessions (rule 1),
-continuations taking an id over (rule 2), claims by resuming connections (rule 3), removal
+"""The live registry's rules (``runtime/realtime/live.py``): places held for starting sessions (rule
+1), continuations taking an id over (rule 2), claims by resuming connections (rule 3), removal
 (rule 4) — on the registry itself, then the races they close, over real sockets."""
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from journal.events import ThreadRef
 from runtime.accounts import LOCAL_PRINCIPAL, Principal
 from runtime.client import SUBPROTOCOL, RealtimeClient
 from runtime.config import Settings
-from runtime.connection import Phase, RealtimeConnection
-from runtime.continuity import BAD_TOKEN, ContinuityRefused
-from runtime.live import LiveSessions
-from runtime.outbox import Outbox
-from runtime.protocol import CloseCode, ErrorCode, Limits, Refused
+from runtime.realtime.connection import Phase, RealtimeConnection
+from runtime.realtime.continuity import BAD_TOKEN, ContinuityRefused
+from runtime.realtime.live import LiveSessions
+from runtime.realtime.outbox import Outbox
+from runtime.realtime.protocol import CloseCode, ErrorCode, Limits, Refused
+from runtime.realtime.session import VoiceSession
+from runtime.realtime.session_config import SessionConfig
+from runtime.realtime.transport import Disconnected
 from runtime.roles import default_role
 from runtime.server import RunningServer, running_server
 from runtime.services import Services, open_services
-from runtime.session import VoiceSession
-from runtime.session_config import SessionConfig
-from runtime.transport import Disconnected
 from tests.runtime.conftest import fake_plugins
 
 ALICE = Principal("acme", "alice")

@@ -7,8 +7,8 @@ import asyncio
 import json
 
 from pipeline import events as ev
-from runtime.outbox import Outbox
-from runtime.protocol import Extensions, decode_audio
+from runtime.realtime.outbox import Outbox
+from runtime.realtime.protocol import Extensions, decode_audio
 
 
 class Wire:

@@ -14,7 +14,7 @@ from plugins.fakes import FakeBrain
 from runtime.accounts import Principal
 from runtime.client import ClientClosed, RealtimeClient
 from runtime.config import Settings
-from runtime.protocol import CloseCode
+from runtime.realtime.protocol import CloseCode
 from runtime.server import running_server
 from tests.postgres import postgres_url
 from tests.runtime.conftest import fake_plugins

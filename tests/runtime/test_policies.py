@@ -29,14 +29,14 @@ from memory.backup import to_document
 from runtime.accounts import LOCAL_PRINCIPAL, Principal
 from runtime.app import create_app
 from runtime.config import Settings
-from runtime.policy import (
+from runtime.http.policy import (
     FRAMEWORK_ROUTES,
     MESSAGE_POLICIES,
     Policy,
     application_routes,
     policy_of,
 )
-from runtime.protocol import KNOWN_TYPES
+from runtime.realtime.protocol import KNOWN_TYPES
 from runtime.services import Services, open_services
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.test_api_conversations import segment_body

@@ -12,7 +12,7 @@ from websockets.typing import Subprotocol
 
 from runtime.client import SUBPROTOCOL, RealtimeClient, Received
 from runtime.config import Settings
-from runtime.protocol import CloseCode, ErrorCode
+from runtime.realtime.protocol import CloseCode, ErrorCode
 from runtime.server import RunningServer, running_server
 from tests.runtime.conftest import fake_plugins
 

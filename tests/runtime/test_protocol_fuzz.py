@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from runtime.client import RealtimeClient
 from runtime.config import Settings
-from runtime.protocol import KNOWN_TYPES, ErrorCode, Limits, ProtocolError, SessionUpdate
-from runtime.protocol import parse_client_message as parse
+from runtime.realtime.protocol import KNOWN_TYPES, ErrorCode, Limits, ProtocolError, SessionUpdate
+from runtime.realtime.protocol import parse_client_message as parse
+from runtime.realtime.session_config import SessionConfig, apply_update
 from runtime.server import running_server
-from runtime.session_config import SessionConfig, apply_update
 from tests.runtime.conftest import fake_plugins
 
 DOCUMENTED = frozenset(v for k, v in vars(ErrorCode).items() if k.isupper())

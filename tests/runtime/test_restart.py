@@ -26,7 +26,7 @@ from journal.events import EventKind, JournalEvent, ThreadRef
 from journal.postgres_store import PostgresJournalStore
 from runtime.accounts import LOCAL_PRINCIPAL
 from runtime.client import RealtimeClient
-from runtime.protocol import CloseCode
+from runtime.realtime.protocol import CloseCode
 from tests.postgres import pg_pool, postgres_url
 
 __all__ = ["pg_pool", "postgres_url"]

@@ -15,7 +15,7 @@ from plugins.fakes import FakeBrain, FakeTTS
 from runtime.accounts import Principal
 from runtime.client import SUBPROTOCOL, RealtimeClient
 from runtime.config import Settings
-from runtime.protocol import CloseCode, decode_audio
+from runtime.realtime.protocol import CloseCode, decode_audio
 from runtime.server import RunningServer, running_server
 from tests.runtime.conftest import fake_plugins
 

@@ -22,9 +22,9 @@ from journal.events import EventKind
 from plugins.fakes import FakeBrain
 from runtime.client import SUBPROTOCOL, ClientClosed, RealtimeClient
 from runtime.config import Settings
-from runtime.protocol import CloseCode
+from runtime.realtime.protocol import CloseCode
+from runtime.realtime.session import VoiceSession
 from runtime.server import RunningServer, running_server
-from runtime.session import VoiceSession
 from tests.postgres import pg_pool, postgres_url
 from tests.runtime.conftest import fake_plugins
 

@@ -1,5 +1,5 @@
-"""The continuation handshake under racing orders (``runtime/continuity.py`` rule 6,
-``runtime/live.py`` rule 3): no answer given twice, no retry refused.
+"""The continuation handshake under racing orders (``runtime/realtime/continuity.py`` rule 6,
+``runtime/realtime/live.py`` rule 3): no answer given twice, no retry refused.
 
 Two servers in this test process share one PostgreSQL database, as two processes would. Each
 interleaving is injected — a brain held at a gate, a journal fence or a token redeem held at a
@@ -24,10 +24,10 @@ from plugins.contracts import BrainDelta, BrainInput
 from plugins.fakes import FakeBrain
 from runtime.client import RealtimeClient
 from runtime.config import Settings
-from runtime.connection import RealtimeConnection
-from runtime.protocol import CloseCode
+from runtime.realtime.connection import RealtimeConnection
+from runtime.realtime.protocol import CloseCode
+from runtime.realtime.session import VoiceSession
 from runtime.server import RunningServer, running_server
-from runtime.session import VoiceSession
 from tests.postgres import pg_pool, postgres_url
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.test_resume_journal import gone, raw_resume

@@ -1,5 +1,5 @@
-"""One contract suite for the resume-token stores (runtime/resume.py rules 1–5), run against the
-in-memory and the PostgreSQL store."""
+"""One contract suite for the resume-token stores (runtime/realtime/resume.py rules 1–5), run
+against the in-memory and the PostgreSQL store."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runtime.accounts import Principal
-from runtime.resume import (
+from runtime.realtime.resume import (
     InMemoryResumeTokenStore,
     PostgresResumeTokenStore,
     ResumeTokenStore,

@@ -1,5 +1,5 @@
-"""VoiceSession (``runtime/session.py``) over a real socket: what a session keeps when it is
-continued from the journal."""
+"""VoiceSession (``runtime/realtime/session.py``) over a real socket: what a session keeps when it
+is continued from the journal."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from plugins.contracts import Transcript
 from plugins.fakes import FakeASR
 from runtime.client import RealtimeClient
 from runtime.config import Settings
-from runtime.protocol import CloseCode
+from runtime.realtime.protocol import CloseCode
 from runtime.server import running_server
 from tests.runtime.conftest import fake_plugins
 

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+import runtime.cli.command as cli
 from pipeline.audio import PCM
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
-from runtime import cli
 from runtime.client import Received
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server

@@ -1,4 +1,4 @@
-"""Thread memory in the running server (``runtime/thread_memory.py``, ``runtime/api_threads.py``):
+"""Thread memory in the running server (``runtime/thread_memory.py``, ``runtime/http/threads.py``):
 the command route and its conflicts, the live event, injection, and learning after each turn
 with a scripted model — including a fact said at turn 2 still shown at turn 40 after the
 early turns were compacted away."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from runtime.client import RealtimeClient
-from runtime.resume import InMemoryResumeTokenStore
+from runtime.realtime.resume import InMemoryResumeTokenStore
 from runtime.server import RunningServer
 from runtime.token_keepalive import TokenKeepalive
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pipeline import events as ev
-from runtime.protocol import (
+from runtime.realtime.protocol import (
     MAX_APPROVAL_TEXT_CHARS,
     ErrorCode,
     ItemCreate,

@@ -19,7 +19,7 @@ from journal.events import EventKind, ThreadRef
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server
-from runtime.webrtc_client import MIC_RATE, CallRefused, WebRTCClient
+from runtime.webrtc.client import MIC_RATE, CallRefused, WebRTCClient
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.ga import strict
 from tests.waiting import until
@@ -362,7 +362,7 @@ async def test_an_offer_without_a_data_channel_is_a_voice_only_call(
 ) -> None:
     from aiortc import RTCPeerConnection, RTCSessionDescription
 
-    from runtime.webrtc_client import Microphone, Speaker
+    from runtime.webrtc.client import Microphone, Speaker
 
     client = WebRTCClient(server.http_url, server.token)
     pc = RTCPeerConnection()

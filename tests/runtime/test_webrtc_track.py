@@ -1,4 +1,4 @@
-"""The call's voice track (``runtime.webrtc.VoiceTrack``, rule 2) frame by frame, with no
+"""The call's voice track (``runtime.webrtc.calls.VoiceTrack``, rule 2) frame by frame, with no
 network: what it plays, what it reports as played, and the GA events it sends."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any, cast
 import numpy as np
 
 from pipeline import events as ev
-from runtime.session import VoiceSession
-from runtime.webrtc_track import VoiceTrack
+from runtime.realtime.session import VoiceSession
+from runtime.webrtc.track import VoiceTrack
 
 RATE = 24_000
 FRAME = RATE // 50

@@ -1,5 +1,5 @@
 """``openrealtime memory rotate-key`` moves the tool secrets too: they are one of the sealed
-stores (``runtime/cli_memory.py`` rule 4), re-encrypted and retired with the memory rows."""
+stores (``runtime/cli/memory.py`` rule 4), re-encrypted and retired with the memory rows."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from memory.crypto import KEY_FILE_NAME, load_key_file
-from runtime import cli_memory
+from runtime.cli import memory as cli_memory
 from runtime.config import Settings
 from tools.postgres_catalog import PostgresToolSecrets
 

@@ -9,13 +9,13 @@ Rules
    ``owner`` owner only (else 403 ``forbidden``); these need the token's ``api`` scope.
    ``metrics`` needs a token with the ``metrics`` scope (else 403). A client secret (``ek_…``)
    is not a token here: every route but ``anonymous`` ones refuses it with 403
-   ``client_secret_not_allowed`` (``runtime.api.authenticated_caller``).
+   ``client_secret_not_allowed`` (``runtime.http.api.authenticated_caller``).
 3. Who the caller is comes from the token only. Objects of another user or tenant are not
    looked up across that boundary: they answer 404 like unknown ones (the routes' own rule).
 4. Write requests (any method but GET/HEAD/OPTIONS) of an authenticated caller count against
    ``write_requests_per_minute`` (``runtime/limits.py``): over it, 429 ``rate_limited`` with
    ``Retry-After``.
-5. ``realtime``: a WebRTC call (``POST /v1/realtime/calls``, ``runtime.webrtc``) authenticates
+5. ``realtime``: a WebRTC call (``POST /v1/realtime/calls``, ``runtime.webrtc.calls``) authenticates
    as the realtime WebSocket does — a bearer token or a client secret — and counts as a write.
    The realtime WebSocket (served outside the HTTP app) and every client message on it are
    ``member``: ``session.start`` / ``session.resume`` authenticate, every later message acts
@@ -34,8 +34,8 @@ from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 
 from accounts.model import Principal
-from runtime.api import ApiError, authenticated_caller, services_of
-from runtime.protocol import KNOWN_TYPES
+from runtime.http.api import ApiError, authenticated_caller, services_of
+from runtime.realtime.protocol import KNOWN_TYPES
 
 
 class Policy(StrEnum):

@@ -23,7 +23,7 @@ from pipeline.audio_formats import InboundAudio
 from pipeline.engine import Engine, ResponseOptions
 from pipeline.items import ItemNotFound, TruncatedBeyondAudio
 from plugins.contracts import ToolChoice
-from runtime.protocol import (
+from runtime.realtime.protocol import (
     Ack,
     AudioClear,
     AudioCommit,
@@ -49,9 +49,9 @@ from runtime.protocol import (
     SessionUpdate,
     tool_specs,
 )
-from runtime.session import VoiceSession
+from runtime.realtime.session import VoiceSession
+from runtime.realtime.transport import MediaOut
 from runtime.tool_gate import ApprovalNotFound
-from runtime.transport import MediaOut
 
 
 class SessionCloseRequested(Exception):

@@ -160,7 +160,7 @@ class Limits:
 #
 # GA client events (the ``openai`` package's ``types/realtime`` names and fields), then our
 # extensions (``openrealtime.*``). The session configuration of ``session.update`` lives in
-# ``runtime.session_config``.
+# ``runtime.realtime.session_config``.
 
 
 class _Message(BaseModel):
@@ -171,7 +171,7 @@ class _Message(BaseModel):
 class SessionUpdate(_Message):
     type: Literal["session.update"]
     session: dict[str, Any]
-    """Validated by ``runtime.session_config.apply_update`` (errors name the parameter)."""
+    """Validated by ``runtime.realtime.session_config.apply_update`` (errors name the parameter)."""
 
 
 class AudioAppend(_Message):

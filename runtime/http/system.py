@@ -22,10 +22,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from runtime.api import ServicesDep
+from runtime.http.api import ServicesDep
+from runtime.http.policy import Policy, allow
 from runtime.latency_window import WINDOW_STAGES
 from runtime.model_facts import endpoint_host, running_models
-from runtime.policy import Policy, allow
 from runtime.services import Services
 
 router = APIRouter()

@@ -30,8 +30,8 @@ from journal.events import ThreadRef
 from memory.errors import MemoryStoreError, UnknownFact
 from memory.thread_memory import FACT_KINDS, MAX_FACT_CHARS, MAX_KEY_CHARS, UNSET, Settings
 from runtime.accounts import Principal
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.policy import Policy, allow
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow
 from runtime.services import Services
 from runtime.thread_memory import Command, NoMemoryModel, ThreadConflict
 

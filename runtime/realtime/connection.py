@@ -11,10 +11,10 @@ extensions) or ``openrealtime.session.resume`` — within ``start_timeout_s`` (e
 Credentials never travel in the URL. A refusal is ``protocol.Refused``: its ``error`` event,
 then its close code.
 
-A start opens a new ``runtime.session.VoiceSession``, which adopts the outbox the handshake
+A start opens a new ``runtime.realtime.session.VoiceSession``, which adopts the outbox the handshake
 wrote its errors to (so ``seq`` numbering is one stream). A resume runs the handshake in
-``runtime.continuity`` (which also checks continuations, RES-2). If the session is live in this
-process at the token's epoch, this connection claims it (``LiveSessions.claim``, one step: of
+``runtime.realtime.continuity`` (which also checks continuations, RES-2). If the session is live in
+this process at the token's epoch, this connection claims it (``LiveSessions.claim``, one step: of
 two resumes at once the later holds it, and the earlier is refused with ``resume_refused`` and
 4012 — or just closed with 4012 if it was answered already) and its outbox replays what the
 client missed. Otherwise the session is continued *from the journal* here: same session id,
@@ -23,18 +23,18 @@ same thread and a fresh outbox numbered on from the client's ``last_seq``. Nothi
 replayed then, so ``session.resumed`` says so and carries ``reconcile``: the range to give up
 and the session's user/assistant items from the journal, which the client shows instead.
 
-The receive loop parses each client message (``runtime.protocol``) and hands it to the engine;
-a bad message becomes an ``error`` event and the loop goes on (after ``max_errors_per_session``
-of them, counted for the session across its connections, it closes with 4009). Everything the
-server sends goes through the session's outbox (``runtime.outbox``), which numbers messages with
-``seq`` in send order and drops audio frames whose generation is no longer current — so after an
-interruption event no frame of that generation leaves the server. A client that stops reading
-fills it and is closed with 4010.
+The receive loop parses each client message (``runtime.realtime.protocol``) and hands it to the
+engine; a bad message becomes an ``error`` event and the loop goes on (after
+``max_errors_per_session`` of them, counted for the session across its connections, it closes with
+4009). Everything the server sends goes through the session's outbox (``runtime.realtime.outbox``),
+which numbers messages with ``seq`` in send order and drops audio frames whose generation is no
+longer current — so after an interruption event no frame of that generation leaves the server. A
+client that stops reading fills it and is closed with 4010.
 
 When the loop ends the session learns what it means: ``openrealtime.session.close`` ends it for
 good (its token revoked, close 1000); a close for cause (4009, 4010, 4011) ends it; a GA-only
 session (no ``seq``, no token) ends with its connection; otherwise it waits for a resume
-(``runtime.session``). A connection that no longer holds its session leaves it alone.
+(``runtime.realtime.session``). A connection that no longer holds its session leaves it alone.
 """
 
 from __future__ import annotations
@@ -56,18 +56,18 @@ from journal.events import ThreadRef
 from pipeline import events as ev
 from pipeline.audio_formats import AudioFormatError
 from runtime.accounts import Principal
-from runtime.continuity import (
+from runtime.database import DatabaseUnavailable
+from runtime.realtime.continuity import (
     ContinueHere,
     check_continuation,
     redeem,
     resumed_meanwhile,
     resumed_message,
 )
-from runtime.database import DatabaseUnavailable
-from runtime.dispatch import SessionCloseRequested, handle
-from runtime.live import Claim
-from runtime.outbox import NO_EXTENSIONS, Outbox
-from runtime.protocol import (
+from runtime.realtime.dispatch import SessionCloseRequested, handle
+from runtime.realtime.live import Claim
+from runtime.realtime.outbox import NO_EXTENSIONS, Outbox
+from runtime.realtime.protocol import (
     AudioAppend,
     AudioFrame,
     CloseCode,
@@ -81,11 +81,11 @@ from runtime.protocol import (
     parse_client_message,
     unauthorized,
 )
+from runtime.realtime.session import VoiceSession, initial_config
+from runtime.realtime.session_config import SessionConfig, apply_update
+from runtime.realtime.transport import SEND_FAILURES, Disconnected, Link, WebSocketLink
 from runtime.roles import Role
-from runtime.session import VoiceSession, initial_config
-from runtime.session_config import SessionConfig, apply_update
 from runtime.telemetry import OutboxTap
-from runtime.transport import SEND_FAILURES, Disconnected, Link, WebSocketLink
 from storage.postgres import CONNECTION_ERRORS
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _no_generation(generation: int) -> bool:
 
 class RealtimeConnection:
     """One connection: its handshake, then its receive loop (module doc). Over a WebSocket
-    ``run`` does both; a WebRTC call (``runtime.webrtc``) opens with ``open`` and serves with
+    ``run`` does both; a WebRTC call (``runtime.webrtc.calls``) opens with ``open`` and serves with
     ``serve``."""
 
     def __init__(self, link: Link, services: Services) -> None:
@@ -152,7 +152,7 @@ class RealtimeConnection:
         self.arrival = next(_ARRIVALS)
         """This connection's place in the order connections reached this process: of two
         resumes of one session, the one that arrived later is the client's retry
-        (``runtime/live.py`` rule 3)."""
+        (``runtime/realtime/live.py`` rule 3)."""
         self.principal: Principal | None = None
         self.session: VoiceSession | None = None
         """The session this connection opened, continued or resumed (``VoiceSession.holds``
@@ -413,7 +413,8 @@ class RealtimeConnection:
             return await self._continue_from_journal(
                 outcome, principal, resume.last_seq, outcome.fresh_token
             )
-        # Taken over in one step, straight after the handshake saw it live (runtime/live.py).
+        # Taken over in one step, straight after the handshake saw it live
+        # (runtime/realtime/live.py).
         claim = live.claim(resume.session_id, epoch=outcome.epoch, connection=self)
         return await self._attach(claim, resume.last_seq, outcome.fresh_token)
 
@@ -532,7 +533,7 @@ class RealtimeConnection:
             assert session.engine is not None
             session.engine.adopt_last_input(str(items[-1]["text"]), int(items[-1]["journal_seq"]))
         # If this send fails the receive loop sees the drop and the session waits to be resumed
-        # (a retry with the same token gets the same new token: runtime/resume.py rule 4).
+        # (a retry with the same token gets the same new token: runtime/realtime/resume.py rule 4).
         self.phase = Phase.ANSWERED
         with contextlib.suppress(*SEND_FAILURES):
             await self.link.send_text(

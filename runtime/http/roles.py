@@ -22,8 +22,8 @@ Rules
    older than revisions keep working, at that risk.
 3. Deleting a role: the default role cannot be deleted (409 ``role_is_default``). The role and
    its users' overrides go at once; its threads stay (their history remains readable) but can
-   never be continued (``runtime/continuity.py``: ``role_not_found``); its memory pool — the
-   role's shared entries and every user's long-term memories of it — and its role-memory
+   never be continued (``runtime/realtime/continuity.py``: ``role_not_found``); its memory pool —
+   the role's shared entries and every user's long-term memories of it — and its role-memory
    records (settings, confessions, enrichments, model call log) are purged after it, and so are
    its tools: the declared HTTP tools, grants, rules and cached judgements. Knowledge
    documents stay; their bindings to the role are left behind and answer nothing (no role id
@@ -32,7 +32,7 @@ Rules
    sessions use: at most ``MAX_SAMPLE_CHARS`` of text, ``MAX_SAMPLE_SECONDS`` of audio,
    ``SAMPLE_TIMEOUT_S`` of waiting, and ``MAX_CONCURRENT_SAMPLES`` per process (more: 429
    ``voice_sample_busy`` with ``Retry-After``); it is a write request, so it also counts against
-   the caller's write limit (``runtime/policy.py`` rule 4). A TTS failure is 503 ``tts_failed``
+   the caller's write limit (``runtime/http/policy.py`` rule 4). A TTS failure is 503 ``tts_failed``
    (``tts_timeout`` when too slow). Nothing here logs the text.
 """
 
@@ -53,10 +53,10 @@ from pipeline.audio import PCM, resample
 from plugins.asr.openai_asr import wav_bytes
 from plugins.contracts import TTS
 from plugins.errors import PluginError
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.policy import Policy, allow
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow
+from runtime.realtime.session_config import GA_VOICES
 from runtime.roles import Role, StaleRoleRevision, default_role
-from runtime.session_config import GA_VOICES
 from tools.errors import ToolError
 
 log = logging.getLogger(__name__)

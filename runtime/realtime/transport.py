@@ -1,9 +1,9 @@
 """Links: what a realtime connection sends and receives on, whatever carries it.
 
-A connection (``runtime.connection``) speaks the protocol's JSON events over a ``Link``: a
+A connection (``runtime.realtime.connection``) speaks the protocol's JSON events over a ``Link``: a
 WebSocket (``WebSocketLink``), or the ``oai-events`` data channel of a WebRTC call
-(``runtime.webrtc``). A link that carries the agent's voice as media (WebRTC's audio track) also
-has ``media``: the outbox hands it audio and playback control instead of sending audio events
+(``runtime.webrtc.calls``). A link that carries the agent's voice as media (WebRTC's audio track)
+also has ``media``: the outbox hands it audio and playback control instead of sending audio events
 (``MediaOut``). ``receive`` raises ``Disconnected`` once the peer has gone.
 """
 
@@ -80,7 +80,7 @@ SEND_FAILURES = (Disconnected, WebSocketDisconnect, RuntimeError, OSError)
 
 
 class Call(Protocol):
-    """A WebRTC call as the registry sees it (``runtime.webrtc.Call``)."""
+    """A WebRTC call as the registry sees it (``runtime.webrtc.calls.Call``)."""
 
     id: str
     principal: Principal

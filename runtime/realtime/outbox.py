@@ -41,8 +41,8 @@ from typing import Any
 
 from pipeline.audio_formats import PCM24K, AudioFormat, compand
 from pipeline.events import ExtensionEvent, OutputAudioDelta, ServerEvent
-from runtime.protocol import Extensions, encode_audio, encode_event
-from runtime.transport import MediaOut
+from runtime.realtime.protocol import Extensions, encode_audio, encode_event
+from runtime.realtime.transport import MediaOut
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,8 @@ class Outbox:
         self.output_format: AudioFormat = PCM24K
         """The session's output format: G.711 audio is companded here, at the edge."""
         self.extensions = NO_EXTENSIONS
-        """What the client negotiated (``runtime.protocol.Extensions``); set by the session."""
+        """What the client negotiated (``runtime.realtime.protocol.Extensions``); set by the
+        session."""
         self._event_prefix = f"event_{uuid.uuid4().hex[:10]}_"
         self.media: MediaOut | None = None
         """The link's media track, when it plays the agent's voice itself (module doc)."""

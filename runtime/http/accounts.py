@@ -45,8 +45,8 @@ from accounts.model import (
     Scope,
     TokenInfo,
 )
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.policy import Policy, allow, forbidden
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow, forbidden
 
 router = APIRouter(tags=["accounts"])
 

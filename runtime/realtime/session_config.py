@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pipeline.audio_formats import PCM24K, AudioFormat
 from pipeline.turns import TurnEagerness
 from plugins.contracts import ToolSpec
-from runtime.protocol import (
+from runtime.realtime.protocol import (
     MAX_OUTPUT_TOKENS,
     ErrorCode,
     FunctionToolIn,

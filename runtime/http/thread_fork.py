@@ -6,7 +6,7 @@ A fork is a new thread that starts with another thread's history — all of it, 
 its events — and goes its own way from there. The rules:
 
 1. Who: only the thread's owner forks it. Another user's thread answers 404
-   ``thread_not_found`` exactly like an unknown one (``runtime/policy.py`` rule 3).
+   ``thread_not_found`` exactly like an unknown one (``runtime/http/policy.py`` rule 3).
 2. Where: ``at`` names an event of the thread by its event id; the fork's history is the events
    up to and including it. An id that is not an event of this thread is 404
    ``item_not_found``. Without ``at`` the fork takes the history as it stands when the fork
@@ -54,8 +54,8 @@ its events — and goes its own way from there. The rules:
      ``openrealtime.session.start`` with ``requested_thread_id`` = the fork and
      ``previous_voice_session_id`` = the answer's ``voice_session_id`` (the session of the
      latest copied event): that session appears in the fork's journal, which is what
-     ``runtime.continuity.check_continuation`` asks. A fork of a history without any session
-     (``voice_session_id`` null) cannot be continued that way.
+     ``runtime.realtime.continuity.check_continuation`` asks. A fork of a history without any
+     session (``voice_session_id`` null) cannot be continued that way.
 7. Bounded: a thread of more than ``MAX_FORK_EVENTS`` events is refused (409
    ``thread_too_long``) before anything is written; the route reads the source at most twice
    (find ``at``, then copy), one page at a time.
@@ -78,8 +78,8 @@ from journal.errors import JournalError, JournalUnavailable
 from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.store import JournalStore
 from memory.errors import MemoryUnavailable
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.policy import Policy, allow
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow
 from runtime.services import Services
 from runtime.threads import Thread
 

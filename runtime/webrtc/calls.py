@@ -17,7 +17,7 @@ Rule 1. One connection per call. The call's ``RealtimeConnection`` opens the ses
         connection's receive loop runs on the channel, as over a WebSocket: same parser, same
         policies, same errors.
 Rule 2. Voice is media. The agent's audio never travels as ``response.output_audio.delta``:
-        the outbox hands it to the call's ``VoiceTrack`` (``runtime.webrtc_track``), which
+        the outbox hands it to the call's ``VoiceTrack`` (``runtime.webrtc.track``), which
         plays it out in 20 ms frames at real time (aiortc encodes Opus). What left the track is
         what the peer heard: the track reports it as playback (``Engine.on_playback``), so the
         heard prefix of an interrupted answer is what was played, without client reports. Audio
@@ -64,11 +64,11 @@ from pydantic import ValidationError
 
 from pipeline.audio import INPUT_SAMPLE_RATE
 from runtime.accounts import Principal
-from runtime.api import ApiError, services_of
-from runtime.connection import RealtimeConnection
-from runtime.outbox import NO_EXTENSIONS
-from runtime.policy import Policy, allow
-from runtime.protocol import (
+from runtime.http.api import ApiError, services_of
+from runtime.http.policy import Policy, allow
+from runtime.realtime.connection import RealtimeConnection
+from runtime.realtime.outbox import NO_EXTENSIONS
+from runtime.realtime.protocol import (
     CloseCode,
     ErrorCode,
     Limits,
@@ -78,12 +78,12 @@ from runtime.protocol import (
     SessionStart,
     parse_client_message,
 )
-from runtime.transport import Disconnected, MediaOut
-from runtime.webrtc_track import VoiceTrack
+from runtime.realtime.transport import Disconnected, MediaOut
+from runtime.webrtc.track import VoiceTrack
 
 if TYPE_CHECKING:
+    from runtime.realtime.session import VoiceSession
     from runtime.services import Services
-    from runtime.session import VoiceSession
 
 log = logging.getLogger(__name__)
 

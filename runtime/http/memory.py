@@ -49,8 +49,8 @@ from memory.errors import (
     StaleRevision,
 )
 from runtime.accounts import Principal
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.policy import Policy, allow, forbidden
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow, forbidden
 from runtime.roles import Role, RoleOverrides, memory_enabled_for
 from runtime.services import Services
 

@@ -6,7 +6,7 @@ to a browser page, which opens ``/v1/realtime`` with it — the page never holds
 Rules
 -----
 1. Any member may mint (``member`` policy, with the token's ``api`` scope); a client secret
-   cannot mint another one, nor use any other HTTP route (``runtime/policy.py`` rule 2).
+   cannot mint another one, nor use any other HTTP route (``runtime/http/policy.py`` rule 2).
 2. The secret is the caller's: bound to the (tenant, user) and the token that authenticated
    this request, and to one agent role of the caller's tenant — ``session.model``, a role id or
    (when no id matches) the name of exactly one role, else the tenant's default role.
@@ -30,9 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from accounts.errors import AccountError
 from accounts.model import MAX_CLIENT_SECRET_TTL
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.api_accounts import account_error
-from runtime.policy import Policy, allow
+from runtime.http.accounts import account_error
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow
 from runtime.roles import Role, RoleStore, default_role
 
 router = APIRouter(tags=["realtime"])

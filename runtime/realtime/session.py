@@ -3,10 +3,10 @@
 Theory of operation
 -------------------
 A voice session serves one thread. It owns the engine (``pipeline.engine``), the outbox of
-everything its client is sent (``runtime.outbox``), the journal writer that rides out an outage
-(``runtime.journal_buffer``), its configuration and its resume token. A connection
-(``runtime.connection``) opens it — or continues it from the journal — and then *holds* it.
-From its registration until ``shutdown`` it is live in this process (``runtime.live``).
+everything its client is sent (``runtime.realtime.outbox``), the journal writer that rides out an
+outage (``runtime.journal_buffer``), its configuration and its resume token. A connection
+(``runtime.realtime.connection``) opens it — or continues it from the journal — and then *holds* it.
+From its registration until ``shutdown`` it is live in this process (``runtime.realtime.live``).
 
 States: ``LIVE`` (held by a connection, or waiting for one) → ``ENDING`` (its end has begun;
 awaits are under way) → ``ENDED`` (after ``shutdown``). Only a ``LIVE`` session can be claimed.
@@ -28,13 +28,13 @@ token. Whoever decides that a session ends moves it to ``ENDING`` before its fir
 (``begin_end``), so no resume is handed a session on its way out: it is refused like one that
 is gone (``resume_refused``, 4003).
 
-Rule 4 — fencing. ``epoch`` counts continuations from the journal (``runtime/continuity.py``
-rule 3). When the session was continued at a later epoch elsewhere, ``fence`` ends this copy
-and closes the connection it still serves with 4012, leaving the token (the new copy's) alone.
-Its journal writer carries the epoch (``journal/store.py`` rule 4): once the new copy has
-raised the journal's fence (``BufferedJournal.take_over``) nothing this copy appends lands, and
-a refused append fences it too — whether or not the claim's notification has arrived.
-When the credentials that opened it are revoked, ``revoke_credentials`` ends it with 4013.
+Rule 4 — fencing. ``epoch`` counts continuations from the journal
+(``runtime/realtime/continuity.py`` rule 3). When the session was continued at a later epoch
+elsewhere, ``fence`` ends this copy and closes the connection it still serves with 4012, leaving the
+token (the new copy's) alone. Its journal writer carries the epoch (``journal/store.py`` rule 4):
+once the new copy has raised the journal's fence (``BufferedJournal.take_over``) nothing this copy
+appends lands, and a refused append fences it too — whether or not the claim's notification has
+arrived. When the credentials that opened it are revoked, ``revoke_credentials`` ends it with 4013.
 
 Rule 5 — one end. Every way a session finishes goes through ``shutdown`` (→ ``ENDED``):
 engine, journal buffer, outbox, registry.
@@ -66,12 +66,12 @@ from plugins.brain.local_model import local_model_of
 from plugins.contracts import ToolChoice
 from runtime.accounts import Principal
 from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideTool
-from runtime.continuity import ContinueHere, reconcile_from_journal
 from runtime.enrichment import session_enrichment
 from runtime.journal_buffer import BufferedJournal
 from runtime.memory_hook import session_memory
-from runtime.outbox import Outbox
-from runtime.protocol import (
+from runtime.realtime.continuity import ContinueHere, reconcile_from_journal
+from runtime.realtime.outbox import Outbox
+from runtime.realtime.protocol import (
     CloseCode,
     ErrorCode,
     Extensions,
@@ -80,9 +80,8 @@ from runtime.protocol import (
     SessionUpdate,
     check_audio,
 )
-from runtime.resume import VoiceSessionRecord
-from runtime.roles import Role
-from runtime.session_config import (
+from runtime.realtime.resume import VoiceSessionRecord
+from runtime.realtime.session_config import (
     GA_VOICES,
     SEMANTIC_VAD_EAGERNESS,
     SessionConfig,
@@ -90,12 +89,13 @@ from runtime.session_config import (
     apply_update,
     session_json,
 )
+from runtime.roles import Role
 from runtime.thread_memory import ThreadMemoryHook
 from runtime.tool_gate import ToolGate
 from tools.decide import ToolDecider
 
 if TYPE_CHECKING:
-    from runtime.connection import RealtimeConnection
+    from runtime.realtime.connection import RealtimeConnection
     from runtime.services import Services
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,7 @@ class VoiceSession:
 
     async def reconcile(self, from_seq: int, to_seq: int | None) -> dict[str, object]:
         """What the client shows instead of messages it cannot be sent again
-        (``runtime/continuity.py`` rule 5)."""
+        (``runtime/realtime/continuity.py`` rule 5)."""
         return await reconcile_from_journal(self.journal, self.thread, self.id, from_seq, to_seq)
 
     async def detach(self, connection: RealtimeConnection) -> None:

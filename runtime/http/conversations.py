@@ -22,8 +22,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NaiveDatetime,
 from journal.errors import JournalUnavailable
 from journal.events import ThreadRef
 from memory.errors import MemoryUnavailable
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.policy import Policy, allow
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow
 from runtime.records import (
     ConversationRecord,
     RecordError,

@@ -38,8 +38,8 @@ from knowledge.retrieval import Hit
 from knowledge.store import DocumentInfo
 from knowledge.tool import format_hits
 from runtime.accounts import Principal
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.policy import Policy, allow
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow
 from runtime.roles import default_role
 from runtime.services import Services
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from evals import cli as cli_eval
-from runtime import cli_accounts, cli_memory
+from runtime.cli import accounts as cli_accounts
+from runtime.cli import memory as cli_memory
 from runtime.config import Settings
 from runtime.logs import configure_logging
 from runtime.loop import install_uvloop, tune_gc

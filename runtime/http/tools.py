@@ -59,10 +59,10 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.accounts import Principal
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.api_role_memory import _role as role_in_tenant
-from runtime.policy import Policy, allow, forbidden
-from runtime.protocol import (
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow, forbidden
+from runtime.http.role_memory import _role as role_in_tenant
+from runtime.realtime.protocol import (
     McpApprovalFilterIn,
     McpToolFilterIn,
     allowed_filter,

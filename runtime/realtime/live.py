@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 A session is *live* here from its registration until it shuts down: connected, or waiting
-``resume_ttl_s`` for its client to resume (``runtime.session``). Every step that looks at the
-registry and changes it on what it saw is one synchronous method — no await between the check
+``resume_ttl_s`` for its client to resume (``runtime.realtime.session``). Every step that looks at
+the registry and changes it on what it saw is one synchronous method — no await between the check
 and the set — so two connections on the event loop cannot both pass a check meant for one.
 
 Rule 1 — a new session holds a place first. ``reserve`` counts the user's live sessions and the
@@ -12,16 +12,16 @@ places already held for them, refuses at the limit (``too_many_sessions``, 4029)
 place; the start then does its slow work (role, thread, resume token) and ``Place.register``
 puts the session in. A start that fails gives its place back when the ``with`` block ends.
 
-Rule 2 — a session continued from the journal (``runtime/continuity.py`` rule 3) goes in with
-``take_over`` before the next await after its epoch was claimed (continuity rule 4). It
+Rule 2 — a session continued from the journal (``runtime/realtime/continuity.py`` rule 3) goes in
+with ``take_over`` before the next await after its epoch was claimed (continuity rule 4). It
 replaces the older copy the claim fenced, which then ends without touching the registry.
 
 Rule 3 — a resume of a session live here at the token's epoch claims it for its connection
 with ``claim``: the session must still be ``LIVE`` at that epoch (a session whose end has begun
 is refused like a gone one: ``resume_refused``, 4003), and the connection holds it from that
 step on. Two resumes of one session at once are two claims one after the other: the later holds
-the session, and the earlier one's connection is closed with 4012 (``runtime.session`` rule 1),
-after ``resume_refused`` if it had not been answered yet. "Later" is the order the resumes'
+the session, and the earlier one's connection is closed with 4012 (``runtime.realtime.session`` rule
+1), after ``resume_refused`` if it had not been answered yet. "Later" is the order the resumes'
 connections reached this process (``RealtimeConnection.arrival``), not the order their slow
 handshakes got here: a client's attempt it gave up on, still redeeming its token, never takes
 the session from the retry that followed it (that attempt is refused instead, 4012).
@@ -40,14 +40,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from runtime.continuity import BAD_TOKEN, refuse_resume, resumed_meanwhile
-from runtime.protocol import CloseCode, ErrorCode, Refused
-from runtime.session import State
+from runtime.realtime.continuity import BAD_TOKEN, refuse_resume, resumed_meanwhile
+from runtime.realtime.protocol import CloseCode, ErrorCode, Refused
+from runtime.realtime.session import State
 
 if TYPE_CHECKING:
     from runtime.accounts import Principal
-    from runtime.connection import RealtimeConnection
-    from runtime.session import VoiceSession
+    from runtime.realtime.connection import RealtimeConnection
+    from runtime.realtime.session import VoiceSession
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,8 +87,8 @@ from memory.role_records import (
     RoleMemorySettings,
 )
 from runtime.accounts import Principal
-from runtime.api import ApiError, Caller, ServicesDep
-from runtime.policy import Policy, allow, forbidden
+from runtime.http.api import ApiError, Caller, ServicesDep
+from runtime.http.policy import Policy, allow, forbidden
 from runtime.roles import Role
 from runtime.services import Services
 

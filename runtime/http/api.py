@@ -1,6 +1,6 @@
 """What every HTTP router shares: the error type, the authenticated caller, the services.
 
-Feature routers (``runtime/api_<feature>.py``) import from here, never from ``runtime.app``
+Feature routers (``runtime/http/<feature>.py``) import from here, never from ``runtime.app``
 (which includes them), so there is no import cycle.
 """
 
@@ -34,7 +34,7 @@ def services_of(request: Request) -> Services:
 async def authenticated_caller(request: Request) -> Principal:
     """Who the request's bearer token proves: 401 ``unauthorized`` without a valid token,
     403 ``client_secret_not_allowed`` for a client secret (``ek_…``: it opens realtime
-    sessions and nothing else, ``runtime/policy.py`` rule 2)."""
+    sessions and nothing else, ``runtime/http/policy.py`` rule 2)."""
     header = request.headers.get("authorization")
     token = bearer_token(header)
     if token is not None and is_client_secret(token):
@@ -51,7 +51,7 @@ async def authenticated_caller(request: Request) -> Principal:
 
 async def current_principal(request: Request) -> Principal:
     """The caller, from the bearer token only (never from a body or query field): the one the
-    route's policy check authenticated (``runtime/policy.py``), else authenticated here."""
+    route's policy check authenticated (``runtime/http/policy.py``), else authenticated here."""
     checked: Principal | None = getattr(request.state, "principal", None)
     if checked is not None:
         return checked

@@ -23,9 +23,9 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from runtime.api import ServicesDep
+from runtime.http.api import ServicesDep
+from runtime.http.policy import Policy, allow
 from runtime.metrics import CONTENT_TYPE
-from runtime.policy import Policy, allow
 from runtime.services import Services
 
 router = APIRouter()

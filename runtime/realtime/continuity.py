@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Three things let a client go on where it left off; this module decides each, and
-``runtime.connection.RealtimeConnection`` carries the decision out.
+``runtime.realtime.connection.RealtimeConnection`` carries the decision out.
 
 Rule 1 — continuation (``session.start`` with ``requested_thread_id``): allowed only when the
 thread is the caller's, the role it was started with still exists (and is the one asked for, if
@@ -13,10 +13,10 @@ proved by a client secret goes on only with threads and sessions of the role the
 to (``role_mismatch``; for a resume, after its token was redeemed).
 
 Rule 2 — resume handshake (``session.resume``, ``redeem``): the token is redeemed (and rotated,
-``runtime/resume.py`` rule 4). If the session is live in this process at the token's epoch the
-caller takes it over (``HandOver``: ``LiveSessions.claim`` hands it to the connection in one step)
-and its outbox replays what the client missed. A live copy at an older epoch is stale — another
-process took the session over — and is fenced.
+``runtime/realtime/resume.py`` rule 4). If the session is live in this process at the token's epoch
+the caller takes it over (``HandOver``: ``LiveSessions.claim`` hands it to the connection in one
+step) and its outbox replays what the client missed. A live copy at an older epoch is stale —
+another process took the session over — and is fenced.
 
 Rule 3 — continued from the journal: otherwise the session goes on *here* (``ContinueHere``):
 same session id, same thread, next epoch. The thread and role are checked like a continuation,
@@ -46,8 +46,8 @@ copies wrote, and an answer an older copy was still generating is never journale
 copy is fenced, spoken): only the holder of the current epoch continues a turn. No wait, no
 timing: the claim's notification (``resume_tokens.watch``) only makes the old copy stop sooner.
 A retry of the resume that lands on the process holding the continuation (its client never got
-the answer) waits for the same fence and gets the same reconcile (``runtime.connection``); of
-two resumes there, the later-arrived one holds the session (``runtime/live.py`` rule 3).
+the answer) waits for the same fence and gets the same reconcile (``runtime.realtime.connection``);
+of two resumes there, the later-arrived one holds the session (``runtime/realtime/live.py`` rule 3).
 
 Refusals are ``ContinuityRefused``: the ``error`` event to send and the close code that follows.
 ``resumed_message`` builds the answer to a resume, ``openrealtime.session.resumed``, for both ways.
@@ -63,7 +63,7 @@ from journal.amendments import apply_amendments
 from journal.events import EventKind, JournalEvent, ThreadRef
 from pipeline.events import SessionResumed
 from runtime.accounts import Principal
-from runtime.protocol import (
+from runtime.realtime.protocol import (
     CloseCode,
     ErrorCode,
     Refused,
@@ -71,7 +71,7 @@ from runtime.protocol import (
     SessionStart,
     encode_event,
 )
-from runtime.resume import VoiceSessionRecord
+from runtime.realtime.resume import VoiceSessionRecord
 from runtime.roles import Role
 
 if TYPE_CHECKING:

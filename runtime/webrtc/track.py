@@ -1,7 +1,7 @@
-"""The agent's voice on a WebRTC call, played out by the server (``runtime.webrtc`` rule 2).
+"""The agent's voice on a WebRTC call, played out by the server (``runtime.webrtc.calls`` rule 2).
 
 ``VoiceTrack`` is the call's outbound audio track. The outbox hands it every server event first
-(``runtime.transport.MediaOut``): it takes the audio deltas and notes playback control
+(``runtime.realtime.transport.MediaOut``): it takes the audio deltas and notes playback control
 (``openrealtime.output_audio.paused``/``resumed``) and each ``response.done``. aiortc asks it for
 a frame every 20 ms; it answers with speech of the current generation, else silence, and reports
 what it played to the engine as playback (the heard prefix). Audio of an interrupted generation
@@ -27,7 +27,7 @@ from aiortc.mediastreams import MediaStreamError
 from pipeline import events as ev
 
 if TYPE_CHECKING:
-    from runtime.session import VoiceSession
+    from runtime.realtime.session import VoiceSession
 
 FRAME_S = 0.020
 

@@ -1,0 +1,7 @@
+"""``python -m runtime.cli``."""
+
+import sys
+
+from runtime.cli.command import main
+
+sys.exit(main())
