@@ -57,6 +57,7 @@ from pipeline import events as ev
 from pipeline.audio_formats import AudioFormatError
 from runtime.accounts import Principal
 from runtime.database import DatabaseUnavailable
+from runtime.errors import Disconnected, ProtocolError, Refused, SessionCloseRequested
 from runtime.realtime.continuity import (
     ContinueHere,
     check_continuation,
@@ -64,7 +65,7 @@ from runtime.realtime.continuity import (
     resumed_meanwhile,
     resumed_message,
 )
-from runtime.realtime.dispatch import SessionCloseRequested, handle
+from runtime.realtime.dispatch import handle
 from runtime.realtime.live import Claim
 from runtime.realtime.outbox import NO_EXTENSIONS, Outbox
 from runtime.realtime.protocol import (
@@ -73,8 +74,6 @@ from runtime.realtime.protocol import (
     CloseCode,
     ErrorCode,
     Limits,
-    ProtocolError,
-    Refused,
     SessionResume,
     SessionStart,
     decode_append,
@@ -83,7 +82,7 @@ from runtime.realtime.protocol import (
 )
 from runtime.realtime.session import VoiceSession, initial_config
 from runtime.realtime.session_config import SessionConfig, apply_update
-from runtime.realtime.transport import SEND_FAILURES, Disconnected, Link, WebSocketLink
+from runtime.realtime.transport import SEND_FAILURES, Link, WebSocketLink
 from runtime.roles import Role
 from runtime.telemetry import OutboxTap
 from storage.postgres import CONNECTION_ERRORS

@@ -63,10 +63,10 @@ from journal.amendments import apply_amendments
 from journal.events import EventKind, JournalEvent, ThreadRef
 from pipeline.events import SessionResumed
 from runtime.accounts import Principal
+from runtime.errors import ContinuityRefused
 from runtime.realtime.protocol import (
     CloseCode,
     ErrorCode,
-    Refused,
     SessionResume,
     SessionStart,
     encode_event,
@@ -83,10 +83,6 @@ RECONCILE_SCAN_EVENTS = 400
 """How many of the thread's last journal events a reconcile looks through."""
 RECONCILE_MAX_ITEMS = 50
 """At most this many (the latest) items go into a reconcile; ``complete`` says if cut."""
-
-
-class ContinuityRefused(Refused):
-    """A continuation or resume is refused: send ``error_code``/``message``, then close."""
 
 
 class LiveSession(Protocol):

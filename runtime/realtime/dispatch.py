@@ -23,6 +23,7 @@ from pipeline.audio_formats import InboundAudio
 from pipeline.engine import Engine, ResponseOptions
 from pipeline.items import ItemNotFound, TruncatedBeyondAudio
 from plugins.contracts import ToolChoice
+from runtime.errors import ProtocolError, SessionCloseRequested
 from runtime.realtime.protocol import (
     Ack,
     AudioClear,
@@ -40,7 +41,6 @@ from runtime.realtime.protocol import (
     MessageIn,
     OutputAudioBufferClear,
     PlaybackProgress,
-    ProtocolError,
     ResponseCancel,
     ResponseCreate,
     SessionClose,
@@ -52,10 +52,6 @@ from runtime.realtime.protocol import (
 from runtime.realtime.session import VoiceSession
 from runtime.realtime.transport import MediaOut
 from runtime.tool_gate import ApprovalNotFound
-
-
-class SessionCloseRequested(Exception):
-    """The client asked to end the session (Rule 3)."""
 
 
 async def handle(

@@ -40,8 +40,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from runtime.errors import Refused
 from runtime.realtime.continuity import BAD_TOKEN, refuse_resume, resumed_meanwhile
-from runtime.realtime.protocol import CloseCode, ErrorCode, Refused
+from runtime.realtime.protocol import CloseCode, ErrorCode
 from runtime.realtime.session import State
 
 if TYPE_CHECKING:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pipeline.audio import INPUT_SAMPLE_RATE
 from pipeline.events import ServerEvent, wire
 from plugins.contracts import ToolSpec
+from runtime.errors import ProtocolError, Refused
 from tools.mcp import MAX_TOOLS as MAX_MCP_TOOLS
 from tools.mcp import ApprovalPolicy, McpServer, ToolFilter
 
@@ -96,42 +97,6 @@ class ErrorCode:
     BINARY_NOT_NEGOTIATED = "binary_audio_not_negotiated"
     INTERNAL = "internal_error"
     """A bug on our side handling one message; the session goes on (and it is logged)."""
-
-
-class ProtocolError(Exception):
-    def __init__(
-        self, code: str, message: str, *, param: str | None = None, event_id: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.param = param
-        """The offending parameter's path (``session.audio.input.format.rate``), GA style."""
-        self.event_id = event_id
-
-
-class Refused(Exception):
-    """The server will not go on with this connection: the ``error`` event
-    ``error_code``/``message`` is sent, then the connection is closed with
-    ``close_code``/``close_reason`` (docs/protocol.md, *Errors and close codes*)."""
-
-    def __init__(
-        self,
-        error_code: str,
-        message: str,
-        close_code: int,
-        close_reason: str,
-        *,
-        param: str | None = None,
-        event_id: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
-        self.close_code = close_code
-        self.close_reason = close_reason
-        self.param = param
-        self.event_id = event_id
 
 
 def unauthorized() -> Refused:

@@ -67,6 +67,7 @@ from plugins.contracts import ToolChoice
 from runtime.accounts import Principal
 from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideTool
 from runtime.enrichment import session_enrichment
+from runtime.errors import ProtocolError
 from runtime.journal_buffer import BufferedJournal
 from runtime.memory_hook import session_memory
 from runtime.realtime.continuity import ContinueHere, reconcile_from_journal
@@ -76,7 +77,6 @@ from runtime.realtime.protocol import (
     ErrorCode,
     Extensions,
     Limits,
-    ProtocolError,
     SessionUpdate,
     check_audio,
 )

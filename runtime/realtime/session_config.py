@@ -33,12 +33,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pipeline.audio_formats import PCM24K, AudioFormat
 from pipeline.turns import TurnEagerness
 from plugins.contracts import ToolSpec
+from runtime.errors import ProtocolError
 from runtime.realtime.protocol import (
     MAX_OUTPUT_TOKENS,
     ErrorCode,
     FunctionToolIn,
     McpToolIn,
-    ProtocolError,
     ToolChoiceFunctionIn,
     mcp_servers,
     mcp_tool_json,

@@ -16,10 +16,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from accounts.model import Principal
 from pipeline.events import ServerEvent
-
-
-class Disconnected(Exception):
-    """The peer went away (or the link was closed)."""
+from runtime.errors import Disconnected
 
 
 class MediaOut(Protocol):

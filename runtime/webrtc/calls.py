@@ -64,6 +64,7 @@ from pydantic import ValidationError
 
 from pipeline.audio import INPUT_SAMPLE_RATE
 from runtime.accounts import Principal
+from runtime.errors import Disconnected, OfferRejected, ProtocolError, Refused
 from runtime.http.api import ApiError, services_of
 from runtime.http.policy import Policy, allow
 from runtime.realtime.connection import RealtimeConnection
@@ -72,13 +73,11 @@ from runtime.realtime.protocol import (
     CloseCode,
     ErrorCode,
     Limits,
-    ProtocolError,
-    Refused,
     SessionResume,
     SessionStart,
     parse_client_message,
 )
-from runtime.realtime.transport import Disconnected, MediaOut
+from runtime.realtime.transport import MediaOut
 from runtime.webrtc.track import VoiceTrack
 
 if TYPE_CHECKING:
@@ -293,15 +292,15 @@ class Call:
         self.pc.on("connectionstatechange", self._on_state)
 
     async def answer(self, offer_sdp: str) -> str:
-        """Apply the offer; the SDP answer (with our candidates). ``ValueError`` when the offer
-        is not one we can answer."""
+        """Apply the offer; the SDP answer (with our candidates). ``OfferRejected`` when the
+        offer is not one we can answer."""
         try:
             await self.pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
         except Exception as e:  # aiortc raises several kinds for a malformed offer
-            raise ValueError(f"the SDP offer could not be applied: {e}") from None
+            raise OfferRejected(f"the SDP offer could not be applied: {e}") from None
         audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
         if not audio:
-            raise ValueError("the offer has no audio section")
+            raise OfferRejected("the offer has no audio section")
         if self.pc.sctp is None:
             self.link.voice_only()
         audio[0].sender.replaceTrack(self.track)
@@ -568,7 +567,7 @@ async def create_call(request: Request) -> Response:
     call = Call(services, _principal(request))
     try:
         answer = await call.answer(offer.sdp)
-    except ValueError as e:
+    except OfferRejected as e:
         await call.close()
         raise ApiError(400, "invalid_sdp", str(e)) from None
     services.calls.add(call)

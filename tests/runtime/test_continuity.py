@@ -17,12 +17,12 @@ from journal.amendments import item_deleted, item_truncated
 from journal.events import NewEvent, ThreadRef
 from journal.store import InMemoryJournalStore
 from runtime.accounts import Principal
+from runtime.errors import ContinuityRefused
 from runtime.realtime.continuity import (
     RECONCILE_MAX_ITEMS,
     RECONCILE_SCAN_EVENTS,
     RESUME_RACE_ATTEMPTS,
     ContinueHere,
-    ContinuityRefused,
     HandOver,
     LiveSession,
     check_continuation,

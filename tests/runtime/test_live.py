@@ -19,14 +19,14 @@ from journal.events import ThreadRef
 from runtime.accounts import LOCAL_PRINCIPAL, Principal
 from runtime.client import SUBPROTOCOL, RealtimeClient
 from runtime.config import Settings
+from runtime.errors import ContinuityRefused, Disconnected, Refused
 from runtime.realtime.connection import Phase, RealtimeConnection
-from runtime.realtime.continuity import BAD_TOKEN, ContinuityRefused
+from runtime.realtime.continuity import BAD_TOKEN
 from runtime.realtime.live import LiveSessions
 from runtime.realtime.outbox import Outbox
-from runtime.realtime.protocol import CloseCode, ErrorCode, Limits, Refused
+from runtime.realtime.protocol import CloseCode, ErrorCode, Limits
 from runtime.realtime.session import VoiceSession
 from runtime.realtime.session_config import SessionConfig
-from runtime.realtime.transport import Disconnected
 from runtime.roles import default_role
 from runtime.server import RunningServer, running_server
 from runtime.services import Services, open_services

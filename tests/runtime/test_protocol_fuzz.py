@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from runtime.client import RealtimeClient
 from runtime.config import Settings
-from runtime.realtime.protocol import KNOWN_TYPES, ErrorCode, Limits, ProtocolError, SessionUpdate
+from runtime.errors import ProtocolError
+from runtime.realtime.protocol import KNOWN_TYPES, ErrorCode, Limits, SessionUpdate
 from runtime.realtime.protocol import parse_client_message as parse
 from runtime.realtime.session_config import SessionConfig, apply_update
 from runtime.server import running_server

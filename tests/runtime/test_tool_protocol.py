@@ -8,13 +8,13 @@ import json
 import pytest
 
 from pipeline import events as ev
+from runtime.errors import ProtocolError
 from runtime.realtime.protocol import (
     MAX_APPROVAL_TEXT_CHARS,
     ErrorCode,
     ItemCreate,
     Limits,
     McpApprovalResponseIn,
-    ProtocolError,
     parse_client_message,
 )
 from tests.runtime.ga import strict

@@ -19,6 +19,7 @@ from journal.events import EventKind, ThreadRef
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server
+from runtime.webrtc import calls
 from runtime.webrtc.client import MIC_RATE, CallRefused, WebRTCClient
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.ga import strict
@@ -257,6 +258,26 @@ async def test_bad_offers_get_clear_errors(server: RunningServer) -> None:
     assert big.status_code == 413
     assert secret_in_url.status_code == 404
     assert len(server.services.calls) == 0 and server.services.live_sessions == {}
+
+
+async def test_a_fault_of_ours_while_answering_is_not_called_the_clients_bad_offer(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only ``OfferRejected`` is ``invalid_sdp``: a ``ValueError`` from a bug is a 500 (the
+    class of fault where any ``ValueError`` became the client's bad input)."""
+
+    async def broken(self: object, offer_sdp: str) -> str:
+        raise ValueError("a bug of ours")
+
+    monkeypatch.setattr(calls.Call, "answer", broken)
+    auth = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/sdp"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        reply = await http.post(
+            f"{server.http_url}/v1/realtime/calls", content="v=0\r\n", headers=auth
+        )
+    assert reply.status_code == 500
+    assert "invalid_sdp" not in reply.text
+    assert len(server.services.calls) == 0
 
 
 async def test_binary_audio_is_refused_over_webrtc(server: RunningServer) -> None:
