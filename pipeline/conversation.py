@@ -108,14 +108,10 @@ class Conversation:
     async def typed(self, pending: list[PendingInput]) -> tuple[str, int | None]:
         """The text items added since the last response (already being journaled) and the
         seq of the first, so the history before it is what the model sees as context."""
-        seq: int | None = None
-        for index, item in enumerate(pending):
-            stored = await item.write
-            if index == 0 and stored and stored[-1].seq > 0:
-                seq = stored[-1].seq
-        for item in pending:
-            self.remember(item.text, await item.write)
-        return "\n".join(item.text for item in pending), seq
+        written = [await item.write for item in pending]
+        for item, stored in zip(pending, written, strict=True):
+            self.remember(item.text, stored)
+        return "\n".join(item.text for item in pending), _seq(written[0]) if written else None
 
     def spoken_item(self, turn_id: int, transcript: str | None, status: str) -> ev.MessageItem:
         part = ev.ContentPart("input_audio", transcript=transcript)
@@ -142,15 +138,17 @@ class Conversation:
             },
         )
         self.remember(text, stored)
-        return stored[-1].seq if stored and stored[-1].seq > 0 else None
+        return _seq(stored)
 
     def remember(self, text: str, stored: list[JournalEvent]) -> None:
         """Long-term memory reads the person's journaled words (in the background)."""
         if self.memory is not None and stored:
-            seq = stored[-1].seq if stored[-1].seq > 0 else None
             self.spawn(
                 self.memory.on_user_final(
-                    text, thread_id=self.thread.thread_id, seq=seq, at=stored[-1].created_at
+                    text,
+                    thread_id=self.thread.thread_id,
+                    seq=_seq(stored),
+                    at=stored[-1].created_at,
                 ),
                 "memory-extract",
             )
@@ -207,6 +205,12 @@ class Conversation:
             {"text": text, "heard_text": heard, "interrupted": interrupted,
              "generation": generation, "item_id": item_id},
         )  # fmt: skip
+
+
+def _seq(stored: list[JournalEvent]) -> int | None:
+    """The journal position of what was just written; None while it waits in the session's
+    buffer (the journal unreachable: seq 0)."""
+    return stored[-1].seq if stored and stored[-1].seq > 0 else None
 
 
 __all__ = ["Conversation"]

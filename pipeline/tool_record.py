@@ -96,7 +96,7 @@ class ToolRecord:
                     f"{prefix}:tool_call:{call.call_id}",
                     EventKind.TOOL_CALL,
                     {"call_id": call.call_id, "name": call.name, "item_id": item_id,
-                     **self._kept(call.name, "arguments", call.arguments),
+                     **self._kept(call.name, "arguments", call.arguments, {}),
                      **self.decision_fields(call.call_id)},
                 )  # fmt: skip
         elif delta.tool_result is not None and in_conversation:
@@ -134,14 +134,13 @@ class ToolRecord:
             f"{prefix}:tool_result:{result.call_id}",
             EventKind.TOOL_RESULT,
             {"call_id": result.call_id, "name": result.name, "is_error": result.is_error,
-             "item_id": item_id, **self._kept(result.name, "content", result.content)},
+             "item_id": item_id, **self._kept(result.name, "content", result.content, "")},
         )  # fmt: skip
 
-    def _kept(self, tool: str, key: str, value: Any) -> dict[str, Any]:
-        """What the journal keeps of a call's arguments or a result's content (Rule 4)."""
-        if tool not in self.private:
-            return {key: value}
-        return {key: {} if key == "arguments" else "", "private": True}
+    def _kept(self, tool: str, key: str, value: Any, empty: Any) -> dict[str, Any]:
+        """What the journal keeps of a call's arguments or a result's content: ``empty`` for a
+        private tool's (Rule 4)."""
+        return {key: value} if tool not in self.private else {key: empty, "private": True}
 
     async def _mcp_result(self, response: Response, result: ToolResult, prefix: str) -> None:
         """An MCP call answered: its output item is done with the output or the error."""

@@ -23,7 +23,7 @@ from runtime.client import RealtimeClient
 from runtime.confide import CALM_ANSWERS, TOOL_SPEC, ConfideTool
 from runtime.config import Settings
 from runtime.roles import Role, RoleOverrides, default_role
-from runtime.server import running_server
+from runtime.server import RunningServer, running_server
 from runtime.services import Services, open_services
 from tests.postgres import postgres_url, truncate_all
 from tests.runtime.conftest import fake_plugins
@@ -223,6 +223,25 @@ class RoleMemoryModel(ScriptedMemoryModel):
         return json.dumps({"facts": facts, "observations": [], "invalidations": []})
 
 
+async def confiding_turn(
+    server: RunningServer, principal: Principal
+) -> tuple[Role, RoleMemoryModel, dict[str, Any], str]:
+    """The default role given ``RoleMemoryModel``, then one text turn in a new thread: (role,
+    model, response.done, thread id)."""
+    services = server.services
+    role = await default_role(services.roles, principal.tenant)
+    model = RoleMemoryModel(provider_charges=False)
+    services.memory_models["m"] = model
+    await services.role_records.put_settings(
+        principal.tenant, role.id, RoleMemorySettings(memory_model="m"), expected=0
+    )
+    async with RealtimeClient(server.ws_url, server.token) as client:
+        await client.connect()
+        await client.send_text("I'm vegan, by the way. Where should we eat?")
+        done = await client.wait_type("response.done", timeout=30)
+        return role, model, done, client.session["thread_id"]
+
+
 async def test_a_text_turn_whose_brain_confides_keeps_the_confession_and_learns(
     tmp_path: Path,
 ) -> None:
@@ -234,17 +253,7 @@ async def test_a_text_turn_whose_brain_confides_keeps_the_confession_and_learns(
         services.role_memory.learner.poll_interval = 0.05
         principal = await services.accounts.authenticate(server.token)
         assert principal is not None
-        role = await default_role(services.roles, principal.tenant)
-        model = RoleMemoryModel(provider_charges=False)
-        services.memory_models["m"] = model
-        await services.role_records.put_settings(
-            principal.tenant, role.id, RoleMemorySettings(memory_model="m"), expected=0
-        )
-        async with RealtimeClient(server.ws_url, server.token) as client:
-            await client.connect()
-            await client.send_text("I'm vegan, by the way. Where should we eat?")
-            done = await client.wait_type("response.done", timeout=30)
-            thread_id = client.session["thread_id"]
+        role, model, done, thread_id = await confiding_turn(server, principal)
         assert done["response"]["status"] == "completed"
         assert "vegan place" in done["response"]["output_text"]
         # The brain's second round read the confessor's answer.
@@ -346,17 +355,7 @@ async def test_no_table_holds_a_confession_in_plaintext(postgres_url: str, tmp_p
         await truncate_all(pool)
         principal = Principal("local", "local-user")  # the tables were emptied: its token again
         await services.accounts.add_token(principal, server.token)
-        role = await default_role(services.roles, principal.tenant)
-        model = RoleMemoryModel(provider_charges=False)
-        services.memory_models["m"] = model
-        await services.role_records.put_settings(
-            principal.tenant, role.id, RoleMemorySettings(memory_model="m"), expected=0
-        )
-        async with RealtimeClient(server.ws_url, server.token) as client:
-            await client.connect()
-            await client.send_text("I'm vegan, by the way. Where should we eat?")
-            done = await client.wait_type("response.done", timeout=30)
-            thread_id = client.session["thread_id"]
+        _, _, done, thread_id = await confiding_turn(server, principal)
         assert done["response"]["status"] == "completed"
         (confession,) = await services.role_records.confessions(principal.tenant, thread_id)
         assert confession.text == MARKER  # kept, and readable through its store
