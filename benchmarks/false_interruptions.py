@@ -269,7 +269,7 @@ async def run_case(
         settings=EngineSettings(turns=TurnSettings()),
         clock=loop.time,
     )
-    engine.client_pauses_playback = True
+    engine.set_playback(client_pauses=True, exact=False)
     outcome = Outcome(case)
     try:
         engine.push_text("Tell me a story.")

@@ -86,7 +86,7 @@ async def test_the_client_drops_an_interrupted_generation_and_reports_late_if_to
         await c.until("response.output_audio.delta")
         await c.wait(until_ms=400)
         c.cancel()
-        tracker = c.engine._responses[1].tracker
+        tracker = c.engine.responder.responses[1].tracker
         assert c.client.playback[1].stopped_at == 400.0
         assert [(r.at, r.played_ms) for r in c.client.reports] == [(400.0, 400.0)]
         assert tracker.client_played_ms is None  # still on its way

@@ -174,7 +174,7 @@ async def transcribe_item(session: VoiceSession, engine: Engine, audio: str) -> 
             ErrorCode.INVALID_AUDIO, f"input_audio: {e}", param="item.content"
         ) from None
     transcript = await session.services.plugins.asr.transcribe(
-        pcm, language=engine.persona.language
+        pcm, language=engine.responder.persona.language
     )
     return transcript.text
 

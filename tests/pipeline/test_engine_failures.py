@@ -64,7 +64,7 @@ class FlakyJournal:
 
 def failures_of(convo: Conversation) -> list[TurnFailure]:
     seen: list[TurnFailure] = []
-    convo.engine.on_turn_failed = seen.append
+    convo.engine.responder.on_turn_failed = seen.append
     return seen
 
 
@@ -168,7 +168,7 @@ async def test_a_failing_tool_is_a_result_the_brain_reads_and_the_turn_is_answer
         raise RuntimeError("the tool broke")
 
     async with conversation(brain=brain) as convo:
-        convo.engine.tools = {"lookup": lookup}
+        convo.engine.responder.tools = {"lookup": lookup}
         seen = failures_of(convo)
         done = await spoken_turn(convo, "first question")
         assert done["response"]["status"] == "completed"  # the brain answered from the error
@@ -202,7 +202,7 @@ async def test_a_failed_journal_write_fails_the_turn_and_the_next_one_is_journal
 async def test_text_only_responses_fail_without_an_apology() -> None:
     brain = FakeBrain(["Yes."], faults=Faults(fail=True))
     async with conversation(brain=brain) as convo:
-        convo.engine.audio_out = False
+        convo.engine.responder.audio_out = False
         convo.type("hello")
         done = await convo.until("response.done")
         assert done["response"]["status"] == "failed"
@@ -213,11 +213,13 @@ async def test_text_only_responses_fail_without_an_apology() -> None:
 async def test_a_role_that_says_nothing_on_failure_and_one_with_its_own_words() -> None:
     brain = FakeBrain(["Yes."], faults=Faults(fail=True))
     async with conversation(brain=brain) as convo:
-        persona = convo.engine.persona
-        convo.engine.persona = dataclasses.replace(persona, failure_message="")
+        persona = convo.engine.responder.persona
+        convo.engine.responder.persona = dataclasses.replace(persona, failure_message="")
         done = await spoken_turn(convo, "first question")
         assert done["response"]["output_text"] == ""
-        convo.engine.persona = dataclasses.replace(persona, failure_message="Oops, say again?")
+        convo.engine.responder.persona = dataclasses.replace(
+            persona, failure_message="Oops, say again?"
+        )
         done = await spoken_turn(convo, "second question")
         assert_failed_with_apology(done, "plugin_error", said="Oops, say again?")
 

@@ -60,7 +60,7 @@ async def test_every_response_has_one_done_and_one_end_of_turn_however_it_ends()
     )
     async with conversation(brain=brain, expect_errors=True) as convo:
         ended: list[float] = []
-        convo.engine.on_turn_end = lambda: ended.append(convo.now)
+        convo.engine.responder.on_turn_end = lambda: ended.append(convo.now)
         # Completed, then interrupted by words over the answer (whose own turn completes).
         await convo.say("tell me a story", ms=800)
         await convo.until("response.output_audio.delta")
@@ -84,7 +84,7 @@ async def test_every_response_has_one_done_and_one_end_of_turn_however_it_ends()
         statuses = [r["response"]["status"] for r in convo.events("response.done")]
         assert len(ended) == 4
         # Nothing to answer (create_response off): no done, one end of the turn.
-        convo.engine.auto_respond = False
+        convo.engine.responder.auto_respond = False
         await convo.say("just noting", ms=600)
         await convo.until("conversation.item.input_audio_transcription.completed")
         await convo.silence(ms=2_000)
