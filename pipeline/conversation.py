@@ -33,6 +33,7 @@ from journal.events import EventKind, JournalEvent, NewEvent, ThreadRef
 from journal.store import JournalStore
 from pipeline import events as ev
 from pipeline.engine_config import TurnMemory
+from pipeline.items import ConversationItems
 from pipeline.response import PendingInput
 from plugins.contracts import ToolCall, ToolResult
 
@@ -60,6 +61,9 @@ class Conversation:
         self.send = send
         self.spawn = spawn
         self.memory = memory
+        self.items = ConversationItems()
+        """This session's items as announced (``retrieve``/``delete``/``truncate``): every
+        event sent is noted (``pipeline.items``)."""
         # Rule 1: a continued session (its incarnation) keeps its ids distinct.
         suffix = f".{incarnation}" if incarnation else ""
         self.event_prefix = voice_session_id + suffix
@@ -87,10 +91,9 @@ class Conversation:
 
     # ------------------------------------------------------------ the person's words (Rule 2)
 
-    def add_text(
-        self, text: str, item_id: str | None, previous: str | None
-    ) -> tuple[ev.MessageItem, PendingInput]:
+    def add_text(self, text: str, item_id: str | None) -> tuple[ev.MessageItem, PendingInput]:
         """A typed user item: shown now, journaled in the background."""
+        previous = self.items.last_id
         item_id = item_id or self.new_item_id()
         item = ev.MessageItem(item_id, "user", (ev.ContentPart("input_text", text=text),))
         self.send(ev.ItemAdded(item, previous))
@@ -155,10 +158,9 @@ class Conversation:
 
     # ------------------------------------------------------------ everything else (Rule 3)
 
-    def function_output(
-        self, call: ToolCall, output: str, item_id: str | None, previous: str | None
-    ) -> ToolResult:
+    def function_output(self, call: ToolCall, output: str, item_id: str | None) -> ToolResult:
         """The client's output for ``call``: shown now, journaled in the background."""
+        previous = self.items.last_id
         item_id = item_id or self.new_item_id()
         item = ev.FunctionCallOutputItem(item_id, call.call_id, output)
         self.send(ev.ItemAdded(item, previous))
@@ -174,11 +176,15 @@ class Conversation:
         self.send(ev.ItemDone(item, previous))
         return ToolResult(call_id=call.call_id, name=call.name, content=output)
 
-    async def deleted(self, item_id: str) -> None:
-        """The item's tombstone."""
+    async def delete(self, item_id: str) -> None:
+        """``conversation.item.delete``: the item leaves the model's history (a tombstone in the
+        journal; the journal itself is append-only)."""
+        self.items.get(item_id)
         await self.append(
             self.event_id(item_id, "deleted"), EventKind.ITEM_DELETED, {"item_id": item_id}
         )
+        self.items.forget(item_id)
+        self.send(ev.ItemDeleted(item_id))
 
     async def truncated(self, item_id: str, heard: str, audio_end_ms: int) -> None:
         """An ended answer's amendment: the person heard ``heard``."""

@@ -2,55 +2,36 @@
 
 Theory of operation
 -------------------
-Audio enters through ``push_audio``: ``Listening`` (``pipeline/listening.py``) runs the VAD and
-the echo path and hands the speech events to the ``TurnCoordinator`` (``pipeline/turns.py``,
-sans-I/O); the engine executes the commands it returns and keeps one timer armed for
-``coordinator.next_deadline()``. The utterance and its transcripts live in ``SpeechCapture``
-(``pipeline/capture.py``); at a confirmed pause the engine starts a preemptive answer, asks the
-endpointing model and reads the cue (``pipeline/endpoint_cues.py``) of the pause's speculative
-transcript: both go to the coordinator, whose endpoint deadline follows them.
-
-A committed turn, an interruption, a hold and its resumption go to the ``Responder``
-(``pipeline/responder.py``): one response's life, from recording the person's input to its one
-``response.done``. The conversation's items and journal writes are the ``Conversation``'s
-(``pipeline/conversation.py``), the brain's input the ``TurnContextReader``'s
-(``pipeline/turn_context.py``). The rooms take ports — the clock, ``send``, ``spawn``,
-``TurnPorts`` — never the engine. ``docs/architecture.md`` draws the whole path.
-
-One clock. Every time the engine reads (``clock``, by default ``loop_time``) and every wait —
-the coordinator's timer, the pacer's sleeps, the brain/TTS/ASR watchdogs, the idle timer — is
-the event loop's, so a ``tests.virtual_time.VirtualTimeLoop`` runs whole conversations in
-virtual time. A ``clock`` passed in must be that loop's clock (tests pass ``loop.time``).
-
-Tool permissions (``runtime.tool_gate``): the gate reaches the session through the engine's
-``ToolGateHost`` calls (``send_all``, ``is_current``, ``continue_with``); a call settled after
-its response ended continues the turn as a client function's output does.
+Audio enters through ``push_audio``: ``Listening`` (VAD, echo path) hands speech events to the
+``TurnCoordinator`` (``pipeline/turns.py``, sans-I/O); the engine executes the commands it
+returns and keeps one timer armed for its next deadline. Speech events, pauses and verdicts go
+to ``Hearing`` (``pipeline/hearing.py``: the utterance, the endpoint's evidence, a held sound's
+verdict); a commit, an interruption, a hold and its resumption to the ``Responder``
+(``pipeline/responder.py``: one response's life, to its one ``response.done``). Items and
+journal writes are the ``Conversation``'s, the brain's input the ``TurnContextReader``'s. The
+rooms take ports (the clock, ``send``, ``spawn``, ``TurnPorts``), never the engine; the tool
+gate reaches the session through the engine's ``ToolGateHost`` calls. One clock and one
+``TaskSet`` (``pipeline/loop.py``), so a ``tests.virtual_time.VirtualTimeLoop`` runs whole
+conversations in virtual time. ``docs/architecture.md`` draws the whole path.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import functools
-import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
 
-from journal.errors import WriterFenced
 from journal.events import ThreadRef
 from journal.store import JournalStore
 from pipeline import events as ev
 from pipeline.audio import PCM
-from pipeline.backchannel import is_real_turn
 from pipeline.capture import SpeechCapture
 from pipeline.conversation import Conversation
 from pipeline.echo import EchoGuard
 from pipeline.echo_path import EchoPath
-from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.engine_config import (
     EngineSettings,
+    HeldModel,
     InputEnrichment,
     ModelHold,
     OutputSink,
@@ -61,9 +42,10 @@ from pipeline.engine_config import (
     TurnFailure,
     TurnMemory,
 )
+from pipeline.hearing import Hearing
 from pipeline.history import ConversationHistory
-from pipeline.items import ConversationItems
 from pipeline.listening import Listening
+from pipeline.loop import LoopTimer, TaskSet, loop_time
 from pipeline.responder import Responder, TurnPorts
 from pipeline.response import Continuation, ResponseOptions, ToolGateHook
 from pipeline.turn_context import ALL_HISTORY, TurnContextReader
@@ -82,38 +64,10 @@ from pipeline.turns import (
     UserSpeechStopped,
 )
 from plugins.brain.tool_loop import ToolHandler
-from plugins.contracts import ToolSpec, Transcript, VADEventKind
-from plugins.errors import PluginError
-
-log = logging.getLogger(__name__)
-
-_UVLOOP: type | None
-try:
-    from uvloop import Loop as _UVLOOP
-except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-    _UVLOOP = None
-
+from plugins.contracts import ToolSpec, VADEventKind
 
 _TURN_STATES = frozenset({TurnState.ENDPOINTING, TurnState.THINKING, TurnState.SPEAKING})
-
-
-def loop_time() -> float:
-    """The running event loop's clock: the engine's one clock (module docstring).
-
-    uvloop's ``time()`` counts whole milliseconds, read once per loop iteration: a turn's
-    marks taken with it were rounded to the millisecond (a 2.4 ms turn read 2 or 3) and late
-    by the iteration's work. Its clock is ``CLOCK_MONOTONIC``, as ``time.monotonic`` is, so on
-    uvloop the engine reads that directly (timers still fire on the loop's own reading, at most
-    a millisecond behind). Any other loop — the virtual-time loop of the tests — is read as it
-    is."""
-    loop = asyncio.get_running_loop()
-    if type(loop) is _UVLOOP:
-        return time.monotonic()
-    return loop.time()
-
-
-HOLD_SPECULATE_MS = 40.0
-"""Quiet after which a held sound is transcribed (two frames: sooner than a turn's pause)."""
+_MID_TURN = frozenset({TurnState.USER_SPEAKING, TurnState.ENDPOINTING, TurnState.THINKING})
 
 
 class Engine:
@@ -141,17 +95,16 @@ class Engine:
         on_turn_failed: Callable[[TurnFailure], None] | None = None,
     ) -> None:
         self.plugins = plugins
-        self.model_hold = model_hold
+        self.model_hold = HeldModel(model_hold, voice_session_id)
         """Told when this session's person is mid-turn (background model work yields)."""
-        self._held = False
         self.thread_memory = thread_memory
         self.sink = sink
         self.thread = thread
         self.voice_session_id = voice_session_id
         self.settings = settings = settings or EngineSettings()
         self.clock = clock or loop_time
-        self.items = ConversationItems()
-        """This session's items as announced (``retrieve``/``delete``/``truncate``)."""
+        self.tasks = TaskSet()
+        self._spawn = self.tasks.spawn
         self.conversation = Conversation(
             journal=journal,
             thread=thread,
@@ -161,6 +114,7 @@ class Engine:
             spawn=self._spawn,
             memory=memory,
         )
+        self.items = self.conversation.items
         self.context = TurnContextReader(
             journal=journal,
             history=history or ConversationHistory(journal),
@@ -177,7 +131,7 @@ class Engine:
             asr=plugins.asr,
             clock=self.clock,
             spawn=self._spawn,
-            on_partial=self._emit_partial,
+            on_partial=lambda turn_id, text: self.hearing.partial(turn_id, text),
             language=persona.language,
             preroll_ms=settings.preroll_ms,
             max_utterance_s=settings.max_utterance_s,
@@ -221,13 +175,22 @@ class Engine:
             on_turn_end=on_turn_end,
             on_turn_failed=on_turn_failed,
         )
-        self._partials: dict[int, str] = {}
+        self.hearing = Hearing(
+            coordinator=self.coordinator,
+            drive=self._drive,
+            capture=self.capture,
+            listening=self.listening,
+            conversation=self.conversation,
+            endpointer=plugins.endpointer,
+            send=self._send,
+            spawn=self._spawn,
+            preempt=self.responder.at_pause,
+            clock=self.clock,
+        )
         self.idle_timeout_s: float | None = None
         """GA ``idle_timeout_ms``: quiet this long after an answer → ``timeout_triggered``."""
-        self._idle: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_deadline: float | None = None
+        self._idle = LoopTimer()
+        self._timer = LoopTimer()
         self._closed = False
         if tool_gate is not None:
             tool_gate.bind(self)
@@ -245,9 +208,7 @@ class Engine:
         for kind, at in heard.events:
             if kind is VADEventKind.SPEECH_START:
                 coordinator.on_speech_start(now, at=at)
-                if self._idle is not None:
-                    self._idle.cancel()
-                    self._idle = None
+                self._idle.cancel()
             else:
                 coordinator.on_speech_end(now, at=at)
         if heard.voiced:
@@ -264,7 +225,7 @@ class Engine:
     def add_user_text(self, text: str, item_id: str | None = None) -> ev.MessageItem:
         """A user text item (``conversation.item.create``): journaled now, answered when a
         response is created."""
-        item, pending = self.conversation.add_text(text, item_id, self.items.last_id)
+        item, pending = self.conversation.add_text(text, item_id)
         self.responder.inputs.pending.append(pending)
         return item
 
@@ -280,7 +241,7 @@ class Engine:
         if self.responder.request(options or ResponseOptions(), self.coordinator.generation):
             return
         self.coordinator.on_text_input("", self.clock())
-        self._run(self.coordinator.commands())
+        self._drive()
 
     def clear_input(self) -> None:
         """``input_audio_buffer.clear``: drop the utterance being heard, if any (a paused
@@ -290,7 +251,7 @@ class Engine:
         if not paused:
             self.coordinator.resume_microphone(self.clock())
         self.listening.clear()
-        self._run(self.coordinator.commands())
+        self._drive()
 
     def configure(self, setup: SessionSetup) -> None:
         """The session's configuration, at its start and after each update: the next response
@@ -317,12 +278,7 @@ class Engine:
         return self.items.get(item_id)
 
     async def delete_item(self, item_id: str) -> None:
-        """``conversation.item.delete``: the item leaves the model's history (a tombstone in the
-        journal; the journal itself is append-only)."""
-        self.item(item_id)
-        await self.conversation.deleted(item_id)
-        self.items.forget(item_id)
-        self._send(ev.ItemDeleted(item_id))
+        await self.conversation.delete(item_id)
 
     async def truncate_item(self, item_id: str, audio_end_ms: int) -> None:
         """``conversation.item.truncate`` (``Responder.truncate``)."""
@@ -331,18 +287,18 @@ class Engine:
 
     def commit(self) -> bool:
         ok = self.coordinator.commit(self.clock())
-        self._run(self.coordinator.commands())
+        self._drive()
         return ok
 
     def cancel_response(self) -> bool:
         ok = self.coordinator.cancel_response(self.clock())
-        self._run(self.coordinator.commands())
+        self._drive()
         return ok
 
     def pause_microphone(self) -> None:
         self.coordinator.pause_microphone(self.clock())
         self.listening.clear()
-        self._run(self.coordinator.commands())
+        self._drive()
 
     def resume_microphone(self) -> None:
         self.coordinator.resume_microphone(self.clock())
@@ -385,41 +341,29 @@ class Engine:
         return self.echo_path.guard
 
     async def close(self) -> None:
-        self._closed = True
+        self._closed = self.hearing.closed = True
         if self.thread_memory is not None:
             await self.thread_memory.close()
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._idle is not None:
-            self._idle.cancel()
-        tasks = [t for t in self._tasks if not t.done()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        self._timer.cancel()
+        self._idle.cancel()
+        await self.tasks.cancel_all()
         self._sync_model_hold()  # closed: the model is not this session's any more
 
     # ------------------------------------------------------------ commands
 
     def _run(self, commands: list[Command]) -> None:
-        responder = self.responder
+        hearing, responder = self.hearing, self.responder
         for command in commands:
             if isinstance(command, UserSpeechStarted):
-                self._begin_utterance(command)
+                hearing.started(command)
             elif isinstance(command, UserSpeechStopped):
-                self._on_pause(command)
+                hearing.paused(command)
             elif isinstance(command, UserSpeechResumed):
                 responder.drop_preemption()
-                self.capture.resume()
-                self._send(
-                    ev.SpeechStarted(
-                        round(self.listening.stream_ms), self.conversation.item_id(command.turn_id)
-                    )
-                )
+                hearing.resumed(command)
             elif isinstance(command, DropUtterance):
                 responder.drop_preemption()
-                self.capture.drop()
+                hearing.dropped()
             elif isinstance(command, CommitUserTurn):
                 if command.reason != "endpoint":
                     # An explicit end of turn: speech heard from now on is new speech, even if
@@ -429,230 +373,68 @@ class Engine:
             elif isinstance(command, Interrupt):
                 responder.interrupt(command)
             elif isinstance(command, PauseResponse):
-                self._on_hold(command)
+                now = self.clock()
+                responder.hold(command.generation, now)
+                hearing.held(command, now)
             elif isinstance(command, JudgeInterruption):
-                self._spawn(self._judge_interruption(command), "judge-interruption")
+                self._spawn(hearing.judge_interruption(command), "judge-interruption")
             elif isinstance(command, ResumeResponse):
-                held = self.capture.utterance
-                if held is not None and held.turn_id == command.turn_id:
-                    if not command.keep_recording:
-                        self.capture.drop()
+                hearing.released(command)
                 responder.resume(command.generation)
         self._arm_timer()
         self._sync_model_hold()
+
+    def _drive(self) -> None:
+        self._run(self.coordinator.commands())
 
     def _send(self, event: ev.ServerEvent) -> None:
         """Send ``event``; the items it announces are kept (``pipeline.items``)."""
         self.items.note(event)
         self.sink.send(event)
 
-    def _begin_utterance(self, command: UserSpeechStarted) -> None:
-        now = self.clock()
-        held = self.capture.utterance
-        if not (command.adopt and held is not None and held.turn_id == command.turn_id):
-            self.capture.begin(command.turn_id, command.at, now)
-        self._send(
-            ev.SpeechStarted(
-                audio_start_ms=self.listening.position_ms(command.at, now),
-                item_id=self.conversation.item_id(command.turn_id),
-            )
-        )
-
-    def _on_pause(self, command: UserSpeechStopped) -> None:
-        self._send(
-            ev.SpeechStopped(
-                audio_end_ms=self.listening.position_ms(command.at, self.clock()),
-                item_id=self.conversation.item_id(command.turn_id),
-            )
-        )
-        audio = self.capture.pause(command.at)
-        utterance = self.capture.utterance
-        if utterance is None:
-            return
-        speculation = utterance.speculation
-        if speculation is not None and self.settings.preemptive and self.responder.auto_respond:
-            # Answer ahead of the commit (``pipeline.preemption`` Rule 1).
-            self.responder.drop_preemption()
-            self._spawn(self.responder.preempt(command.turn_id, speculation), "preempt")
-        if audio is None:
-            return
-        if self.plugins.endpointer is not None:
-            utterance.endpoint_task = self._spawn(
-                self._judge_endpoint(command.turn_id, audio), "endpointer"
-            )
-        # The cue is read from the transcript the capture is already making of this pause
-        # (the one the commit uses): no second transcription.
-        if speculation is not None:
-            speculation.add_done_callback(functools.partial(self._read_cue, command.turn_id))
-
-    def _read_cue(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
-        """The speculative transcript of the pause is ready: its cue goes to the coordinator
-        (a failed transcription says nothing: NEUTRAL)."""
-        utterance = self.capture.utterance
-        if (
-            self._closed
-            or speculation.cancelled()
-            or utterance is None
-            or utterance.speculation is not speculation
-        ):
-            return  # speech resumed or the turn was committed: this pause is over
-        if speculation.exception() is not None:
-            cue = Cue.NEUTRAL
-        else:
-            transcript = speculation.result()
-            cue = transcript_cue(transcript.text, self.capture.language or transcript.language)
-        self.coordinator.on_transcript_cue(turn_id, cue, self.clock())
-        self._run(self.coordinator.commands())
-
-    async def _judge_endpoint(self, turn_id: int, audio: PCM) -> None:
-        assert self.plugins.endpointer is not None
-        complete: bool | None
-        try:
-            complete = (await self.plugins.endpointer.predict(audio)).complete
-        except PluginError as e:
-            log.warning("endpointer failed: %s", e)
-            complete = None  # a model that failed has no opinion
-        self.coordinator.on_endpoint_verdict(turn_id, complete, self.clock())
-        self._run(self.coordinator.commands())
-
     def _endpointing(self, turn_id: int) -> bool:
         coordinator = self.coordinator
         return coordinator.turn_id == turn_id and coordinator.state is TurnState.ENDPOINTING
-
-    # ------------------------------------------------------------ false interruptions
-
-    def _on_hold(self, command: PauseResponse) -> None:
-        """Sound over the answer: pause it and record the sound (``pipeline.turns`` Rule 3)."""
-        now = self.clock()
-        self.responder.hold(command.generation, now)
-        # The sound is transcribed as soon as it goes quiet: the verdict at its stop (a
-        # voice gap later) then usually finds the transcript made or well under way.
-        self.capture.begin(command.turn_id, command.at, now, speculate_after_ms=HOLD_SPECULATE_MS)
-
-    async def _judge_interruption(self, command: JudgeInterruption) -> None:
-        """Transcribe the held sound and tell the coordinator whether it is a real turn (a
-        failed transcription is none: the answer resumes)."""
-        held = self.capture.utterance
-        real = False
-        if held is not None and held.turn_id == command.turn_id:
-            # The speculation made at the quiet covers the sound up to its stop (voice coming
-            # back cancels it); at the timeout, or without one, all that was heard.
-            ready = held.speculation if command.speech_end is not None else None
-            if ready is not None:
-                await asyncio.wait({ready})  # voice coming back cancels it: then transcribe anew
-            try:
-                if ready is not None and not ready.cancelled():
-                    transcript = ready.result()
-                else:
-                    transcript = await self.capture.transcribe(held.audio())
-            except PluginError as e:
-                log.warning("transcribing a possible interruption failed: %s", e)
-            else:
-                real = is_real_turn(transcript.text)
-        self.coordinator.on_interruption_verdict(command.turn_id, real, self.clock())
-        self._run(self.coordinator.commands())
 
     # ------------------------------------------------------------ the responder's ports
 
     def _audio_started(self, generation: int, now: float) -> None:
         self.coordinator.on_audio_started(generation, now)
-        self._run(self.coordinator.commands())
+        self._drive()
 
     def _response_done(self, generation: int) -> None:
         # Its audio has played out (the client may have said so before real time had passed).
         self.echo_path.played_out(self.clock())
         self.coordinator.on_response_done(generation, self.clock())
-        self._run(self.coordinator.commands())
+        self._drive()
         if self.idle_timeout_s is not None and self.coordinator.state is TurnState.LISTENING:
-            self._arm_idle(self.idle_timeout_s)
+            now, on_idle = self.clock(), functools.partial(self._on_idle, self.listening.stream_ms)
+            self._idle.arm(now + self.idle_timeout_s, now, on_idle)
 
     def _sync_model_hold(self) -> None:
         """Hold the shared model while the person speaks, the turn is being decided or an
         answer is generated; release it otherwise (``ModelHold``)."""
-        if self.model_hold is None:
-            return
         state = self.coordinator.state
-        busy = not self._closed and (
-            bool(self.responder.thinking)
-            or state in (TurnState.USER_SPEAKING, TurnState.ENDPOINTING, TurnState.THINKING)
-        )
-        if busy != self._held:
-            self._held = busy
-            if busy:
-                self.model_hold.hold(self.voice_session_id)
-            else:
-                self.model_hold.release(self.voice_session_id)
+        thinking = bool(self.responder.thinking) or state in _MID_TURN
+        self.model_hold.sync(thinking and not self._closed)
 
     # ------------------------------------------------------------ timers and tasks
-
-    def _arm_idle(self, delay: float) -> None:
-        if self._idle is not None:
-            self._idle.cancel()
-        started = self.listening.stream_ms
-        self._idle = asyncio.get_running_loop().call_later(delay, self._on_idle, started)
 
     def _on_idle(self, started_ms: float) -> None:
         """Nobody spoke since the answer: say so (``timeout_triggered``). No response is
         created — the brains answer words, and there were none; a client may ask for one."""
-        self._idle = None
         if self._closed or self.coordinator.state is not TurnState.LISTENING:
             return
         item_id = self.conversation.new_item_id()
         self._send(ev.TimeoutTriggered(round(started_ms), round(self.listening.stream_ms), item_id))
 
-    def _emit_partial(self, turn_id: int, text: str) -> None:
-        """A partial transcript. GA deltas only add text: a hypothesis that rewrote earlier
-        words adds nothing for a GA client; the ``transcript`` extension field has it all."""
-        sent = self._partials.get(turn_id, "")
-        delta = text[len(sent) :] if text.startswith(sent) else ""
-        if delta:
-            self._partials = {turn_id: text}
-        self._send(
-            ev.TranscriptionDelta(self.conversation.item_id(turn_id), delta, transcript=text)
-        )
-
     def _arm_timer(self) -> None:
-        deadline = self.coordinator.next_deadline()
-        if deadline == self._timer_deadline:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_deadline = deadline
-        if deadline is None or self._closed:
-            return
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, deadline - self.clock())
-        self._timer = loop.call_later(delay, self._on_timer)
+        deadline = None if self._closed else self.coordinator.next_deadline()
+        self._timer.arm(deadline, self.clock(), self._on_timer)
 
     def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_deadline = None
         self.coordinator.on_tick(self.clock())
-        self._run(self.coordinator.commands())
-
-    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
-        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if task.cancelled():
-            return
-        error = task.exception()
-        if isinstance(error, WriterFenced):
-            # Another process continued this session: this copy stops (the journal buffer
-            # fences it), nothing it wrote after the fence was kept. Expected, not a bug.
-            log.info("engine task %s stopped: the session was continued elsewhere", task.get_name())
-        elif isinstance(error, PluginError):
-            # A provider's failure (a speculative transcript, an endpoint judgement): the turn
-            # that needs the result reports it (``_fail``); not a bug of ours.
-            log.warning("engine task %s failed: %s", task.get_name(), error.code)
-        elif error is not None:
-            log.error("engine task %s failed", task.get_name(), exc_info=error)
+        self._drive()
 
 
 __all__ = [

@@ -62,6 +62,24 @@ class ModelHold(Protocol):
     def release(self, lane: str) -> None: ...
 
 
+class HeldModel:
+    """One session's side of the ``ModelHold``: holds and releases only on a change."""
+
+    def __init__(self, hold: ModelHold | None, lane: str) -> None:
+        self.hold = hold
+        self.lane = lane
+        self._held = False
+
+    def sync(self, busy: bool) -> None:
+        if self.hold is None or busy == self._held:
+            return
+        self._held = busy
+        if busy:
+            self.hold.hold(self.lane)
+        else:
+            self.hold.release(self.lane)
+
+
 @dataclass(frozen=True, slots=True)
 class Plugins:
     vad: VAD

@@ -75,7 +75,7 @@ from pipeline.turn_context import ALL_HISTORY, TurnContextReader
 from pipeline.turn_inputs import TurnInputs
 from pipeline.turns import CommitUserTurn, Interrupt
 from plugins.brain.tool_loop import ToolGate, ToolHandler
-from plugins.contracts import BrainDelta, ToolCall, ToolChoice, ToolSpec
+from plugins.contracts import BrainDelta, ToolCall, ToolChoice, ToolSpec, Transcript
 from plugins.errors import PluginError
 from plugins.language import detect_language
 
@@ -223,7 +223,7 @@ class Responder:
     def add_function_output(self, call_id: str, output: str, item_id: str | None) -> None:
         """The client's ``function_call_output`` for a call the brain made."""
         call = self.inputs.call_waiting(call_id)
-        result = self.conversation.function_output(call, output, item_id, self.items.last_id)
+        result = self.conversation.function_output(call, output, item_id)
         self.inputs.output(call_id, result)
 
     async def truncate(self, item_id: str, audio_end_ms: int) -> None:
@@ -347,8 +347,14 @@ class Responder:
                 self.echo_path.resume(self.clock())
             self._send(ev.OutputAudioResumed(response.response_id, generation))
 
-    async def preempt(self, turn_id: int, speculation: asyncio.Task[Any]) -> None:
-        """Answer the speculative transcript ahead of the commit (``pipeline.preemption``)."""
+    def at_pause(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
+        """A pause's speculative transcript: answer it ahead of the commit where the session
+        answers by itself (``pipeline.preemption`` Rule 1; Rule 4: it replaces an earlier one)."""
+        if self.settings.preemptive and self.auto_respond:
+            self.drop_preemption()
+            self._spawn(self._preempt(turn_id, speculation), "preempt")
+
+    async def _preempt(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
         await asyncio.wait({speculation})
         if speculation.cancelled() or speculation.exception() is not None:
             return

@@ -247,7 +247,7 @@ class HoldLog:
 async def test_the_model_is_held_from_speech_until_the_answer_is_generated_not_played() -> None:
     async with conversation(brain=FakeBrain(["A long enough answer to play."])) as convo:
         holds = HoldLog(convo)
-        convo.engine.model_hold = holds
+        convo.engine.model_hold.hold = holds
         await convo.say("first question", ms=600)
         done = await convo.until("response.done")
         first_audio = convo.events("response.output_audio.delta")[0].at

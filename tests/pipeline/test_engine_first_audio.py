@@ -13,8 +13,9 @@ import uvloop
 
 from journal.events import ThreadRef
 from journal.store import InMemoryJournalStore
-from pipeline.engine import Engine, EngineSettings, Persona, Plugins, loop_time
+from pipeline.engine import Engine, EngineSettings, Persona, Plugins
 from pipeline.events import ServerEvent
+from pipeline.loop import loop_time
 from plugins.contracts import Brain, BrainDelta, BrainInput
 from plugins.fakes import FakeASR, FakeTTS
 from plugins.vad.energy import EnergyVAD

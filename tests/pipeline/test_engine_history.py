@@ -148,7 +148,7 @@ async def test_a_fenced_copy_s_refused_write_is_logged_as_expected_not_as_a_fail
         persona=Persona("Be brief."),
         voice_session_id="vs_hist",
     )
-    with caplog.at_level(logging.INFO, logger="pipeline.engine"):
+    with caplog.at_level(logging.INFO, logger="pipeline.loop"):
         engine.add_user_text("hello")
         await asyncio.sleep(0.05)
         await engine.close()
