@@ -166,7 +166,6 @@ class Engine:
             echo_path=self.echo_path,
             conversation=self.conversation,
             context=self.context,
-            items=self.items,
             tools=tools or {},
             tool_specs=tool_specs,
             memory=memory,
@@ -231,14 +230,15 @@ class Engine:
 
     def add_function_output(self, call_id: str, output: str, item_id: str | None = None) -> None:
         """The client's ``function_call_output`` for a call the brain made."""
-        self.responder.add_function_output(call_id, output, item_id)
+        self.responder.inputs.function_output(call_id, output, item_id)
 
     def create_response(self, options: ResponseOptions | None = None) -> None:
         """``response.create``: answer what was added since the last response (a response in
         progress is interrupted: the newest request wins). A spoken turn that is still being
         transcribed without an answer of its own (manual turns, ``create_response: false``)
         is answered instead: push-to-talk's commit then ``response.create``."""
-        if self.responder.request(options or ResponseOptions(), self.coordinator.generation):
+        current = self.responder.responses.get(self.coordinator.generation)
+        if self.responder.inputs.request(options or ResponseOptions(), current):
             return
         self.coordinator.on_text_input("", self.clock())
         self._drive()
@@ -271,8 +271,8 @@ class Engine:
     def set_playback(self, *, client_pauses: bool, exact: bool) -> None:
         """Who plays the answer: whether the client pauses its playback with a held answer, and
         whether its playback reports are exact (a server-side media track)."""
-        self.responder.client_pauses_playback = client_pauses
-        self.responder.exact_playout = exact
+        self.responder.defaults.client_pauses_playback = client_pauses
+        self.responder.defaults.exact_playout = exact
 
     def item(self, item_id: str) -> ev.Item:
         return self.items.get(item_id)
@@ -359,10 +359,10 @@ class Engine:
             elif isinstance(command, UserSpeechStopped):
                 hearing.paused(command)
             elif isinstance(command, UserSpeechResumed):
-                responder.drop_preemption()
+                responder.preempter.drop()
                 hearing.resumed(command)
             elif isinstance(command, DropUtterance):
-                responder.drop_preemption()
+                responder.preempter.drop()
                 hearing.dropped()
             elif isinstance(command, CommitUserTurn):
                 if command.reason != "endpoint":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pipeline import events as ev
 from pipeline.turns import TurnSettings
@@ -153,6 +153,54 @@ class SessionSetup:
     output_sample_rate: int
 
 
+Offer = tuple[tuple[ToolSpec, ...], ToolChoice, int | None]
+"""What a response offers the brain: client functions, tool choice, output limit."""
+
+
+@dataclass(slots=True)
+class ResponseDefaults:
+    """What a response uses unless its ``response.create`` sets its own — the session's, from
+    its configuration (``apply``) — and who plays it out."""
+
+    audio_out: bool = True
+    """The session's output modalities: audio with a transcript (True) or text only."""
+    auto_respond: bool = True
+    """A spoken turn the VAD ends starts a response (server_vad ``create_response``)."""
+    client_tools: tuple[ToolSpec, ...] = ()
+    """Functions the client declared (``session.update`` tools); the client runs them."""
+    tool_choice: ToolChoice = ToolChoice()
+    max_output_tokens: int | None = None
+    """The output limit per response (None: none)."""
+    client_pauses_playback: bool = False
+    """The client pauses and resumes its playback on ``openrealtime.output_audio.paused`` /
+    ``resumed`` (our own clients do); otherwise a held answer's buffered audio plays out."""
+    exact_playout: bool = False
+    """Playback reports are exact (a WebRTC call's server-side track sends them): playout
+    ends on the report, not on the estimate (``pipeline.response``)."""
+
+    def offer(
+        self,
+        tools: tuple[ToolSpec, ...] | None,
+        choice: ToolChoice | None,
+        limit: int | Literal["inf"] | None,
+    ) -> Offer:
+        """A response's client functions, tool choice and output limit: its own where
+        ``response.create`` set them (not None), else these; ``tool_choice: none`` offers no
+        function (the brain answers in words; server built-ins such as the knowledge search
+        stay); an ``inf`` limit is none."""
+        choice = choice or self.tool_choice
+        tools = self.client_tools if tools is None else tools
+        tokens = self.max_output_tokens if limit is None else None if limit == "inf" else limit
+        return (() if choice.mode == "none" else tools), choice, tokens
+
+    def apply(self, setup: SessionSetup) -> None:
+        self.audio_out = setup.audio_out
+        self.auto_respond = setup.auto_respond
+        self.client_tools = setup.client_tools
+        self.tool_choice = setup.tool_choice
+        self.max_output_tokens = setup.max_output_tokens
+
+
 @dataclass(frozen=True, slots=True)
 class Persona:
     """What the role contributes to a session (frozen at session start)."""
@@ -196,6 +244,7 @@ __all__ = [
     "OutputSink",
     "Persona",
     "Plugins",
+    "ResponseDefaults",
     "TurnFailure",
     "TurnMemory",
 ]

@@ -17,19 +17,26 @@ Rule 3. At the commit a preemption is reused when it was made for the committed 
         punctuation); the response then streams the buffer and whatever the brain adds. Any
         other preemption is cancelled and discarded. Speech resuming, a dropped utterance, typed
         input, an interruption and the session's end cancel it too.
-Rule 4. At most one preemption per session: a new pause's replaces the old.
+Rule 4. At most one preemption per session (``Preempter``): a new pause's replaces the old,
+        and it starts only where the session answers by itself (``preemptive`` settings, auto
+        response) and the turn is still ending when the content is ready.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from journal.errors import JournalError
 from pipeline.content import TurnContent
-from plugins.contracts import BrainDelta
+from plugins.contracts import BrainDelta, Transcript
+
+log = logging.getLogger(__name__)
 
 _UNSPOKEN = re.compile(r"[\W_]+", re.UNICODE)
 
@@ -110,4 +117,66 @@ class Preemption:
             self._grew.set()
 
 
-__all__ = ["Preemption", "same_words"]
+class Preempter:
+    """A session's one preemption (Rule 4): started at a pause, taken by the commit."""
+
+    def __init__(
+        self,
+        *,
+        content: Callable[[str, asyncio.Task[str | None] | None], Awaitable[TurnContent]],
+        brain: Callable[[TurnContent], AsyncIterator[BrainDelta]],
+        read_memory: Callable[[], Awaitable[str | None]] | None,
+        endpointing: Callable[[int], bool],
+        read_only: frozenset[str],
+        spawn: Callable[[Awaitable[Any], str], asyncio.Task[Any]],
+    ) -> None:
+        self._content = content
+        """The turn content for a transcript (the thread before it, memory read beside)."""
+        self._brain = brain
+        self._read_memory = read_memory
+        self._endpointing = endpointing
+        self._read_only = read_only
+        self._spawn = spawn
+        self._current: Preemption | None = None
+
+    def at_pause(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
+        """Rule 1: answer the pause's speculative transcript (Rule 4: replacing any other)."""
+        self.drop()
+        self._spawn(self._start(turn_id, speculation), "preempt")
+
+    def take(self, turn_id: int | None = None) -> Preemption | None:
+        """Rule 3: the preemption made for the committed turn ``turn_id`` (None: a typed one),
+        any other cancelled."""
+        preemption, self._current = self._current, None
+        if preemption is not None and preemption.turn_id != turn_id:
+            preemption.cancel()
+            return None
+        return preemption
+
+    def drop(self) -> None:
+        self.take()
+
+    async def _start(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
+        await asyncio.wait({speculation})
+        if speculation.cancelled() or speculation.exception() is not None:
+            return
+        text = speculation.result().text.strip()
+        if not text or not self._endpointing(turn_id):
+            return
+        memory = self._spawn(self._read_memory(), "memory-read") if self._read_memory else None
+        try:
+            content = await self._content(text, memory)
+        except JournalError as e:
+            log.info("no preemptive answer: %s", e)
+            return
+        finally:
+            if memory is not None and not memory.done():
+                memory.cancel()
+        if not self._endpointing(turn_id) or self._current is not None:
+            return
+        preemption = Preemption(turn_id, text, content)
+        preemption.start(self._brain(content), self._read_only, self._spawn)
+        self._current = preemption
+
+
+__all__ = ["Preempter", "Preemption", "same_words"]

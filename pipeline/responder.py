@@ -2,30 +2,24 @@
 
 Theory of operation
 -------------------
-Rule 1. ``open`` turns a ``CommitUserTurn`` into a ``Response`` (its options, its tools and
-        tool choice, its output limit; a typed one takes what ``TurnInputs`` holds) and runs
-        it as one task: the person's input is recorded (transcribed and journaled — an
-        interruption cannot cancel that part), the turn's context read (while long-term memory
-        is read beside it), ``response.created`` sent, the answer spoken by the
-        ``AnswerSpeaker`` and played out, then finalized.
+Rule 1. ``open`` turns a ``CommitUserTurn`` into a ``Response`` (what it offers:
+        ``ResponseDefaults.offer``; a typed one takes what ``TurnInputs`` holds) and runs it as
+        one task: its input recorded (an interruption cannot cancel that part), the turn's
+        context read (long-term memory read beside it), ``response.created``, the answer spoken
+        by the ``AnswerSpeaker`` and played out, then finalized.
 Rule 2. One end. ``finish`` is the only place a response ends: its ``response.done`` (none when
-        there was nothing to answer), thread memory's learning (TM-4), FINISHED, and the
-        owner's ``on_turn_end`` — once per response, whichever path reaches it (completed,
-        interrupted, failed, handed to the client). ``TurnPorts.response_done`` then tells the
-        coordinator.
-Rule 3. ``interrupt`` sends the interruption at once, stops the echo path's playout and cancels
-        the task (not while the input is recorded), then finalizes with what was heard: the
-        client's playback report, waited for up to ``heard_report_wait_s``, else the estimate.
-Rule 4. A failed turn is one failed turn (SPEC RT-11): one log line and the operator's hook with
-        stage, code and timings (never content), the client's error, in voice the role's short
-        apology, and a failed ``response.done``; the session listens again.
-Rule 5. Hold and resume (TT-1) pause and resume the speaker, and the echo path where the
-        client pauses its playback. A preemption (``pipeline.preemption``) is started here at a
-        pause and reused or discarded by the commit.
-Rule 6. The responder takes ports, not the engine: the clock, ``send``, ``spawn``, the rooms it
-        uses (capture, echo path, conversation, turn context, items) and ``TurnPorts`` — the
-        coordinator's questions and notices, which the engine answers. It is the speaker's
-        ``SpeakerHost``.
+        there was nothing to answer), thread memory's learning (TM-4), FINISHED and the
+        owner's ``on_turn_end`` — once per response, whichever path reaches it; then
+        ``TurnPorts.response_done`` tells the coordinator.
+Rule 3. ``interrupt`` sends the interruption at once, stops the echo path's playout, cancels the
+        task (not while the input is recorded) and finalizes with what was heard: the client's
+        playback report, waited for up to ``heard_report_wait_s``, else the estimate.
+Rule 4. A failed turn is one failed turn (``pipeline.turn_failure``, SPEC RT-11): logged, the
+        client's error, in voice a short apology, a failed ``response.done``.
+Rule 5. Hold and resume (TT-1) pause and resume the speaker (and the echo path where the client
+        pauses its playback); a pause's preemption is the ``Preempter``'s.
+Rule 6. Ports, not the engine: the clock, ``send``, ``spawn``, the rooms it uses and
+        ``TurnPorts`` (the coordinator's questions and notices). It is the ``SpeakerHost``.
 """
 
 from __future__ import annotations
@@ -42,26 +36,26 @@ from typing import Any
 from journal.errors import JournalError
 from journal.events import ThreadRef
 from pipeline import events as ev
-from pipeline.audio import INPUT_SAMPLE_RATE, PCM
+from pipeline.audio import PCM
 from pipeline.capture import SpeechCapture, Utterance
 from pipeline.content import TurnContent
 from pipeline.conversation import Conversation
 from pipeline.echo_path import EchoPath
 from pipeline.engine_config import (
-    FAILURE_MESSAGES,
     EngineSettings,
+    Offer,
     Persona,
     Plugins,
+    ResponseDefaults,
     SessionSetup,
     ThreadMemoryHook,
     TurnFailure,
     TurnMemory,
 )
-from pipeline.items import ConversationItems, ItemNotFound, TruncatedBeyondAudio
-from pipeline.preemption import Preemption
+from pipeline.items import ItemNotFound, TruncatedBeyondAudio
+from pipeline.preemption import Preempter
 from pipeline.response import (
     AnswerSpeaker,
-    Continuation,
     Response,
     ResponseOptions,
     ResponseState,
@@ -72,12 +66,11 @@ from pipeline.response import (
 from pipeline.response_events import ResponseEvents
 from pipeline.tool_record import ToolRecord
 from pipeline.turn_context import ALL_HISTORY, TurnContextReader
+from pipeline.turn_failure import apology, describe, log_failure
 from pipeline.turn_inputs import TurnInputs
 from pipeline.turns import CommitUserTurn, Interrupt
 from plugins.brain.tool_loop import ToolGate, ToolHandler
-from plugins.contracts import BrainDelta, ToolCall, ToolChoice, ToolSpec, Transcript
-from plugins.errors import PluginError
-from plugins.language import detect_language
+from plugins.contracts import BrainDelta, ToolCall, ToolSpec, Transcript
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +112,6 @@ class Responder:
         echo_path: EchoPath,
         conversation: Conversation,
         context: TurnContextReader,
-        items: ConversationItems,
         tools: Mapping[str, ToolHandler],
         tool_specs: tuple[ToolSpec, ...],
         memory: TurnMemory | None,
@@ -141,7 +133,6 @@ class Responder:
         self.echo_path = echo_path
         self.conversation = conversation
         self.context = context
-        self.items = items
         self.tools = tools
         self.tool_specs = tool_specs
         self.memory = memory
@@ -151,31 +142,15 @@ class Responder:
         """Called when a response ends, however it ends (role memory's learning waits for it)."""
         self.on_turn_failed = on_turn_failed
         """Told of every failed turn (the session's log, metrics and system page)."""
-        self.audio_out = True
-        """The session's output modalities: audio with a transcript (True) or text only."""
-        self.auto_respond = True
-        """A spoken turn the VAD ends starts a response (server_vad ``create_response``)."""
-        self.client_pauses_playback = False
-        """The client pauses and resumes its playback on ``openrealtime.output_audio.paused`` /
-        ``resumed`` (our own clients do); otherwise a held answer's buffered audio plays out."""
-        self.exact_playout = False
-        """Playback reports are exact (a WebRTC call's server-side track sends them): playout
-        ends on the report, not on the estimate (``pipeline.response``)."""
-        self.client_tools: tuple[ToolSpec, ...] = ()
-        """Functions the client declared (``session.update`` tools); the client runs them. A
-        response may offer its own instead."""
-        self.tool_choice = ToolChoice()
-        """The session's ``tool_choice``; a response may set its own."""
-        self.max_output_tokens: int | None = None
-        """The session's output limit per response (None: none); a response may set its own."""
-        self.inputs = TurnInputs()
+        self.defaults = ResponseDefaults()
+        self.inputs = TurnInputs(
+            conversation=conversation, capture=capture, send_all=self.send_all, clock=clock
+        )
         self.thinking: set[int] = set()
         """Generations whose brain is still at work (the model is theirs)."""
         self.responses: dict[int, Response] = {}
-        self._next_options: ResponseOptions | None = None
-        self._preemption: Preemption | None = None
         self.tool_record = ToolRecord(
-            items=items,
+            items=conversation.items,
             send=send,
             send_all=self.send_all,
             append=conversation.append,
@@ -184,47 +159,27 @@ class Responder:
             private=frozenset(t.name for t in tool_specs if t.private),
         )
         self.speaker = AnswerSpeaker(self)
+        self.preempter = Preempter(
+            content=lambda text, memory: self._turn_content(
+                text, before_seq=ALL_HISTORY, memory=memory
+            ),
+            brain=lambda content: self.speaker.brain_stream(
+                content.to_brain_input(session=voice_session_id)
+            ),
+            read_memory=memory.read if memory is not None else None,
+            endpointing=ports.endpointing,
+            read_only=frozenset(t.name for t in tool_specs if t.read_only),
+            spawn=spawn,
+        )
 
     def configure(self, setup: SessionSetup) -> None:
         """What the next response uses (one in progress keeps what it began with)."""
         self.persona = dataclasses.replace(
             self.persona, instructions=setup.instructions, voice=setup.voice
         )
-        self.audio_out = setup.audio_out
-        self.client_tools = setup.client_tools
-        self.tool_choice = setup.tool_choice
-        self.max_output_tokens = setup.max_output_tokens
-        self.auto_respond = setup.auto_respond
+        self.defaults.apply(setup)
 
     # ------------------------------------------------------------ requests
-
-    def request(self, options: ResponseOptions, generation: int) -> bool:
-        """``response.create``: True when the spoken turn being recorded without an answer of
-        its own (``generation``, the current one) takes it — push-to-talk's commit then
-        ``response.create``; else the options wait for the typed turn the coordinator commits
-        next."""
-        current = self.responses.get(generation)
-        if (
-            current is not None
-            and current.pending is None
-            and current.recording
-            and not current.respond
-            and not self.inputs.pending
-            and options.in_conversation
-        ):
-            current.respond = True
-            current.options = options
-            if options.audio is not None:
-                current.events.audio = options.audio
-            return True
-        self._next_options = options
-        return False
-
-    def add_function_output(self, call_id: str, output: str, item_id: str | None) -> None:
-        """The client's ``function_call_output`` for a call the brain made."""
-        call = self.inputs.call_waiting(call_id)
-        result = self.conversation.function_output(call, output, item_id)
-        self.inputs.output(call_id, result)
 
     async def truncate(self, item_id: str, audio_end_ms: int) -> None:
         """``conversation.item.truncate``: the person heard ``audio_end_ms`` of an answer. While
@@ -248,20 +203,19 @@ class Responder:
     def on_playback(self, generation: int, played_ms: float) -> None:
         """The client reports how much of a generation's audio it has played."""
         response = self.responses.get(generation)
-        if response is None:
-            return
-        response.tracker.on_client_played(played_ms)
-        response.played_report.set()
+        if response is not None:
+            response.tracker.on_client_played(played_ms)
+            response.played_report.set()
 
-    # ------------------------------------------------------------ commit and interrupt
+    # ------------------------------------------------------------ commit, interrupt, hold
 
     def open(self, command: CommitUserTurn) -> None:
         """Rule 1: the committed turn's response, started."""
         generation = command.generation
         typed = command.reason == "text"
-        options = (self._next_options if typed else None) or ResponseOptions()
-        self._next_options = None
-        audio = self.audio_out if options.audio is None else options.audio
+        options = (self.inputs.next_options if typed else None) or ResponseOptions()
+        self.inputs.next_options = None
+        audio = self.defaults.audio_out if options.audio is None else options.audio
         events = ResponseEvents(
             response_id=f"resp_{uuid.uuid4().hex[:16]}",
             item_id=self.conversation.new_item_id(),
@@ -273,32 +227,25 @@ class Responder:
         response = Response(
             generation, command.turn_id, events.response_id, events, options=options
         )
-        response.client_tools, response.tool_choice = self._tool_offer(options)
-        limit = options.max_output_tokens
-        response.max_output_tokens = (
-            self.max_output_tokens if limit is None else None if limit == "inf" else limit
-        )
+        offer = self._offer(options)
+        response.client_tools, response.tool_choice, response.max_output_tokens = offer
         if typed:
             self.inputs.take(response)
         else:
-            response.respond = self.auto_respond
+            response.respond = self.defaults.auto_respond
         response.marks["committed"] = self.clock()
         utterance = self.capture.take()
         if utterance is not None and utterance.speech_end_at is not None:
             response.marks["vad_end"] = utterance.speech_end_at
         if command.text is None and utterance is not None and utterance.endpoint_task:
             utterance.endpoint_task.cancel()
-        preemption, self._preemption = self._preemption, None
-        if preemption is not None and not typed and preemption.turn_id == command.turn_id:
-            response.preemption = preemption
-        elif preemption is not None:
-            preemption.cancel()
+        response.preemption = self.preempter.take(None if typed else command.turn_id)
         self.responses[generation] = response
         for old in [g for g in self.responses if g < generation - 4]:
             del self.responses[old]
         if not typed:
             item = self.conversation.spoken_item(command.turn_id, None, "in_progress")
-            previous = self.items.last_id
+            previous = self.conversation.items.last_id
             self._send(ev.InputAudioBufferCommitted(item.id, previous))
             self._send(ev.ItemAdded(item, previous))
         # Long-term memory is read while the input is transcribed and journaled; started
@@ -327,14 +274,12 @@ class Responder:
             response.task.cancel()
         self._spawn(self._finish_interrupted(response, command.reason), "finish-interrupted")
 
-    # ------------------------------------------------------------ hold and preemption
-
     def hold(self, generation: int, now: float) -> None:
         """Sound over the answer: pause it (Rule 5)."""
         response = self.responses.get(generation)
         if response is not None:
             self.speaker.pause(response, now)
-            if self.client_pauses_playback:
+            if self.defaults.client_pauses_playback:
                 self.echo_path.pause(now)
             self._send(ev.OutputAudioPaused(response.response_id, generation))
 
@@ -343,48 +288,15 @@ class Responder:
         response = self.responses.get(generation)
         if response is not None and response.paused:
             self.speaker.resume(response, self.clock())
-            if self.client_pauses_playback:
+            if self.defaults.client_pauses_playback:
                 self.echo_path.resume(self.clock())
             self._send(ev.OutputAudioResumed(response.response_id, generation))
 
     def at_pause(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
-        """A pause's speculative transcript: answer it ahead of the commit where the session
-        answers by itself (``pipeline.preemption`` Rule 1; Rule 4: it replaces an earlier one)."""
-        if self.settings.preemptive and self.auto_respond:
-            self.drop_preemption()
-            self._spawn(self._preempt(turn_id, speculation), "preempt")
-
-    async def _preempt(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
-        await asyncio.wait({speculation})
-        if speculation.cancelled() or speculation.exception() is not None:
-            return
-        text = speculation.result().text.strip()
-        if not text or not self.ports.endpointing(turn_id):
-            return
-        memory = self._spawn(self.memory.read(), "memory-read") if self.memory else None
-        try:
-            content = await self._turn_content(text, before_seq=ALL_HISTORY, memory=memory)
-        except JournalError as e:
-            log.info("no preemptive answer: %s", e)
-            return
-        finally:
-            if memory is not None and not memory.done():
-                memory.cancel()
-        if not self.ports.endpointing(turn_id) or self._preemption is not None:
-            return
-        preemption = Preemption(turn_id, text, content)
-        read_only = frozenset(t.name for t in self.tool_specs if t.read_only)
-        preemption.start(
-            self.speaker.brain_stream(content.to_brain_input(session=self.voice_session_id)),
-            read_only,
-            self._spawn,
-        )
-        self._preemption = preemption
-
-    def drop_preemption(self) -> None:
-        preemption, self._preemption = self._preemption, None
-        if preemption is not None:
-            preemption.cancel()
+        """A pause's speculative transcript: answered ahead of the commit where the session
+        answers by itself (``pipeline.preemption``)."""
+        if self.settings.preemptive and self.defaults.auto_respond:
+            self.preempter.at_pause(turn_id, speculation)
 
     # ------------------------------------------------------------ the response
 
@@ -400,11 +312,7 @@ class Responder:
         options = response.options
         inputs = self.inputs
         try:
-            if response.pending is not None:
-                response.enter("journal", self.clock())
-                text, user_seq = await self.conversation.typed(response.pending)
-            else:
-                text, user_seq = await self._record_user_input(response, text, utterance)
+            text, user_seq = await inputs.record(response, text, utterance)
             response.move(ResponseTrigger.RECORDED)
             response.enter("context", self.clock())
             if response.cancelled:
@@ -454,7 +362,7 @@ class Responder:
                     response=response,
                 )
             events = response.events
-            events.previous_item_id = self.items.last_id
+            events.previous_item_id = self.conversation.items.last_id
             self.send_all(events.created())
             response.move(ResponseTrigger.CREATED)
             if settled is not None:
@@ -477,29 +385,6 @@ class Responder:
             self.thinking.discard(response.generation)
             self.ports.thinking_changed()
 
-    async def _record_user_input(
-        self, response: Response, text: str | None, utterance: Utterance | None
-    ) -> tuple[str, int | None]:
-        """Transcribe (if spoken) and journal the user's turn; returns its text and seq (None
-        while the journal is unreachable and the event waits in the session's buffer)."""
-        if text is None:
-            response.enter("asr", self.clock())
-            transcript = await self.capture.final_transcript(utterance)
-            response.marks["asr_final"] = self.clock()
-            if utterance is not None and utterance.asr_started is not None:
-                response.marks["asr_started"] = utterance.asr_started
-                if utterance.asr_done is not None:
-                    response.marks["asr_done"] = utterance.asr_done
-            text = transcript.text.strip()
-            seconds = utterance.samples / INPUT_SAMPLE_RATE if utterance is not None else 0.0
-            self.send_all(self.conversation.transcribed(response.turn_id, text, seconds))
-        seq: int | None = None
-        if text:
-            response.enter("journal", self.clock())
-            voice = utterance is not None
-            seq = await self.conversation.record_spoken(response.turn_id, text, voice=voice)
-        return text, seq
-
     async def _turn_content(
         self,
         current_input: str,
@@ -517,11 +402,9 @@ class Responder:
             client_tools, tool_choice = response.client_tools, response.tool_choice
             max_output_tokens = response.max_output_tokens
         else:
-            client_tools, tool_choice = self._tool_offer(ResponseOptions())
-            max_output_tokens = self.max_output_tokens
-        gated: tuple[ToolSpec, ...] = ()
-        if self.tool_gate is not None and tool_choice.mode != "none":
-            gated = await self.tool_gate.specs()
+            client_tools, tool_choice, max_output_tokens = self._offer(ResponseOptions())
+        gate = self.tool_gate
+        gated = await gate.specs() if gate is not None and tool_choice.mode != "none" else ()
         return await self.context.content(
             current_input,
             before_seq=before_seq,
@@ -533,21 +416,17 @@ class Responder:
             memory=memory,
         )
 
-    def _tool_offer(self, options: ResponseOptions) -> tuple[tuple[ToolSpec, ...], ToolChoice]:
-        """The client functions a response offers and its tool choice: its own where
-        ``response.create`` set them, else the session's; ``tool_choice: none`` offers none
-        (the brain answers in words; server built-ins such as the knowledge search stay)."""
-        choice = options.tool_choice or self.tool_choice
-        tools = self.client_tools if options.tools is None else options.tools
+    def _offer(self, options: ResponseOptions) -> Offer:
+        """``ResponseDefaults.offer``; the gate decides calls of a response's own functions like
+        the session's."""
         if options.tools is not None and self.tool_gate is not None:
-            # The gate decides calls of a response's own functions like the session's.
-            known = {t.name: t for t in (*self.client_tools, *options.tools)}
+            known = {t.name: t for t in (*self.defaults.client_tools, *options.tools)}
             self.tool_gate.set_client_tools(tuple(known.values()))
-        return (() if choice.mode == "none" else tools), choice
+        return self.defaults.offer(options.tools, options.tool_choice, options.max_output_tokens)
 
     async def _hand_to_client(self, response: Response, call: ToolCall) -> None:
         """An approved client call: this response's one output is the call, for the client."""
-        response.events.previous_item_id = self.items.last_id
+        response.events.previous_item_id = self.conversation.items.last_id
         self.send_all(response.events.created())
         response.move(ResponseTrigger.CREATED)
         await self.journal_tool(response, BrainDelta(tool_call=call))
@@ -557,44 +436,16 @@ class Responder:
     # ------------------------------------------------------------ failure (Rule 4)
 
     async def _fail(self, response: Response, error: Exception) -> None:
-        """End a failed turn (SPEC RT-11): one log line and the operator's hook (stage, code,
-        timings; never content), the client's error, in voice a short apology instead of
-        silence, and ``response.done`` failed — then the session listens as after any turn."""
-        if isinstance(error, PluginError | JournalError):
-            code, retryable, message = error.code, error.retryable, str(error)
-        else:
-            code, retryable, message = "internal_error", False, "the server failed this turn"
-        now = self.clock()
-        failure = TurnFailure(
-            turn_id=response.turn_id,
-            generation=response.generation,
-            response_id=response.response_id,
-            stage=response.failed_stage or response.stage,
-            code=code,
-            retryable=retryable,
-            waited_ms=round((now - response.stage_at) * 1000.0, 1),
-            elapsed_ms=round((now - response.marks.get("committed", now)) * 1000.0, 1),
-        )
-        log.warning(
-            "turn failed at %s: %s",
-            failure.stage,
-            code,
-            exc_info=None if isinstance(error, PluginError | JournalError) else error,
-            extra={
-                "session_id": self.voice_session_id,
-                "thread_id": self.thread.thread_id,
-                "turn_id": failure.turn_id,
-                "generation": failure.generation,
-                "response_id": failure.response_id,
-                "stage": failure.stage,
-                "code": code,
-                "waited_ms": failure.waited_ms,
-                "elapsed_ms": failure.elapsed_ms,
-            },
+        """End a failed turn (``pipeline.turn_failure``): one log line and the operator's hook,
+        the client's error, in voice a short apology instead of silence, and
+        ``response.done`` failed — then the session listens as after any turn."""
+        failure, message = describe(response, error, self.clock())
+        log_failure(
+            failure, error, session_id=self.voice_session_id, thread_id=self.thread.thread_id
         )
         if self.on_turn_failed is not None:
             self.on_turn_failed(failure)
-        self._emit_error(code, message, retryable=retryable)
+        self._emit_error(failure.code, message, retryable=failure.retryable)
         if response.finalized or not response.respond:
             self._response_finished(response)  # nobody asked for an answer: the error says all
             return
@@ -602,24 +453,19 @@ class Responder:
             self.send_all(response.events.created())
             response.move(ResponseTrigger.CREATED)
         await self._apologize(response)
-        done = response.events.done(
-            "failed", error={"type": "server_error", "code": code, "message": message}
-        )
-        self._response_finished(response, done)
+        error_field = {"type": "server_error", "code": failure.code, "message": message}
+        self._response_finished(response, response.events.done("failed", error=error_field))
 
     async def _apologize(self, response: Response) -> None:
-        """Say the role's failure message in a spoken answer (never in text only); a TTS that
-        fails again leaves the error to speak for itself."""
+        """Say the apology in a spoken answer (never in text only); a TTS that fails again
+        leaves the error to speak for itself."""
         if (
             not response.events.audio
             or not self.is_current(response.generation)
             or response.stage == "finalize"  # the whole answer was heard: only its record failed
         ):
             return
-        text = self.persona.failure_message
-        if text is None:
-            language = self.persona.language or detect_language(self.inputs.last_input)
-            text = FAILURE_MESSAGES["zh" if language == "zh" else "en"]
+        text = apology(self.persona, self.inputs.last_input)
         if not text:
             return
         try:
@@ -683,13 +529,8 @@ class Responder:
             status, ga_reason = "incomplete", response.incomplete  # a limit cut it short
         else:
             status, ga_reason = "completed", None
-        done = events.done(
-            status,
-            reason=ga_reason,
-            heard=heard,
-            text=text,
-            usage=usage(response.prompt, events.text),
-        )
+        used = usage(response.prompt, events.text)
+        done = events.done(status, reason=ga_reason, heard=heard, text=text, usage=used)
         self.finish(response, done, learn=bool(text) and response.options.in_conversation)
 
     def finish(
@@ -754,4 +595,4 @@ class Responder:
         self._send(ev.error(code, message, server=True, retryable=retryable))
 
 
-__all__ = ["Continuation", "Responder", "TurnPorts"]
+__all__ = ["Responder", "TurnPorts"]

@@ -3,12 +3,12 @@
 Theory of operation
 -------------------
 Rule 1. A ``Response`` is the state of one answer (its generation, its GA events, its playout
-        tracker, its marks); the engine creates it at the commit and finishes it. Its life is
+        tracker, its marks); the responder creates it at the commit and finishes it. Its life is
         ``ResponseState``, moved only through ``RESPONSE_TRANSITIONS``: RECORDING (the
         person's input is transcribed and journaled) → PREPARING (its context; nothing sent)
         → ANSWERING (``response.created`` sent) → FINALIZING (the answer's record) →
         FINISHED. FINISHED is reached once, from any other state, where ``response.done``
-        was sent (or nothing was to be answered) — the engine's ``_finish``, which also tells
+        was sent (or nothing was to be answered) — the responder's ``finish``, which also tells
         its owner the turn ended, once.
 Rule 2. ``AnswerSpeaker.speak`` runs the brain through the shared tool loop in the calling
         task and TTS in a second one, connected by a bounded sentence queue (a
@@ -16,8 +16,9 @@ Rule 2. ``AnswerSpeaker.speak`` runs the brain through the shared tool loop in t
         session rate and paced to the client by a ``Pacer`` at most ``playout_lead_ms`` ahead
         of real time. The first frame reaches the socket after a single task switch.
 Rule 3. Everything the speaker needs from the session comes through its ``SpeakerHost`` (the
-        engine): settings, plugins, persona, tools, the clock, sending events, the fence
-        (``is_current``) and the first-audio notice.
+        responder, ``pipeline/responder.py``): settings, plugins, persona, tools, the response
+        defaults, the clock, sending events, the fence (``is_current``) and the first-audio
+        notice.
 Rule 4. A held response (``pause``/``resume``: a candidate interruption) sends nothing and
         does not end its playout until it is resumed or interrupted; brain and TTS work on
         into the bounded queues meanwhile.
@@ -46,7 +47,7 @@ from journal.tokens import count_tokens
 from pipeline import events as ev
 from pipeline.audio import PCM, duration_ms, resample
 from pipeline.content import TurnContent
-from pipeline.engine_config import EngineSettings, Persona, Plugins
+from pipeline.engine_config import EngineSettings, Persona, Plugins, ResponseDefaults
 from pipeline.pacer import Pacer
 from pipeline.playout import PlayoutTracker
 from pipeline.preemption import Preemption
@@ -287,21 +288,19 @@ class Response:
 
 
 class SpeakerHost(Protocol):
-    """What the speaker needs from the session's engine (Rule 3)."""
+    """What the speaker needs from the session's responder (Rule 3)."""
 
     settings: EngineSettings
     plugins: Plugins
     persona: Persona
     tools: Mapping[str, ToolHandler]
-    client_tools: tuple[ToolSpec, ...]
+    defaults: ResponseDefaults
+    """The session's client functions, and who plays the answer out: whether the client
+    pauses its playback when told to, whether its playback reports are exact (the server plays
+    the audio out itself: WebRTC) — a response's playout then ends when they say so, within
+    ``EXACT_PLAYOUT_GRACE_S`` of the estimate."""
     voice_session_id: str
     clock: Callable[[], float]
-    client_pauses_playback: bool
-    """The client pauses its playback when told to (``openrealtime.output_audio.paused``)."""
-    exact_playout: bool
-    """Playback reports are exact (the server plays the audio out itself: WebRTC): a
-    response's playout ends when they say so, within ``EXACT_PLAYOUT_GRACE_S`` of the
-    estimate."""
 
     def send_all(self, events: list[ev.ServerEvent]) -> None: ...
 
@@ -453,7 +452,7 @@ class AnswerSpeaker:
         functions — ``client_tools``, the session's by default — each call decided by ``gate``
         first when there is one: Rule 6)."""
         if client_tools is None:
-            client_tools = self.host.client_tools
+            client_tools = self.host.defaults.client_tools
         return run_brain_with_tools(
             self.host.plugins.brain,
             request,
@@ -530,7 +529,7 @@ class AnswerSpeaker:
             return
         response.paused = True
         response.unpaused.clear()
-        response.tracker.pause(now, client_pauses=self.host.client_pauses_playback)
+        response.tracker.pause(now, client_pauses=self.host.defaults.client_pauses_playback)
         if response.pacer is not None:
             response.pacer.pause()
 
@@ -552,7 +551,7 @@ class AnswerSpeaker:
             end = tracker.playout_end()
             if end is None:
                 return
-            if self.host.exact_playout:
+            if self.host.defaults.exact_playout:
                 end += EXACT_PLAYOUT_GRACE_S
             if tracker.client_played_ms is not None and tracker.client_played_ms >= tracker.sent_ms:
                 return

@@ -114,7 +114,7 @@ class Conversation:
             settings=settings,
             clock=self.clock.loop.time,
         )
-        self.engine.responder.client_pauses_playback = client.pauses
+        self.engine.responder.defaults.client_pauses_playback = client.pauses
         self.microphone = Microphone(self.engine, self.clock, horizon_ms=horizon_ms)
         self.client = SimulatedClient(self.engine, self.clock, client, horizon_ms=horizon_ms)
         self.recorded: list[Recorded] = []

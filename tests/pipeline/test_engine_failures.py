@@ -202,7 +202,7 @@ async def test_a_failed_journal_write_fails_the_turn_and_the_next_one_is_journal
 async def test_text_only_responses_fail_without_an_apology() -> None:
     brain = FakeBrain(["Yes."], faults=Faults(fail=True))
     async with conversation(brain=brain) as convo:
-        convo.engine.responder.audio_out = False
+        convo.engine.responder.defaults.audio_out = False
         convo.type("hello")
         done = await convo.until("response.done")
         assert done["response"]["status"] == "failed"

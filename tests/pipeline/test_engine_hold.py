@@ -79,7 +79,7 @@ async def conversation(
         settings=EngineSettings(turns=TurnSettings(silence_delay=0.3, min_interrupt=0.3)),
         clock=asyncio.get_running_loop().time,
     )
-    engine.responder.client_pauses_playback = True
+    engine.responder.defaults.client_pauses_playback = True
     return engine, sink, journal, thread
 
 

@@ -159,7 +159,7 @@ class WeatherBrain:
 async def typed_input_and_function_output() -> Trace:
     """A typed question; the client runs the function the answer needs and sends its output."""
     async with conversation(brain=WeatherBrain()) as convo:
-        convo.engine.responder.client_tools = (WEATHER,)
+        convo.engine.responder.defaults.client_tools = (WEATHER,)
         convo.type("What's the weather in Paris?")
         call = await convo.until("response.done")
         assert call["response"]["output"][0]["type"] == "function_call"

@@ -84,7 +84,7 @@ async def test_every_response_has_one_done_and_one_end_of_turn_however_it_ends()
         statuses = [r["response"]["status"] for r in convo.events("response.done")]
         assert len(ended) == 4
         # Nothing to answer (create_response off): no done, one end of the turn.
-        convo.engine.responder.auto_respond = False
+        convo.engine.responder.defaults.auto_respond = False
         await convo.say("just noting", ms=600)
         await convo.until("conversation.item.input_audio_transcription.completed")
         await convo.silence(ms=2_000)

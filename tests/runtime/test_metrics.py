@@ -278,7 +278,7 @@ async def test_a_failed_turn_is_counted_logged_and_shown_and_the_next_is_answere
     async with running_server(settings, plugins=fake_plugins(brain=brain)) as server:
         async with RealtimeClient(server.ws_url, server.token) as client:
             await client.connect()
-            with caplog.at_level("WARNING", logger="pipeline.responder"):
+            with caplog.at_level("WARNING", logger="pipeline.turn_failure"):
                 await client.send_text("a secret question")
                 done = await client.wait_type("response.done", timeout=10)
             assert done["response"]["status"] == "failed"
