@@ -176,7 +176,7 @@ class ResponseDefaults:
     ``resumed`` (our own clients do); otherwise a held answer's buffered audio plays out."""
     exact_playout: bool = False
     """Playback reports are exact (a WebRTC call's server-side track sends them): playout
-    ends on the report, not on the estimate (``pipeline.response``)."""
+    ends on the report, not on the estimate (``pipeline.speaker``)."""
 
     def offer(
         self,

@@ -55,15 +55,14 @@ from pipeline.engine_config import (
 from pipeline.items import ItemNotFound, TruncatedBeyondAudio
 from pipeline.preemption import Preempter
 from pipeline.response import (
-    AnswerSpeaker,
     Response,
     ResponseOptions,
     ResponseState,
     ResponseTrigger,
     ToolGateHook,
-    usage,
 )
 from pipeline.response_events import ResponseEvents
+from pipeline.speaker import AnswerSpeaker, usage
 from pipeline.tool_record import ToolRecord
 from pipeline.turn_context import ALL_HISTORY, TurnContextReader
 from pipeline.turn_failure import apology, describe, log_failure
