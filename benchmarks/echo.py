@@ -74,7 +74,8 @@ from benchmarks.speech_data import audible_span, seed_speech_synthesis, warm_up
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample
 from pipeline.echo import EchoGuard, EchoJudgement, EchoSettings
 from pipeline.echo_gate import EchoGate
-from pipeline.turns import Interrupt, TurnCoordinator, TurnSettings, TurnState, UserSpeechStarted
+from pipeline.turn_commands import Interrupt, TurnSettings, UserSpeechStarted
+from pipeline.turns import TurnCoordinator, TurnState
 from plugins.contracts import TTS, VADEvent, VADEventKind
 from plugins.tts import create_tts
 from plugins.tts.espeak import EspeakTTS

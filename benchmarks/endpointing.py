@@ -117,16 +117,16 @@ from benchmarks.speech_data import (
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM
 from pipeline.endpoint_cues import EAGERNESS_SCALE, Cue, CueReading, read_cue
 from pipeline.playout import join_text
-from pipeline.turns import (
+from pipeline.turn_commands import (
     Command,
     CommitUserTurn,
-    TurnCoordinator,
     TurnEagerness,
     TurnSettings,
     UserSpeechResumed,
     UserSpeechStarted,
     UserSpeechStopped,
 )
+from pipeline.turns import TurnCoordinator
 from plugins.asr.whisper import WhisperASR
 from plugins.contracts import TTS, VADEventKind
 from plugins.endpointing.smart_turn import SmartTurnEndpointer

@@ -64,7 +64,7 @@ from journal.store import InMemoryJournalStore
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins
 from pipeline.events import ServerEvent, wire
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 from plugins.asr.whisper import WhisperASR
 from plugins.fakes import FakeBrain, FakeTTS
 from plugins.tts import create_tts

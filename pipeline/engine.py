@@ -48,8 +48,7 @@ from pipeline.listening import Listening
 from pipeline.loop import LoopTimer, TaskSet, loop_time
 from pipeline.responder import Responder, TurnPorts
 from pipeline.response import Continuation, ResponseOptions, ToolGateHook
-from pipeline.turn_context import ALL_HISTORY, TurnContextReader
-from pipeline.turns import (
+from pipeline.turn_commands import (
     Command,
     CommitUserTurn,
     DropUtterance,
@@ -57,12 +56,12 @@ from pipeline.turns import (
     JudgeInterruption,
     PauseResponse,
     ResumeResponse,
-    TurnCoordinator,
-    TurnState,
     UserSpeechResumed,
     UserSpeechStarted,
     UserSpeechStopped,
 )
+from pipeline.turn_context import ALL_HISTORY, TurnContextReader
+from pipeline.turns import TurnCoordinator, TurnState
 from plugins.brain.tool_loop import ToolHandler
 from plugins.contracts import ToolSpec, VADEventKind
 

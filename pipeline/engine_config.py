@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from pipeline import events as ev
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer, ToolChoice, ToolSpec
 
 

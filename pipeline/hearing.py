@@ -40,15 +40,15 @@ from pipeline.capture import SpeechCapture
 from pipeline.conversation import Conversation
 from pipeline.endpoint_cues import Cue, transcript_cue
 from pipeline.listening import Listening
-from pipeline.turns import (
+from pipeline.turn_commands import (
     JudgeInterruption,
     PauseResponse,
     ResumeResponse,
-    TurnCoordinator,
     UserSpeechResumed,
     UserSpeechStarted,
     UserSpeechStopped,
 )
+from pipeline.turns import TurnCoordinator
 from plugins.contracts import Endpointer, Transcript
 from plugins.errors import PluginError
 

@@ -64,10 +64,10 @@ from pipeline.response import (
 from pipeline.response_events import ResponseEvents
 from pipeline.speaker import AnswerSpeaker, usage
 from pipeline.tool_record import ToolRecord
+from pipeline.turn_commands import CommitUserTurn, Interrupt
 from pipeline.turn_context import ALL_HISTORY, TurnContextReader
 from pipeline.turn_failure import apology, describe, log_failure
 from pipeline.turn_inputs import TurnInputs
-from pipeline.turns import CommitUserTurn, Interrupt
 from plugins.brain.tool_loop import ToolGate, ToolHandler
 from plugins.contracts import BrainDelta, ToolCall, ToolSpec, Transcript
 

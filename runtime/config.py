@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pipeline.turns import TurnEagerness
+from pipeline.turn_commands import TurnEagerness
 
 
 class Settings(BaseSettings):

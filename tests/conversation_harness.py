@@ -34,7 +34,7 @@ from journal.events import ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline import events as ev
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer
 from plugins.fakes import FakeBrain, FakeTTS, Faults
 from plugins.vad.energy import EnergyVAD

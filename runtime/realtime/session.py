@@ -61,7 +61,7 @@ from pipeline.audio_formats import AudioFormat, InboundAudio
 from pipeline.engine import Engine, EngineSettings, Persona
 from pipeline.engine_config import SessionSetup, TurnFailure
 from pipeline.history import ConversationHistory
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 from plugins.brain.local_model import local_model_of
 from plugins.contracts import ToolChoice
 from runtime.accounts import Principal

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.audio_formats import PCM24K, AudioFormat
-from pipeline.turns import TurnEagerness
+from pipeline.turn_commands import TurnEagerness
 from plugins.contracts import ToolSpec
 from runtime.errors import ProtocolError
 from runtime.realtime.protocol import (

@@ -16,7 +16,7 @@ from benchmarks.endpointing import Clip, Config, VADTrace, assemble, simulate
 from benchmarks.speech_data import Speech, silence
 from pipeline.audio import PCM, WordTiming
 from pipeline.endpoint_cues import Cue
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 from plugins.contracts import VADEventKind
 
 HEADLINE = ("premature_cutoffs", "late_ms_p50", "late_ms_p99")

@@ -15,7 +15,8 @@ import pytest
 from pipeline import echo_kernel
 from pipeline.echo import EchoGuard, EchoJudgement, EchoSettings, warm_up
 from pipeline.echo_gate import GATE_TRANSITIONS, EchoGate, GateState, GateTrigger
-from pipeline.turns import Interrupt, TurnCoordinator, TurnSettings
+from pipeline.turn_commands import Interrupt, TurnSettings
+from pipeline.turns import TurnCoordinator
 from plugins.audio import PCM
 from plugins.contracts import VADEvent, VADEventKind
 from tests.pipeline.echo_reference import StepByStepEchoGuard

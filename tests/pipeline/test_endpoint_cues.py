@@ -21,7 +21,7 @@ from pipeline.endpoint_cues import (
     read_cue,
     transcript_cue,
 )
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 
 INCOMPLETE, NEUTRAL, COMPLETE = Cue.INCOMPLETE, Cue.NEUTRAL, Cue.COMPLETE
 DELAYS = TurnSettings(silence_delay=0.8, complete_delay=0.3, incomplete_delay=2.5)

@@ -15,7 +15,7 @@ from journal.store import InMemoryJournalStore
 from pipeline.audio import INPUT_SAMPLE_RATE
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins
 from pipeline.events import ServerEvent, wire
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 from plugins.fakes import FakeASR, FakeBrain, FakeEndpointer, FakeTTS, Faults
 from plugins.vad.energy import EnergyVAD
 from tests.virtual_time import in_virtual_time

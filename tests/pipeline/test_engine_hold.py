@@ -14,7 +14,7 @@ from journal.events import EventKind, ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins
 from pipeline.events import ServerEvent, wire
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
 from tests.virtual_time import in_virtual_time

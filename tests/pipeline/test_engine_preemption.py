@@ -11,7 +11,7 @@ from typing import Any
 from journal.events import EventKind, ThreadRef
 from journal.store import InMemoryJournalStore
 from pipeline.engine import Engine, EngineSettings, Persona, Plugins
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolSpec
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD

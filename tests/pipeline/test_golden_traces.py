@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from pipeline import events as ev
-from pipeline.turns import TurnSettings
+from pipeline.turn_commands import TurnSettings
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolSpec
 from plugins.fakes import FakeBrain, Faults
 from tests.conversation_harness import Conversation, conversation

@@ -6,20 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from pipeline.turns import (
-    TRANSITIONS,
+from pipeline.turn_commands import (
     CommitUserTurn,
     DropUtterance,
     Interrupt,
-    Trigger,
-    TurnCoordinator,
     TurnSettings,
-    TurnState,
-    TurnStateError,
     UserSpeechResumed,
     UserSpeechStarted,
     UserSpeechStopped,
 )
+from pipeline.turns import TRANSITIONS, Trigger, TurnCoordinator, TurnState, TurnStateError
 
 SETTINGS = TurnSettings(
     silence_delay=0.8,

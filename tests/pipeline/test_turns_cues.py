@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from pipeline.endpoint_cues import PENDING, Cue, CueState, Verdict
-from pipeline.turns import CommitUserTurn, TurnCoordinator, TurnSettings, TurnState
+from pipeline.turn_commands import CommitUserTurn, TurnSettings
+from pipeline.turns import TurnCoordinator, TurnState
 
 SETTINGS = TurnSettings(silence_delay=0.8, complete_delay=0.3, incomplete_delay=2.5)
 SPEECH_END = 1.0

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.turns import (
+from pipeline.turn_commands import (
     CommitUserTurn,
     DropUtterance,
     Interrupt,
     JudgeInterruption,
     PauseResponse,
     ResumeResponse,
-    TurnCoordinator,
     TurnSettings,
-    TurnState,
     UserSpeechStarted,
     UserSpeechStopped,
 )
+from pipeline.turns import TurnCoordinator, TurnState
 from tests.pipeline.test_turns import speak, start_response
 
 SETTINGS = TurnSettings(min_interrupt=0.4, max_voice_gap=0.12, false_interruption_timeout=1.5)
