@@ -72,8 +72,9 @@ import numpy.typing as npt
 from benchmarks.common import emit, percentile
 from benchmarks.speech_data import audible_span, seed_speech_synthesis, warm_up
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample
-from pipeline.echo import EchoGuard, EchoJudgement, EchoSettings
+from pipeline.echo import EchoGuard
 from pipeline.echo_gate import EchoGate
+from pipeline.echo_values import EchoJudgement, EchoSettings
 from pipeline.turn_commands import Interrupt, TurnSettings, UserSpeechStarted
 from pipeline.turns import TurnCoordinator, TurnState
 from plugins.contracts import TTS, VADEvent, VADEventKind

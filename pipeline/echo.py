@@ -90,28 +90,38 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
 from pipeline import echo_kernel as kernel
+from pipeline.echo_values import (
+    FULL_SCALE,
+    HOP_MS,
+    NO_ECHO,
+    NO_ECHO_STEP,
+    NO_LOCK_STEP,
+    STEP_MS,
+    STEP_SAMPLES,
+    WINDOW_MS,
+    EchoJudgement,
+    EchoSettings,
+    band_bins,
+    band_matrix,
+    dbfs,
+    mel,
+    with_samples,
+)
 from plugins.audio import INPUT_SAMPLE_RATE, PCM
 
 Floats = npt.NDArray[np.float64]
 Samples = Floats | PCM
 """One step of microphone samples, as floats or as the frame's int16."""
 
-HOP_MS = 10
-"""Spacing of the output's history (and of the delays searched)."""
-STEP_MS = 20
-"""The microphone is judged every 20 ms (the engine's frame)."""
-WINDOW_MS = 32
-
 _HOP = INPUT_SAMPLE_RATE * HOP_MS // 1000
-_STEP = INPUT_SAMPLE_RATE * STEP_MS // 1000
-_FULL_SCALE = 32768.0**2
+_STEP = STEP_SAMPLES
+_FULL_SCALE = FULL_SCALE
 _POWER_FLOOR = 1e-11 * _FULL_SCALE
 """-110 dBFS: keeps logarithms finite."""
 _OUTPUT_FLOOR = 10 ** (-75 / 10) * _FULL_SCALE
@@ -136,110 +146,7 @@ _QUIET_MARGIN = 1.0 - 1e-9
 (the estimate differs from the exact figure by rounding only, ~1e-15)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EchoSettings:
-    """Settings of ``EchoGuard`` (see the module's rules)."""
-
-    output_sample_rate: int = 24_000
-    max_delay_ms: int = 400
-    """Longest echo delay searched (devices, the client's buffer, the network, the room)."""
-    ahead_ms: int = 2_000
-    """Output kept in front of the microphone (the pacer sends at most ``playout_lead_ms``)."""
-    bands: int = 24
-    low_hz: float = 200.0
-    high_hz: float = 7_000.0
-    margin_db: float = 6.0
-    """Headroom of the echo bound over the echo gain times the output's envelope."""
-    distortion_db: float = -30.0
-    """Floor of the echo bound in every band, relative to its loudest band (a speaker's
-    distortion puts some of the loud bands' energy everywhere)."""
-    reverb_decay_db_per_s: float = 200.0
-    """How fast the output's envelope decays after it stops (a room's tail; 60 dB in 0.3 s)."""
-    near_end_db: float = 1.0
-    """Mean excess over the echo bound, across bands, that makes a frame near-end."""
-    correlation_tau_ms: float = 1_000.0
-    jump_tau_ms: float = 250.0
-    """Time constant of the fast correlation that notices a delay jump (a playback stall)."""
-    lock_correlation: float = 0.4
-    lock_contrast: float = 0.2
-    release_correlation: float = 0.2
-    acquire_ms: float = 1_000.0
-    """Audible output this long without a lock means there is no echo to guard against."""
-    stop_margin_ms: float = 100.0
-    """Output still played after ``stop`` (the clear takes a network trip to the client)."""
-
-    def __post_init__(self) -> None:
-        if self.output_sample_rate <= 0 or self.output_sample_rate % (1000 // HOP_MS):
-            raise ValueError(
-                f"EchoSettings.output_sample_rate must be a positive multiple of 100, "
-                f"got {self.output_sample_rate}"
-            )
-        if not 0 <= self.max_delay_ms <= 2_000:
-            raise ValueError(f"EchoSettings.max_delay_ms must be 0..2000, got {self.max_delay_ms}")
-        if self.ahead_ms < 0:
-            raise ValueError("EchoSettings.ahead_ms must be >= 0")
-        if not 0 < self.low_hz < self.high_hz <= INPUT_SAMPLE_RATE / 2:
-            raise ValueError("EchoSettings needs 0 < low_hz < high_hz <= 8000")
-        if self.high_hz > self.output_sample_rate / 2:
-            raise ValueError("EchoSettings.high_hz is above the output's Nyquist frequency")
-        if self.bands < 4:
-            raise ValueError("EchoSettings.bands must be >= 4")
-
-
-@dataclass(frozen=True, slots=True)
-class EchoJudgement:
-    """What the guard made of one microphone frame."""
-
-    samples: int
-    """Length of the frame judged."""
-    reference: bool
-    """Output was audible within the delay range: this frame may hold echo."""
-    near_end: bool
-    """There is sound the echo does not explain (always True without ``reference``)."""
-    delay_ms: float | None
-    """The locked echo delay on the guard's timeline (None: no lock)."""
-    echo_dbfs: float
-    """Level of the echo bound over the bands (-100: none)."""
-    residual_db: float
-    """Microphone energy above the echo bound, relative to the microphone's (0: none of it is
-    explained by echo, -100: all of it)."""
-    excess_db: float
-    """Mean excess over the echo bound across bands (compared with ``near_end_db``)."""
-
-
 _EMPTY: Floats = np.zeros(0)
-_NO_ECHO = EchoJudgement(0, False, True, None, -100.0, 0.0, 0.0)
-_NO_ECHO_STEP = EchoJudgement(_STEP, False, True, None, -100.0, 0.0, 0.0)
-_NO_LOCK_STEP = EchoJudgement(_STEP, True, True, None, -100.0, 0.0, 0.0)
-
-
-def _mel(hz: Floats) -> Floats:
-    return 2595.0 * np.log10(1.0 + hz / 700.0)
-
-
-def _band_matrix(rate: int, size: int, edges: Floats, window: Floats) -> Floats:
-    """(bins, bands) sums of |X|² per band, scaled so that a signal has the same band power
-    whatever the sample rate and window."""
-    freqs = np.fft.rfftfreq(size, 1.0 / rate)
-    matrix = np.zeros((freqs.size, edges.size - 1))
-    for band in range(edges.size - 1):
-        matrix[(freqs >= edges[band]) & (freqs < edges[band + 1]), band] = 1.0
-    return matrix * (2.0 / (size * float(np.sum(window * window))))
-
-
-def _band_bins(matrix: Floats) -> npt.NDArray[np.int64]:
-    """(2, bands): the first and after-last bin each band of a band matrix sums (its nonzero
-    rows: one run), so the kernels skip the zeros."""
-    runs = np.zeros((2, matrix.shape[1]), dtype=np.int64)  # an empty band sums nothing
-    for band, column in enumerate(matrix.T):
-        rows = np.flatnonzero(column)
-        if rows.size:
-            runs[:, band] = rows[0], rows[-1] + 1
-    return runs
-
-
-def _dbfs(power: float) -> float:
-    return 10.0 * math.log10(power / _FULL_SCALE) if power > 0 else -100.0
 
 
 class EchoGuard:
@@ -247,18 +154,18 @@ class EchoGuard:
 
     def __init__(self, settings: EchoSettings | None = None) -> None:
         self.settings = s = settings or EchoSettings()
-        hz = np.linspace(_mel(np.array(s.low_hz)), _mel(np.array(s.high_hz)), s.bands + 1)
+        hz = np.linspace(mel(np.array(s.low_hz)), mel(np.array(s.high_hz)), s.bands + 1)
         edges = 700.0 * (10.0 ** (hz / 2595.0) - 1.0)
         self._out_window_len = round(WINDOW_MS * s.output_sample_rate / 1000)
         self._out_window = np.hanning(self._out_window_len)
-        self._out_bands = _band_matrix(
+        self._out_bands = band_matrix(
             s.output_sample_rate, self._out_window_len, edges, self._out_window
         )
         self._out_taps = np.arange(self._out_window_len)
         self._out_hop = s.output_sample_rate * HOP_MS // 1000
         mic_window_len = INPUT_SAMPLE_RATE * WINDOW_MS // 1000
         self._mic_window = np.hanning(mic_window_len)
-        self._mic_bands = _band_matrix(INPUT_SAMPLE_RATE, mic_window_len, edges, self._mic_window)
+        self._mic_bands = band_matrix(INPUT_SAMPLE_RATE, mic_window_len, edges, self._mic_window)
         self._lags = s.max_delay_ms // HOP_MS + 1
         self._middle = self._lags // 2  # the median lag's index once partitioned
         self._ring = self._lags + 2 * _NEIGHBOURS + s.ahead_ms // HOP_MS + 1
@@ -272,9 +179,9 @@ class EchoGuard:
         )
         self._hop_tau = 1.0 - math.exp(-HOP_MS / s.correlation_tau_ms)
         self._acquire_steps = math.ceil(s.acquire_ms / STEP_MS)
-        self._band_bins = _band_bins(self._mic_bands)
+        self._band_bins = band_bins(self._mic_bands)
         self._fft_order, self._twiddles = kernel.fft_tables(mic_window_len)
-        self._out_band_bins = _band_bins(self._out_bands)
+        self._out_band_bins = band_bins(self._out_bands)
         params = np.zeros(kernel.PARAMS_SIZE)
         params[kernel.TAU] = self._tau
         params[kernel.MARGIN] = self._margin
@@ -345,7 +252,7 @@ class EchoGuard:
         self._products = self._averages[:, :lags]
         self._out_energy = self._averages[:, lags : 2 * lags]
         self._mic_energy = self._averages[:, 2 * lags :]
-        self._last = _NO_ECHO
+        self._last = NO_ECHO
 
     @property
     def delay_hops(self) -> int | None:
@@ -523,7 +430,7 @@ class EchoGuard:
         steps = pending.size // _STEP
         if steps == 0:
             self._mic_pending = pending
-            return _with_samples(self._last, pcm.size)
+            return with_samples(self._last, pcm.size)
         judged = [self._step(pending[i * _STEP : (i + 1) * _STEP]) for i in range(steps)]
         self._mic_pending = pending[steps * _STEP :]
         if steps == 1:
@@ -540,7 +447,7 @@ class EchoGuard:
                 loudest.residual_db,
                 loudest.excess_db,
             )
-        return _with_samples(self._last, pcm.size)
+        return with_samples(self._last, pcm.size)
 
     def _step(self, samples: Samples) -> EchoJudgement:
         self._mic_position += _STEP
@@ -555,7 +462,7 @@ class EchoGuard:
             # The judgement needs no spectrum; the state it would have updated (the noise floor,
             # the microphone's mean) waits for the next audible step, in one batch.
             self._defer(samples)
-            return _NO_ECHO_STEP
+            return NO_ECHO_STEP
         self._analyse_idle_steps()
         frame = self._mic_frame
         frame[:-_STEP] = frame[_STEP:]
@@ -582,9 +489,9 @@ class EchoGuard:
             judged,
         )
         if status == kernel.NO_LOCK:
-            return _NO_LOCK_STEP
+            return NO_LOCK_STEP
         bound, residual, excess, near = judged.tolist()
-        return EchoJudgement(_STEP, True, near > 0.0, self.delay_ms, _dbfs(bound), residual, excess)
+        return EchoJudgement(_STEP, True, near > 0.0, self.delay_ms, dbfs(bound), residual, excess)
 
     def _audible(self, hop: int) -> bool:
         """Rule 4's first test, on the output alone: is anything audible in the delay range at
@@ -683,29 +590,4 @@ def warm_up() -> None:
     )
 
 
-def no_reference(samples: int) -> EchoJudgement:
-    """The judgement of a frame with no output to compare it with: near-end, as ``judge``
-    gives it when nothing audible played (for a caller that skips ``judge``)."""
-    return _with_samples(_NO_ECHO, samples)
-
-
-def _with_samples(judgement: EchoJudgement, samples: int) -> EchoJudgement:
-    if judgement.samples == samples:
-        return judgement  # judgements are immutable: share it
-    return EchoJudgement(
-        samples,
-        judgement.reference,
-        judgement.near_end,
-        judgement.delay_ms,
-        judgement.echo_dbfs,
-        judgement.residual_db,
-        judgement.excess_db,
-    )
-
-
-__all__ = [
-    "EchoGuard",
-    "EchoJudgement",
-    "EchoSettings",
-    "warm_up",
-]
+__all__ = ["EchoGuard", "warm_up"]

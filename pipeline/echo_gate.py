@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.echo import EchoJudgement
+from pipeline.echo_values import EchoJudgement
 from plugins.audio import INPUT_SAMPLE_RATE
 from plugins.contracts import VADEvent, VADEventKind
 

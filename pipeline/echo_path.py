@@ -31,8 +31,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM
-from pipeline.echo import EchoGuard, EchoJudgement, EchoSettings, no_reference
+from pipeline.echo import EchoGuard
 from pipeline.echo_gate import EchoGate
+from pipeline.echo_values import EchoJudgement, EchoSettings, no_reference
 from plugins.contracts import VADEvent
 
 ECHO_STREAM_GAP_S = 0.25

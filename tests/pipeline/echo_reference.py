@@ -19,20 +19,22 @@ from pipeline.echo import (
     _GAIN_MIN_POWER,
     _HOP,
     _NEIGHBOURS,
-    _NO_ECHO,
     _OUTPUT_FLOOR,
     _POWER_FLOOR,
     _STEP,
     _WARM_UP_STEPS,
+)
+from pipeline.echo_values import (
     HOP_MS,
+    NO_ECHO,
     STEP_MS,
     WINDOW_MS,
     EchoJudgement,
     EchoSettings,
-    _band_matrix,
-    _dbfs,
-    _mel,
-    _with_samples,
+    band_matrix,
+    dbfs,
+    mel,
+    with_samples,
 )
 from plugins.audio import INPUT_SAMPLE_RATE, PCM
 
@@ -45,18 +47,18 @@ class StepByStepEchoGuard:
 
     def __init__(self, settings: EchoSettings | None = None) -> None:
         self.settings = s = settings or EchoSettings()
-        hz = np.linspace(_mel(np.array(s.low_hz)), _mel(np.array(s.high_hz)), s.bands + 1)
+        hz = np.linspace(mel(np.array(s.low_hz)), mel(np.array(s.high_hz)), s.bands + 1)
         edges = 700.0 * (10.0 ** (hz / 2595.0) - 1.0)
         self._out_window_len = round(WINDOW_MS * s.output_sample_rate / 1000)
         self._out_window = np.hanning(self._out_window_len)
-        self._out_bands = _band_matrix(
+        self._out_bands = band_matrix(
             s.output_sample_rate, self._out_window_len, edges, self._out_window
         )
         self._out_taps = np.arange(self._out_window_len)
         self._out_hop = s.output_sample_rate * HOP_MS // 1000
         mic_window_len = INPUT_SAMPLE_RATE * WINDOW_MS // 1000
         self._mic_window = np.hanning(mic_window_len)
-        self._mic_bands = _band_matrix(INPUT_SAMPLE_RATE, mic_window_len, edges, self._mic_window)
+        self._mic_bands = band_matrix(INPUT_SAMPLE_RATE, mic_window_len, edges, self._mic_window)
         self._lags = s.max_delay_ms // HOP_MS + 1
         self._middle = self._lags // 2  # the median lag's index once partitioned
         self._ring = self._lags + 2 * _NEIGHBOURS + s.ahead_ms // HOP_MS + 1
@@ -103,7 +105,7 @@ class StepByStepEchoGuard:
         self._gains: Floats = np.zeros(bands)  # log10 echo gain per band
         self._gain_updates = np.zeros(bands)
         self.delay_hops: int | None = None
-        self._last = _NO_ECHO
+        self._last = NO_ECHO
 
     @property
     def delay_ms(self) -> float | None:
@@ -231,7 +233,7 @@ class StepByStepEchoGuard:
         steps = pending.size // _STEP
         if steps == 0:
             self._mic_pending = pending
-            return _with_samples(self._last, pcm.size)
+            return with_samples(self._last, pcm.size)
         judged = [self._step(pending[i * _STEP : (i + 1) * _STEP]) for i in range(steps)]
         self._mic_pending = pending[steps * _STEP :]
         if steps == 1:
@@ -248,7 +250,7 @@ class StepByStepEchoGuard:
                 loudest.residual_db,
                 loudest.excess_db,
             )
-        return _with_samples(self._last, pcm.size)
+        return with_samples(self._last, pcm.size)
 
     def _step(self, samples: Floats) -> EchoJudgement:
         step = _STEP
@@ -279,7 +281,7 @@ class StepByStepEchoGuard:
                 envelope[future] = self._envelope[written % self._ring] * tail[:, None]
         in_range = envelope[_NEIGHBOURS : _NEIGHBOURS + self._lags]
         if float(in_range.sum(axis=1).max()) < _AUDIBLE:
-            return _NO_ECHO
+            return NO_ECHO
         self._steps_heard += 1
         self._correlate(log_mic - self._mic_mean, hop, valid)
 
@@ -311,7 +313,7 @@ class StepByStepEchoGuard:
             True,
             excess >= self._near_end,
             self.delay_ms,
-            _dbfs(float(bound.sum())),
+            dbfs(float(bound.sum())),
             residual,
             10.0 * excess,
         )

@@ -13,8 +13,9 @@ import numpy.typing as npt
 import pytest
 
 from pipeline import echo_kernel
-from pipeline.echo import EchoGuard, EchoJudgement, EchoSettings, warm_up
+from pipeline.echo import EchoGuard, warm_up
 from pipeline.echo_gate import GATE_TRANSITIONS, EchoGate, GateState, GateTrigger
+from pipeline.echo_values import EchoJudgement, EchoSettings
 from pipeline.turn_commands import Interrupt, TurnSettings
 from pipeline.turns import TurnCoordinator
 from plugins.audio import PCM
