@@ -2,14 +2,14 @@
 
 Theory of operation
 -------------------
-Opening (docs/protocol.md). A GA client authenticates with ``Authorization: Bearer`` (or the
-browser convention, the subprotocol ``openai-insecure-api-key.<token>``) and gets
-``session.created`` at once; ``?model=`` picks the agent role (id or name, else the tenant's
-default; a client secret's role wins). A client that offers the ``openrealtime`` subprotocol
-sends a first message instead — ``openrealtime.session.start`` (token, role, thread to continue,
-extensions) or ``openrealtime.session.resume`` — within ``start_timeout_s`` (else 4008).
-Credentials never travel in the URL. A refusal is ``protocol.Refused``: its ``error`` event,
-then its close code.
+Opening (docs/protocol.md; ``runtime.realtime.handshake``). A GA client authenticates with
+``Authorization: Bearer`` (or the browser convention, the subprotocol
+``openai-insecure-api-key.<token>``) and gets ``session.created`` at once; ``?model=`` picks the
+agent role (id or name, else the tenant's default; a client secret's role wins). A client that
+offers the ``openrealtime`` subprotocol sends a first message instead —
+``openrealtime.session.start`` (token, role, thread to continue, extensions) or
+``openrealtime.session.resume`` — within ``start_timeout_s`` (else 4008). Credentials never
+travel in the URL. A refusal is ``protocol.Refused``: its ``error`` event, then its close code.
 
 A start opens a new ``runtime.realtime.session.VoiceSession``, which adopts the outbox the handshake
 wrote its errors to (so ``seq`` numbering is one stream). A resume runs the handshake in
@@ -47,25 +47,20 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-import asyncpg
 from starlette.websockets import WebSocketDisconnect
 
-from accounts.errors import AccountsUnavailable
-from journal.errors import JournalUnavailable
-from journal.events import ThreadRef
 from pipeline import events as ev
 from pipeline.audio_formats import AudioFormatError
 from runtime.accounts import Principal
-from runtime.database import DatabaseUnavailable
 from runtime.errors import Disconnected, ProtocolError, Refused, SessionCloseRequested
 from runtime.realtime.continuity import (
     ContinueHere,
-    check_continuation,
     redeem,
     resumed_meanwhile,
     resumed_message,
 )
 from runtime.realtime.dispatch import handle
+from runtime.realtime.handshake import UNAVAILABLE, authenticate, opening
 from runtime.realtime.live import Claim
 from runtime.realtime.outbox import NO_EXTENSIONS, Outbox
 from runtime.realtime.protocol import (
@@ -80,12 +75,9 @@ from runtime.realtime.protocol import (
     parse_client_message,
     unauthorized,
 )
-from runtime.realtime.session import VoiceSession, initial_config
-from runtime.realtime.session_config import SessionConfig, apply_update
+from runtime.realtime.session import VoiceSession
 from runtime.realtime.transport import SEND_FAILURES, Link, WebSocketLink
-from runtime.roles import Role
 from runtime.telemetry import OutboxTap
-from storage.postgres import CONNECTION_ERRORS
 
 if TYPE_CHECKING:
     from runtime.services import Services
@@ -95,17 +87,6 @@ log = logging.getLogger(__name__)
 
 FIRST_MESSAGE_PROTOCOL = "openrealtime"
 """Offered as a WebSocket subprotocol: the first message opens the session (module doc)."""
-_KEY_PROTOCOL = "openai-insecure-api-key."
-_SECRET_QUERY_KEYS = ("resume_token", "token", "api_key", "access_token", "key")
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    AccountsUnavailable,
-    JournalUnavailable,
-    DatabaseUnavailable,
-    *CONNECTION_ERRORS,
-    asyncpg.InternalClientError,  # a pooled connection left confused by the server's restart
-)
-"""A store the handshake needs cannot be reached (e.g. PostgreSQL restarting): the client is
-told to retry (``server_unavailable``, retryable, close 1013), the process goes on."""
 
 
 class _Close(Exception):
@@ -208,7 +189,7 @@ class RealtimeConnection:
         except (Disconnected, WebSocketDisconnect):
             await self._handshake.close()
             return
-        except _UNAVAILABLE as e:
+        except UNAVAILABLE as e:
             log.warning("realtime handshake: a store is unreachable (%s); told to retry", e)
             self._handshake.send(
                 ev.error(
@@ -238,21 +219,7 @@ class RealtimeConnection:
         sent, waits for the next resume)."""
         assert isinstance(self.link, WebSocketLink)
         ws = self.link.websocket
-        if any(key in ws.query_params for key in _SECRET_QUERY_KEYS):
-            raise Refused(
-                ErrorCode.TOKEN_IN_URL,
-                "credentials are never sent in the URL",
-                CloseCode.FORBIDDEN,
-                "credentials in the URL",
-            )
-        self.principal = await self.services.authenticate_header(
-            ws.headers.get("authorization"), realtime=True
-        )
-        key = next((p for p in offered if p.startswith(_KEY_PROTOCOL)), None)
-        if self.principal is None and key is not None:
-            self.principal = await self.services.authenticate(
-                key.removeprefix(_KEY_PROTOCOL), realtime=True
-            )
+        self.principal = await authenticate(self.services, ws, offered)
         if not first_message:
             self._authenticated()
             return await self._start(
@@ -299,7 +266,8 @@ class RealtimeConnection:
         principal = self._authenticated()
         limit = services.settings.max_live_sessions_per_user
         with services.live_sessions.reserve(principal, limit=limit) as place:
-            thread, role, config = await self._opening(principal, start)
+            self._handshake.extensions = start.extensions
+            thread, role, config = await opening(services, principal, start)
             session = VoiceSession(
                 services,
                 connection=self,
@@ -317,86 +285,6 @@ class RealtimeConnection:
         _name_in_telemetry(session)
         session.outbox.send(ev.SessionCreated(session.session_json()))
         return session
-
-    async def _opening(
-        self, principal: Principal, start: SessionStart
-    ) -> tuple[ThreadRef, Role, SessionConfig]:
-        """The thread (new, or the one continued), role and configuration ``start`` asks for."""
-        services = self.services
-        self._handshake.extensions = start.extensions
-        bound = principal.bound_role_id
-        model = start.model
-        if bound is not None:
-            # A client secret's role wins; a first message naming another is refused (GA
-            # SDKs always send some model name, so theirs is not held against them).
-            if model is not None and not self._ga and not principal.may_use_role(model):
-                raise Refused(
-                    ErrorCode.ROLE_MISMATCH,
-                    "this client secret is bound to another role",
-                    CloseCode.FORBIDDEN,
-                    "role mismatch",
-                )
-            model = bound
-        if start.requested_thread_id is None:
-            role = await self._role_for(
-                principal,
-                model,
-                strict=bound is not None or start.model is not None and not self._ga,
-            )
-            if role is None:
-                raise Refused(
-                    ErrorCode.ROLE_NOT_FOUND,
-                    f"no role {model!r}",
-                    CloseCode.FORBIDDEN,
-                    "role not found",
-                )
-            thread = ThreadRef(principal.tenant, principal.user, f"th_{uuid.uuid4().hex}")
-            await services.threads.create(thread.tenant, thread.user, thread.thread_id, role.id)
-        else:
-            thread, role = await check_continuation(
-                services, principal, start.model_copy(update={"model": model})
-            )
-        config = initial_config(role, start.extensions)
-        if start.session is not None:
-            try:
-                config = apply_update(
-                    config,
-                    start.session,
-                    event_id=start.event_id,
-                    tool_hosts=services.settings.tool_host_set(),
-                )
-            except ProtocolError as e:
-                raise Refused(
-                    e.code,
-                    e.message,
-                    CloseCode.FORBIDDEN,
-                    "invalid session configuration",
-                    param=e.param,
-                    event_id=e.event_id,
-                ) from None
-        return thread, role, config
-
-    @property
-    def _ga(self) -> bool:
-        """A GA-only client (no extensions negotiated)."""
-        return not self._handshake.extensions.events
-
-    async def _role_for(
-        self, principal: Principal, model: str | None, *, strict: bool
-    ) -> Role | None:
-        """The role ``model`` names (id, then name); unknown names fall back to the tenant's
-        default for GA clients (whose SDKs always send some model name) unless ``strict``."""
-        services = self.services
-        if model:
-            role = await services.roles.get(principal.tenant, model)
-            if role is None:
-                role = next(
-                    (r for r in await services.roles.list(principal.tenant) if r.name == model),
-                    None,
-                )
-            if role is not None or strict:
-                return role
-        return await services.role_for(principal, None)
 
     # ------------------------------------------------------------ resume
 
