@@ -62,7 +62,7 @@ from runtime.accounts import Principal
 from runtime.http.api import ApiError, Caller, ServicesDep
 from runtime.http.policy import Policy, allow, forbidden
 from runtime.http.role_memory import _role as role_in_tenant
-from runtime.realtime.protocol import (
+from runtime.realtime.protocol_tools import (
     McpApprovalFilterIn,
     McpToolFilterIn,
     allowed_filter,

@@ -37,7 +37,6 @@ from runtime.realtime.protocol import (
     ItemRetrieve,
     ItemTruncate,
     McpApprovalResponseIn,
-    McpToolIn,
     MessageIn,
     OutputAudioBufferClear,
     PlaybackProgress,
@@ -47,8 +46,8 @@ from runtime.realtime.protocol import (
     SessionResume,
     SessionStart,
     SessionUpdate,
-    tool_specs,
 )
+from runtime.realtime.protocol_tools import McpToolIn, tool_specs
 from runtime.realtime.session import VoiceSession
 from runtime.realtime.transport import MediaOut
 from runtime.tool_gate import ApprovalNotFound

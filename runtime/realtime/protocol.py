@@ -21,7 +21,6 @@ import base64
 import binascii
 import json
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -29,74 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from pipeline.audio import INPUT_SAMPLE_RATE
 from pipeline.events import ServerEvent, wire
-from plugins.contracts import ToolSpec
 from runtime.errors import ProtocolError, Refused
-from tools.mcp import MAX_TOOLS as MAX_MCP_TOOLS
-from tools.mcp import ApprovalPolicy, McpServer, ToolFilter
+from runtime.realtime.codes import CloseCode as CloseCode
+from runtime.realtime.codes import ErrorCode as ErrorCode
+from runtime.realtime.protocol_tools import FunctionToolIn, McpToolIn, ToolChoiceFunctionIn
 
 AUDIO_HEADER = struct.Struct("<QI")
-
-
-class CloseCode:
-    """WebSocket close codes the server uses. Recoverable closes never use 1000."""
-
-    NORMAL = 1000
-    """The client asked to end the session (``session.close``)."""
-    MESSAGE_TOO_BIG = 1009
-    """A frame above the hard transport limit (``hard_max_message_bytes``)."""
-    SERVER_SHUTDOWN = 1012
-    UNAUTHORIZED = 4001
-    FORBIDDEN = 4003
-    START_TIMEOUT = 4008
-    """A connection in first-message mode sent no valid ``openrealtime.session.start`` (or
-    ``.resume``) in time."""
-    TOO_MANY_ERRORS = 4009
-    SUPERSEDED = 4012
-    """Another connection resumed this session (the older connection is fenced off)."""
-    SLOW_CONSUMER = 4010
-    """The client did not read its messages; the outbound queue filled up."""
-    JOURNAL_UNAVAILABLE = 4011
-    """The journal stayed unreachable until the session's buffer of unsaved events filled."""
-    CREDENTIALS_REVOKED = 4013
-    """The token that opened the session was revoked or expired, or its user was disabled."""
-    TRY_AGAIN_LATER = 1013
-    """The handshake needed the database and it could not be reached (after a retryable
-    ``server_unavailable`` error): reconnect or resume a moment later."""
-    TOO_MANY_SESSIONS = 4029
-    """The user already has ``max_live_sessions_per_user`` live sessions on this server."""
-
-
-class ErrorCode:
-    INVALID_JSON = "invalid_json"
-    INVALID_MESSAGE = "invalid_message"
-    UNKNOWN_TYPE = "unknown_message_type"
-    SESSION_NOT_STARTED = "session_not_started"
-    SESSION_ALREADY_STARTED = "session_already_started"
-    UNAUTHORIZED = "unauthorized"
-    CREDENTIALS_REVOKED = "credentials_revoked"
-    TOO_MANY_SESSIONS = "too_many_sessions"
-    SERVER_UNAVAILABLE = "server_unavailable"
-    ROLE_NOT_FOUND = "role_not_found"
-    ROLE_MISMATCH = "role_mismatch"
-    THREAD_NOT_FOUND = "thread_not_found"
-    RESUME_REFUSED = "resume_refused"
-    TOKEN_IN_URL = "token_in_url"
-    PREVIOUS_SESSION_UNKNOWN = "previous_session_not_in_thread"
-    MESSAGE_TOO_LARGE = "message_too_large"
-    ODD_LENGTH_AUDIO = "odd_length_audio"
-    AUDIO_FRAME_TOO_LONG = "audio_frame_too_long"
-    INVALID_AUDIO = "invalid_audio"
-    COMMIT_EMPTY = "input_audio_buffer_commit_empty"
-    NO_RESPONSE = "response_cancel_not_active"
-    TEXT_TOO_LONG = "text_too_long"
-    MICROPHONE_PAUSED = "microphone_paused"
-    UNKNOWN_PARAMETER = "unknown_parameter"
-    INVALID_VALUE = "invalid_value"
-    UNSUPPORTED = "unsupported_parameter"
-    ITEM_NOT_FOUND = "item_not_found"
-    BINARY_NOT_NEGOTIATED = "binary_audio_not_negotiated"
-    INTERNAL = "internal_error"
-    """A bug on our side handling one message; the session goes on (and it is logged)."""
 
 
 def unauthorized() -> Refused:
@@ -227,158 +164,6 @@ class ItemTruncate(_Message):
 
 MAX_OUTPUT_TOKENS = 4096
 """The largest ``max_output_tokens`` (else ``inf``)."""
-
-
-class FunctionToolIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    type: Literal["function"] = "function"
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    description: str = Field(default="", max_length=4_000)
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-
-def tool_specs(tools: Sequence[FunctionToolIn | McpToolIn]) -> tuple[ToolSpec, ...]:
-    """Declared functions (``session.update`` or ``response.create`` ``tools``) as the brain's
-    tool specs (MCP servers are ``mcp_servers``)."""
-    return tuple(
-        ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
-        for t in tools
-        if isinstance(t, FunctionToolIn)
-    )
-
-
-class McpToolFilterIn(BaseModel):
-    """GA ``McpToolFilter``: tools by name and/or by their read-only hint."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    tool_names: list[Annotated[str, Field(max_length=128)]] | None = Field(
-        default=None, max_length=MAX_MCP_TOOLS
-    )
-    read_only: bool | None = None
-
-
-class McpApprovalFilterIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    always: McpToolFilterIn | None = None
-    never: McpToolFilterIn | None = None
-
-
-class McpToolIn(BaseModel):
-    """A GA ``mcp`` tool: a remote MCP server the runtime connects to (``tools.mcp``).
-    ``connector_id`` and ``tunnel_id`` name OpenAI's own services and are refused."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    type: Literal["mcp"]
-    server_label: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")
-    server_url: str | None = Field(default=None, max_length=2_048)
-    server_description: str | None = Field(default=None, max_length=1_024)
-    allowed_tools: list[Annotated[str, Field(max_length=128)]] | McpToolFilterIn | None = Field(
-        default=None, union_mode="left_to_right"
-    )
-    require_approval: Literal["always", "never"] | McpApprovalFilterIn | None = None
-    headers: dict[str, Annotated[str, Field(max_length=4_096)]] | None = Field(
-        default=None, max_length=16
-    )
-    authorization: str | None = Field(default=None, max_length=4_096)
-    connector_id: str | None = Field(default=None, max_length=64)
-    tunnel_id: str | None = Field(default=None, max_length=128)
-    defer_loading: bool | None = None
-
-
-def _tool_filter(value: McpToolFilterIn | None) -> ToolFilter | None:
-    if value is None:
-        return None
-    names = frozenset(value.tool_names) if value.tool_names is not None else None
-    return ToolFilter(names, value.read_only)
-
-
-def allowed_filter(value: list[str] | McpToolFilterIn | None) -> ToolFilter | None:
-    """GA ``allowed_tools`` as a filter (None: every tool)."""
-    return ToolFilter(frozenset(value)) if isinstance(value, list) else _tool_filter(value)
-
-
-def approval_policy(
-    value: Literal["always", "never"] | McpApprovalFilterIn | None,
-) -> ApprovalPolicy:
-    """GA ``require_approval`` as a policy (unset: ``always``, GA's default)."""
-    if value is None:
-        return ApprovalPolicy()
-    if isinstance(value, str):
-        return ApprovalPolicy(mode=value)
-    return ApprovalPolicy(mode=None, always=_tool_filter(value.always),
-                          never=_tool_filter(value.never))  # fmt: skip
-
-
-def mcp_servers(
-    tools: Sequence[FunctionToolIn | McpToolIn], *, param: str, event_id: str | None = None
-) -> tuple[McpServer, ...]:
-    """The MCP servers among declared tools (``ProtocolError`` naming the tool's field for
-    one that cannot be served here: a connector, no URL, a label used twice)."""
-    servers: list[McpServer] = []
-    for index, tool in enumerate(tools):
-        if not isinstance(tool, McpToolIn):
-            continue
-        where = f"{param}[{index}]"
-        if tool.connector_id is not None or tool.tunnel_id is not None:
-            raise ProtocolError(
-                ErrorCode.UNSUPPORTED,
-                "connectors and tunnels are OpenAI's services; give an MCP server_url",
-                param=f"{where}.{'connector_id' if tool.connector_id else 'tunnel_id'}",
-                event_id=event_id,
-            )
-        if tool.server_url is None:
-            raise ProtocolError(ErrorCode.INVALID_VALUE, "an mcp tool needs a server_url",
-                                param=f"{where}.server_url", event_id=event_id)  # fmt: skip
-        if any(s.label == tool.server_label for s in servers):
-            raise ProtocolError(ErrorCode.INVALID_VALUE, "server_label must be unique",
-                                param=f"{where}.server_label", event_id=event_id)  # fmt: skip
-        headers = dict(tool.headers or {})
-        if tool.authorization is not None:
-            headers["Authorization"] = f"Bearer {tool.authorization}"
-        servers.append(
-            McpServer(
-                label=tool.server_label,
-                url=tool.server_url,
-                allowed=allowed_filter(tool.allowed_tools),
-                approval=approval_policy(tool.require_approval),
-                headers=headers,
-                description=tool.server_description or "",
-            )
-        )
-    return tuple(servers)
-
-
-def mcp_tool_json(server: McpServer) -> dict[str, Any]:
-    """An MCP server as ``session.updated`` shows it: never its headers (``tools.mcp`` Rule 5)."""
-    out: dict[str, Any] = {"type": "mcp", "server_label": server.label, "server_url": server.url}
-    if server.description:
-        out["server_description"] = server.description
-    if server.allowed is not None:
-        out["allowed_tools"] = _filter_json(server.allowed)
-    policy = server.approval
-    if policy.mode is not None:
-        out["require_approval"] = policy.mode
-    else:
-        out["require_approval"] = {
-            k: _filter_json(f) for k, f in (("always", policy.always), ("never", policy.never))
-            if f is not None
-        }  # fmt: skip
-    return out
-
-
-def _filter_json(value: ToolFilter) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if value.names is not None:
-        out["tool_names"] = sorted(value.names)
-    if value.read_only is not None:
-        out["read_only"] = value.read_only
-    return out
-
-
-class ToolChoiceFunctionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    type: Literal["function"]
-    name: str = Field(max_length=64)
 
 
 class ResponseParams(BaseModel):

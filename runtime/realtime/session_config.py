@@ -34,16 +34,14 @@ from pipeline.audio_formats import PCM24K, AudioFormat
 from pipeline.turn_commands import TurnEagerness
 from plugins.contracts import ToolSpec
 from runtime.errors import ProtocolError
-from runtime.realtime.protocol import (
-    MAX_OUTPUT_TOKENS,
-    ErrorCode,
+from runtime.realtime.protocol import MAX_OUTPUT_TOKENS, ErrorCode, validation_error
+from runtime.realtime.protocol_tools import (
     FunctionToolIn,
     McpToolIn,
     ToolChoiceFunctionIn,
     mcp_servers,
     mcp_tool_json,
     tool_specs,
-    validation_error,
 )
 from tools.errors import InvalidTool
 from tools.mcp import McpServer, check_server
