@@ -80,6 +80,13 @@ class LoopTimer:
         callback()
 
 
+def retrieved(future: asyncio.Future[Any]) -> None:
+    """A done callback for a future nobody may await (its awaiter was cancelled): its failure
+    is retrieved here, not reported as "never retrieved" when it is collected."""
+    if not future.cancelled():
+        future.exception()
+
+
 class TaskSet:
     """A session's tasks (Rule 3)."""
 
@@ -121,4 +128,4 @@ class TaskSet:
             log.error("engine task %s failed", task.get_name(), exc_info=error)
 
 
-__all__ = ["LoopTimer", "TaskSet", "loop_time"]
+__all__ = ["LoopTimer", "TaskSet", "loop_time", "retrieved"]

@@ -31,8 +31,10 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from pipeline import events as ev
+from pipeline.loop import retrieved
 from plugins.contracts import ToolCall, ToolSpec
 from tools.errors import InvalidTool, McpCallFailed, UnknownTool
+from tools.http_tool import SecretStore
 from tools.mcp import McpConnection, McpServer, McpToolInfo
 from tools.registry import McpTool, ToolRegistry
 from tools.schema import check_parameters_schema
@@ -97,7 +99,7 @@ class McpServers:
         )
         entry = self._entries[server.label] = _Entry(server, connection, origin)
         entry.listing = asyncio.ensure_future(self._list(entry))
-        entry.listing.add_done_callback(_retrieved)
+        entry.listing.add_done_callback(retrieved)
 
     def _drop(self, label: str) -> None:
         entry = self._entries.pop(label)
@@ -202,9 +204,19 @@ def _tool(info: McpToolInfo, server: McpServer) -> McpTool:
     )  # fmt: skip
 
 
-def _retrieved(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
+async def with_secret_headers(
+    server: McpServer, secrets: SecretStore, tenant: str
+) -> McpServer | None:
+    """A role's server with its header values from the tenant's secrets (None: one is not
+    stored; the server is not offered)."""
+    headers: dict[str, str] = {}
+    for header in server.secret_headers:
+        value = await secrets.get(tenant, header.secret)
+        if value is None:
+            log.warning("mcp %s: secret %r is not stored; not offered", server.label, header.secret)
+            return None
+        headers[header.header] = header.prefix + value
+    return dataclasses.replace(server, headers=headers)
 
 
-__all__ = ["McpServers"]
+__all__ = ["McpServers", "with_secret_headers"]

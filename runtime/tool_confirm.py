@@ -20,6 +20,10 @@ Rule 4. Lifecycle (``TRANSITIONS``): ``PENDING`` ends exactly once, in ``ANSWERE
         no answer: the conversation moved on, and a call of a generation the person has moved
         past never starts later — TOOL-5; the words are a turn of their own). A settled
         confirmation cannot be settled again: a late button press finds nothing to answer.
+Rule 5. An answer becomes a grant (``grant_for``), granted by the authenticated person: yes →
+        a ``once`` allow for the exact call; always → a ``lifetime`` allow for the call's
+        action and target; no → a ``thread`` deny for them. What the brain is told when the
+        call does not run is one of the fixed results below.
 """
 
 from __future__ import annotations
@@ -34,9 +38,16 @@ from typing import Any, Literal
 
 from plugins.contracts import ToolCall
 from tools.capability import ANY_TARGET, Capability
+from tools.grants import GrantedBy, NewGrant
 from tools.registry import Tool
 
 Answer = Literal["once", "lifetime", "deny"]
+
+DECLINED = "The person declined: it was not done."
+WITHDRAWN = "The person moved on without answering the question: it was not done."
+NO_ANSWER = "The person did not answer the question: it was not done."
+BUSY = "Not done: another request is waiting for the person's answer; ask again after it."
+UNAVAILABLE = "Not done: permissions cannot be checked right now."
 
 MAX_ANSWER_WORDS = 8
 """An utterance longer than this is a turn, not an answer (Rule 3)."""
@@ -158,11 +169,30 @@ class Confirmation:
         return True
 
 
+def grant_for(said: Answer, capability: Capability, person: str, thread_id: str) -> NewGrant:
+    """Rule 5: the grant an answer makes."""
+    by = GrantedBy("person", person)
+    whole = Capability(capability.action, capability.target)
+    if said == "once":
+        return NewGrant(capability=capability, effect="allow", scope="once", granted_by=by,
+                        thread_id=thread_id)  # fmt: skip
+    if said == "lifetime":
+        return NewGrant(capability=whole, effect="allow", scope="lifetime", granted_by=by)
+    return NewGrant(capability=whole, effect="deny", scope="thread", granted_by=by,
+                    thread_id=thread_id)  # fmt: skip
+
+
 __all__ = [
+    "BUSY",
+    "DECLINED",
+    "NO_ANSWER",
     "TRANSITIONS",
+    "UNAVAILABLE",
+    "WITHDRAWN",
     "Answer",
     "ConfirmState",
     "Confirmation",
     "classify_answer",
+    "grant_for",
     "question_for",
 ]

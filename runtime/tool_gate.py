@@ -23,18 +23,16 @@ Rule 2. Every other call is bound to the generation that made it (``CallOrigin``
         ``mcp_approval_request`` item. One question at a time: a second undecided call while
         one waits is refused ("another request is waiting").
 Rule 3. An answer — the person's next words (``answer``: ``classify_answer``) or an
-        ``mcp_approval_response`` item (``approve``) — settles the question once. Yes → a
-        ``once`` allow grant for the exact call; always → a ``lifetime`` allow grant for the
-        call's action and target; no → a ``thread`` deny grant for them. Every grant is
-        granted by the authenticated person of the session (never a field a client or the
-        model writes). Then the call is decided again (the new grant decides; a ``once``
-        grant is used up by it) and, when allowed, runs; the turn continues in a new response
-        with its result (an approved client call is handed to the client instead). An
-        approval item's optional ``rule`` is saved as the person's rule of the role (a
-        person's rule is active at once: ``tools.rules`` rule 2). Words that are no answer
-        withdraw the question (``tool_confirm`` rule 4) and are a turn of their own; so does a
-        cancel of the response that asked. No answer within ``tool_confirm_timeout_s`` is a no
-        for this call only (no grant); the turn continues with "the person did not answer".
+        ``mcp_approval_response`` item (``approve``) — settles the question once and becomes a
+        grant by the session's authenticated person, never a field a client or the model
+        writes (``runtime.tool_confirm`` Rule 5). Then the call is decided again (the new grant
+        decides; a ``once`` grant is used up by it) and, when allowed, runs; the turn continues
+        in a new response with its result (an approved client call is handed to the client
+        instead). An approval item's optional ``rule`` is saved as the person's rule of the
+        role (active at once: ``tools.rules`` rule 2). Words that are no answer withdraw the
+        question (``tool_confirm`` rule 4) and are a turn of their own; so does a cancel of the
+        response that asked. No answer within ``tool_confirm_timeout_s`` is a no for this call
+        only (no grant); the turn continues with "the person did not answer".
 Rule 4. Interruptions (TOOL-5): cancelling a response cancels its task, and with it a call
         still being decided (it never starts) and a running call of a ``cancellable`` tool
         (its HTTP request is aborted). A call of a tool that is not cancellable runs to its
@@ -61,7 +59,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import uuid
@@ -72,23 +69,29 @@ from typing import Any, Literal
 from journal.events import EventKind, NewEvent, ThreadRef
 from journal.store import JournalStore
 from pipeline import events as ev
+from pipeline.loop import retrieved
 from pipeline.response import CallOrigin, Continuation, ToolGateHost
 from plugins.brain.tool_loop import PROCEED, Verdict
 from plugins.brain.tool_loop import ToolGate as GateFn
 from plugins.contracts import ToolCall, ToolResult, ToolSpec
-from runtime.mcp_servers import McpServers
-from runtime.tool_confirm import Answer, Confirmation, ConfirmState, classify_answer, question_for
-from tools.capability import Capability
-from tools.catalog import ToolCatalog
-from tools.decide import Decision, ToolDecider
-from tools.errors import (
-    InvalidArguments,
-    InvalidTool,
-    ToolError,
-    ToolsUnavailable,
-    UnknownTool,
+from runtime.mcp_servers import McpServers, with_secret_headers
+from runtime.tool_confirm import (
+    BUSY,
+    DECLINED,
+    NO_ANSWER,
+    UNAVAILABLE,
+    WITHDRAWN,
+    Answer,
+    Confirmation,
+    ConfirmState,
+    classify_answer,
+    grant_for,
+    question_for,
 )
-from tools.grants import GrantedBy, GrantStore, NewGrant
+from tools.catalog import ToolCatalog
+from tools.decide import ToolDecider
+from tools.errors import InvalidArguments, InvalidTool, ToolError, ToolsUnavailable, UnknownTool
+from tools.grants import GrantStore
 from tools.http_tool import HttpToolExecutor
 from tools.mcp import McpServer
 from tools.registry import ClientTool, HttpTool, McpTool, Tool, ToolRegistry
@@ -97,32 +100,10 @@ from tools.rules import Author, RuleStore
 log = logging.getLogger(__name__)
 
 MAX_CALLS_KEPT = 256
-DECLINED = "The person declined: it was not done."
-WITHDRAWN = "The person moved on without answering the question: it was not done."
-NO_ANSWER = "The person did not answer the question: it was not done."
-BUSY = "Not done: another request is waiting for the person's answer; ask again after it."
-UNAVAILABLE = "Not done: permissions cannot be checked right now."
 
 
 class ApprovalNotFound(LookupError):
     """No question with this id waits for an answer."""
-
-
-def _refusal(decision: Decision) -> str:
-    if decision.decided_by == "judgement" and decision.quotes:
-        return "Not permitted: " + " ".join(f'"{q.text}"' for q in decision.quotes)
-    return "Not permitted: the person said no."
-
-
-def _decision_json(decision: Decision) -> dict[str, Any]:
-    return {
-        "effect": decision.effect,
-        "decided_by": decision.decided_by,
-        "grant_id": decision.grant_id,
-        "quotes": [q.text for q in decision.quotes],
-        "cached": decision.cached,
-        "failure": decision.failure,
-    }
 
 
 class ToolGate:
@@ -185,9 +166,9 @@ class ToolGate:
         tools = await self.catalog.list(self.thread.tenant, self.role_id)
         servers = await self.catalog.list_mcp(self.thread.tenant, self.role_id)
         for server in servers:
-            headers = await self._secret_headers(server)
-            if headers is not None:
-                self.mcp.add(dataclasses.replace(server, headers=headers), origin="role")
+            resolved = await with_secret_headers(server, self.executor.secrets, self.thread.tenant)
+            if resolved is not None:
+                self.mcp.add(resolved, origin="role")
         specs: list[ToolSpec] = []
         for tool in tools:
             try:
@@ -201,9 +182,8 @@ class ToolGate:
     async def specs(self) -> tuple[ToolSpec, ...]:
         if self._loaded is None:
             self._loaded = asyncio.ensure_future(self._load())
-            # A turn cancelled while the read is under way leaves nobody awaiting it: its
-            # failure is retrieved here, not reported as "never retrieved" when collected.
-            self._loaded.add_done_callback(_retrieved)
+            # A turn cancelled while the read is under way leaves nobody awaiting it.
+            self._loaded.add_done_callback(retrieved)
         try:
             await asyncio.shield(self._loaded)
         except ToolsUnavailable:
@@ -235,19 +215,6 @@ class ToolGate:
     def set_mcp_servers(self, servers: tuple[McpServer, ...]) -> None:
         """The session's MCP servers (each ``session.update``; ``runtime.mcp_servers``)."""
         self.mcp.set_session(servers)
-
-    async def _secret_headers(self, server: McpServer) -> dict[str, str] | None:
-        """A role's server's header values from the tenant's secrets (None: one is missing;
-        the server is not offered)."""
-        headers: dict[str, str] = {}
-        for header in server.secret_headers:
-            value = await self.executor.secrets.get(self.thread.tenant, header.secret)
-            if value is None:
-                log.warning("mcp %s: secret %r is not stored; not offered",
-                            server.label, header.secret)  # fmt: skip
-                return None
-            headers[header.header] = header.prefix + value
-        return headers
 
     def mcp_server_of(self, name: str) -> str | None:
         """The label of the MCP server whose tool ``name`` is, if it is one."""
@@ -286,11 +253,11 @@ class ToolGate:
         except ToolsUnavailable:
             self._keep(call.call_id, {"decision": {"effect": "none", "failure": "unavailable"}})
             return Verdict(refused=UNAVAILABLE)
-        fields: dict[str, Any] = {"decision": _decision_json(decision)}
+        fields: dict[str, Any] = {"decision": decision.as_json()}
         log.info("tool %s: %s by %s", call.name, decision.effect, decision.decided_by)
         if decision.effect == "deny":
             self._keep(call.call_id, fields)
-            return Verdict(refused=_refusal(decision))
+            return Verdict(refused=decision.refusal())
         if isinstance(tool, McpTool):
             # What the declaration's require_approval covers runs on the person's grant only;
             # what it waives runs unless denied (Rule 7).
@@ -511,18 +478,7 @@ class ToolGate:
     ) -> Continuation | None:
         self._cancel_timer()
         capability = confirmation.capability
-        whole = Capability(capability.action, capability.target)
-        if said == "once":
-            new = NewGrant(capability=capability, effect="allow", scope="once",
-                           granted_by=GrantedBy("person", self.person),
-                           thread_id=self.thread.thread_id)  # fmt: skip
-        elif said == "lifetime":
-            new = NewGrant(capability=whole, effect="allow", scope="lifetime",
-                           granted_by=GrantedBy("person", self.person))  # fmt: skip
-        else:
-            new = NewGrant(capability=whole, effect="deny", scope="thread",
-                           granted_by=GrantedBy("person", self.person),
-                           thread_id=self.thread.thread_id)  # fmt: skip
+        new = grant_for(said, capability, self.person, self.thread.thread_id)
         try:
             grant = await self.grants.create(self.thread.tenant, self.role_id, new)
         except ToolError as e:
@@ -539,9 +495,9 @@ class ToolGate:
         except ToolsUnavailable:
             return await self._settled(confirmation, said, by=by, content=UNAVAILABLE,
                                        item_id=item_id)  # fmt: skip
-        confirmation.extra["decision"] = _decision_json(decision)
+        confirmation.extra["decision"] = decision.as_json()
         if decision.effect != "allow":
-            content = _refusal(decision) if decision.effect == "deny" else UNAVAILABLE
+            content = decision.refusal() if decision.effect == "deny" else UNAVAILABLE
             return await self._settled(confirmation, said, by=by, content=content,
                                        item_id=item_id)  # fmt: skip
         tool, call = confirmation.tool, confirmation.call
@@ -624,11 +580,6 @@ class ToolGate:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-
-
-def _retrieved(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 __all__ = ["ApprovalNotFound", "ToolGate"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from journal.events import ThreadRef
 from tools.capability import Capability
@@ -42,6 +42,23 @@ class Decision:
     """The judgement came from the cache."""
     failure: str | None = None
     """Why the judge gave nothing (``tools.judgements.Judgement.failure``)."""
+
+    def refusal(self) -> str:
+        """What the brain is told of a deny: the rules quoted, or that the person said no."""
+        if self.decided_by == "judgement" and self.quotes:
+            return "Not permitted: " + " ".join(f'"{q.text}"' for q in self.quotes)
+        return "Not permitted: the person said no."
+
+    def as_json(self) -> dict[str, Any]:
+        """The decision as the journal keeps it on the call's event."""
+        return {
+            "effect": self.effect,
+            "decided_by": self.decided_by,
+            "grant_id": self.grant_id,
+            "quotes": [q.text for q in self.quotes],
+            "cached": self.cached,
+            "failure": self.failure,
+        }
 
 
 class ToolDecider:
