@@ -54,22 +54,14 @@ from typing import TYPE_CHECKING, Any
 from journal.errors import JournalUnavailable
 from journal.events import ThreadRef
 from journal.store import WriterFence
-from knowledge.tool import make_knowledge_tool
 from pipeline import events as ev
 from pipeline.audio import PCM
 from pipeline.audio_formats import AudioFormat, InboundAudio
-from pipeline.engine import Engine, EngineSettings, Persona
-from pipeline.engine_config import SessionSetup, TurnFailure
-from pipeline.history import ConversationHistory
-from pipeline.turn_commands import TurnSettings
-from plugins.brain.local_model import local_model_of
-from plugins.contracts import ToolChoice
+from pipeline.engine import Engine
+from pipeline.engine_config import TurnFailure
 from runtime.accounts import Principal
-from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideTool
-from runtime.enrichment import session_enrichment
 from runtime.errors import ProtocolError
 from runtime.journal_buffer import BufferedJournal
-from runtime.memory_hook import session_memory
 from runtime.realtime.continuity import ContinueHere, reconcile_from_journal
 from runtime.realtime.outbox import Outbox
 from runtime.realtime.protocol import (
@@ -82,17 +74,12 @@ from runtime.realtime.protocol import (
 )
 from runtime.realtime.resume import VoiceSessionRecord
 from runtime.realtime.session_config import (
-    GA_VOICES,
-    SEMANTIC_VAD_EAGERNESS,
     SessionConfig,
-    TurnDetectionConfig,
     apply_update,
     session_json,
 )
+from runtime.realtime.session_engine import build_engine, session_setup
 from runtime.roles import Role
-from runtime.thread_memory import ThreadMemoryHook
-from runtime.tool_gate import ToolGate
-from tools.decide import ToolDecider
 
 if TYPE_CHECKING:
     from runtime.realtime.connection import RealtimeConnection
@@ -105,15 +92,6 @@ class State(enum.Enum):
     LIVE = "live"
     ENDING = "ending"
     ENDED = "ended"
-
-
-def history_window(brain: object) -> tuple[int, int]:
-    """(context window, reserved output) of the history budget for ``brain``: a small local
-    model's context is smaller than the default (``context_tokens`` when it says)."""
-    window = getattr(brain, "context_tokens", None)
-    if not isinstance(window, int):
-        return 8_192, 1_024
-    return window, int(getattr(brain, "reserved_output_tokens", 256))
 
 
 def initial_config(role: Role, extensions: Extensions) -> SessionConfig:
@@ -457,86 +435,17 @@ class VoiceSession:
             }
         return out
 
-    def _turn_settings(self, detection: TurnDetectionConfig) -> TurnSettings:
-        settings = self.services.settings
-        chosen = detection.silence_duration_ms
-        silence = (settings.silence_ms if chosen is None else chosen) / 1000.0
-        eagerness = settings.eagerness
-        if detection.type == "semantic_vad":
-            eagerness = SEMANTIC_VAD_EAGERNESS[detection.eagerness]
-        return TurnSettings(
-            silence_delay=silence,
-            min_interrupt=(
-                settings.min_interrupt_ms / 1000.0 if detection.interrupt_response else 3600.0
-            ),
-            auto_commit=detection.type != "none",
-            false_interruption_timeout=settings.false_interruption_ms / 1000.0 or None,
-            eagerness=eagerness,
-            transcript_cues=settings.transcript_cues,
-        )
-
     def _build_engine(self) -> None:
-        services, thread, role, config = self.services, self.thread, self.role, self.config
-        # The knowledge tool searches the authenticated user's documents bound to this role.
-        knowledge_spec, knowledge_tool = make_knowledge_tool(
-            services.knowledge, tenant=thread.tenant, user=thread.user, role_id=role.id
-        )
-        # The agent's place to say how the work is going (role memory learns from it, RM-4).
-        confide = ConfideTool(
-            services, thread=thread, role_id=role.id, language=role.language, journal=self.journal
-        )
-        window, reserved = history_window(services.plugins.brain)
-        # Every call of an HTTP or client tool is decided first; the person grants as
-        # authenticated (runtime/tool_gate.py).
-        self.tool_gate = ToolGate(
-            decider=ToolDecider(
-                services.grants, services.rules, services.judgements, services.tool_judge
-            ),
-            grants=services.grants,
-            rules=services.rules,
-            catalog=services.tool_catalog,
-            executor=services.tool_executor,
+        self.engine, self.tool_gate = build_engine(
+            self.services,
+            thread=self.thread,
+            role=self.role,
+            config=self.config,
             journal=self.journal,
-            thread=thread,
-            role_id=role.id,
             person=self.principal.user,
-            voice_session_id=self.id,
-            allowed_hosts=services.settings.tool_host_set(),
-            language=role.language,
-            confirm_timeout_s=services.settings.tool_confirm_timeout_s,
-            client_undecided=services.settings.tool_client_undecided,
-        )
-        self.engine = Engine(
-            plugins=services.plugins,
-            sink=self.outbox,
-            journal=self.journal,
-            history=ConversationHistory(
-                self.journal,
-                services.checkpoints,
-                projector=services.projector,
-                context_window=window,
-                reserved_output=reserved,
-            ),
-            thread=thread,
-            persona=Persona(config.instructions, role.voice, role.language, role.failure_message),
-            voice_session_id=self.id,
-            settings=EngineSettings(
-                output_sample_rate=config.output_format.rate,
-                turns=self._turn_settings(config.turn_detection),
-                preemptive=services.settings.preemptive,
-                tool_timeout_s=CONFIDE_TOOL_TIMEOUT_S,
-            ),
-            incarnation=self.epoch,
-            memory=session_memory(services, thread, role, self.outbox.send),
-            thread_memory=ThreadMemoryHook(
-                services.thread_memory_service, thread, services.plugins.brain, lane=self.id
-            ),
-            model_hold=local_model_of(services.plugins.brain),
-            enrichment=session_enrichment(services, thread, role),
-            tools={knowledge_spec.name: knowledge_tool, confide.spec.name: confide.handler},
-            tool_specs=(knowledge_spec, confide.spec),
-            on_turn_end=confide.turn_ended,
-            tool_gate=self.tool_gate,
+            session_id=self.id,
+            epoch=self.epoch,
+            outbox=self.outbox,
             on_turn_failed=self._turn_failed,
         )
         self._configure_engine()
@@ -552,28 +461,7 @@ class VoiceSession:
         """Apply the session configuration to the engine (at start and after an update)."""
         engine, config, role = self.engine, self.config, self.role
         assert engine is not None
-        limit = config.max_output_tokens
-        detection = config.turn_detection
-        engine.configure(
-            SessionSetup(
-                instructions=config.instructions,
-                voice=role.voice if config.voice in GA_VOICES else config.voice,
-                audio_out="audio" in config.output_modalities,
-                client_tools=config.tools,
-                tool_choice=ToolChoice.from_ga(config.tool_choice),
-                max_output_tokens=limit if isinstance(limit, int) else None,
-                auto_respond=detection.create_response,
-                turns=self._turn_settings(detection),
-                idle_timeout_s=(
-                    detection.idle_timeout_ms / 1000.0
-                    if detection.idle_timeout_ms is not None
-                    else None
-                ),
-                vad_threshold=detection.threshold,
-                prefix_padding_ms=detection.prefix_padding_ms,
-                output_sample_rate=config.output_format.rate,
-            )
-        )
+        engine.configure(session_setup(config, role, self.services.settings))
         self.tool_gate.set_client_tools(config.tools)
         self.tool_gate.set_mcp_servers(config.mcp_servers)
         self._configure_playback()

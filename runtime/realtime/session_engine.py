@@ -1,0 +1,176 @@
+"""What a voice session's engine is made of, and what its configuration sets on it.
+
+Theory of operation
+-------------------
+Rule 1. ``build_engine`` assembles one session's engine from the process's services: the
+        knowledge tool (the authenticated user's documents bound to the role), ``confide``
+        (the agent's note to role memory, RM-4), the tool gate every HTTP or client tool call
+        passes (``runtime.tool_gate``; the person grants as authenticated), the thread's
+        budgeted history (a small local model's context is smaller: ``history_window``),
+        long-term memory, thread memory, input enrichment, and the shared model's hold.
+Rule 2. ``session_setup`` is the GA session configuration as the engine takes it
+        (``Engine.configure``): the role's voice unless the client chose one of its own, the
+        output modalities, the client's functions and tool choice, the output limit, the turn
+        detection (the server's timings, the client's silence and eagerness) and the formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from journal.store import JournalStore
+from knowledge.tool import make_knowledge_tool
+from pipeline.engine import Engine, EngineSettings, Persona
+from pipeline.engine_config import SessionSetup, TurnFailure
+from pipeline.history import ConversationHistory
+from pipeline.turn_commands import TurnSettings
+from plugins.brain.local_model import local_model_of
+from plugins.contracts import ToolChoice
+from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideTool
+from runtime.config import Settings
+from runtime.enrichment import session_enrichment
+from runtime.memory_hook import session_memory
+from runtime.realtime.session_config import (
+    GA_VOICES,
+    SEMANTIC_VAD_EAGERNESS,
+    SessionConfig,
+    TurnDetectionConfig,
+)
+from runtime.roles import Role
+from runtime.thread_memory import ThreadMemoryHook
+from runtime.tool_gate import ToolGate
+from tools.decide import ToolDecider
+
+if TYPE_CHECKING:
+    from journal.events import ThreadRef
+    from runtime.realtime.outbox import Outbox
+    from runtime.services import Services
+
+
+def history_window(brain: object) -> tuple[int, int]:
+    """(context window, reserved output) of the history budget for ``brain``: a small local
+    model's context is smaller than the default (``context_tokens`` when it says)."""
+    window = getattr(brain, "context_tokens", None)
+    if not isinstance(window, int):
+        return 8_192, 1_024
+    return window, int(getattr(brain, "reserved_output_tokens", 256))
+
+
+def build_engine(
+    services: Services,
+    *,
+    thread: ThreadRef,
+    role: Role,
+    config: SessionConfig,
+    journal: JournalStore,
+    person: str,
+    session_id: str,
+    epoch: int,
+    outbox: Outbox,
+    on_turn_failed: Callable[[TurnFailure], None],
+) -> tuple[Engine, ToolGate]:
+    """Rule 1: the session's engine and its tool gate."""
+    knowledge_spec, knowledge_tool = make_knowledge_tool(
+        services.knowledge, tenant=thread.tenant, user=thread.user, role_id=role.id
+    )
+    confide = ConfideTool(
+        services, thread=thread, role_id=role.id, language=role.language, journal=journal
+    )
+    window, reserved = history_window(services.plugins.brain)
+    settings = services.settings
+    tool_gate = ToolGate(
+        decider=ToolDecider(
+            services.grants, services.rules, services.judgements, services.tool_judge
+        ),
+        grants=services.grants,
+        rules=services.rules,
+        catalog=services.tool_catalog,
+        executor=services.tool_executor,
+        journal=journal,
+        thread=thread,
+        role_id=role.id,
+        person=person,
+        voice_session_id=session_id,
+        allowed_hosts=settings.tool_host_set(),
+        language=role.language,
+        confirm_timeout_s=settings.tool_confirm_timeout_s,
+        client_undecided=settings.tool_client_undecided,
+    )
+    engine = Engine(
+        plugins=services.plugins,
+        sink=outbox,
+        journal=journal,
+        history=ConversationHistory(
+            journal,
+            services.checkpoints,
+            projector=services.projector,
+            context_window=window,
+            reserved_output=reserved,
+        ),
+        thread=thread,
+        persona=Persona(config.instructions, role.voice, role.language, role.failure_message),
+        voice_session_id=session_id,
+        settings=EngineSettings(
+            output_sample_rate=config.output_format.rate,
+            turns=turn_settings(settings, config.turn_detection),
+            preemptive=settings.preemptive,
+            tool_timeout_s=CONFIDE_TOOL_TIMEOUT_S,
+        ),
+        incarnation=epoch,
+        memory=session_memory(services, thread, role, outbox.send),
+        thread_memory=ThreadMemoryHook(
+            services.thread_memory_service, thread, services.plugins.brain, lane=session_id
+        ),
+        model_hold=local_model_of(services.plugins.brain),
+        enrichment=session_enrichment(services, thread, role),
+        tools={knowledge_spec.name: knowledge_tool, confide.spec.name: confide.handler},
+        tool_specs=(knowledge_spec, confide.spec),
+        on_turn_end=confide.turn_ended,
+        tool_gate=tool_gate,
+        on_turn_failed=on_turn_failed,
+    )
+    return engine, tool_gate
+
+
+def turn_settings(settings: Settings, detection: TurnDetectionConfig) -> TurnSettings:
+    """The coordinator's timings: the server's, with the client's silence and eagerness."""
+    chosen = detection.silence_duration_ms
+    silence = (settings.silence_ms if chosen is None else chosen) / 1000.0
+    eagerness = settings.eagerness
+    if detection.type == "semantic_vad":
+        eagerness = SEMANTIC_VAD_EAGERNESS[detection.eagerness]
+    return TurnSettings(
+        silence_delay=silence,
+        min_interrupt=(
+            settings.min_interrupt_ms / 1000.0 if detection.interrupt_response else 3600.0
+        ),
+        auto_commit=detection.type != "none",
+        false_interruption_timeout=settings.false_interruption_ms / 1000.0 or None,
+        eagerness=eagerness,
+        transcript_cues=settings.transcript_cues,
+    )
+
+
+def session_setup(config: SessionConfig, role: Role, settings: Settings) -> SessionSetup:
+    """Rule 2."""
+    limit = config.max_output_tokens
+    detection = config.turn_detection
+    idle = detection.idle_timeout_ms
+    return SessionSetup(
+        instructions=config.instructions,
+        voice=role.voice if config.voice in GA_VOICES else config.voice,
+        audio_out="audio" in config.output_modalities,
+        client_tools=config.tools,
+        tool_choice=ToolChoice.from_ga(config.tool_choice),
+        max_output_tokens=limit if isinstance(limit, int) else None,
+        auto_respond=detection.create_response,
+        turns=turn_settings(settings, detection),
+        idle_timeout_s=idle / 1000.0 if idle is not None else None,
+        vad_threshold=detection.threshold,
+        prefix_padding_ms=detection.prefix_padding_ms,
+        output_sample_rate=config.output_format.rate,
+    )
+
+
+__all__ = ["build_engine", "history_window", "session_setup", "turn_settings"]
