@@ -226,6 +226,8 @@ class Conversation:
         need = "send"
         give_up = time.monotonic() + GIVE_UP_S
         while time.monotonic() < give_up:
+            if need == "done":  # a resume's reconcile says the journal has it answered
+                return True
             try:
                 if client.draining:
                     await client.wait_closed(timeout=60)
@@ -285,8 +287,6 @@ class Conversation:
                                            f"{need}")  # fmt: skip
                 else:
                     self.segments[-1].note("resumed replayed")
-                    if need == "done":
-                        return True
         return False
 
     def _answer_or_failure(self, message: Received) -> bool:
