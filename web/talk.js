@@ -16,6 +16,10 @@
 // record's thread — from the session's start, or of a continued record at once — and follows
 // `openrealtime.thread_memory.updated` while a session runs.
 //
+// The conversation itself is data (conversation.js: `reduce(state, event)`, no DOM): every
+// server event and every change the page makes to the transcript goes through `dispatch`,
+// which renders the entries that changed and carries out the reducer's effects.
+//
 // Turn display: level_meter.js draws the microphone's level (from the capture worklet, never
 // sent) and who has the turn (from the server's events); timeline.js puts each answer's
 // latency timeline (openrealtime.turn.latency) under it, and how much of an interrupted
@@ -29,6 +33,7 @@ import { newRecord, RecordSaver } from "./records.js";
 import { ThreadMemoryPanel } from "./thread_memory.js";
 import { attachTimeline, markHeard } from "./timeline.js";
 import { ApprovalPanel } from "./approvals.js";
+import { HEARD_NOTE, initialState, reduce } from "./conversation.js";
 
 const $ = (id) => document.getElementById(id);
 const PLAYBACK_REPORT_MS = 250;
@@ -55,23 +60,24 @@ const talk = {
   record: null,
   continuing: false,
   micPaused: false, // the person paused the microphone: the page sends no audio
-  serverPaused: false, // the server acknowledged the pause (openrealtime.input.paused)
-  listening: new Set(), // keys of user speech not committed yet (a pause drops it)
+  conversation: initialState(), // the transcript and the session's turns (conversation.js)
+  nodes: new Map(), // transcript key → its element
   interrupted: new Set(),
   lastInterruption: null,
   interruptions: {},
   playbackReports: [],
-  outputAudio: [], // WebRTC: the server's output_audio_buffer.* events ({type, response_id})
-  items: new Map(),
-  generations: new Map(), // response id → generation, while the response runs
   reported: {},
   sessionJournaled: false,
-  keyPrefix: "pending", // transcript keys of the current session: session id (+ ~epoch)
   sessionStart: 0,
   recording: Promise.resolve(),
   audioMs: {}, // generation → ms of answer audio received (WebSocket), for "heard N of M s"
   latency: {}, // generation → its openrealtime.turn.latency event (this session)
 };
+Object.defineProperties(talk, { // the conversation's facts, read where tests and diagnostics look
+  keyPrefix: { get: () => talk.conversation.prefix }, // session id (+ ~epoch)
+  serverPaused: { get: () => talk.conversation.serverPaused }, // openrealtime.input.paused
+  outputAudio: { get: () => talk.conversation.outputAudio }, // WebRTC: output_audio_buffer.*
+});
 window.openrealtime = talk;
 
 function notice(text, kind = "") {
@@ -107,42 +113,91 @@ function scrollDown() {
   box.scrollTop = box.scrollHeight;
 }
 
-function showItem(key, role, text, { partial = false, earlier = false } = {}) {
-  let node = talk.items.get(key);
+/** The one way the conversation changes (conversation.js rule 1): reduce, render, effects. */
+function dispatch(event) {
+  const before = talk.conversation;
+  const { state, effects } = reduce(before, event);
+  talk.conversation = state;
+  if (state.entries !== before.entries) render(before.entries, state.entries);
+  for (const effect of effects) run(effect);
+}
+
+function render(before, after) {
+  for (const [key, node] of talk.nodes) {
+    if (!after.has(key)) {
+      node.remove();
+      talk.nodes.delete(key);
+    }
+  }
+  let shown = false;
+  for (const [key, entry] of after) {
+    if (before.get(key) === entry && talk.nodes.has(key)) continue;
+    renderEntry(key, entry);
+    shown = shown || entry.role !== "divider";
+  }
+  if (shown) scrollDown();
+}
+
+function renderEntry(key, entry) {
+  let node = talk.nodes.get(key);
   if (!node) {
-    node = el("div", { class: `msg ${role}`, "data-key": key, "data-role": role });
-    node.append(el("span", { class: "text" }), el("span", { class: "note hidden" }));
-    talk.items.set(key, node);
+    if (entry.role === "divider") node = el("div", { class: "divider" }, entry.text);
+    else {
+      node = el("div", { class: `msg ${entry.role}`, "data-key": key, "data-role": entry.role });
+      node.append(el("span", { class: "text" }), el("span", { class: "note hidden" }));
+    }
+    talk.nodes.set(key, node);
     $("transcript").append(node);
   }
-  node.querySelector(".text").textContent = text;
-  node.classList.toggle("partial", partial);
-  node.classList.toggle("earlier", earlier);
-  scrollDown();
-  return node;
-}
-
-function noteItem(key, text) {
-  const node = talk.items.get(key);
-  if (!node) return;
+  if (entry.role === "divider") return;
+  node.querySelector(".text").textContent = entry.text;
+  node.classList.toggle("partial", entry.partial);
+  node.classList.toggle("earlier", entry.earlier);
   const note = node.querySelector(".note");
-  note.textContent = text;
-  note.classList.toggle("hidden", !text);
+  note.textContent = entry.note;
+  note.classList.toggle("hidden", !entry.note);
 }
 
-function removeItem(key) {
-  const node = talk.items.get(key);
-  if (node) node.remove();
-  talk.items.delete(key);
-}
-
-function divider(text) {
-  $("transcript").append(el("div", { class: "divider" }, text));
-}
-
-function clearTranscript() {
-  $("transcript").replaceChildren();
-  talk.items.clear();
+/** Carry out one of the reducer's effects (conversation.js rule 4). */
+function run(effect) {
+  switch (effect.kind) {
+    case "record":
+      recordMessage(effect.role, effect.text);
+      break;
+    case "player":
+      if (!talk.player) break;
+      if (effect.action === "end") talk.player.end(effect.generation);
+      else if (effect.action === "pause") talk.player.pause();
+      else talk.player.resume();
+      break;
+    case "interrupted":
+      interrupt(effect.generation, effect.reason);
+      break;
+    case "heard":
+      dispatch({ type: "page.note", key: effect.key, text: interruptionNote(effect.response.generation) });
+      showHeard(effect.key, effect.response);
+      break;
+    case "playback":
+      $("playback").textContent = effect.text;
+      break;
+    case "latency":
+      $("playback").dataset.latency = String(effect.event.latency_ms.first_audio_sent ?? "");
+      keepLatest(talk.latency);
+      talk.latency[effect.generation] = effect.event;
+      attachTimeline(talk.nodes.get(effect.key), effect.event);
+      break;
+    case "notice":
+      notice(effect.text, effect.level);
+      break;
+    case "thread-memory":
+      if (talk.threadMemory) talk.threadMemory.live(effect.event);
+      break;
+    case "moved": // a turn was journaled: the thread's head moves on (its memory maybe not)
+      if (talk.threadMemory) talk.threadMemory.conversationMoved();
+      break;
+    default:
+      break;
+  }
 }
 
 /** Add a final message to the page record; calls are queued so the order is kept. */
@@ -186,134 +241,9 @@ function showSaveStatus(status) {
 // ------------------------------------------------------------------ session
 
 function onEvent(event) {
-  const sid = talk.keyPrefix;
   talk.indicator.signal(event.type);
   if (talk.approvals) talk.approvals.onEvent(event); // tool approvals (web/approvals.js)
-  // Turns are journaled: the thread's head moves on (its memory maybe not).
-  if (talk.threadMemory && /^(response\.(created|done)|input_audio_buffer\.committed)$/.test(event.type)) {
-    talk.threadMemory.conversationMoved();
-  }
-  switch (event.type) {
-    case "input_audio_buffer.speech_started":
-      showItem(`${sid}:u:${event.item_id}`, "user", "…", { partial: true });
-      talk.listening.add(`${sid}:u:${event.item_id}`);
-      break;
-    case "input_audio_buffer.committed":
-      talk.listening.delete(`${sid}:u:${event.item_id}`);
-      if (talk.items.has(`${sid}:u:${event.item_id}`)) {
-        showItem(`${sid}:u:${event.item_id}`, "user", "… (transcribing)", { partial: true });
-      }
-      break;
-    case "conversation.item.input_audio_transcription.delta": {
-      // A partial transcript of long speech (every few seconds while the person talks).
-      const text = (event.transcript || "").trim();
-      if (text) showItem(`${sid}:u:${event.item_id}`, "user", `${text} …`, { partial: true });
-      break;
-    }
-    case "conversation.item.input_audio_transcription.completed": {
-      const key = `${sid}:u:${event.item_id}`;
-      const text = (event.transcript || "").trim();
-      if (!text) {
-        removeItem(key);
-        break;
-      }
-      showItem(key, "user", text);
-      recordMessage("user", text);
-      break;
-    }
-    case "response.created": {
-      const generation = event.response.generation;
-      talk.generations.set(event.response.id, generation);
-      showItem(`${sid}:g${generation}`, "assistant", "…", { partial: true });
-      break;
-    }
-    case "response.output_audio_transcript.delta":
-    case "response.output_text.delta": { // the answer's words (spoken, or text-only)
-      const generation = talk.generations.get(event.response_id);
-      if (generation === undefined) break; // its start was in a range the server gave up
-      const key = `${sid}:g${generation}`;
-      const node = talk.items.get(key);
-      const before = node ? node.querySelector(".text").textContent.replace(/^…$/, "") : "";
-      showItem(key, "assistant", before + event.delta, { partial: true });
-      break;
-    }
-    case "response.output_audio.done": {
-      const generation = talk.generations.get(event.response_id);
-      if (talk.player && generation !== undefined) talk.player.end(generation);
-      break;
-    }
-    case "openrealtime.response.interrupted":
-      interrupt(event.generation, event.reason);
-      break;
-    case "openrealtime.output_audio.paused": // sound over the answer: hold it
-      if (talk.player) talk.player.pause();
-      break;
-    case "openrealtime.output_audio.resumed": // it was no real turn: play on
-      if (talk.player) talk.player.resume();
-      break;
-    case "response.done": {
-      const response = event.response;
-      talk.generations.delete(response.id);
-      const key = `${sid}:g${response.generation}`;
-      const text = ((response.interrupted ? response.heard_text : response.output_text) || "").trim();
-      if (!text && !response.output_text) {
-        removeItem(key);
-      } else {
-        showItem(key, "assistant", text || "(interrupted before any was heard)");
-      }
-      if (response.interrupted) {
-        noteItem(key, interruptionNote(response.generation));
-        showHeard(key, response);
-      }
-      else if (response.status === "failed") noteItem(key, "the answer failed; try again");
-      recordMessage("assistant", text);
-      break;
-    }
-    case "output_audio_buffer.started": // WebRTC: the server began playing an answer out
-    case "output_audio_buffer.stopped": // … played it to the end
-    case "output_audio_buffer.cleared": // … cut it (an interruption, or our clear)
-      talk.outputAudio.push({ type: event.type, response_id: event.response_id });
-      if (talk.outputAudio.length > 200) talk.outputAudio.shift();
-      $("playback").textContent = {
-        "output_audio_buffer.started": "Playing",
-        "output_audio_buffer.stopped": "Played",
-        "output_audio_buffer.cleared": "Playback cleared",
-      }[event.type];
-      break;
-    case "openrealtime.turn.latency":
-      $("playback").dataset.latency = String(event.latency_ms.first_audio_sent ?? "");
-      keepLatest(talk.latency);
-      talk.latency[event.generation] = event;
-      attachTimeline(talk.items.get(`${sid}:g${event.generation}`), event);
-      break;
-    case "openrealtime.input.paused":
-      // The server dropped speech it had not committed: it will never be transcribed.
-      for (const key of talk.listening) removeItem(key);
-      talk.listening.clear();
-      talk.serverPaused = true;
-      break;
-    case "openrealtime.input.resumed":
-      talk.serverPaused = false;
-      break;
-    case "openrealtime.memory.status":
-      // Long-term memory learned (or failed to learn) from what was just said.
-      if (event.status === "saved") notice("Remembered for this role — see the Memory page.");
-      else if (event.status === "limit_reached") notice("Long-term memory is full for this role; tidy it on the Memory page.", "warn");
-      else if (event.status === "failed") notice("Long-term memory could not be updated; check the Memory page.", "warn");
-      break;
-    case "error":
-      if (event.error.code === "journal_unavailable") notice(event.error.message, "warn");
-      else if (event.error.code !== "input_audio_buffer_commit_empty") notice(`${event.error.message} (${event.error.code})`, "warn");
-      break;
-    case "openrealtime.journal.recovered":
-      notice("");
-      break;
-    case "openrealtime.thread_memory.updated":
-      if (talk.threadMemory) talk.threadMemory.live(event);
-      break;
-    default:
-      break;
-  }
+  dispatch(event);
 }
 
 /**
@@ -326,22 +256,9 @@ async function reconcile(account) {
   if (talk.player) await talk.player.clear();
   talk.interrupted = new Set();
   talk.reported = {};
-  for (const [key, node] of [...talk.items]) {
-    if (key.startsWith(`${talk.keyPrefix}:`)) {
-      node.remove();
-      talk.items.delete(key);
-    }
-  }
-  talk.epoch = (talk.epoch || 0) + 1;
-  talk.keyPrefix = `${talk.session.id}~${talk.epoch}`;
+  dispatch({ type: "page.reconciled", sessionId: talk.session.id, items: account.items });
   const at = new Date().toISOString();
-  const messages = [];
-  for (const item of account.items) {
-    const key = `${talk.keyPrefix}:j${item.journal_seq}`;
-    showItem(key, item.role, item.text);
-    if (item.interrupted) noteItem(key, "interrupted — only the part you heard is kept");
-    messages.push({ role: item.role, text: item.text, at });
-  }
+  const messages = account.items.map((item) => ({ role: item.role, text: item.text, at }));
   const { record, saver } = talk;
   const start = talk.sessionStart;
   talk.recording = talk.recording.then(async () => {
@@ -373,7 +290,7 @@ function keepLatest(byGeneration) {
 function showHeard(key, response) {
   const cut = talk.interruptions[response.generation];
   const played = cut && cut.played_ms !== null && talk.player;
-  markHeard(talk.items.get(key), {
+  markHeard(talk.nodes.get(key), {
     heardMs: played ? cut.played_ms : null,
     totalMs: played ? talk.audioMs[response.generation] || 0 : null,
     heardTextValue: response.heard_text || "",
@@ -389,7 +306,7 @@ async function interrupt(generation, reason) {
     talk.lastInterruption = { generation, reason, played_ms: null, clear_ms: 0 };
     talk.interruptions[generation] = talk.lastInterruption;
     $("playback").textContent = `Interrupted (${reason})`;
-    noteItem(`${talk.keyPrefix}:g${generation}`, interruptionNote(generation));
+    dispatch({ type: "page.note", key: `${talk.keyPrefix}:g${generation}`, text: interruptionNote(generation) });
     return;
   }
   const at = performance.now();
@@ -400,8 +317,9 @@ async function interrupt(generation, reason) {
   talk.lastInterruption = { generation, reason, played_ms: Math.round(playedMs), clear_ms: performance.now() - at };
   talk.interruptions[generation] = talk.lastInterruption;
   $("playback").textContent = `Interrupted (${reason}) — played ${Math.round(playedMs)} ms of the answer`;
-  noteItem(`${talk.keyPrefix}:g${generation}`, interruptionNote(generation));
-  const node = talk.items.get(`${talk.keyPrefix}:g${generation}`);
+  const key = `${talk.keyPrefix}:g${generation}`;
+  dispatch({ type: "page.note", key, text: interruptionNote(generation) });
+  const node = talk.nodes.get(key);
   if (node && node.querySelector(".heard")) { // response.done came first: now we know the time
     markHeard(node, { heardMs: talk.lastInterruption.played_ms, totalMs: talk.audioMs[generation] || 0 });
   }
@@ -410,7 +328,7 @@ async function interrupt(generation, reason) {
 function interruptionNote(generation) {
   const cut = talk.interruptions[generation];
   const played = cut && cut.played_ms !== null ? ` after ${cut.played_ms} ms of playback` : "";
-  return `interrupted${played} — only the part you heard is kept`;
+  return played ? HEARD_NOTE.replace("interrupted", `interrupted${played}`) : HEARD_NOTE;
 }
 
 function onPlaybackProgress(progress) {
@@ -465,9 +383,7 @@ async function stopSession() {
   talk.player = null;
   talk.interrupted = new Set();
   talk.reported = {};
-  talk.generations.clear();
-  talk.serverPaused = false;
-  talk.listening.clear();
+  dispatch({ type: "page.stopped" });
   talk.audioMs = {};
   talk.latency = {};
   talk.meter.reset();
@@ -521,7 +437,7 @@ async function startSession({ continueThread }) {
     return false;
   }
   talk.session = session;
-  talk.keyPrefix = session.id;
+  dispatch({ type: "page.session", prefix: session.id });
   talk.sessionStart = record.messages.length; // this session's messages start here
   talk.sessionJournaled = false;
   talk.continuing = Boolean(continueThread);
@@ -555,7 +471,7 @@ function onSessionLost(reason) {
   const record = talk.record;
   if (record.thread_id && record.voice_session_id) {
     notice(`The session ended on the server (${reason}); continuing the conversation in a new session.`, "warn");
-    divider("— continued in a new session —");
+    dispatch({ type: "page.divider", text: "— continued in a new session —" });
     stopSession().then(() => startSession({ continueThread: true }));
   } else {
     notice(`The session ended on the server (${reason}). Start again to go on.`, "warn");
@@ -573,7 +489,7 @@ async function onStartClick() {
   notice("");
   $("start").disabled = true;
   const continueThread = Boolean(talk.record.thread_id && talk.record.voice_session_id);
-  if (continueThread && talk.items.size) divider("— continued —");
+  if (continueThread && talk.conversation.entries.size) dispatch({ type: "page.divider", text: "— continued —" });
   await startSession({ continueThread });
   $("start").disabled = false;
 }
@@ -581,7 +497,7 @@ async function onStartClick() {
 async function onNewConversation() {
   await stopSession();
   talk.record = newRecord();
-  clearTranscript();
+  dispatch({ type: "page.cleared" });
   talk.threadMemory.open(null);
   talk.recording = Promise.resolve();
   history.replaceState(null, "", location.pathname);
@@ -612,11 +528,9 @@ function onType(event) {
   if (!text || !talk.conn) return;
   $("type-text").value = "";
   const key = `${talk.keyPrefix}:t:${crypto.randomUUID()}`;
-  showItem(key, "user", text);
+  dispatch({ type: "page.typed", key, text }); // shown, recorded, the thread moved on
   talk.conn.sendText(text);
   talk.indicator.signal("typed");
-  talk.threadMemory.conversationMoved();
-  recordMessage("user", text);
 }
 
 // ------------------------------------------------------------------ loading
@@ -638,7 +552,7 @@ async function loadContinuation(recordId) {
   const messages = local && local.messages.length >= saved.messages.length
     ? local.messages
     : saved.messages.map((m) => ({ role: m.role, text: m.text, at: m.at }));
-  messages.forEach((m, index) => showItem(`rec:${index}`, m.role, m.text, { earlier: true }));
+  dispatch({ type: "page.earlier", messages });
   talk.record = local && local.version >= saved.version
     ? local
     : newRecord({
