@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from journal.errors import JournalError
 from journal.events import ThreadRef
@@ -38,14 +38,23 @@ from memory.role_records import MAX_RECORD_CHARS, AnsweredBy, Confession, new_re
 from plugins.brain.tool_loop import ToolHandler
 from plugins.contracts import ToolSpec
 from plugins.language import zh_or_en
-from runtime.memory_hook import memory_switch
+from runtime.memory_hook import HasRoles, memory_switch
 from runtime.role_memory import CONFIDE_WAIT_S
 
 if TYPE_CHECKING:
     from journal.store import JournalStore
-    from runtime.services import Services
+    from memory.role_records import RoleRecords
+    from runtime.role_memory import RoleLearning
 
 log = logging.getLogger(__name__)
+
+
+class ConfideServices(HasRoles, Protocol):
+    """What the confide tool takes of the services."""
+
+    role_records: RoleRecords
+    role_memory: RoleLearning
+
 
 TOOL_NAME = "confide"
 MAX_CONFIDE_CHARS = 4_000
@@ -131,7 +140,7 @@ class ConfideTool:
 
     def __init__(
         self,
-        services: Services,
+        services: ConfideServices,
         *,
         thread: ThreadRef,
         role_id: str,

@@ -33,20 +33,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from journal.events import ThreadRef
 from memory.enrichment import EnrichmentLimits, Refused, build_prompt, judge, skip_reason
 from memory.pool import Reader
 from memory.pool_store import PoolStore
 from memory.role_records import Enrichment, MemoryModelCalls, RoleRecords, new_record_id
-from runtime.memory_hook import MemorySwitch, memory_switch
+from runtime.memory_hook import HasRoles, MemorySwitch, memory_switch
 from runtime.roles import Role
 
-if TYPE_CHECKING:
-    from runtime.services import Services
-
 log = logging.getLogger(__name__)
+
+
+class EnrichmentServices(HasRoles, Protocol):
+    """What a session's enrichment takes of the services."""
+
+    memory_calls: MemoryModelCalls | None
+    pool: PoolStore
+    role_records: RoleRecords
 
 
 class SessionEnrichment:
@@ -143,7 +148,11 @@ class SessionEnrichment:
 
 
 def session_enrichment(
-    services: Services, thread: ThreadRef, role: Role, *, limits: EnrichmentLimits | None = None
+    services: EnrichmentServices,
+    thread: ThreadRef,
+    role: Role,
+    *,
+    limits: EnrichmentLimits | None = None,
 ) -> SessionEnrichment | None:
     """The session's enrichment, or None when the services call no memory model at all."""
     calls = services.memory_calls

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from journal.events import ThreadRef
 from memory.session import MemorySettings, SessionMemory
@@ -20,14 +20,31 @@ from pipeline.events import ServerEvent
 from runtime.roles import Role, memory_enabled_for
 
 if TYPE_CHECKING:
-    from runtime.services import Services
+    from memory.fact_reader import FactReader
+    from memory.store import MemoryStore
+    from runtime.config import Settings
+    from runtime.roles import RoleStore
 
 log = logging.getLogger(__name__)
 
 MemorySwitch = Callable[[], Awaitable[bool]]
 
 
-def memory_settings(services: Services) -> MemorySettings:
+class HasRoles(Protocol):
+    """The services' roles (``runtime.services.Services`` has them)."""
+
+    roles: RoleStore
+
+
+class MemoryServices(HasRoles, Protocol):
+    """What a session's long-term memory takes of the services."""
+
+    settings: Settings
+    memory: MemoryStore
+    fact_reader: FactReader | None
+
+
+def memory_settings(services: MemoryServices) -> MemorySettings:
     settings = services.settings
     return MemorySettings(
         budget_chars=settings.memory_budget_chars,
@@ -36,7 +53,7 @@ def memory_settings(services: Services) -> MemorySettings:
     )
 
 
-def memory_switch(services: Services, thread: ThreadRef, role_id: str) -> MemorySwitch:
+def memory_switch(services: HasRoles, thread: ThreadRef, role_id: str) -> MemorySwitch:
     """Whether long-term memory is on for the thread's user and the role, read anew on every
     call (the role's switch and the user's override; a deleted role has none)."""
     tenant = thread.tenant
@@ -52,7 +69,7 @@ def memory_switch(services: Services, thread: ThreadRef, role_id: str) -> Memory
 
 
 def session_memory(
-    services: Services,
+    services: MemoryServices,
     thread: ThreadRef,
     role: Role,
     send_event: Callable[[ServerEvent], None],

@@ -46,7 +46,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from journal.events import EventKind, NewEvent, ThreadRef
 from memory.errors import RevisionConflict
@@ -72,7 +72,11 @@ from memory.thread_memory import (
 from pipeline import events as ev
 
 if TYPE_CHECKING:
-    from runtime.services import Services
+    from journal.store import JournalStore
+    from memory.thread_store import ThreadMemoryStore
+    from pipeline.engine_config import Plugins
+    from runtime.config import Settings as ServerSettings
+    from runtime.realtime.live import LiveSessions
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +156,20 @@ class Command:
     generate: bool | None | Unset = UNSET
 
 
+class ThreadMemoryServices(Protocol):
+    """What thread memory takes of the services."""
+
+    settings: ServerSettings
+    plugins: Plugins
+    journal: JournalStore
+    thread_memory: ThreadMemoryStore
+    live_sessions: LiveSessions
+
+
 class ThreadMemoryService:
     """Thread memory for the server (``Services.thread_memory_service``)."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: ThreadMemoryServices) -> None:
         self.services = services
         self._consolidating: dict[ThreadRef, tuple[asyncio.Lock, int]] = {}
         """One consolidation per thread at a time: its lock and how many hold or await it."""

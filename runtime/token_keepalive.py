@@ -25,10 +25,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from runtime.services import Services
+    from runtime.config import Settings
+    from runtime.realtime.live import LiveSessions
+    from runtime.realtime.resume import ResumeTokenStore
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +39,18 @@ CONCURRENCY = 8
 TIMEOUT_S = 5.0
 
 
+class KeepaliveServices(Protocol):
+    """What the keepalive takes of the services."""
+
+    settings: Settings
+    live_sessions: LiveSessions
+    resume_tokens: ResumeTokenStore
+
+
 class TokenKeepalive:
     """Rule 1's periodic task; ``start`` and ``stop`` it with the server."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: KeepaliveServices) -> None:
         self.services = services
         self._task: asyncio.Task[None] | None = None
 

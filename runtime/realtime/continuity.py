@@ -75,7 +75,22 @@ from runtime.realtime.resume import VoiceSessionRecord
 from runtime.roles import Role
 
 if TYPE_CHECKING:
-    from runtime.services import Services
+    from journal.store import JournalStore
+    from runtime.config import Settings
+    from runtime.realtime.resume import ResumeTokenStore
+    from runtime.roles import RoleStore
+    from runtime.threads import ThreadStore
+
+
+class ContinuityServices(Protocol):
+    """What continuing a thread or redeeming a resume takes of the services."""
+
+    settings: Settings
+    threads: ThreadStore
+    roles: RoleStore
+    journal: JournalStore
+    resume_tokens: ResumeTokenStore
+
 
 RESUME_RACE_ATTEMPTS = 3
 """How often a resume looks again when a concurrent resume of the session claimed it first."""
@@ -149,7 +164,7 @@ def resumed_meanwhile() -> ContinuityRefused:
 
 
 async def check_continuation(
-    services: Services, principal: Principal, start: SessionStart
+    services: ContinuityServices, principal: Principal, start: SessionStart
 ) -> tuple[ThreadRef, Role]:
     """Rule 1: the thread and role a ``session.start`` with ``requested_thread_id`` continues."""
     assert start.requested_thread_id is not None
@@ -181,7 +196,7 @@ async def check_continuation(
 
 
 async def redeem(
-    services: Services,
+    services: ContinuityServices,
     principal: Principal,
     resume: SessionResume,
     *,
@@ -220,7 +235,7 @@ async def redeem(
 
 
 async def _claim(
-    services: Services,
+    services: ContinuityServices,
     principal: Principal,
     record: VoiceSessionRecord,
     *,

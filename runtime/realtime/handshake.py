@@ -18,7 +18,7 @@ Rule 3. A store the handshake needs cannot be reached (``UNAVAILABLE``: PostgreS
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import asyncpg
 from starlette.websockets import WebSocket
@@ -29,15 +29,12 @@ from journal.events import ThreadRef
 from runtime.accounts import Principal
 from runtime.database import DatabaseUnavailable
 from runtime.errors import ProtocolError, Refused
-from runtime.realtime.continuity import check_continuation
+from runtime.realtime.continuity import ContinuityServices, check_continuation
 from runtime.realtime.protocol import CloseCode, ErrorCode, SessionStart
 from runtime.realtime.session import initial_config
 from runtime.realtime.session_config import SessionConfig, apply_update
 from runtime.roles import Role
 from storage.postgres import CONNECTION_ERRORS
-
-if TYPE_CHECKING:
-    from runtime.services import Services
 
 _KEY_PROTOCOL = "openai-insecure-api-key."
 _SECRET_QUERY_KEYS = ("resume_token", "token", "api_key", "access_token", "key")
@@ -52,7 +49,21 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 told to retry (``server_unavailable``, retryable, close 1013), the process goes on."""
 
 
-async def authenticate(services: Services, ws: WebSocket, offered: list[str]) -> Principal | None:
+class HandshakeServices(ContinuityServices, Protocol):
+    """What the handshake takes of the services."""
+
+    async def authenticate(self, token: str, *, realtime: bool = False) -> Principal | None: ...
+
+    async def authenticate_header(
+        self, header: str | None, *, realtime: bool = False
+    ) -> Principal | None: ...
+
+    async def role_for(self, principal: Principal, role_id: str | None) -> Role | None: ...
+
+
+async def authenticate(
+    services: HandshakeServices, ws: WebSocket, offered: list[str]
+) -> Principal | None:
     """Rule 1: the principal of the upgrade request's credentials (None: it carried none)."""
     if any(key in ws.query_params for key in _SECRET_QUERY_KEYS):
         raise Refused(
@@ -69,7 +80,7 @@ async def authenticate(services: Services, ws: WebSocket, offered: list[str]) ->
 
 
 async def opening(
-    services: Services, principal: Principal, start: SessionStart
+    services: HandshakeServices, principal: Principal, start: SessionStart
 ) -> tuple[ThreadRef, Role, SessionConfig]:
     """Rule 2: the thread (new, or the one continued), role and configuration ``start`` asks
     for."""
@@ -129,7 +140,7 @@ async def opening(
 
 
 async def role_for(
-    services: Services, principal: Principal, model: str | None, *, strict: bool
+    services: HandshakeServices, principal: Principal, model: str | None, *, strict: bool
 ) -> Role | None:
     """Rule 2: the role ``model`` names (id, then name); unknown names fall back to the tenant's
     default for GA clients (whose SDKs always send some model name) unless ``strict``."""

@@ -17,7 +17,7 @@ Rule 2. ``session_setup`` is the GA session configuration as the engine takes it
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from journal.store import JournalStore
 from knowledge.tool import make_knowledge_tool
@@ -27,10 +27,10 @@ from pipeline.history import ConversationHistory
 from pipeline.turn_commands import TurnSettings
 from plugins.brain.local_model import local_model_of
 from plugins.contracts import ToolChoice
-from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideTool
+from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideServices, ConfideTool
 from runtime.config import Settings
-from runtime.enrichment import session_enrichment
-from runtime.memory_hook import session_memory
+from runtime.enrichment import EnrichmentServices, session_enrichment
+from runtime.memory_hook import MemoryServices, session_memory
 from runtime.realtime.session_config import (
     GA_VOICES,
     SEMANTIC_VAD_EAGERNESS,
@@ -43,9 +43,36 @@ from runtime.tool_gate import ToolGate
 from tools.decide import ToolDecider
 
 if TYPE_CHECKING:
+    from journal.checkpoints import CheckpointStore
     from journal.events import ThreadRef
+    from journal.projector import BudgetedConversationContextProjector
+    from knowledge.base import KnowledgeBase
+    from pipeline.engine_config import Plugins
     from runtime.realtime.outbox import Outbox
-    from runtime.services import Services
+    from runtime.thread_memory import ThreadMemoryService
+    from tools.catalog import ToolCatalog
+    from tools.grants import GrantStore
+    from tools.http_tool import HttpToolExecutor
+    from tools.judge import Judge
+    from tools.judgements import JudgementCache
+    from tools.rules import RuleStore
+
+
+class EngineServices(ConfideServices, MemoryServices, EnrichmentServices, Protocol):
+    """What a session's engine is built from (Rule 1), beside what its confide tool, memory
+    and enrichment take."""
+
+    plugins: Plugins
+    checkpoints: CheckpointStore
+    projector: BudgetedConversationContextProjector
+    knowledge: KnowledgeBase
+    thread_memory_service: ThreadMemoryService
+    grants: GrantStore
+    rules: RuleStore
+    judgements: JudgementCache
+    tool_judge: Judge | None
+    tool_catalog: ToolCatalog
+    tool_executor: HttpToolExecutor
 
 
 def history_window(brain: object) -> tuple[int, int]:
@@ -58,7 +85,7 @@ def history_window(brain: object) -> tuple[int, int]:
 
 
 def build_engine(
-    services: Services,
+    services: EngineServices,
     *,
     thread: ThreadRef,
     role: Role,
