@@ -1,6 +1,7 @@
 """ASR round trip: English sentences spoken by our TTS, recognised by our ASR, scored by WER.
 
-``python -m benchmarks.asr_roundtrip [--limit N]`` prints one JSON object.
+``python -m benchmarks.asr_roundtrip [--limit N] [--channel wideband|pcmu|pcma]`` prints one
+JSON object.
 
 Each sentence of ``benchmarks.speech_data.ASR_SENTENCES`` is synthesised by Piper
 (``create_tts("piper")``, seeded noise), resampled to 16 kHz and transcribed by ``WhisperASR``
@@ -21,6 +22,12 @@ the whole corpus (edit operations / reference words) after both texts go through
 5. spelling variants are unified ("ok" → "okay", "alright" → "all right"), hyphens become
    spaces, the remaining punctuation is dropped.
 
+``--channel`` puts the speech through a telephone line first, as the runtime's audio edges do it
+(``pipeline.audio_formats``: ``OutboundAudio`` to the line, ``InboundAudio`` from it): 16 kHz →
+8 kHz G.711 µ-law (``pcmu``, what Twilio and most SIP trunks carry) or A-law (``pcma``) → 16 kHz,
+with nothing of the band above 4 kHz left; ``wideband`` (the default) is the 16 kHz speech as
+synthesised.
+
 ``rtf_asr`` is transcription time / audio duration, ``rtf_tts`` synthesis time / audio duration
 (both after warm-up, on the process's own worker pools). ``wer_strict`` is the same corpus scored
 with lower case and punctuation removal only, to show what the normalisation forgives.
@@ -39,14 +46,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.common import emit
 from benchmarks.speech_data import ASR_SENTENCES, seed_speech_synthesis, synthesize, warm_up
+from pipeline.audio import INPUT_SAMPLE_RATE, PCM
+from pipeline.audio_formats import InboundAudio, OutboundAudio, audio_format
 from plugins.asr.whisper import WhisperASR
 from plugins.tts import create_tts
 
 log = logging.getLogger("benchmarks.asr_roundtrip")
 
 WORST_EXAMPLES = 5
+CHANNELS = ("wideband", "pcmu", "pcma")
+
+
+def through_channel(pcm: PCM, channel: str) -> PCM:
+    """16 kHz speech as it arrives after ``channel`` (module doc); ``wideband`` leaves it."""
+    if channel == "wideband":
+        return pcm
+    line = audio_format(f"audio/{channel}")
+    out = OutboundAudio(line, source_rate=INPUT_SAMPLE_RATE)
+    wire = out.encode(pcm) + out.flush()
+    back = InboundAudio(line)
+    return np.concatenate((back.decode(wire), back.flush()))
+
 
 # ---------------------------------------------------------------- numbers to words
 
@@ -207,8 +231,11 @@ class Scored:
     asr_s: float
 
 
-async def run(*, limit: int | None = None, data_dir: Path = Path(".data")) -> dict[str, Any]:
-    """Synthesise, transcribe and score the first ``limit`` sentences (all by default)."""
+async def run(
+    *, limit: int | None = None, data_dir: Path = Path(".data"), channel: str = "wideband"
+) -> dict[str, Any]:
+    """Synthesise, send through ``channel``, transcribe and score the first ``limit`` sentences
+    (all by default)."""
     sentences = ASR_SENTENCES[:limit] if limit is not None else ASR_SENTENCES
     seed_speech_synthesis()
     tts = create_tts("piper")
@@ -219,7 +246,7 @@ async def run(*, limit: int | None = None, data_dir: Path = Path(".data")) -> di
     for index, sentence in enumerate(sentences):
         speech = await synthesize(tts, sentence)
         started = time.perf_counter()
-        transcript = await asr.transcribe(speech.pcm, language="en")
+        transcript = await asr.transcribe(through_channel(speech.pcm, channel), language="en")
         asr_s = time.perf_counter() - started
         reference = normalise(sentence)
         errors = edit_distance(reference, normalise(transcript.text))
@@ -239,15 +266,16 @@ async def run(*, limit: int | None = None, data_dir: Path = Path(".data")) -> di
             )
         )
         log.info("%d/%d: %d error(s), asr %.2f s", index + 1, len(sentences), errors, asr_s)
-    return summarise(scored)
+    return summarise(scored, channel=channel)
 
 
-def summarise(scored: Sequence[Scored]) -> dict[str, Any]:
+def summarise(scored: Sequence[Scored], *, channel: str = "wideband") -> dict[str, Any]:
     words = sum(s.words for s in scored)
     strict_total = sum(s.strict_words for s in scored)
     audio_s = sum(s.audio_s for s in scored)
     worst = sorted((s for s in scored if s.errors), key=lambda s: s.errors / s.words, reverse=True)
     return {
+        "channel": channel,
         "sentences": len(scored),
         "wer": round(sum(s.errors for s in scored) / words, 4) if words else None,
         "rtf_asr": round(sum(s.asr_s for s in scored) / audio_s, 4) if audio_s else None,
@@ -282,9 +310,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="only the first N sentences")
     parser.add_argument("--data-dir", type=Path, default=Path(".data"))
+    parser.add_argument("--channel", choices=CHANNELS, default="wideband")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    emit(asyncio.run(run(limit=args.limit, data_dir=args.data_dir)))
+    emit(asyncio.run(run(limit=args.limit, data_dir=args.data_dir, channel=args.channel)))
 
 
 if __name__ == "__main__":

@@ -87,10 +87,33 @@ async def test_asr_roundtrip_small_run(whisper_data_dir: Path) -> None:
 def test_asr_roundtrip_prints_one_json_object(
     whisper_data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    asr_roundtrip.main(["--limit", "1", "--data-dir", str(whisper_data_dir)])
+    asr_roundtrip.main(["--limit", "1", "--data-dir", str(whisper_data_dir), "--channel", "pcmu"])
 
     (line,) = capsys.readouterr().out.splitlines()
-    assert {"sentences", "wer", "rtf_asr", "rtf_tts"} <= json.loads(line).keys()
+    printed = json.loads(line)
+    assert {"sentences", "wer", "rtf_asr", "rtf_tts"} <= printed.keys()
+    assert printed["channel"] == "pcmu"
+
+
+def _tone(hz: float, seconds: float = 1.0) -> PCM:
+    t = np.arange(int(16_000 * seconds)) / 16_000
+    return (8_000 * np.sin(2 * np.pi * hz * t)).astype(np.int16)
+
+
+def _power(pcm: PCM) -> float:
+    middle = pcm[len(pcm) // 4 : -len(pcm) // 4].astype(np.float64)  # past the filters' edges
+    return float(np.mean(middle**2))
+
+
+@pytest.mark.parametrize("channel", ["pcmu", "pcma"])
+def test_a_telephone_channel_keeps_the_voice_band_and_drops_what_is_above_it(channel: str) -> None:
+    voice, high = _tone(1_000), _tone(6_000)
+    heard = asr_roundtrip.through_channel(voice, channel)
+    assert abs(len(heard) - len(voice)) <= 16_000 // 100  # the same second, give or take 10 ms
+    n = min(len(heard), len(voice))
+    assert np.corrcoef(heard[:n].astype(float), voice[:n].astype(float))[0, 1] > 0.95
+    assert _power(asr_roundtrip.through_channel(high, channel)) < _power(high) / 100  # -20 dB
+    assert asr_roundtrip.through_channel(voice, "wideband") is voice
 
 
 # ---------------------------------------------------------------- endpointing simulation
