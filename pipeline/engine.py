@@ -93,7 +93,6 @@ class Engine:
         model_hold: ModelHold | None = None,
         on_turn_failed: Callable[[TurnFailure], None] | None = None,
     ) -> None:
-        self.plugins = plugins
         self.model_hold = HeldModel(model_hold, voice_session_id)
         """Told when this session's person is mid-turn (background model work yields)."""
         self.thread_memory = thread_memory
@@ -413,6 +412,8 @@ class Engine:
     def _sync_model_hold(self) -> None:
         """Hold the shared model while the person speaks, the turn is being decided or an
         answer is generated; release it otherwise (``ModelHold``)."""
+        if self.model_hold.hold is None:
+            return  # no shared model (every frame comes here)
         state = self.coordinator.state
         thinking = bool(self.responder.thinking) or state in _MID_TURN
         self.model_hold.sync(thinking and not self._closed)
@@ -429,7 +430,8 @@ class Engine:
 
     def _arm_timer(self) -> None:
         deadline = None if self._closed else self.coordinator.next_deadline()
-        self._timer.arm(deadline, self.clock(), self._on_timer)
+        if deadline != self._timer.deadline:  # the usual frame moves no deadline
+            self._timer.arm(deadline, self.clock(), self._on_timer)
 
     def _on_timer(self) -> None:
         self.coordinator.on_tick(self.clock())
