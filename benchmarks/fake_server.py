@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,7 +36,7 @@ from plugins.errors import PluginTimeout
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from plugins.vad.energy import EnergyVAD
 from runtime.config import Settings
-from runtime.loop import install_uvloop, tune_gc
+from runtime.loop import install_uvloop, stop_signals, tune_gc
 from runtime.server import running_server
 
 REPLY = "Sure thing, here. This is the answer. Anything else?"
@@ -144,16 +143,7 @@ async def serve(
             # memory: runtime overhead only; the journal has its own benchmark
             storage=storage,
         )
-        stop = asyncio.Event()
-        drain = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-
-        def on_sigterm() -> None:
-            drain.set()
-            stop.set()
-
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        stop, drain = stop_signals()
         plugins = instant_plugins(
             brain=brain,
             ms_per_char=ms_per_char,

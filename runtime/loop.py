@@ -3,6 +3,9 @@
 The loop: uvloop when it is installed (it comes with ``uvicorn[standard]``), as uvicorn itself
 would choose; the standard asyncio loop otherwise.
 
+The signals (``stop_signals``): SIGINT stops the process; SIGTERM drains it first (SPEC OPS-1),
+then stops it.
+
 The collector (``tune_gc``): a busy server allocates a few hundred thousand objects a second (per
 audio frame, timer, task and outbound message). With CPython's default thresholds (700, 10, 10)
 anything that lives longer than a few tens of milliseconds — a paced audio frame, a timer, a
@@ -26,7 +29,9 @@ light — when a full scan is cheap.
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import signal
 import time
 from typing import Any
 
@@ -95,3 +100,17 @@ def untune_gc() -> None:
     _deadline = None
     if _on_collection in gc.callbacks:
         gc.callbacks.remove(_on_collection)
+
+
+def stop_signals() -> tuple[asyncio.Event, asyncio.Event]:
+    """(stop, drain) on the running loop: SIGINT sets stop; SIGTERM sets drain, then stop."""
+    stop, drain = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+
+    def on_sigterm() -> None:
+        drain.set()
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    return stop, drain

@@ -13,7 +13,7 @@ from runtime.cli import accounts as cli_accounts
 from runtime.cli import memory as cli_memory
 from runtime.config import Settings
 from runtime.logs import configure_logging
-from runtime.loop import install_uvloop, tune_gc
+from runtime.loop import install_uvloop, stop_signals, tune_gc
 from runtime.talk import cli as cli_talk
 
 
@@ -72,19 +72,12 @@ async def _serve(settings: Settings) -> None:
 
     from runtime.server import running_server
 
-    stop = asyncio.Event()
-    drain = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-
-    def on_sigterm() -> None:
-        drain.set()
-        stop.set()
-
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    stop, drain = stop_signals()
     async with running_server(settings) as server:
         # preStop (deploy/k8s): stop taking new sessions; SIGTERM's drain is SPEC OPS-1's.
-        loop.add_signal_handler(signal.SIGUSR1, server.services.start_draining)
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGUSR1, server.services.start_draining
+        )
         base = settings.public_url or server.http_url
         print(f"OpenRealtime listening on {base}/#token={server.token}", flush=True)
         print(f"WebSocket endpoint: {server.ws_url}", flush=True)
