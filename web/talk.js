@@ -69,6 +69,7 @@ const talk = {
   reported: {},
   sessionJournaled: false,
   sessionStart: 0,
+  ready: false, // the session is set up (record tracked, player running): shown as connected
   recording: Promise.resolve(),
   audioMs: {}, // generation → ms of answer audio received (WebSocket), for "heard N of M s"
   latency: {}, // generation → its openrealtime.turn.latency event (this session)
@@ -387,6 +388,7 @@ async function stopSession() {
   talk.audioMs = {};
   talk.latency = {};
   talk.meter.reset();
+  talk.ready = false;
   setConnection("idle");
 }
 
@@ -410,6 +412,9 @@ async function startSession({ continueThread }) {
   talk.conn = conn;
   conn.addEventListener("state", (e) => {
     if (conn !== talk.conn) return;
+    // Connected before the player runs: startSession shows it once the page is ready, so a
+    // turn typed at once is heard and the indicator does not fall back to listening mid-turn.
+    if (e.detail.state === "connected" && !talk.ready) return;
     setConnection(e.detail.state, e.detail);
     if (e.detail.state === "lost") onSessionLost(e.detail.reason);
     if (e.detail.reconcile) reconcile(e.detail.reconcile);
@@ -458,6 +463,7 @@ async function startSession({ continueThread }) {
   }
   // A microphone paused in an earlier session stays paused; the new session hears of it too.
   if (talk.micPaused) conn.sendJson({ type: "openrealtime.input.pause" });
+  talk.ready = true;
   setConnection(conn.state);
   talk.threadMemory.open(session.thread_id);
   $("new-conversation").disabled = false;

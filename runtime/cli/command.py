@@ -75,9 +75,8 @@ async def _serve(settings: Settings) -> None:
     stop, drain = stop_signals()
     async with running_server(settings) as server:
         # preStop (deploy/k8s): stop taking new sessions; SIGTERM's drain is SPEC OPS-1's.
-        asyncio.get_running_loop().add_signal_handler(
-            signal.SIGUSR1, server.services.start_draining
-        )
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGUSR1, server.services.start_draining)
         base = settings.public_url or server.http_url
         print(f"OpenRealtime listening on {base}/#token={server.token}", flush=True)
         print(f"WebSocket endpoint: {server.ws_url}", flush=True)

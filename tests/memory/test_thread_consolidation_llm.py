@@ -35,9 +35,10 @@ TALK = [
 
 
 async def test_the_local_model_learns_the_budget_with_its_source(local_model: LocalModel) -> None:
-    # Correctness, not speed, is tested here: a loaded machine may take longer than the
-    # default 20 s (benchmarks.thread_memory measures the time).
-    limits = ConsolidationLimits(timeout_s=120)
+    # Correctness, not speed, is tested here (benchmarks.thread_memory measures the time): the
+    # bound only stops a hung run. Alone the call takes ~5–10 s; beside the other worker's
+    # processes on two cores CI once took over 120 s, so the bound is the other model tests'.
+    limits = ConsolidationLimits(timeout_s=300)
     consolidator = Consolidator(LocalJsonModel(local_model), limits=limits)
     result = await consolidator.consolidate(TALK, ThreadMemory(), lane="th")
     assert result.failure is None

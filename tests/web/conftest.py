@@ -183,7 +183,8 @@ def fake_server(tmp_path: Path) -> ServerFactory:
 
 async def start_talking(page: Any) -> str:
     await page.click("#start")
-    await wait_js(page, "window.openrealtime.conn?.state === 'connected'")
+    ready = "window.openrealtime.ready && window.openrealtime.conn?.state === 'connected'"
+    await wait_js(page, ready)
     return str(await page.evaluate("window.openrealtime.session.id"))
 
 
