@@ -13,11 +13,12 @@ only places wire audio is converted, one of each per session and direction; a fo
 (``session.update``) means a new converter.
 
 Rule 3 — streaming. Audio arrives and leaves in arbitrary chunks, so each converter keeps one
-streaming resampler (``soxr.ResampleStream``) for its lifetime: chunk boundaries leave no trace
-in the signal. The resampler holds back its filter delay (a few ms to ~25 ms) until more audio
-comes or ``flush()`` drains it; ``flush()`` belongs at the end of a stretch of audio (a commit, the
-end of a response), ``OutboundAudio.reset()`` at an interruption (the held tail is dropped).
-
+streaming resampler for its lifetime: chunk boundaries leave no trace in the signal. To and from
+8 kHz it is ``_FirStream`` (every 20 ms packet comes out at once, 4.5 ms of filter delay); between
+the wideband rates soxr's ``ResampleStream``, which holds back its filter delay (a few ms to
+~25 ms). What is held back comes out with more audio or ``flush()``; ``flush()`` belongs at the
+end of a stretch of audio (a commit, the end of a response), ``OutboundAudio.reset()`` at an
+interruption (the held tail is dropped).
 Rule 4 — G.711 is the ITU-T segment algorithm, as in the Sun reference implementation (and
 bit-exact with the deprecated ``audioop``): decoding is a 256-entry table, encoding is vectorised.
 
@@ -27,6 +28,7 @@ to a protocol error. Both exceptions derive from ``AudioFormatError`` (a ``Value
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -155,23 +157,35 @@ def compand(fmt: AudioFormat, pcm16: bytes) -> bytes:
 
 
 class _ResampleStream:
-    """One continuous resampler, or the identity when the rates match."""
+    """One continuous resampler, or the identity when the rates match (Rule 3): a telephone
+    rate (8 kHz) on either side goes through ``_FirStream``, the rest through soxr."""
 
     def __init__(self, from_rate: int, to_rate: int) -> None:
         self._soxr: Any = None
-        if from_rate != to_rate:
-            import soxr  # imported lazily like pipeline.audio.resample
+        self._fir: _FirStream | None = None
+        if from_rate == to_rate:
+            return
+        if G711_RATE in (from_rate, to_rate):
+            self._fir = _FirStream(from_rate, to_rate)
+            return
+        import soxr  # imported lazily like pipeline.audio.resample
 
-            self._soxr = soxr.ResampleStream(
-                from_rate, to_rate, 1, dtype="int16", quality=_RESAMPLE_QUALITY
-            )
+        self._soxr = soxr.ResampleStream(
+            from_rate, to_rate, 1, dtype="int16", quality=_RESAMPLE_QUALITY
+        )
 
     def push(self, pcm: PCM) -> PCM:
-        if self._soxr is None or pcm.size == 0:
+        if pcm.size == 0:
+            return pcm
+        if self._fir is not None:
+            return self._fir.push(pcm)
+        if self._soxr is None:
             return pcm
         return np.asarray(self._soxr.resample_chunk(pcm), dtype=np.int16)
 
     def flush(self) -> PCM:
+        if self._fir is not None:
+            return self._fir.flush()
         if self._soxr is None:
             return np.zeros(0, dtype=np.int16)
         tail = np.asarray(self._soxr.resample_chunk(np.zeros(0, np.int16), last=True), np.int16)
@@ -179,8 +193,62 @@ class _ResampleStream:
         return tail
 
     def clear(self) -> None:
+        if self._fir is not None:
+            self._fir.clear()
         if self._soxr is not None:
             self._soxr.clear()
+
+
+class _FirStream:
+    """A streaming rational resampler for telephone audio: zero-stuff by ``up``, one Kaiser
+    windowed-sinc low-pass (passband to 0.45 × the lower rate, ~65 dB down by its half), keep
+    every ``down``-th sample. Each chunk comes out at once — soxr's streams hold 8 kHz audio
+    back in blocks of ~100 ms, which a telephone line's 20 ms packets would wait for. The
+    filter's delay (8→16 kHz: 4.5 ms; 24→8 kHz: 4.5 ms) is dropped at the start and played
+    out by ``flush``, so N ms in is N ms out and nothing is shifted."""
+
+    def __init__(self, from_rate: int, to_rate: int) -> None:
+        g = math.gcd(from_rate, to_rate)
+        self.up, self.down = to_rate // g, from_rate // g
+        rate = from_rate * self.up
+        lower = min(from_rate, to_rate)
+        cutoff, transition = 0.45 * lower, 0.05 * lower
+        width = 2 * math.pi * transition / rate
+        taps = int(math.ceil((65 - 8) / (2.285 * width))) | 1
+        n = np.arange(taps) - (taps - 1) / 2
+        h = 2 * cutoff / rate * np.sinc(2 * cutoff / rate * n) * np.kaiser(taps, 0.1102 * 56.3)
+        self._h = h / h.sum() * self.up  # unity gain (the zero-stuffed signal lost 1/up)
+        self._state = np.zeros(taps - 1)
+        self._delay = (taps - 1) // 2
+        self._skip = self._delay
+        self._phase = 0
+
+    def push(self, pcm: PCM) -> PCM:
+        stuffed = np.zeros(pcm.size * self.up)
+        stuffed[:: self.up] = pcm
+        return self._filter(stuffed)
+
+    def _filter(self, stuffed: npt.NDArray[np.float64]) -> PCM:
+        signal = np.concatenate((self._state, stuffed))
+        filtered = np.convolve(signal, self._h, mode="valid")
+        self._state = signal[signal.size - self._state.size :]
+        if self._skip:
+            skipped = min(self._skip, filtered.size)
+            filtered, self._skip = filtered[skipped:], self._skip - skipped
+        out = filtered[self._phase :: self.down]
+        self._phase = (self._phase - filtered.size) % self.down
+        return np.clip(np.rint(out), -32768, 32767).astype(np.int16)
+
+    def flush(self) -> PCM:
+        """The filter's delay played out (silence pushed through), then a fresh start."""
+        tail = self._filter(np.zeros(self._delay - self._skip))
+        self.clear()
+        return tail
+
+    def clear(self) -> None:
+        self._state[:] = 0
+        self._skip = self._delay
+        self._phase = 0
 
 
 class InboundAudio:

@@ -30,6 +30,8 @@ from runtime.http.policy import Policy, allow
 from runtime.realtime.connection import RealtimeConnection
 from runtime.realtime.transport import WebSocketLink
 from runtime.services import Services
+from runtime.telephony import twilio
+from runtime.telephony.twilio_stream import TWILIO_STREAM_PATH, serve_twilio_stream
 from runtime.webrtc import calls as webrtc
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
@@ -79,6 +81,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_tools.router)
     app.include_router(api_thread_fork.router)
     app.include_router(webrtc.router)
+    app.include_router(twilio.router)
     app.include_router(api_threads.router)
     app.include_router(api_threads.defaults_router)
     app.include_router(api_system.router)
@@ -103,7 +106,9 @@ class RealtimeApp:
         self.drain = drain or DrainState()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        realtime = scope["type"] == "websocket" and scope["path"] == REALTIME_PATH
+        websocket_path = scope["path"] if scope["type"] == "websocket" else None
+        phone = websocket_path == TWILIO_STREAM_PATH
+        realtime = websocket_path == REALTIME_PATH or phone
         # SIGTERM's drain, or SIGUSR1's (preStop) end of readiness: no new sessions either way.
         draining = self.drain.draining or self.services.draining
         if draining and (realtime or _is_call_offer(scope)):
@@ -120,6 +125,8 @@ class RealtimeApp:
                     await websocket.close(1013, "server draining")
             else:
                 await refusal(scope, receive, send)
+        elif phone:
+            await self._phone(WebSocket(scope, receive, send))
         elif realtime:
             await self._realtime(WebSocket(scope, receive, send))
         else:
@@ -136,6 +143,14 @@ class RealtimeApp:
             await connection.run()
         finally:
             services.active_sessions.discard(connection.id)
+
+    async def _phone(self, websocket: WebSocket) -> None:
+        """A Twilio Media Streams socket (``runtime.telephony.twilio_stream``): served like the
+        realtime WebSocket, outside the HTTP app; it authenticates with its stream token."""
+        if len(self.services.active_sessions) >= self.services.settings.max_sessions:
+            await websocket.close(1013, "server is at its session limit")
+            return
+        await serve_twilio_stream(websocket, self.services)
 
 
 def _is_call_offer(scope: Scope) -> bool:

@@ -107,6 +107,21 @@ class Settings(BaseSettings):
     max_sdp_bytes: int = Field(default=64 * 1024, ge=1024, le=1024 * 1024)
     """Largest offer (or multipart body) ``POST /v1/realtime/calls`` accepts (more: 413)."""
 
+    # telephony (SPEC TEL-1: Twilio Media Streams; runtime/telephony/)
+    twilio_auth_token: SecretStr = SecretStr("")
+    """The Twilio account's auth token: it signs Twilio's webhooks (``X-Twilio-Signature``) and
+    this server's stream tokens. Empty: the Twilio routes answer 404. Never logged."""
+    telephony_token: SecretStr = SecretStr("")
+    """An API token of the user phone calls run as (their threads, memory and records are that
+    user's: a caller's number is not an identity). Never logged."""
+    telephony_numbers: str = ""
+    """The role each called number gets, as ``+15550100=support,+15550101=sales`` (a role id or
+    name); a number not listed gets the tenant's default role."""
+    telephony_keypad_gap_s: float = Field(default=2.0, gt=0, le=30)
+    """Keys pressed this far apart end a keypad entry (``#`` ends it at once)."""
+    telephony_stream_token_ttl_s: float = Field(default=30.0, ge=5, le=600)
+    """How long the stream token in a webhook's TwiML may open its stream."""
+
     # per-user limits (SPEC ACC-5), per process
     max_live_sessions_per_user: int = Field(default=10, ge=1, le=10_000)
     """Live voice sessions of one (tenant, user) at once (more: error ``too_many_sessions``,

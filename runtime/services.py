@@ -56,6 +56,7 @@ from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.role_memory import RoleLearning, RoleMemoryModels
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
 from runtime.telemetry import Telemetry
+from runtime.telephony.calls import PhoneCalls
 from runtime.thread_memory import ThreadMemoryService, json_model_of
 from runtime.threads import InMemoryThreadStore, ThreadStore
 from runtime.tracing import tracing_from_settings
@@ -145,6 +146,8 @@ class Services:
     between ``start_background`` and ``close``."""
     calls: Calls = field(init=False)
     """WebRTC calls of this process (``runtime.webrtc.calls``)."""
+    phone: PhoneCalls = field(init=False)
+    """Phone calls of this process (``runtime.telephony.calls``)."""
     tool_executor: HttpToolExecutor = field(init=False)
     """Runs the sessions' HTTP tool calls on one connection pool (``runtime.tool_gate``)."""
     write_limiter: WriteRateLimiter = field(init=False)
@@ -166,6 +169,7 @@ class Services:
         if model is not None:
             model.observers.append(self.telemetry.metrics.model_request)
         self.calls = Calls(self.active_sessions)
+        self.phone = PhoneCalls()
         self.tool_executor = HttpToolExecutor(
             _CurrentToolSecrets(self), self.settings.tool_host_set()
         )

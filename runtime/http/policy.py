@@ -21,6 +21,12 @@ Rules
    ``member``: ``session.start`` / ``session.resume`` authenticate, every later message acts
    as that caller in that session (``MESSAGE_POLICIES``). There a client secret proves its
    user too, for sessions of the one agent role it is bound to (``Principal.bound_role_id``).
+6. ``telephony``: a phone provider's webhook (``/v1/telephony/…``) carries no token; it is
+   authenticated by its signature (Twilio's ``X-Twilio-Signature`` with the account's auth
+   token, ``runtime.telephony.twilio_auth``) and acts as the line's owner (``telephony_token``).
+   Unconfigured: 404 ``telephony_disabled``; unsigned or badly signed: 403 ``invalid_signature``.
+   A provider's calls are not the owner's writes: rule 4's limit does not apply (the session
+   limit does).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from fastapi.routing import APIRoute
 from accounts.model import Principal
 from runtime.http.api import ApiError, authenticated_caller, services_of
 from runtime.realtime.protocol import KNOWN_TYPES
+from runtime.telephony.twilio_auth import telephony_caller
 
 
 class Policy(StrEnum):
@@ -45,6 +52,7 @@ class Policy(StrEnum):
     OWNER = "owner"
     METRICS = "metrics"
     REALTIME = "realtime"
+    TELEPHONY = "telephony"
 
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -78,6 +86,9 @@ class PolicyCheck:
         if self.policy is Policy.ANONYMOUS:
             return None
         services = services_of(request)
+        if self.policy is Policy.TELEPHONY:
+            request.state.principal = await telephony_caller(request)
+            return request.state.principal  # type: ignore[no-any-return]
         if self.policy is Policy.REALTIME:
             header = request.headers.get("authorization")
             realtime = await services.authenticate_header(header, realtime=True)

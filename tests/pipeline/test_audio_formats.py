@@ -245,3 +245,21 @@ def test_outbound_reset_drops_the_interrupted_tail() -> None:
     after = ulaw_decode(out.encode(silence) + out.flush())
     assert after.size == 800
     assert np.abs(after.astype(np.int32)).max() <= 8  # nothing of the old response leaks
+
+
+@pytest.mark.parametrize("fmt", [PCMU, PCMA])
+def test_a_telephone_packet_comes_out_at_once_both_ways(fmt: AudioFormat) -> None:
+    """A phone line's 20 ms packets are not held back in blocks (soxr's 8 kHz streams held
+    ~100 ms and let it out in bursts, which delayed turn-taking and looked faster than real
+    time to the echo path)."""
+    t = np.arange(8_000) / 8_000
+    wire = OutboundAudio(fmt, source_rate=8_000).encode(
+        (6000 * np.sin(2 * np.pi * 1000 * t)).astype(np.int16)
+    )
+    inbound = InboundAudio(fmt)
+    sizes = [inbound.decode(wire[i : i + 160]).size for i in range(0, 8_000, 160)]
+    assert sizes[1:] == [320] * 49 and sizes[0] >= 240  # the first is short by the filter delay
+    outbound = OutboundAudio(fmt, source_rate=24_000)
+    tone = (6000 * np.sin(2 * np.pi * 1000 * np.arange(24_000) / 24_000)).astype(np.int16)
+    sizes = [len(outbound.encode(tone[i : i + 480])) for i in range(0, 24_000, 480)]
+    assert sizes[1:] == [160] * 49 and sizes[0] >= 120

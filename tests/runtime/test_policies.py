@@ -233,6 +233,8 @@ CASES: list[Case] = [
     # A JSON body is no offer: past the policy, 415 (tests/runtime/test_webrtc.py makes calls).
     Case("POST", "/v1/realtime/calls", "collection", _json({}), allowed=415),
     Case("POST", "/v1/realtime/calls/{call_id}/hangup", "collection", allowed=404),
+    # A phone provider's webhook: its signature decides, not a token (telephony is off here).
+    Case("POST", "/v1/telephony/twilio/voice", "collection", allowed=404),
 ]
 
 
@@ -265,6 +267,7 @@ DECLARED: dict[tuple[str, str], Policy] = {
     ("PATCH", "/api/roles/{role_id}/rules/{rule_id}"): Policy.ADMIN,
     ("POST", "/v1/realtime/calls"): Policy.REALTIME,
     ("POST", "/v1/realtime/calls/{call_id}/hangup"): Policy.REALTIME,
+    ("POST", "/v1/telephony/twilio/voice"): Policy.TELEPHONY,
 }
 """The policy each route must declare (every other route: ``member``), so a weakened
 declaration fails here and not only in review."""
@@ -275,6 +278,8 @@ def expected(policy: Policy, kind: Kind, caller: Caller, allowed: int = 200) -> 
     the route answers a caller the policy lets through)."""
     if policy is Policy.ANONYMOUS:
         return 200
+    if policy is Policy.TELEPHONY:
+        return allowed  # the provider's signature decides; no token opens it
     if caller == "anonymous":
         return 401
     if policy is Policy.REALTIME:
@@ -402,7 +407,11 @@ async def test_each_caller_gets_what_the_policy_says(
             want[caller] = expected(policy, case.kind, caller, case.allowed)
             if response.status_code >= 400:
                 assert response.json()["code"], response.text
-            if caller == "secret" and policy not in (Policy.ANONYMOUS, Policy.REALTIME):
+            if caller == "secret" and policy not in (
+                Policy.ANONYMOUS,
+                Policy.REALTIME,
+                Policy.TELEPHONY,
+            ):
                 assert response.json()["code"] == "client_secret_not_allowed"
     assert got == want, f"{case.method} {case.path} ({policy}): {got} != {want}"
 

@@ -1,0 +1,421 @@
+"""A Twilio Media Streams WebSocket (``/v1/telephony/twilio/stream``) as a realtime connection.
+
+Theory of operation
+-------------------
+Rule 1. The handshake is Twilio's: ``connected``, then ``start`` (stream and call SIDs, the
+        custom parameters, μ-law 8 kHz). ``start.customParameters.token`` must be a stream token
+        minted for that call SID (``twilio_protocol`` rule 2), else the socket closes (1008)
+        before any session exists. The session runs as the line's owner (``telephony_token``)
+        with the role the token names, on a GA-only connection whose input and output are
+        ``audio/pcmu``: the same sessions, journal, memory and tools as every transport.
+Rule 2. One connection. ``TwilioLink`` is the connection's ``Link``: the receive loop reads
+        Twilio's messages — ``media`` goes to the session as heard audio (as WebRTC's track
+        does), ``mark`` reports playback, ``dtmf`` is collected into keypad entries that reach
+        the agent as the caller's words (``conversation.item.create`` + ``response.create``, so
+        an answer being spoken gives way), ``stop`` ends the session for good. The session's
+        JSON events have no reader on a phone line and are dropped (errors are logged by code).
+Rule 3. Voice is media. ``TwilioVoice`` (the link's ``MediaOut``) takes the answer's audio and
+        sends it as ``media`` in pieces of at most ``MARK_EVERY_MS``, each followed by a mark
+        (``twilio_protocol`` rule 3): the echoed marks are the heard prefix. An interruption
+        sends ``clear`` at once. A *pause* (sound from the caller that may not be a turn, SPEC
+        TT-1) clears too but keeps the audio not yet heard; ``resumed`` sends it again from
+        the last heard mark, so a false interruption loses nothing.
+Rule 4. Messages to Twilio go through one bounded queue and one writer task, in order; a
+        Twilio that stops reading fills it and the call is dropped (1011).
+Rule 5. The end: ``stop`` (the caller hung up) or ``end_call`` end the session and mark the
+        call ended (``runtime.telephony.calls`` rule 2); a socket that just dropped ends this
+        session and leaves the call open, and the next stream of the call continues its
+        thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from pipeline import events as ev
+from pipeline.audio_formats import AudioFormatError, ulaw_encode
+from runtime.errors import Disconnected, ProtocolError, Refused
+from runtime.realtime.connection import RealtimeConnection
+from runtime.realtime.outbox import NO_EXTENSIONS
+from runtime.realtime.protocol import SessionStart
+from runtime.realtime.transport import MediaOut
+from runtime.telephony.calls import PhoneCall, number_digest
+from runtime.telephony.twilio_protocol import (
+    MARK_EVERY_MS,
+    KeypadEntry,
+    TokenRefused,
+    audio_mark,
+    clear_message,
+    keypad_text,
+    mark_message,
+    media_message,
+    read_audio_mark,
+    read_stream_token,
+)
+
+if TYPE_CHECKING:
+    from runtime.realtime.session import VoiceSession
+    from runtime.services import Services
+
+log = logging.getLogger(__name__)
+
+TWILIO_STREAM_PATH = "/v1/telephony/twilio/stream"
+PHONE_RATE = 8_000
+PHONE_SESSION: dict[str, Any] = {
+    "type": "realtime",
+    "audio": {
+        "input": {"format": {"type": "audio/pcmu"}},
+        "output": {"format": {"type": "audio/pcmu"}},
+    },
+}
+"""What a phone line carries: G.711 μ-law at 8 kHz both ways (rule 1)."""
+MAX_QUEUED = 4_000
+"""Messages waiting for Twilio at most (rule 4): some 200 s of answer audio with its marks."""
+_PIECE_BYTES = PHONE_RATE * MARK_EVERY_MS // 1000
+
+
+class TwilioVoice:
+    """The agent's voice on the call (rule 3): ``take``s answer audio, sends it with marks."""
+
+    def __init__(self, stream_sid: str, send: Any) -> None:
+        self.stream_sid = stream_sid
+        self._send = send
+        self._session: VoiceSession | None = None
+        self._generation: int | None = None
+        self._sent_ms = 0.0
+        self.heard_ms = 0.0
+        self._unheard: deque[tuple[float, bytes]] = deque()
+        """Pieces sent and not yet heard (end ms, μ-law), oldest first."""
+        self._held: deque[tuple[float, bytes]] = deque()
+        self._paused = False
+        self._fence: str | None = None
+        self._fences = itertools.count(1)
+
+    def bind(self, session: VoiceSession) -> None:
+        self._session = session
+
+    def detach(self) -> None:
+        self._session = None
+        self._reset(None)
+
+    def _reset(self, generation: int | None) -> None:
+        self._generation = generation
+        self._sent_ms = self.heard_ms = 0.0
+        self._unheard.clear()
+        self._held.clear()
+        self._paused = False
+
+    # ------------------------------------------------------------ the outbox's side
+
+    def take(self, event: ev.ServerEvent) -> bool:
+        if isinstance(event, ev.OutputAudioDelta):
+            self._audio(event)
+            return True
+        if isinstance(event, ev.OutputAudioPaused):
+            if event.generation == self._generation and not self._paused:
+                self._paused = True
+                if self._unheard:
+                    self._clear()
+                    self._held.extendleft(reversed(self._unheard))
+                    self._unheard.clear()
+        elif isinstance(event, ev.OutputAudioResumed):
+            if event.generation == self._generation and self._paused:
+                self._paused = False
+                while self._held:
+                    self._piece(*self._held.popleft())
+        elif isinstance(event, ev.ResponseInterrupted):
+            if event.generation == self._generation:
+                self.clear()
+                self._reset(None)
+        return False
+
+    def clear(self) -> None:
+        """Drop what Twilio still holds of the answer (``clear``, then a fence: rule 3)."""
+        if self._unheard:
+            self._clear()
+            self._unheard.clear()
+        self._held.clear()
+
+    def _audio(self, event: ev.OutputAudioDelta) -> None:
+        session = self._session
+        if session is None or not session.outbox.is_current(event.generation):
+            return
+        if event.generation != self._generation:
+            self._reset(event.generation)
+        pcm = np.frombuffer(event.delta[: len(event.delta) - len(event.delta) % 2], np.int16)
+        mulaw = ulaw_encode(pcm)
+        for start in range(0, len(mulaw), _PIECE_BYTES):
+            piece = mulaw[start : start + _PIECE_BYTES]
+            self._sent_ms += len(piece) * 1000 / PHONE_RATE
+            if self._paused:
+                self._held.append((self._sent_ms, piece))
+            else:
+                self._piece(self._sent_ms, piece)
+
+    def _piece(self, end_ms: float, mulaw: bytes) -> None:
+        assert self._generation is not None
+        self._send(media_message(self.stream_sid, mulaw))
+        self._send(mark_message(self.stream_sid, audio_mark(self._generation, end_ms)))
+        self._unheard.append((end_ms, mulaw))
+
+    def _clear(self) -> None:
+        self._send(clear_message(self.stream_sid))
+        self._fence = f"c{next(self._fences)}"
+        self._send(mark_message(self.stream_sid, self._fence))
+
+    # ------------------------------------------------------------ Twilio's side
+
+    def on_mark(self, name: str) -> None:
+        """Twilio played up to a mark (rule 3): the heard prefix moves on."""
+        if self._fence is not None:
+            if name == self._fence:
+                self._fence = None
+            return  # queued marks a clear flushed: not heard
+        mark = read_audio_mark(name)
+        if mark is None or mark[0] != self._generation:
+            return
+        generation, ms = mark
+        self.heard_ms = max(self.heard_ms, ms)
+        while self._unheard and self._unheard[0][0] <= ms:
+            self._unheard.popleft()
+        session = self._session
+        if session is not None and session.engine is not None:
+            session.engine.on_playback(generation, ms)
+
+
+class TwilioLink:
+    """The connection's ``Link`` on a Media Streams socket (rule 2)."""
+
+    def __init__(self, websocket: WebSocket, stream_sid: str, *, keypad_gap_s: float) -> None:
+        self.websocket = websocket
+        self.voice = TwilioVoice(stream_sid, self.send)
+        self.media: MediaOut | None = self.voice
+        self.connection: RealtimeConnection | None = None
+        self.keypad = KeypadEntry(keypad_gap_s)
+        self.stopped = False
+        """Twilio said ``stop``: the caller hung up (rule 5)."""
+        self.ended_by_agent = False
+        self._pending: deque[str] = deque()
+        self._out: asyncio.Queue[str | None] = asyncio.Queue(MAX_QUEUED)
+        self.gone = False
+        self.writer: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ out (rule 4)
+
+    def send(self, message: str) -> None:
+        if self.gone:
+            return
+        try:
+            self._out.put_nowait(message)
+        except asyncio.QueueFull:
+            log.warning("twilio stream: Twilio is not reading; the call is dropped")
+            self._lost()
+
+    def start_writer(self) -> None:
+        self.writer = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        while True:
+            message = await self._out.get()
+            if message is None:
+                return
+            try:
+                await self.websocket.send_text(message)
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                self._lost()
+                return
+
+    def _lost(self) -> None:
+        self.gone = True
+        with contextlib.suppress(asyncio.QueueFull):
+            self._out.put_nowait(None)
+
+    async def send_text(self, data: str) -> None:
+        if '"type":"error"' in data[:40]:
+            code = json.loads(data).get("error", {}).get("code")
+            log.info("twilio stream: the session sent error %s (no reader on a phone line)", code)
+
+    async def send_bytes(self, data: bytes) -> None:
+        return None
+
+    async def close(self, code: int, reason: str) -> None:
+        await self.finish()
+        with contextlib.suppress(Exception):
+            await self.websocket.close(1000 if code < 4000 else 1011, reason[:100])
+
+    async def finish(self) -> None:
+        """Let the writer send what is queued, then stop it."""
+        with contextlib.suppress(asyncio.QueueFull):
+            self._out.put_nowait(None)
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self.writer), 2.0)
+            self.writer.cancel()
+
+    # ------------------------------------------------------------ in (rule 2)
+
+    async def receive(self) -> str | bytes:
+        while not self._pending:
+            if self.gone or self.stopped:
+                raise Disconnected()
+            deadline = self.keypad.deadline()
+            try:
+                if deadline is None:
+                    text = await self.websocket.receive_text()
+                else:
+                    wait = max(0.0, deadline - time.monotonic())
+                    text = await asyncio.wait_for(self.websocket.receive_text(), wait)
+            except TimeoutError:
+                self._entry(self.keypad.due(time.monotonic()))
+                continue
+            except (WebSocketDisconnect, RuntimeError):
+                self.gone = True
+                raise Disconnected() from None
+            await self._message(text)
+        return self._pending.popleft()
+
+    async def _message(self, text: str) -> None:
+        try:
+            message = json.loads(text)
+            kind = message["event"]
+        except (ValueError, KeyError, TypeError):
+            log.info("twilio stream: a message that is not Twilio's was ignored")
+            return
+        if kind == "media":
+            await self._media(message)
+        elif kind == "mark":
+            name = (message.get("mark") or {}).get("name")
+            if isinstance(name, str):
+                self.voice.on_mark(name)
+        elif kind == "dtmf":
+            digit = (message.get("dtmf") or {}).get("digit")
+            if isinstance(digit, str):
+                self._entry(self.keypad.press(digit, time.monotonic()))
+        elif kind == "stop":
+            self.stopped = True
+
+    async def _media(self, message: dict[str, Any]) -> None:
+        media = message.get("media") or {}
+        if media.get("track", "inbound") not in ("inbound", "inbound_track"):
+            return
+        connection = self.connection
+        session = None if connection is None else connection.session
+        if session is None or connection is None or not session.holds(connection):
+            return
+        try:
+            pcm = session.decode_input(base64.b64decode(media.get("payload", ""), validate=True))
+        except (binascii.Error, AudioFormatError, ProtocolError):
+            log.info("twilio stream: a media payload that is not μ-law audio was dropped")
+            return
+        await session.hear(pcm)
+
+    def _entry(self, entry: str | None) -> None:
+        """A keypad entry reaches the agent as the caller's words (rule 2)."""
+        if entry is None:
+            return
+        item = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": keypad_text(entry)}],
+        }
+        self._pending.append(json.dumps({"type": "conversation.item.create", "item": item}))
+        self._pending.append(json.dumps({"type": "response.create"}))
+
+
+async def _twilio_start(websocket: WebSocket, timeout_s: float) -> dict[str, Any]:
+    """Twilio's ``connected`` and ``start`` (rule 1): the start message."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            message = json.loads(await websocket.receive_text())
+            if isinstance(message, dict) and message.get("event") == "start":
+                return message
+
+
+async def serve_twilio_stream(websocket: WebSocket, services: Services) -> None:
+    """One Media Streams socket, from Twilio's handshake to the call's end (rules 1, 5)."""
+    settings = services.settings
+    auth_token = settings.twilio_auth_token.get_secret_value()
+    if not auth_token:
+        await websocket.close(1008, "telephony is not configured")
+        return
+    await websocket.accept()
+    try:
+        start = await _twilio_start(websocket, settings.start_timeout_s)
+        details = start.get("start") or {}
+        call_sid = str(details.get("callSid", ""))
+        stream_sid = str(start.get("streamSid") or details.get("streamSid") or "")
+        params = details.get("customParameters") or {}
+        grant = read_stream_token(auth_token, str(params.get("token", "")), call_sid=call_sid)
+        services.phone.tokens.redeem(grant)
+    except (TimeoutError, ValueError, WebSocketDisconnect, RuntimeError) as e:
+        log.info("twilio stream: no valid start (%s)", type(e).__name__)
+        with contextlib.suppress(Exception):
+            await websocket.close(1008, "no valid start")
+        return
+    except TokenRefused as e:
+        log.warning("twilio stream refused: %s", e.reason)
+        await websocket.close(1008, "stream token refused")
+        return
+    principal = await services.authenticate(settings.telephony_token.get_secret_value())
+    if principal is None:
+        log.warning("twilio stream: telephony_token does not authenticate anyone")
+        await websocket.close(1011, "telephony is misconfigured")
+        return
+    call = services.phone.open(
+        call_sid, caller=grant.caller, called=grant.called, role_id=grant.role_id
+    )
+    link = TwilioLink(websocket, stream_sid, keypad_gap_s=settings.telephony_keypad_gap_s)
+    link.start_writer()
+    connection = RealtimeConnection(link, services)
+    link.connection = connection
+    connection.principal = principal
+    services.active_sessions.add(connection.id)
+    try:
+        session = await _open(connection, call)
+        if session is None:
+            return
+        link.voice.bind(session)
+        call.thread_id, call.session_id = session.thread.thread_id, session.id
+        log.info(
+            "phone call %s from %s to %s: stream %d, session %s",
+            call_sid, number_digest(call.caller), number_digest(call.called), call.streams,
+            session.id,
+        )  # fmt: skip
+        await connection.serve(session)
+    finally:
+        services.active_sessions.discard(connection.id)
+        if link.stopped or link.ended_by_agent:
+            services.phone.end(call, "caller" if link.stopped else "agent")
+        await link.finish()
+        with contextlib.suppress(Exception):
+            await websocket.close(1000)
+
+
+async def _open(connection: RealtimeConnection, call: PhoneCall) -> VoiceSession | None:
+    """The call's session: a new thread, or the call's thread continued (calls rule 1)."""
+    start = SessionStart(
+        type="openrealtime.session.start",
+        model=call.role_id,
+        extensions=NO_EXTENSIONS,
+        session=dict(PHONE_SESSION),
+        requested_thread_id=call.thread_id,
+        previous_voice_session_id=call.session_id,
+    )
+    try:
+        return await connection.open(start)
+    except Refused as refused:
+        log.warning("phone call %s refused: %s", call.call_sid, refused.error_code)
+        await connection.link.close(refused.close_code, refused.close_reason)
+        return None
