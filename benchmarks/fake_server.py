@@ -152,6 +152,12 @@ async def serve(
             model_queue_max=model_queue_max,
         )
         async with running_server(settings, plugins=plugins) as server:
+            line = settings.telephony_token.get_secret_value()
+            if line and await server.services.authenticate(line) is None:
+                # benchmarks.telephony: the phone line's owner is the local token's user
+                owner = await server.services.accounts.authenticate(server.token)
+                assert owner is not None
+                await server.services.accounts.add_token(owner, line)
             tune_gc()  # as `openrealtime serve` does: see runtime/loop.py
             ready = {"listening": server.ws_url, "http": server.http_url, "token": server.token}
             print(json.dumps(ready), flush=True)

@@ -71,7 +71,10 @@ class TwilioCall:
         self._seq = 0
         self._chunk = 0
         self._buffer: deque[tuple[str, Any]] = deque()  # ("audio", pcm) | ("mark", name)
-        self._speech: deque[tuple[bytes, asyncio.Future[None]]] = deque()
+        self._speech: deque[tuple[bytes, asyncio.Future[list[float]]]] = deque()
+        self.media_at: list[float] = []
+        """When each ``media`` message arrived (``time.monotonic``)."""
+        self.clear_at: list[float] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.closed = asyncio.Event()
 
@@ -133,12 +136,13 @@ class TwilioCall:
         self._seq += 1
         await self._ws.send(json.dumps({"sequenceNumber": str(self._seq), **message}))
 
-    async def say(self, pcm8k: np.ndarray) -> None:
-        """Speak ``pcm8k`` (8 kHz PCM16) into the call; returns once it has been sent. Between
-        utterances the line carries silence, 20 ms at a time, as a phone line does."""
-        done = asyncio.get_running_loop().create_future()
+    async def say(self, pcm8k: np.ndarray) -> list[float]:
+        """Speak ``pcm8k`` (8 kHz PCM16) into the call; returns once it has been sent, with
+        when each 20 ms chunk of it went out. Between utterances the line carries silence, 20 ms
+        at a time, as a phone line does."""
+        done: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
         self._speech.append((ulaw_encode(pcm8k.astype(np.int16)), done))
-        await done
+        return await done
 
     async def silence(self, seconds: float) -> None:
         await self.say(np.zeros(int(RATE * seconds), np.int16))
@@ -147,19 +151,18 @@ class TwilioCall:
         """The caller's line: a ``media`` message every 20 ms, speech queued by ``say`` or
         μ-law silence (0xFF)."""
         start, sent = time.monotonic(), 0
-        current: tuple[bytes, asyncio.Future[None]] | None = None
-        offset = 0
+        current: tuple[bytes, asyncio.Future[list[float]]] | None = None
+        offset, sent_at = 0, list[float]()
         while True:
             if current is None and self._speech:
-                current, offset = self._speech.popleft(), 0
+                current, offset, sent_at = self._speech.popleft(), 0, []
+            finished: asyncio.Future[list[float]] | None = None
             if current is not None:
-                chunk = current[0][offset : offset + CHUNK]
+                chunk = current[0][offset : offset + CHUNK].ljust(CHUNK, b"\xff")
                 offset += CHUNK
+                sent_at.append(time.monotonic())
                 if offset >= len(current[0]):
-                    if not current[1].done():
-                        current[1].set_result(None)
-                    current = None
-                chunk = chunk.ljust(CHUNK, b"\xff")
+                    finished, current = current[1], None
             else:
                 chunk = b"\xff" * CHUNK
             self._chunk += 1
@@ -174,6 +177,8 @@ class TwilioCall:
                 })  # fmt: skip
             except websockets.ConnectionClosed:
                 return
+            if finished is not None and not finished.done():
+                finished.set_result(sent_at)
             sent += 1
             due = start + sent * 0.020
             await asyncio.sleep(max(0.0, due - time.monotonic()))
@@ -216,6 +221,7 @@ class TwilioCall:
                 self.received.append(message)
                 kind = message.get("event")
                 if kind == "media":
+                    self.media_at.append(time.monotonic())
                     pcm = ulaw_decode(base64.b64decode(message["media"]["payload"]))
                     if self.played.first_audio_at is None:
                         self.played.first_audio_at = time.monotonic()
@@ -223,6 +229,7 @@ class TwilioCall:
                 elif kind == "mark":
                     self._buffer.append(("mark", message["mark"]["name"]))
                 elif kind == "clear":
+                    self.clear_at.append(time.monotonic())
                     self.played.clears += 1
                     flushed = [v for k, v in self._buffer if k == "mark"]
                     self._buffer.clear()
