@@ -6,7 +6,8 @@ Rule 1. One ``ToolGate`` per session, built at its start: a ``ToolRegistry`` of 
         the role's HTTP tools (``Services.tool_catalog``, read once, on first use) and the
         client's declared functions (``set_client_tools`` after each ``session.update``). The
         built-ins — ``knowledge_search`` (reads the person's own documents), ``confide`` (the
-        agent's note to role memory) and ``end_conversation`` — are read-only or internal and
+        agent's note to role memory), ``end_conversation`` and a transport's own (a phone
+        call's ``end_call``, ``ToolRegistry.add_builtin``) — are read-only or internal and
         always allowed; a call of a tool the registry does not hold is refused (it runs
         nowhere, not even on the client).
 Rule 2. Every other call is bound to the generation that made it (``CallOrigin``) and decided

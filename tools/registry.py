@@ -272,6 +272,11 @@ class ToolRegistry:
         for name in BUILTIN_TOOLS:
             self._tools.setdefault(name, BuiltinTool(name=name))
 
+    def add_builtin(self, name: str) -> None:
+        """A built-in of the connection's transport (a phone call's ``end_call``): its code
+        lives with the transport, the gate allows it like the other built-ins."""
+        self._add(BuiltinTool(name=name))
+
     def _add(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise InvalidTool(f"a tool named {tool.name!r} is already declared")

@@ -45,12 +45,15 @@ import enum
 import itertools
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from starlette.websockets import WebSocketDisconnect
 
 from pipeline import events as ev
 from pipeline.audio_formats import AudioFormatError
+from plugins.brain.tool_loop import ToolHandler
+from plugins.contracts import ToolSpec
 from runtime.accounts import Principal
 from runtime.errors import Disconnected, ProtocolError, Refused, SessionCloseRequested
 from runtime.realtime.continuity import (
@@ -120,9 +123,18 @@ class RealtimeConnection:
     ``run`` does both; a WebRTC call (``runtime.webrtc.calls``) opens with ``open`` and serves with
     ``serve``."""
 
-    def __init__(self, link: Link, services: Services) -> None:
+    def __init__(
+        self,
+        link: Link,
+        services: Services,
+        *,
+        call_tools: Sequence[tuple[ToolSpec, ToolHandler]] = (),
+    ) -> None:
         self.link = link
         self.services = services
+        self.call_tools = tuple(call_tools)
+        """Built-in tools of this transport for the sessions it starts (a phone call's
+        ``end_call``, ``runtime.telephony.twilio_stream``)."""
         settings = services.settings
         self.limits = Limits(
             max_message_bytes=settings.max_message_bytes,
@@ -278,6 +290,7 @@ class RealtimeConnection:
                 config=config,
                 limits=self.limits,
                 errors=self._errors,
+                call_tools=self.call_tools,
             )
             await session.issue_resume_token()
             place.register(session)

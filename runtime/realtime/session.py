@@ -48,7 +48,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from journal.errors import JournalUnavailable
@@ -59,6 +59,8 @@ from pipeline.audio import PCM
 from pipeline.audio_formats import AudioFormat, InboundAudio
 from pipeline.engine import Engine
 from pipeline.engine_config import TurnFailure
+from plugins.brain.tool_loop import ToolHandler
+from plugins.contracts import ToolSpec
 from runtime.accounts import Principal
 from runtime.errors import ProtocolError
 from runtime.journal_buffer import BufferedJournal
@@ -121,9 +123,12 @@ class VoiceSession:
         session_id: str | None = None,
         epoch: int = 0,
         errors: int = 0,
+        call_tools: Sequence[tuple[ToolSpec, ToolHandler]] = (),
     ) -> None:
         settings = services.settings
         self.services = services
+        self.call_tools = tuple(call_tools)
+        """The transport's own built-in tools (a phone call's ``end_call``)."""
         self.id = session_id or f"vs_{uuid.uuid4().hex}"
         self.epoch = epoch
         """Bumped each time the session is continued from the journal (rule 4)."""
@@ -447,6 +452,7 @@ class VoiceSession:
             epoch=self.epoch,
             outbox=self.outbox,
             on_turn_failed=self._turn_failed,
+            call_tools=self.call_tools,
         )
         self._configure_engine()
 

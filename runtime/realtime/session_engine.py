@@ -16,7 +16,7 @@ Rule 2. ``session_setup`` is the GA session configuration as the engine takes it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from journal.store import JournalStore
@@ -26,7 +26,8 @@ from pipeline.engine_config import SessionSetup, TurnFailure
 from pipeline.history import ConversationHistory
 from pipeline.turn_commands import TurnSettings
 from plugins.brain.local_model import local_model_of
-from plugins.contracts import ToolChoice
+from plugins.brain.tool_loop import ToolHandler
+from plugins.contracts import ToolChoice, ToolSpec
 from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideServices, ConfideTool
 from runtime.config import Settings
 from runtime.enrichment import EnrichmentServices, session_enrichment
@@ -96,8 +97,10 @@ def build_engine(
     epoch: int,
     outbox: Outbox,
     on_turn_failed: Callable[[TurnFailure], None],
+    call_tools: Sequence[tuple[ToolSpec, ToolHandler]] = (),
 ) -> tuple[Engine, ToolGate]:
-    """Rule 1: the session's engine and its tool gate."""
+    """Rule 1: the session's engine and its tool gate; ``call_tools``: the built-ins of the
+    transport (a phone call's ``end_call``)."""
     knowledge_spec, knowledge_tool = make_knowledge_tool(
         services.knowledge, tenant=thread.tenant, user=thread.user, role_id=role.id
     )
@@ -124,6 +127,8 @@ def build_engine(
         confirm_timeout_s=settings.tool_confirm_timeout_s,
         client_undecided=settings.tool_client_undecided,
     )
+    for spec, _ in call_tools:
+        tool_gate.registry.add_builtin(spec.name)
     engine = Engine(
         plugins=services.plugins,
         sink=outbox,
@@ -151,8 +156,12 @@ def build_engine(
         ),
         model_hold=local_model_of(services.plugins.brain),
         enrichment=session_enrichment(services, thread, role),
-        tools={knowledge_spec.name: knowledge_tool, confide.spec.name: confide.handler},
-        tool_specs=(knowledge_spec, confide.spec),
+        tools={
+            knowledge_spec.name: knowledge_tool,
+            confide.spec.name: confide.handler,
+            **{spec.name: handler for spec, handler in call_tools},
+        },
+        tool_specs=(knowledge_spec, confide.spec, *(spec for spec, _ in call_tools)),
         on_turn_end=confide.turn_ended,
         tool_gate=tool_gate,
         on_turn_failed=on_turn_failed,

@@ -26,6 +26,11 @@ Rule 5. The end: ``stop`` (the caller hung up) or ``end_call`` end the session a
         call ended (``runtime.telephony.calls`` rule 2); a socket that just dropped ends this
         session and leaves the call open, and the next stream of the call continues its
         thread.
+Rule 6. ``end_call`` is the call's own built-in tool (offered in phone sessions only, always
+        allowed by the tool gate like the other built-ins: it ends nothing but this call). The
+        agent calls it, then says goodbye in the same answer; once that answer is done and
+        every piece of it has been heard (its marks are back), the server closes the stream —
+        Twilio asks the action URL, which answers ``<Hangup/>``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,10 +52,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from pipeline import events as ev
 from pipeline.audio_formats import AudioFormatError, ulaw_encode
+from plugins.brain.tool_loop import ToolHandler
+from plugins.contracts import ToolSpec
 from runtime.errors import Disconnected, ProtocolError, Refused
 from runtime.realtime.connection import RealtimeConnection
 from runtime.realtime.outbox import NO_EXTENSIONS
-from runtime.realtime.protocol import SessionStart
+from runtime.realtime.protocol import CloseCode, SessionStart
 from runtime.realtime.transport import MediaOut
 from runtime.telephony.calls import PhoneCall, number_digest
 from runtime.telephony.twilio_protocol import (
@@ -85,6 +93,22 @@ MAX_QUEUED = 4_000
 """Messages waiting for Twilio at most (rule 4): some 200 s of answer audio with its marks."""
 _PIECE_BYTES = PHONE_RATE * MARK_EVERY_MS // 1000
 
+END_CALL = ToolSpec(
+    name="end_call",
+    description=(
+        "Hang up this phone call. Use it when the caller says goodbye or asks to end the call. "
+        "After it, say one short goodbye: the line closes once the caller has heard it."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "reason": {"type": "string", "description": "why the call ends, in a few words"}
+        },
+        "additionalProperties": False,
+    },
+)
+"""Rule 6."""
+
 
 class TwilioVoice:
     """The agent's voice on the call (rule 3): ``take``s answer audio, sends it with marks."""
@@ -102,6 +126,14 @@ class TwilioVoice:
         self._paused = False
         self._fence: str | None = None
         self._fences = itertools.count(1)
+        self.on_heard_all: Callable[[], None] | None = None
+        """``end_call`` (rule 6): called once the answer after it has been heard to its end."""
+        self._ending = False
+        self._end_armed = False
+
+    def end_after_answer(self) -> None:
+        """``end_call``: hang up once this answer is done and heard (rule 6)."""
+        self._ending = True
 
     def bind(self, session: VoiceSession) -> None:
         self._session = session
@@ -139,7 +171,15 @@ class TwilioVoice:
             if event.generation == self._generation:
                 self.clear()
                 self._reset(None)
+        elif isinstance(event, ev.ResponseDone) and self._ending:
+            self._end_armed = True
+            self._maybe_end()
         return False
+
+    def _maybe_end(self) -> None:
+        if self._end_armed and not self._unheard and not self._held and self.on_heard_all:
+            hang_up, self.on_heard_all = self.on_heard_all, None
+            hang_up()
 
     def clear(self) -> None:
         """Drop what Twilio still holds of the answer (``clear``, then a fence: rule 3)."""
@@ -190,6 +230,7 @@ class TwilioVoice:
         self.heard_ms = max(self.heard_ms, ms)
         while self._unheard and self._unheard[0][0] <= ms:
             self._unheard.popleft()
+        self._maybe_end()
         session = self._session
         if session is not None and session.engine is not None:
             session.engine.on_playback(generation, ms)
@@ -201,6 +242,7 @@ class TwilioLink:
     def __init__(self, websocket: WebSocket, stream_sid: str, *, keypad_gap_s: float) -> None:
         self.websocket = websocket
         self.voice = TwilioVoice(stream_sid, self.send)
+        self.voice.on_heard_all = self._hang_up
         self.media: MediaOut | None = self.voice
         self.connection: RealtimeConnection | None = None
         self.keypad = KeypadEntry(keypad_gap_s)
@@ -211,6 +253,24 @@ class TwilioLink:
         self._out: asyncio.Queue[str | None] = asyncio.Queue(MAX_QUEUED)
         self.gone = False
         self.writer: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ the call's tools (rule 6)
+
+    @property
+    def call_tools(self) -> tuple[tuple[ToolSpec, ToolHandler], ...]:
+        return ((END_CALL, self._end_call),)
+
+    async def _end_call(self, arguments: dict[str, Any]) -> str:
+        self.voice.end_after_answer()
+        return (
+            "The call ends once the caller has heard your next words: say a short goodbye now, "
+            "in the caller's language."
+        )
+
+    def _hang_up(self) -> None:
+        self.ended_by_agent = True
+        if self.connection is not None:
+            self.connection.request_close(CloseCode.NORMAL, "the agent ended the call")
 
     # ------------------------------------------------------------ out (rule 4)
 
@@ -378,7 +438,7 @@ async def serve_twilio_stream(websocket: WebSocket, services: Services) -> None:
     )
     link = TwilioLink(websocket, stream_sid, keypad_gap_s=settings.telephony_keypad_gap_s)
     link.start_writer()
-    connection = RealtimeConnection(link, services)
+    connection = RealtimeConnection(link, services, call_tools=link.call_tools)
     link.connection = connection
     connection.principal = principal
     services.active_sessions.add(connection.id)

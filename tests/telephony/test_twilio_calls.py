@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from journal.events import EventKind, ThreadRef
+from plugins.contracts import BrainDelta, BrainInput, ToolCall
 from plugins.fakes import FakeASR, FakeBrain, FakeTTS
+from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server
 from runtime.telephony.twilio_client import RATE, TwilioCall
@@ -40,13 +42,17 @@ def phone_settings(tmp_path: Path, **overrides: object) -> Settings:
 
 @contextlib.asynccontextmanager
 async def phone_server(
-    tmp_path: Path, *answers: str, heard: tuple[str, ...] = (), **overrides: object
+    tmp_path: Path,
+    *answers: str,
+    heard: tuple[str, ...] = (),
+    brain: object = None,
+    **overrides: object,
 ) -> AsyncIterator[RunningServer]:
-    """The server with fake plugins: the brain says ``answers`` in turn, the ASR hears
-    ``heard`` (one text per transcription, the last repeating)."""
+    """The server with fake plugins: the brain says ``answers`` in turn (or is ``brain``), the
+    ASR hears ``heard`` (one text per transcription, the last repeating)."""
     plugins = fake_plugins(
         tts=FakeTTS(ms_per_char=10.0, tone_hz=440.0),
-        brain=FakeBrain(list(answers) or ["Sure. Here is the answer. Anything else?"]),
+        brain=brain or FakeBrain(list(answers) or ["Sure. Here is the answer. Anything else?"]),
         asr=FakeASR(list(heard) or ["what is the weather", "stop please", "and then"]),
     )
     async with running_server(phone_settings(tmp_path, **overrides), plugins=plugins) as server:
@@ -295,3 +301,66 @@ async def test_a_noise_pauses_the_answer_and_it_goes_on_from_what_was_heard(
     assert call.played.speech_ms() <= len(answer) * 10 + 150
     fence = call.received.index(next(m for m in call.received if m.get("event") == "clear")) + 1
     assert call.events("media")[-1] in call.received[fence:]  # sent again after the clear
+
+
+GOODBYE = "Goodbye, and thank you for calling."
+
+
+class HangingUpBrain:
+    """Hangs up when the caller says goodbye, then says goodbye (the tool loop's second round)."""
+
+    def __init__(self) -> None:
+        self.requests: list[BrainInput] = []
+
+    async def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
+        self.requests.append(request)
+        if request.tool_results:
+            yield BrainDelta(text=GOODBYE)
+        elif "bye" in request.current_input.lower():
+            reason = {"reason": "the caller said goodbye"}
+            yield BrainDelta(tool_call=ToolCall("call_1", "end_call", reason))
+        else:
+            yield BrainDelta(text="Hello, how can I help?")
+
+
+async def test_the_agent_ends_the_call_after_its_goodbye_was_heard(tmp_path: Path) -> None:
+    brain = HangingUpBrain()
+    async with phone_server(tmp_path, heard=("bye now",), brain=brain) as server:
+        call = twilio_call(server)
+        await call.webhook()
+        await call.connect()
+        await call.say(np.concatenate([tone(0.8), np.zeros(RATE // 2, np.int16)]))
+        await until(lambda: call.closed.is_set(), 20)  # the server closed the stream
+        heard_ms = call.played.speech_ms()
+        sent_marks = {m["mark"]["name"] for m in call.events("mark")}
+        echoed = set(call.played.marks)
+        events = await journal_of(server, call)
+        after = await call.webhook()  # Twilio asks the <Connect> action URL
+        await until(lambda: len(server.services.live_sessions) == 0)
+    assert "end_call" in [t.name for t in brain.requests[0].tools]
+    kinds = [kind for kind, _ in events]
+    assert kinds == [
+        EventKind.USER_INPUT, EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.ASSISTANT_OUTPUT
+    ]  # fmt: skip
+    assert events[1][1]["name"] == "end_call" and events[-1][1]["text"] == GOODBYE
+    # The goodbye was heard to its end before the line closed: every mark came back.
+    assert sent_marks <= echoed and heard_ms >= len(GOODBYE) * 10 * 0.9
+    phone = server.services.phone.get(call.call_sid)
+    assert phone is not None and phone.ended == "agent"
+    assert "<Hangup/>" in after
+
+
+async def test_only_phone_sessions_offer_end_call(tmp_path: Path) -> None:
+    brain = HangingUpBrain()
+    async with phone_server(tmp_path, heard=("hello",), brain=brain) as server:
+        async with RealtimeClient(server.ws_url, server.token) as client:
+            await client.connect()
+            await client.send_json(
+                {"type": "conversation.item.create", "item": {
+                    "type": "message", "role": "user",
+                    "content": [{"type": "input_text", "text": "hello"}],
+                }}
+            )  # fmt: skip
+            await client.send_json({"type": "response.create"})
+            await client.wait_for(lambda m: m.type == "response.done", 10)
+    assert "end_call" not in [t.name for t in brain.requests[0].tools]
