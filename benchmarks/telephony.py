@@ -7,7 +7,8 @@
   phone network), with the **embedded stack** (energy VAD, Whisper base, the local model, Piper)
   in this process: the same spoken questions (``benchmarks.voice_latency``'s) over a Twilio
   Media Streams call (8 kHz μ-law, ``runtime/telephony/twilio_client.py``) and over the GA
-  WebSocket (16 kHz PCM), alternating, in one run. ``sip`` is null: no SIP endpoint yet.
+  WebSocket (16 kHz PCM), alternating, in one run (the goodbye ends the call, as it should: the
+  next turn dials again). ``sip`` is null: no SIP endpoint yet.
 - ``bargein_output_stop_ms``: with instant fake plugins (a server process), a caller speaks over
   the answer; from the chunk where the speech has lasted ``min_interrupt_ms`` (the crossing
   frame) leaving the client → Twilio's ``clear`` arriving.
@@ -25,8 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -84,6 +87,13 @@ async def twilio_turn(call: TwilioCall, voice8k: np.ndarray) -> float | None:
     return (first - speech_end) * 1000
 
 
+async def _dial(base_url: str) -> TwilioCall:
+    call = TwilioCall(base_url, AUTH_TOKEN)
+    await call.webhook()
+    await call.connect()
+    return call
+
+
 async def _phone_line(server: RunningServer) -> None:
     owner = await server.services.accounts.authenticate(server.token)
     assert owner is not None
@@ -110,24 +120,24 @@ async def latency(turns: int) -> dict[str, Any]:
                 name, text = voice_latency.DOCUMENT
                 response = await http.post("/api/documents", json={"name": name, "text": text})
                 response.raise_for_status()
-            call = TwilioCall(server.http_url, AUTH_TOKEN)
-            async with (
-                RealtimeClient(server.ws_url, server.token, clock=time.monotonic) as ws,
-                call,
-            ):
+            async with RealtimeClient(server.ws_url, server.token, clock=time.monotonic) as ws:
                 await ws.connect()
-                await call.webhook()
-                await call.connect()
+                call: TwilioCall | None = None
                 for i in range(turns):
                     voice: PCM = voices[i % len(voices)]
                     row = await voice_latency.one_turn(ws, voice)
                     if row is not None:
                         ws_ms.append(row["e2e"])
+                    if call is None or call.closed.is_set():  # a goodbye ends the call: redial
+                        if call is not None:
+                            await call.close()
+                        call = await _dial(server.http_url)
                     padded = np.concatenate((voice, np.zeros(INPUT_SAMPLE_RATE, np.int16)))
                     took = await twilio_turn(call, resample(padded, INPUT_SAMPLE_RATE, RATE))
                     if took is not None:
                         phone_ms.append(took)
-                await call.hang_up()
+                if call is not None:
+                    await call.hang_up()
     return {"twilio": p50_p99(phone_ms), "websocket": p50_p99(ws_ms), "turns": turns}
 
 
@@ -264,10 +274,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async with fake_phone_server() as server:
         stops = await bargein(_http_url(server.url), args.bargein_turns)
         found = await capacity(server, steps, args.duration, args.period, args.limit_ms)
+    _progress("bargein and capacity", {"stops": stops, **found})
     result["calls"] = found["max_concurrent_calls"]
     result["bargein_output_stop_ms"] = {**p50_p99(stops), "turns": len(stops)}
     result.update(found)
     ear = await latency(args.turns)
+    _progress("latency", ear)
     result["mouth_to_ear_ms"] = {
         "sip": None,
         "twilio": ear["twilio"],
@@ -279,6 +291,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         wide = await asr_roundtrip.run(channel="wideband")
         result["asr_wer_8k"], result["asr_wer_16k"] = narrow["wer"], wide["wer"]
     return result
+
+
+def _progress(phase: str, figures: dict[str, Any]) -> None:
+    """A finished phase's figures on stderr, so a later phase's failure loses nothing."""
+    print(f"{phase}: {json.dumps(figures)}", file=sys.stderr, flush=True)
 
 
 def main() -> None:

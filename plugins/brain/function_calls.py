@@ -69,7 +69,7 @@ from plugins.errors import PluginError, PluginTimeout
 
 log = logging.getLogger(__name__)
 
-BUILTINS = frozenset({"knowledge_search", "confide"})
+BUILTINS = frozenset({"knowledge_search", "confide", "end_call"})
 """The brain's own tools (Rule 1): never offered to the model as functions."""
 
 _TOOLS_SYSTEM = (

@@ -372,6 +372,26 @@ def knowledge_query(request: BrainInput, text: str, lang: str) -> str:
     return f"{earlier[-1]} {text}"
 
 
+_FAREWELLS = (
+    re.compile(
+        rf"^\W*{_EN_OKAY}(?:(?:thanks|thank you)\b[\s,.!]*)?"
+        r"(?:bye|bye-bye|goodbye|see you)\b[^?]*$",
+        re.I,
+    ),
+    re.compile(r"\b(?:hang up|end (?:the|this) call)\b", re.I),
+    re.compile(rf"^\W*{_ZH_OKAY}(?:(?:谢谢|多谢)[\s，,。.!！]*)?(?:再见|拜拜)[^?？吗]*$"),
+    re.compile(r"挂(?:了|断|掉)(?:吧|电话)?"),
+)
+_NOT = re.compile(r"\b(?:don'?t|do not|never|not yet)\b|不要|别|先不", re.I)
+
+
+def is_farewell(text: str) -> bool:
+    """The speaker takes leave ("bye", "thanks, goodbye", 「好的，再见」) or asks to hang up
+    ("please hang up", 「挂了吧」) — and does not say the opposite ("don't hang up yet"): a phone
+    call may end after the answer (``runtime.telephony``)."""
+    return not _NOT.search(text) and any(p.search(text) for p in _FAREWELLS)
+
+
 def _is_social(text: str) -> bool:
     lang = detect_language(text)
     return any(rule_lang == lang and p.search(text) for rule_lang, p, _ in _SOCIAL)

@@ -14,7 +14,9 @@ Rule 2. Tool routing. Code routes the knowledge search: every question is search
         ``confide`` (the agent's place to say how the work is going) is never routed by the
         model, so it costs an ordinary question nothing: code confides, once per turn, when
         the person says the agent got something wrong (``is_correction``), then answers the
-        turn as usual.
+        turn as usual. ``end_call`` (a phone call's hang-up, ``runtime.telephony``) is not the
+        model's either: code calls it when the caller's words take leave (``is_farewell``),
+        then says its goodbye.
 Rule 3. No evidence, no model: a question whose search returned no passage gets the fixed "my
         documents don't say" answer — unless it asks about the person in words the memory
         patterns missed and an entry has what it asks (``grounding.asks_about_me``: "what
@@ -116,6 +118,7 @@ from plugins.brain.grounding import (
     earlier_user_inputs,
     in_focus,
     is_asked,
+    is_farewell,
     knowledge_results,
     memory_entries,
     passages,
@@ -175,6 +178,7 @@ _WEAK_COVERAGE = 0.5
 _COMPUTE_PASSAGES = 2
 _COMPUTE_CHARS = 900
 CONFIDE_TOOL = "confide"
+END_CALL_TOOL = "end_call"
 _CONFIDE_TEXT = {
     "en": "The person says I got something wrong. I want to put it right.",
     "zh": "对方说我弄错了。我想把它改正。",
@@ -258,6 +262,10 @@ class LLMBrain:
             if function_call is not None:
                 yield BrainDelta(tool_call=function_call)
                 return
+        hang_up = _end_call(request, reading)
+        if hang_up is not None:
+            yield BrainDelta(tool_call=hang_up)
+            return
         if reading.intent is Intent.SOCIAL and reading.reply is not None:
             yield BrainDelta(text=reading.reply)
             return
@@ -524,6 +532,17 @@ class LLMBrain:
         async with contextlib.aclosing(pieces):
             async for piece in pieces:
                 yield piece
+
+
+def _end_call(request: BrainInput, reading: Reading) -> ToolCall | None:
+    """Rule 2: a phone call's ``end_call`` when the caller takes leave (once; the goodbye is
+    the answer's next round)."""
+    if request.tool_calls or not any(tool.name == END_CALL_TOOL for tool in request.tools):
+        return None
+    if not is_farewell(reading.text):
+        return None
+    reason = {"reason": "the caller took leave"}
+    return ToolCall(call_id=f"llm_{END_CALL_TOOL}_1", name=END_CALL_TOOL, arguments=reason)
 
 
 def _confide_call(request: BrainInput, reading: Reading) -> ToolCall | None:

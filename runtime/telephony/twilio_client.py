@@ -77,6 +77,8 @@ class TwilioCall:
         self.clear_at: list[float] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.closed = asyncio.Event()
+        self.close_code: tuple[int | None, str | None] | None = None
+        """How the stream closed (code, reason), once it has."""
 
     async def __aenter__(self) -> TwilioCall:
         return self
@@ -138,8 +140,10 @@ class TwilioCall:
 
     async def say(self, pcm8k: np.ndarray) -> list[float]:
         """Speak ``pcm8k`` (8 kHz PCM16) into the call; returns once it has been sent, with
-        when each 20 ms chunk of it went out. Between utterances the line carries silence, 20 ms
-        at a time, as a phone line does."""
+        when each 20 ms chunk of it went out (``ConnectionError`` when the stream is closed).
+        Between utterances the line carries silence, 20 ms at a time, as a phone line does."""
+        if self.closed.is_set():
+            raise ConnectionError("the call's stream is closed")
         done: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
         self._speech.append((ulaw_encode(pcm8k.astype(np.int16)), done))
         return await done
@@ -176,12 +180,21 @@ class TwilioCall:
                     },
                 })  # fmt: skip
             except websockets.ConnectionClosed:
+                self._fail_speech(current[1] if current is not None else None)
                 return
             if finished is not None and not finished.done():
                 finished.set_result(sent_at)
             sent += 1
             due = start + sent * 0.020
             await asyncio.sleep(max(0.0, due - time.monotonic()))
+
+    def _fail_speech(self, current: asyncio.Future[list[float]] | None) -> None:
+        """The line went down: nothing queued will be said (``say`` raises)."""
+        pending = [f for _, f in self._speech] + ([current] if current is not None else [])
+        self._speech.clear()
+        for future in pending:
+            if not future.done():
+                future.set_exception(ConnectionError("the call's stream is closed"))
 
     async def press(self, digit: str) -> None:
         await self._send({
@@ -238,6 +251,7 @@ class TwilioCall:
         except websockets.ConnectionClosed:
             pass
         finally:
+            self.close_code = self._ws.close_code, self._ws.close_reason
             self.closed.set()
 
     async def _play(self) -> None:

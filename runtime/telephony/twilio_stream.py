@@ -26,11 +26,14 @@ Rule 5. The end: ``stop`` (the caller hung up) or ``end_call`` end the session a
         call ended (``runtime.telephony.calls`` rule 2); a socket that just dropped ends this
         session and leaves the call open, and the next stream of the call continues its
         thread.
-Rule 6. ``end_call`` is the call's own built-in tool (offered in phone sessions only, always
-        allowed by the tool gate like the other built-ins: it ends nothing but this call). The
-        agent calls it, then says goodbye in the same answer; once that answer is done and
-        every piece of it has been heard (its marks are back), the server closes the stream —
-        Twilio asks the action URL, which answers ``<Hangup/>``.
+Rule 6. Hanging up is decided in code: when the caller's words take leave
+        (``plugins.brain.grounding.is_farewell``: "bye", "thanks, goodbye", 「再见」, "please
+        hang up"; not "don't hang up yet"), the answer to them is the last — once it is done
+        and every piece of it has been heard (its marks are back), the server closes the
+        stream and Twilio's action URL answers ``<Hangup/>``. ``end_call`` is the call's own
+        built-in tool (offered in phone sessions only, allowed by the gate like the other
+        built-ins): the model may propose it, and it is honoured only after such words — a
+        small model calls tools it should not (a statement was once taken for a goodbye).
 """
 
 from __future__ import annotations
@@ -39,19 +42,15 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import itertools
 import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from pipeline import events as ev
-from pipeline.audio_formats import AudioFormatError, ulaw_encode
+from pipeline.audio_formats import AudioFormatError
 from plugins.brain.tool_loop import ToolHandler
 from plugins.contracts import ToolSpec
 from runtime.errors import Disconnected, ProtocolError, Refused
@@ -61,17 +60,12 @@ from runtime.realtime.protocol import CloseCode, SessionStart
 from runtime.realtime.transport import MediaOut
 from runtime.telephony.calls import PhoneCall, number_digest
 from runtime.telephony.twilio_protocol import (
-    MARK_EVERY_MS,
     KeypadEntry,
     TokenRefused,
-    audio_mark,
-    clear_message,
     keypad_text,
-    mark_message,
-    media_message,
-    read_audio_mark,
     read_stream_token,
 )
+from runtime.telephony.twilio_voice import TwilioVoice
 
 if TYPE_CHECKING:
     from runtime.realtime.session import VoiceSession
@@ -80,7 +74,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TWILIO_STREAM_PATH = "/v1/telephony/twilio/stream"
-PHONE_RATE = 8_000
 PHONE_SESSION: dict[str, Any] = {
     "type": "realtime",
     "audio": {
@@ -91,7 +84,6 @@ PHONE_SESSION: dict[str, Any] = {
 """What a phone line carries: G.711 μ-law at 8 kHz both ways (rule 1)."""
 MAX_QUEUED = 4_000
 """Messages waiting for Twilio at most (rule 4): some 200 s of answer audio with its marks."""
-_PIECE_BYTES = PHONE_RATE * MARK_EVERY_MS // 1000
 
 END_CALL = ToolSpec(
     name="end_call",
@@ -108,132 +100,6 @@ END_CALL = ToolSpec(
     },
 )
 """Rule 6."""
-
-
-class TwilioVoice:
-    """The agent's voice on the call (rule 3): ``take``s answer audio, sends it with marks."""
-
-    def __init__(self, stream_sid: str, send: Any) -> None:
-        self.stream_sid = stream_sid
-        self._send = send
-        self._session: VoiceSession | None = None
-        self._generation: int | None = None
-        self._sent_ms = 0.0
-        self.heard_ms = 0.0
-        self._unheard: deque[tuple[float, bytes]] = deque()
-        """Pieces sent and not yet heard (end ms, μ-law), oldest first."""
-        self._held: deque[tuple[float, bytes]] = deque()
-        self._paused = False
-        self._fence: str | None = None
-        self._fences = itertools.count(1)
-        self.on_heard_all: Callable[[], None] | None = None
-        """``end_call`` (rule 6): called once the answer after it has been heard to its end."""
-        self._ending = False
-        self._end_armed = False
-
-    def end_after_answer(self) -> None:
-        """``end_call``: hang up once this answer is done and heard (rule 6)."""
-        self._ending = True
-
-    def bind(self, session: VoiceSession) -> None:
-        self._session = session
-
-    def detach(self) -> None:
-        self._session = None
-        self._reset(None)
-
-    def _reset(self, generation: int | None) -> None:
-        self._generation = generation
-        self._sent_ms = self.heard_ms = 0.0
-        self._unheard.clear()
-        self._held.clear()
-        self._paused = False
-
-    # ------------------------------------------------------------ the outbox's side
-
-    def take(self, event: ev.ServerEvent) -> bool:
-        if isinstance(event, ev.OutputAudioDelta):
-            self._audio(event)
-            return True
-        if isinstance(event, ev.OutputAudioPaused):
-            if event.generation == self._generation and not self._paused:
-                self._paused = True
-                if self._unheard:
-                    self._clear()
-                    self._held.extendleft(reversed(self._unheard))
-                    self._unheard.clear()
-        elif isinstance(event, ev.OutputAudioResumed):
-            if event.generation == self._generation and self._paused:
-                self._paused = False
-                while self._held:
-                    self._piece(*self._held.popleft())
-        elif isinstance(event, ev.ResponseInterrupted):
-            if event.generation == self._generation:
-                self.clear()
-                self._reset(None)
-        elif isinstance(event, ev.ResponseDone) and self._ending:
-            self._end_armed = True
-            self._maybe_end()
-        return False
-
-    def _maybe_end(self) -> None:
-        if self._end_armed and not self._unheard and not self._held and self.on_heard_all:
-            hang_up, self.on_heard_all = self.on_heard_all, None
-            hang_up()
-
-    def clear(self) -> None:
-        """Drop what Twilio still holds of the answer (``clear``, then a fence: rule 3)."""
-        if self._unheard:
-            self._clear()
-            self._unheard.clear()
-        self._held.clear()
-
-    def _audio(self, event: ev.OutputAudioDelta) -> None:
-        session = self._session
-        if session is None or not session.outbox.is_current(event.generation):
-            return
-        if event.generation != self._generation:
-            self._reset(event.generation)
-        pcm = np.frombuffer(event.delta[: len(event.delta) - len(event.delta) % 2], np.int16)
-        mulaw = ulaw_encode(pcm)
-        for start in range(0, len(mulaw), _PIECE_BYTES):
-            piece = mulaw[start : start + _PIECE_BYTES]
-            self._sent_ms += len(piece) * 1000 / PHONE_RATE
-            if self._paused:
-                self._held.append((self._sent_ms, piece))
-            else:
-                self._piece(self._sent_ms, piece)
-
-    def _piece(self, end_ms: float, mulaw: bytes) -> None:
-        assert self._generation is not None
-        self._send(media_message(self.stream_sid, mulaw))
-        self._send(mark_message(self.stream_sid, audio_mark(self._generation, end_ms)))
-        self._unheard.append((end_ms, mulaw))
-
-    def _clear(self) -> None:
-        self._send(clear_message(self.stream_sid))
-        self._fence = f"c{next(self._fences)}"
-        self._send(mark_message(self.stream_sid, self._fence))
-
-    # ------------------------------------------------------------ Twilio's side
-
-    def on_mark(self, name: str) -> None:
-        """Twilio played up to a mark (rule 3): the heard prefix moves on."""
-        if self._fence is not None:
-            if name == self._fence:
-                self._fence = None
-            return  # queued marks a clear flushed: not heard
-        mark = read_audio_mark(name)
-        if mark is None or mark[0] != self._generation:
-            return
-        generation, ms = mark
-        self.heard_ms = max(self.heard_ms, ms)
-        while self._unheard and self._unheard[0][0] <= ms:
-            self._unheard.popleft()
-        self._maybe_end()
-        session = self._session
-        if session is not None and session.engine is not None:
-            session.engine.on_playback(generation, ms)
 
 
 class TwilioLink:
@@ -261,6 +127,11 @@ class TwilioLink:
         return ((END_CALL, self._end_call),)
 
     async def _end_call(self, arguments: dict[str, Any]) -> str:
+        if not self.voice.farewell:  # code decides: the model only proposes (rule 6)
+            return (
+                "Not ended: the caller has not said goodbye or asked to hang up. Go on with "
+                "the conversation."
+            )
         self.voice.end_after_answer()
         return (
             "The call ends once the caller has heard your next words: say a short goodbye now, "

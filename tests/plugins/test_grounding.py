@@ -21,6 +21,7 @@ from plugins.brain.grounding import (
     detect_language,
     earlier_user_inputs,
     in_focus,
+    is_farewell,
     knowledge_query,
     knowledge_results,
     memory_entries,
@@ -590,3 +591,23 @@ def test_an_faqs_question_is_never_a_best_sentence_but_lends_its_words_to_its_an
     best = best_sentences("流量用超了怎么收费？", [faq], limit=1)
 
     assert [p.text for p in best] == ["超出的流量每 GB 5 元。"]
+
+
+@pytest.mark.parametrize(
+    ("text", "leaves"),
+    [
+        ("Goodbye, see you later.", True),
+        ("Okay, thanks, bye!", True),
+        ("Please hang up.", True),
+        ("好的，再见", True),
+        ("谢谢，拜拜", True),
+        ("挂了吧", True),
+        ("Thank you very much.", False),  # thanks alone: the caller may go on
+        ("My name is Sam and I live in Berlin.", False),
+        ("Don't hang up yet.", False),
+        ("What does goodbye mean?", False),
+        ("先不要挂", False),
+    ],
+)
+def test_a_farewell_is_words_that_take_leave_or_ask_to_hang_up(text: str, leaves: bool) -> None:
+    assert is_farewell(text) is leaves

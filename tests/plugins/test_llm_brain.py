@@ -1033,3 +1033,41 @@ async def test_the_last_round_is_never_searched_again() -> None:
 
     assert await spoken(brain, request) == NOT_IN_DOCUMENTS["en"]
     assert model.calls == []
+
+
+END_CALL = ToolSpec("end_call", "Hang up this phone call.", {"type": "object", "properties": {}})
+
+
+@pytest.mark.parametrize(
+    ("text", "language", "goodbye"),
+    [("Okay, bye!", "en", "Goodbye! Talk to you soon."), ("好的，再见", "zh", "再见！")],
+)
+async def test_on_a_phone_call_a_goodbye_hangs_up_by_code_then_says_goodbye(
+    text: str, language: str, goodbye: str
+) -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    tools = {"end_call": _answered("The call ends once the caller has heard your next words.")}
+    request = turn(text, language=language, tools=(KNOWLEDGE, CONFIDE, END_CALL))
+
+    out = [d async for d in run_brain_with_tools(brain, request, tools)]
+
+    assert [d.tool_call.name for d in out if d.tool_call is not None] == ["end_call"]
+    assert "".join(d.text for d in out) == goodbye
+    assert model.calls == []  # no model: neither for the hang-up nor for the goodbye
+
+
+@pytest.mark.parametrize(
+    "text", ["Thank you very much.", "My name is Sam and I live in Berlin.", "Don't hang up yet."]
+)
+async def test_the_model_is_never_offered_end_call_and_other_turns_do_not_hang_up(
+    text: str,
+) -> None:
+    model = FakeModel(["Sure."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn(text, language="en", tools=(KNOWLEDGE, CONFIDE, END_CALL))
+
+    out = await deltas(brain, request)
+
+    assert all(d.tool_call is None or d.tool_call.name != "end_call" for d in out)
+    assert all("end_call" not in str(payload) for payload in model.payloads)

@@ -316,7 +316,7 @@ class HangingUpBrain:
         self.requests.append(request)
         if request.tool_results:
             yield BrainDelta(text=GOODBYE)
-        elif "bye" in request.current_input.lower():
+        elif "bye" in request.current_input.lower() or "sam" in request.current_input.lower():
             reason = {"reason": "the caller said goodbye"}
             yield BrainDelta(tool_call=ToolCall("call_1", "end_call", reason))
         else:
@@ -364,3 +364,39 @@ async def test_only_phone_sessions_offer_end_call(tmp_path: Path) -> None:
             await client.send_json({"type": "response.create"})
             await client.wait_for(lambda m: m.type == "response.done", 10)
     assert "end_call" not in [t.name for t in brain.requests[0].tools]
+
+
+async def test_end_call_is_refused_unless_the_caller_took_leave(tmp_path: Path) -> None:
+    """A small model calls tools it should not: a statement is no goodbye, the call goes on."""
+    brain = HangingUpBrain()  # proposes end_call on "my name is Sam" too
+    async with phone_server(tmp_path, heard=("my name is sam",), brain=brain) as server:
+        call = twilio_call(server)
+        await call.webhook()
+        await call.connect()
+        await call.say(np.concatenate([tone(0.8), np.zeros(RATE // 2, np.int16)]))
+        events = await journaled(server, call, 4)
+        await call.say(np.zeros(RATE, np.int16))  # a second of the line after the answer
+        still_open = not call.closed.is_set()
+        await call.hang_up()
+    assert still_open
+    assert events[1][1]["name"] == "end_call"
+    assert events[2][1]["content"].startswith("Not ended")
+    phone = server.services.phone.get(call.call_sid)
+    assert phone is not None and phone.ended == "caller"
+
+
+async def test_a_goodbye_ends_the_call_after_the_answer_without_any_tool(tmp_path: Path) -> None:
+    """The default brain answers a goodbye in code, with no model and no tool (the fake brain
+    stands in for it here): the call ends once that answer has been heard."""
+    goodbye = "Goodbye! Talk to you soon."
+    async with phone_server(tmp_path, goodbye, heard=("okay, bye!",)) as server:
+        call = twilio_call(server)
+        await call.webhook()
+        await call.connect()
+        await call.say(np.concatenate([tone(0.8), np.zeros(RATE // 2, np.int16)]))
+        await until(lambda: call.closed.is_set(), 20)
+        heard_ms = call.played.speech_ms()
+    assert call.close_code == (1000, "the agent ended the call")
+    assert heard_ms >= len(goodbye) * 10 * 0.9
+    phone = server.services.phone.get(call.call_sid)
+    assert phone is not None and phone.ended == "agent"
