@@ -224,6 +224,10 @@ async def test_the_webhook_needs_twilios_signature_and_the_stream_its_token(
                 data=params,
                 headers={"X-Twilio-Signature": twilio_signature(AUTH_TOKEN, url, params)},
             )
+            huge = await http.post(url, content=b"a=" + b"x" * 100_000, headers={
+                "Content-Type": "application/x-www-form-urlencoded"
+            })  # fmt: skip
+        assert (huge.status_code, huge.json()["code"]) == (413, "payload_too_large")
         assert (unsigned.status_code, unsigned.json()["code"]) == (403, "invalid_signature")
         assert (forged.status_code, forged.json()["code"]) == (403, "invalid_signature")
         assert signed.status_code == 200 and signed.headers["content-type"].startswith("text/xml")
