@@ -46,10 +46,6 @@ class PhoneCall:
     ended: Ender | None = None
     ended_at: float | None = None
 
-    @property
-    def duration_s(self) -> float:
-        return (self.ended_at or time.time()) - self.started_at
-
 
 class PhoneCalls:
     MAX_CALLS = 10_000

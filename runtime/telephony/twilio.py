@@ -23,6 +23,7 @@ from runtime.http.policy import Policy, allow
 from runtime.realtime.handshake import role_for
 from runtime.telephony.calls import number_digest
 from runtime.telephony.twilio_protocol import (
+    busy_twiml,
     connect_stream_twiml,
     hangup_twiml,
     mint_stream_token,
@@ -33,7 +34,6 @@ from runtime.telephony.twilio_stream import TWILIO_STREAM_PATH
 log = logging.getLogger(__name__)
 
 VOICE_PATH = "/v1/telephony/twilio/voice"
-_BUSY = '<?xml version="1.0" encoding="UTF-8"?><Response><Reject reason="busy"/></Response>'
 
 router = APIRouter(tags=["telephony"])
 
@@ -71,7 +71,7 @@ async def voice(request: Request) -> Response:
     if call is not None and call.ended is not None:
         return _twiml(hangup_twiml())
     if services.draining or len(services.active_sessions) >= settings.max_sessions:
-        return _twiml(_BUSY)
+        return _twiml(busy_twiml())
     if call is not None:
         role_id = call.role_id
     else:

@@ -35,8 +35,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
+_XML = '<?xml version="1.0" encoding="UTF-8"?>'
 MARK_EVERY_MS = 100
 """The longest piece of answer audio between two marks: the heard prefix's resolution."""
 STREAM_TOKEN_PREFIX = "ts1"
@@ -181,10 +182,12 @@ def hangup_twiml() -> str:
 
 def say_twiml(text: str) -> str:
     """A short spoken refusal (the call cannot be served), then the call ends."""
-    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return (
-        f'<?xml version="1.0" encoding="UTF-8"?><Response><Say>{escaped}</Say><Hangup/></Response>'
-    )
+    return f"{_XML}<Response><Say>{escape(text)}</Say><Hangup/></Response>"
+
+
+def busy_twiml() -> str:
+    """The server takes no new sessions (draining, or at its limit): Twilio plays busy."""
+    return f'{_XML}<Response><Reject reason="busy"/></Response>'
 
 
 # ---------------------------------------------------------------- Media Streams messages
