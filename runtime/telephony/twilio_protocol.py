@@ -1,5 +1,5 @@
 """Twilio's side of a phone call, sans-I/O: webhook signatures, stream tokens, TwiML, the Media
-Streams messages, keypad entries and playback marks (SPEC TEL-1; ``runtime.telephony.twilio``
+Streams messages and playback marks (SPEC TEL-1; ``runtime.telephony.twilio``
 does the I/O).
 
 Rules
@@ -19,9 +19,8 @@ Rules
    that audio has played, so the heard prefix is exact to one piece. After a ``clear`` Twilio
    echoes the marks still queued without playing them, so the server sends a fence mark
    (``c<n>``) right behind the clear and ignores every mark until the fence comes back.
-4. Keypad digits (``dtmf``) are collected into an entry: ``#`` ends it at once, a pause of
-   ``gap_s`` ends it too, and ``*`` alone is an entry of its own (a "back" key); the entry
-   reaches the agent as the caller's words (``keypad_text``).
+4. Keypad digits (``dtmf``) are collected into entries as on every phone line
+   (``runtime.telephony.phone`` rule 2).
 """
 
 from __future__ import annotations
@@ -219,54 +218,3 @@ def read_audio_mark(name: str) -> tuple[int, float] | None:
         return int(generation), float(ms)
     except ValueError:
         return None
-
-
-# ---------------------------------------------------------------- rule 4: keypad entries
-
-
-class KeypadEntry:
-    """Digits pressed, collected into entries (rule 4); the caller polls ``due`` with the time."""
-
-    DIGITS = frozenset("0123456789*#ABCD")
-    MAX_DIGITS = 64
-
-    def __init__(self, gap_s: float) -> None:
-        self.gap_s = gap_s
-        self._digits: list[str] = []
-        self._last = 0.0
-
-    def press(self, digit: str, now: float) -> str | None:
-        """An entry ended by this key (``#``, or ``*`` alone), else None."""
-        if digit not in self.DIGITS:
-            return None
-        if digit == "#":
-            return self._take() or "#"
-        if digit == "*" and not self._digits:
-            return "*"
-        if len(self._digits) < self.MAX_DIGITS:
-            self._digits.append(digit)
-        self._last = now
-        return None
-
-    def due(self, now: float) -> str | None:
-        """The entry a pause of ``gap_s`` ended, if one did."""
-        if self._digits and now - self._last >= self.gap_s:
-            return self._take()
-        return None
-
-    def deadline(self) -> float | None:
-        return self._last + self.gap_s if self._digits else None
-
-    def _take(self) -> str:
-        entry = "".join(self._digits)
-        self._digits.clear()
-        return entry
-
-
-def keypad_text(entry: str) -> str:
-    """An entry as the caller's words: the brain reads it as input."""
-    if entry == "#":
-        return "(keypad: #)"
-    if entry == "*":
-        return "(keypad: *)"
-    return f"(keypad: {entry})"

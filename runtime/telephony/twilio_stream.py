@@ -26,14 +26,9 @@ Rule 5. The end: ``stop`` (the caller hung up) or ``end_call`` end the session a
         call ended (``runtime.telephony.calls`` rule 2); a socket that just dropped ends this
         session and leaves the call open, and the next stream of the call continues its
         thread.
-Rule 6. Hanging up is decided in code: when the caller's words take leave
-        (``plugins.brain.grounding.is_farewell``: "bye", "thanks, goodbye", 「再见」, "please
-        hang up"; not "don't hang up yet"), the answer to them is the last — once it is done
-        and every piece of it has been heard (its marks are back), the server closes the
-        stream and Twilio's action URL answers ``<Hangup/>``. ``end_call`` is the call's own
-        built-in tool (offered in phone sessions only, allowed by the gate like the other
-        built-ins): the model may propose it, and it is honoured only after such words — a
-        small model calls tools it should not (a statement was once taken for a goodbye).
+Rule 6. Hanging up is decided in code (``runtime.telephony.phone`` rule 3): once the last
+        answer is done and every piece of it has been heard (its marks are back), the server
+        closes the stream and Twilio's action URL answers ``<Hangup/>``.
 """
 
 from __future__ import annotations
@@ -53,53 +48,23 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from pipeline.audio_formats import AudioFormatError
 from plugins.brain.tool_loop import ToolHandler
 from plugins.contracts import ToolSpec
-from runtime.errors import Disconnected, ProtocolError, Refused
+from runtime.errors import Disconnected, ProtocolError
 from runtime.realtime.connection import RealtimeConnection
-from runtime.realtime.outbox import NO_EXTENSIONS
-from runtime.realtime.protocol import CloseCode, SessionStart
+from runtime.realtime.protocol import CloseCode
 from runtime.realtime.transport import MediaOut
-from runtime.telephony.calls import PhoneCall, number_digest
-from runtime.telephony.twilio_protocol import (
-    KeypadEntry,
-    TokenRefused,
-    keypad_text,
-    read_stream_token,
-)
+from runtime.telephony.calls import number_digest
+from runtime.telephony.phone import END_CALL, KeypadEntry, keypad_events, open_phone_session
+from runtime.telephony.twilio_protocol import TokenRefused, read_stream_token
 from runtime.telephony.twilio_voice import TwilioVoice
 
 if TYPE_CHECKING:
-    from runtime.realtime.session import VoiceSession
     from runtime.services import Services
 
 log = logging.getLogger(__name__)
 
 TWILIO_STREAM_PATH = "/v1/telephony/twilio/stream"
-PHONE_SESSION: dict[str, Any] = {
-    "type": "realtime",
-    "audio": {
-        "input": {"format": {"type": "audio/pcmu"}},
-        "output": {"format": {"type": "audio/pcmu"}},
-    },
-}
-"""What a phone line carries: G.711 μ-law at 8 kHz both ways (rule 1)."""
 MAX_QUEUED = 4_000
 """Messages waiting for Twilio at most (rule 4): some 200 s of answer audio with its marks."""
-
-END_CALL = ToolSpec(
-    name="end_call",
-    description=(
-        "Hang up this phone call. Use it when the caller says goodbye or asks to end the call. "
-        "After it, say one short goodbye: the line closes once the caller has heard it."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "reason": {"type": "string", "description": "why the call ends, in a few words"}
-        },
-        "additionalProperties": False,
-    },
-)
-"""Rule 6."""
 
 
 class TwilioLink:
@@ -108,7 +73,7 @@ class TwilioLink:
     def __init__(self, websocket: WebSocket, stream_sid: str, *, keypad_gap_s: float) -> None:
         self.websocket = websocket
         self.voice = TwilioVoice(stream_sid, self.send)
-        self.voice.on_heard_all = self._hang_up
+        self.voice.hang_up.on_heard_all = self._hang_up
         self.media: MediaOut | None = self.voice
         self.connection: RealtimeConnection | None = None
         self.keypad = KeypadEntry(keypad_gap_s)
@@ -124,19 +89,7 @@ class TwilioLink:
 
     @property
     def call_tools(self) -> tuple[tuple[ToolSpec, ToolHandler], ...]:
-        return ((END_CALL, self._end_call),)
-
-    async def _end_call(self, arguments: dict[str, Any]) -> str:
-        if not self.voice.farewell:  # code decides: the model only proposes (rule 6)
-            return (
-                "Not ended: the caller has not said goodbye or asked to hang up. Go on with "
-                "the conversation."
-            )
-        self.voice.end_after_answer()
-        return (
-            "The call ends once the caller has heard your next words: say a short goodbye now, "
-            "in the caller's language."
-        )
+        return ((END_CALL, self.voice.hang_up.end_call),)
 
     def _hang_up(self) -> None:
         self.ended_by_agent = True
@@ -254,15 +207,8 @@ class TwilioLink:
 
     def _entry(self, entry: str | None) -> None:
         """A keypad entry reaches the agent as the caller's words (rule 2)."""
-        if entry is None:
-            return
-        item = {
-            "type": "message",
-            "role": "user",
-            "content": [{"type": "input_text", "text": keypad_text(entry)}],
-        }
-        self._pending.append(json.dumps({"type": "conversation.item.create", "item": item}))
-        self._pending.append(json.dumps({"type": "response.create"}))
+        if entry is not None:
+            self._pending.extend(keypad_events(entry))
 
 
 async def _twilio_start(websocket: WebSocket, timeout_s: float) -> dict[str, Any]:
@@ -314,7 +260,7 @@ async def serve_twilio_stream(websocket: WebSocket, services: Services) -> None:
     connection.principal = principal
     services.active_sessions.add(connection.id)
     try:
-        session = await _open(connection, call)
+        session = await open_phone_session(connection, call)
         if session is None:
             return
         link.voice.bind(session)
@@ -332,21 +278,3 @@ async def serve_twilio_stream(websocket: WebSocket, services: Services) -> None:
         await link.finish()
         with contextlib.suppress(Exception):
             await websocket.close(1000)
-
-
-async def _open(connection: RealtimeConnection, call: PhoneCall) -> VoiceSession | None:
-    """The call's session: a new thread, or the call's thread continued (calls rule 1)."""
-    start = SessionStart(
-        type="openrealtime.session.start",
-        model=call.role_id,
-        extensions=NO_EXTENSIONS,
-        session=dict(PHONE_SESSION),
-        requested_thread_id=call.thread_id,
-        previous_voice_session_id=call.session_id,
-    )
-    try:
-        return await connection.open(start)
-    except Refused as refused:
-        log.warning("phone call %s refused: %s", call.call_sid, refused.error_code)
-        await connection.link.close(refused.close_code, refused.close_reason)
-        return None

@@ -7,23 +7,21 @@ generation and the milliseconds played by its end; Twilio echoes a mark once its
 played (``on_mark``), which is what the engine learns as playback — the heard prefix. An
 interruption sends ``clear`` and a fence mark (the marks Twilio flushes come back before the
 fence and are not counted); a pause (``openrealtime.output_audio.paused``) clears too and keeps
-what was not heard, sent again on ``resumed``. After ``end_after_answer`` (``end_call``) the
-next answer's end, once heard, calls ``on_heard_all``; so does the answer to words that take
-leave (``is_farewell``: "bye", 「再见」, "please hang up").
+what was not heard, sent again on ``resumed``. ``hang_up`` (``runtime.telephony.phone`` rule 3)
+is told whenever every piece sent has been heard.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pipeline import events as ev
 from pipeline.audio_formats import ulaw_encode
-from plugins.brain.grounding import is_farewell
+from runtime.telephony.phone import PHONE_RATE, HangUp
 from runtime.telephony.twilio_protocol import (
     MARK_EVERY_MS,
     audio_mark,
@@ -36,7 +34,6 @@ from runtime.telephony.twilio_protocol import (
 if TYPE_CHECKING:
     from runtime.realtime.session import VoiceSession
 
-PHONE_RATE = 8_000
 _PIECE_BYTES = PHONE_RATE * MARK_EVERY_MS // 1000
 
 
@@ -56,17 +53,7 @@ class TwilioVoice:
         self._paused = False
         self._fence: str | None = None
         self._fences = itertools.count(1)
-        self.on_heard_all: Callable[[], None] | None = None
-        """``end_call`` (rule 6): called once the answer after it has been heard to its end."""
-        self._ending = False
-        self._end_armed = False
-        self.farewell = False
-        """The caller's last words took leave (``is_farewell``): the call ends after the answer
-        to them (rule 6)."""
-
-    def end_after_answer(self) -> None:
-        """``end_call``: hang up once this answer is done and heard (rule 6)."""
-        self._ending = True
+        self.hang_up = HangUp()
 
     def bind(self, session: VoiceSession) -> None:
         self._session = session
@@ -104,19 +91,13 @@ class TwilioVoice:
             if event.generation == self._generation:
                 self.clear()
                 self._reset(None)
-        elif isinstance(event, ev.TranscriptionCompleted):
-            self.farewell = is_farewell(event.transcript)
-            if self.farewell:
-                self.end_after_answer()
-        elif isinstance(event, ev.ResponseDone) and self._ending:
-            self._end_armed = True
+        elif self.hang_up.note(event):
             self._maybe_end()
         return False
 
     def _maybe_end(self) -> None:
-        if self._end_armed and not self._unheard and not self._held and self.on_heard_all:
-            hang_up, self.on_heard_all = self.on_heard_all, None
-            hang_up()
+        if not self._unheard and not self._held:
+            self.hang_up.heard_all()
 
     def clear(self) -> None:
         """Drop what Twilio still holds of the answer (``clear``, then a fence: rule 3)."""

@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from runtime.telephony.calls import PhoneCalls, number_digest
+from runtime.telephony.phone import KeypadEntry
 from runtime.telephony.twilio_protocol import (
-    KeypadEntry,
     StreamTokens,
     TokenRefused,
     audio_mark,

@@ -1,0 +1,197 @@
+"""What every phone line shares, whatever carries it (Twilio Media Streams, SIP): the session a
+call opens, keypad entries, and how a call ends in code.
+
+Rules
+-----
+1. A call is a realtime session on a GA-only connection whose input and output are G.711 at
+   8 kHz (``phone_session``): the same sessions, journal, memory and tools as every transport.
+   It runs as the line's owner (``telephony_token``) with the role the called number chose; its
+   first stream opens a new thread, a later stream of the same call continues it
+   (``open_phone_session``; ``runtime.telephony.calls`` rule 1).
+2. Keypad digits are collected into an entry: ``#`` ends it at once, a pause of ``gap_s`` ends
+   it too, and ``*`` alone is an entry of its own (a "back" key); the entry reaches the agent as
+   the caller's words (``keypad_text``) through ``conversation.item.create`` +
+   ``response.create`` (``keypad_events``), so an answer being spoken gives way.
+3. Hanging up is decided in code (``HangUp``): when the caller's words take leave
+   (``plugins.brain.grounding.is_farewell``: "bye", "thanks, goodbye", 「再见」, "please hang
+   up"; not "don't hang up yet"), the answer to them is the last — once it is done and the
+   caller has heard all of it, the line's ``on_heard_all`` hangs up. ``end_call`` is the call's
+   own built-in tool (offered in phone sessions only, allowed by the gate like the other
+   built-ins): the model may propose it, and it is honoured only after such words — a small
+   model calls tools it should not (a statement was once taken for a goodbye).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pipeline import events as ev
+from plugins.brain.grounding import is_farewell
+from plugins.contracts import ToolSpec
+from runtime.errors import Refused
+from runtime.realtime.outbox import NO_EXTENSIONS
+from runtime.realtime.protocol import SessionStart
+
+if TYPE_CHECKING:
+    from runtime.realtime.connection import RealtimeConnection
+    from runtime.realtime.session import VoiceSession
+    from runtime.telephony.calls import PhoneCall
+
+log = logging.getLogger(__name__)
+
+PHONE_RATE = 8_000
+SAMPLES_PER_20MS = PHONE_RATE // 50
+
+
+def phone_session(kind: str = "audio/pcmu") -> dict[str, Any]:
+    """The session a phone line opens (rule 1): G.711 (``audio/pcmu`` or ``audio/pcma``)."""
+    return {
+        "type": "realtime",
+        "audio": {"input": {"format": {"type": kind}}, "output": {"format": {"type": kind}}},
+    }
+
+
+async def open_phone_session(
+    connection: RealtimeConnection, call: PhoneCall, kind: str = "audio/pcmu"
+) -> VoiceSession | None:
+    """The call's session: a new thread, or the call's thread continued (rule 1)."""
+    start = SessionStart(
+        type="openrealtime.session.start",
+        model=call.role_id,
+        extensions=NO_EXTENSIONS,
+        session=phone_session(kind),
+        requested_thread_id=call.thread_id,
+        previous_voice_session_id=call.session_id,
+    )
+    try:
+        return await connection.open(start)
+    except Refused as refused:
+        log.warning("phone call %s refused: %s", call.call_sid, refused.error_code)
+        await connection.link.close(refused.close_code, refused.close_reason)
+        return None
+
+
+# ---------------------------------------------------------------- rule 2: keypad entries
+
+
+class KeypadEntry:
+    """Digits pressed, collected into entries (rule 2); the caller polls ``due`` with the time."""
+
+    DIGITS = frozenset("0123456789*#ABCD")
+    MAX_DIGITS = 64
+
+    def __init__(self, gap_s: float) -> None:
+        self.gap_s = gap_s
+        self._digits: list[str] = []
+        self._last = 0.0
+
+    def press(self, digit: str, now: float) -> str | None:
+        """An entry ended by this key (``#``, or ``*`` alone), else None."""
+        if digit not in self.DIGITS:
+            return None
+        if digit == "#":
+            return self._take() or "#"
+        if digit == "*" and not self._digits:
+            return "*"
+        if len(self._digits) < self.MAX_DIGITS:
+            self._digits.append(digit)
+        self._last = now
+        return None
+
+    def due(self, now: float) -> str | None:
+        """The entry a pause of ``gap_s`` ended, if one did."""
+        if self._digits and now - self._last >= self.gap_s:
+            return self._take()
+        return None
+
+    def deadline(self) -> float | None:
+        return self._last + self.gap_s if self._digits else None
+
+    def _take(self) -> str:
+        entry = "".join(self._digits)
+        self._digits.clear()
+        return entry
+
+
+def keypad_text(entry: str) -> str:
+    """An entry as the caller's words: the brain reads it as input."""
+    return f"(keypad: {entry})"
+
+
+def keypad_events(entry: str) -> list[str]:
+    """The client events that give the agent a keypad entry as the caller's words (rule 2)."""
+    item = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": keypad_text(entry)}],
+    }
+    return [
+        json.dumps({"type": "conversation.item.create", "item": item}),
+        json.dumps({"type": "response.create"}),
+    ]
+
+
+# ---------------------------------------------------------------- rule 3: the end of a call
+
+END_CALL = ToolSpec(
+    name="end_call",
+    description=(
+        "Hang up this phone call. Use it when the caller says goodbye or asks to end the call. "
+        "After it, say one short goodbye: the line closes once the caller has heard it."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "reason": {"type": "string", "description": "why the call ends, in a few words"}
+        },
+        "additionalProperties": False,
+    },
+)
+
+
+class HangUp:
+    """When a call ends in code (rule 3). The line's voice shows it every server event
+    (``note``) and calls ``heard_all`` whenever the caller has heard everything sent."""
+
+    def __init__(self) -> None:
+        self.on_heard_all: Callable[[], None] | None = None
+        self.farewell = False
+        """The caller's last words took leave: the call ends after the answer to them."""
+        self._ending = False
+        self._armed = False
+
+    def end_after_answer(self) -> None:
+        """``end_call``: hang up once this answer is done and heard."""
+        self._ending = True
+
+    def note(self, event: ev.ServerEvent) -> bool:
+        """True when the last answer just ended (check ``heard_all`` now)."""
+        if isinstance(event, ev.TranscriptionCompleted):
+            self.farewell = is_farewell(event.transcript)
+            if self.farewell:
+                self._ending = True
+        elif isinstance(event, ev.ResponseDone) and self._ending:
+            self._armed = True
+            return True
+        return False
+
+    def heard_all(self) -> None:
+        if self._armed and self.on_heard_all is not None:
+            hang_up, self.on_heard_all = self.on_heard_all, None
+            hang_up()
+
+    async def end_call(self, arguments: dict[str, Any]) -> str:
+        """The ``end_call`` tool's handler: honoured only after words that take leave."""
+        if not self.farewell:
+            return (
+                "Not ended: the caller has not said goodbye or asked to hang up. Go on with "
+                "the conversation."
+            )
+        self.end_after_answer()
+        return (
+            "The call ends once the caller has heard your next words: say a short goodbye now, "
+            "in the caller's language."
+        )
