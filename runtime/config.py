@@ -121,6 +121,21 @@ class Settings(BaseSettings):
     """Keys pressed this far apart end a keypad entry (``#`` ends it at once)."""
     telephony_stream_token_ttl_s: float = Field(default=30.0, ge=5, le=600)
     """How long the stream token in a webhook's TwiML may open its stream."""
+    sip_listen: str = ""
+    """Where the SIP endpoint listens, UDP and TCP (``127.0.0.1:5060``; port 0: any free one).
+    Empty: no SIP. Keep it off public interfaces unless ``sip_allow_networks`` and
+    ``sip_trunks`` say who may call (runtime/telephony/sip_server.py)."""
+    sip_media_address: str = ""
+    """The address RTP is sent to, written in our SDP and Contact; empty: the listen host (which
+    must then be a real address, not 0.0.0.0)."""
+    sip_allow_networks: str = "127.0.0.1/32,::1/128"
+    """Comma-separated networks SIP requests may come from (others: 403); empty: any."""
+    sip_trunks: SecretStr = SecretStr("")
+    """``name:password,…``: when set, an INVITE must carry one trunk's digest credentials
+    (401 challenge). Never logged."""
+    sip_realm: str = "openrealtime"
+    sip_rtp_ports: str = ""
+    """``20000-20999``: the UDP ports RTP may use (even ones); empty: any free port."""
 
     # per-user limits (SPEC ACC-5), per process
     max_live_sessions_per_user: int = Field(default=10, ge=1, le=10_000)

@@ -22,6 +22,7 @@ from runtime.app import create_asgi_app
 from runtime.config import Settings
 from runtime.drain import DrainReport, DrainState, drain_sessions
 from runtime.services import Services, open_services
+from runtime.telephony.sip_server import SipServer
 from runtime.token_keepalive import TokenKeepalive
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class RunningServer:
     host: str
     port: int
     drain_state: DrainState
+    sip: SipServer | None = None
 
     async def drain(self, timeout_s: float | None = None) -> DrainReport:
         """Refuse new sessions and hand the live ones over (``runtime/drain.py``), within
@@ -111,6 +113,7 @@ async def running_server(
     server = _Server(uvicorn_config(app, settings))
     await asyncio.to_thread(echo.warm_up)  # the echo guard's kernels, before any session
     task = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
+    sip: SipServer | None = None
     try:
         while not server.started:
             if task.done():
@@ -119,8 +122,13 @@ async def running_server(
         services.loop_lag.start()
         await services.start_background()
         keepalive.start()
-        yield RunningServer(services, settings.host, port, drain)
+        if settings.sip_listen:
+            sip = SipServer(services)
+            await sip.start()
+        yield RunningServer(services, settings.host, port, drain, sip)
     finally:
+        if sip is not None:
+            await sip.close()
         await keepalive.stop()
         await services.loop_lag.stop()
         await services.role_memory.close()

@@ -54,6 +54,16 @@ def phone_session(kind: str = "audio/pcmu") -> dict[str, Any]:
     }
 
 
+def number_roles(setting: str) -> dict[str, str]:
+    """``telephony_numbers`` as called number → role id or name (rule 1)."""
+    roles: dict[str, str] = {}
+    for pair in setting.split(","):
+        number, _, role = pair.partition("=")
+        if number.strip() and role.strip():
+            roles[number.strip()] = role.strip()
+    return roles
+
+
 async def open_phone_session(
     connection: RealtimeConnection, call: PhoneCall, kind: str = "audio/pcmu"
 ) -> VoiceSession | None:

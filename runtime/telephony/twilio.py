@@ -22,6 +22,7 @@ from runtime.http.api import services_of
 from runtime.http.policy import Policy, allow
 from runtime.realtime.handshake import role_for
 from runtime.telephony.calls import number_digest
+from runtime.telephony.phone import number_roles
 from runtime.telephony.twilio_protocol import (
     busy_twiml,
     connect_stream_twiml,
@@ -36,16 +37,6 @@ log = logging.getLogger(__name__)
 VOICE_PATH = "/v1/telephony/twilio/voice"
 
 router = APIRouter(tags=["telephony"])
-
-
-def number_roles(setting: str) -> dict[str, str]:
-    """``telephony_numbers`` as called number → role id or name."""
-    roles: dict[str, str] = {}
-    for pair in setting.split(","):
-        number, _, role = pair.partition("=")
-        if number.strip() and role.strip():
-            roles[number.strip()] = role.strip()
-    return roles
 
 
 def _twiml(body: str) -> Response:
