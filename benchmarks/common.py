@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -113,6 +114,20 @@ async def server_process(module: str, *args: str) -> AsyncIterator[ServerProcess
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+def free_udp_and_tcp_port() -> int:
+    """A port free for both UDP and TCP on 127.0.0.1 (a SIP endpoint binds both)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.bind(("127.0.0.1", 0))
+            port = int(udp.getsockname()[1])
+            with socket.socket() as tcp:
+                try:
+                    tcp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
 
 
 @dataclass

@@ -7,16 +7,19 @@
   phone network), with the **embedded stack** (energy VAD, Whisper base, the local model, Piper)
   in this process: the same spoken questions (``benchmarks.voice_latency``'s) over a Twilio
   Media Streams call (8 kHz μ-law, ``runtime/telephony/twilio_client.py``) and over the GA
-  WebSocket (16 kHz PCM), alternating, in one run (the goodbye ends the call, as it should: the
-  next turn dials again). ``sip``'s figures are null, with the reason: no SIP endpoint yet.
+  WebSocket (16 kHz PCM) and over a SIP call (RTP, 8 kHz μ-law, ``runtime/telephony/sip_client.py``;
+  its first answer frame is the talk spurt's, marked), alternating, in one run (the goodbye ends
+  a call, as it should: the next turn dials again).
 - ``bargein_output_stop_ms``: with instant fake plugins (a server process), a caller speaks over
   the answer; from the chunk where the speech has lasted ``min_interrupt_ms`` (the crossing
-  frame) leaving the client → Twilio's ``clear`` arriving.
+  frame) leaving the client → Twilio's ``clear`` arriving; ``sip``: → when the frame after the
+  answer's last one was due over RTP (the server stops sending; there is no ``clear``).
 - ``max_concurrent_calls`` / ``cpu_pct_per_call``: the same server process, N calls at once, each
   taking a turn every ``--period`` seconds (600 ms of speech, then the line's silence); a step
   passes while no turn fails and the p99 of end of speech → first answer audio stays within
   ``--limit-ms`` of one call's median. CPU is the server process's (``/proc``) at the largest
-  step that passed, per call; the client's own is reported beside it.
+  step that passed, per call; the client's own is reported beside it. Twilio calls, then SIP
+  calls (``sip_capacity``: each SIP call has its own 20 ms RTP clock in the server).
 - ``asr_wer_8k`` / ``asr_wer_16k``: ``benchmarks.asr_roundtrip`` through a μ-law line and
   wideband (``--skip-wer`` leaves them out).
 """
@@ -39,12 +42,13 @@ import httpx
 import numpy as np
 
 from benchmarks import asr_roundtrip, voice_latency
-from benchmarks.common import emit, p50_p99, percentile, server_process
+from benchmarks.common import emit, free_udp_and_tcp_port, p50_p99, percentile, server_process
 from evals.runner import last_voiced_sample
 from pipeline.audio import INPUT_SAMPLE_RATE, PCM, resample
 from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server
+from runtime.telephony.sip_client import SipPhone
 from runtime.telephony.twilio_client import CHUNK, RATE, TwilioCall
 
 AUTH_TOKEN = "benchmark-twilio-auth-token"
@@ -61,30 +65,39 @@ def _speech(seconds: float) -> np.ndarray:
     )
 
 
-async def _quiet(call: TwilioCall, seconds: float, limit_s: float = 60.0) -> None:
+async def _quiet(arrivals: list[float], seconds: float, limit_s: float = 60.0) -> None:
     """Wait until no answer audio has arrived for ``seconds``."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:  # noqa: ASYNC110 (polls the client's arrivals)
-        last = call.media_at[-1] if call.media_at else 0.0
+        last = arrivals[-1] if arrivals else 0.0
         if time.monotonic() - last >= seconds:
             return
         await asyncio.sleep(0.05)
 
 
-async def twilio_turn(call: TwilioCall, voice8k: np.ndarray) -> float | None:
-    """One spoken question over the call: end of speech → first answer audio (ms)."""
+async def phone_turn(call: TwilioCall | SipPhone, voice8k: np.ndarray) -> float | None:
+    """One spoken question over a call: end of speech → first answer audio (ms)."""
+    arrivals = call.media_at if isinstance(call, TwilioCall) else call.arrivals
     end = last_voiced_sample(resample(voice8k, RATE, INPUT_SAMPLE_RATE)) // 2
-    mark = len(call.media_at)
+    mark = len(arrivals)
     sent = await call.say(voice8k)
     speech_end = sent[min(len(sent) - 1, end // CHUNK)]
     deadline = time.monotonic() + 60
-    while len(call.media_at) <= mark and time.monotonic() < deadline:  # noqa: ASYNC110
+    while len(arrivals) <= mark and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
-    if len(call.media_at) <= mark:
-        return None
-    first = next(at for at in call.media_at[mark:] if at >= speech_end)
-    await _quiet(call, 1.5)
-    return (first - speech_end) * 1000
+    first = next((at for at in arrivals[mark:] if at >= speech_end), None)
+    await _quiet(arrivals, 1.5)
+    return None if first is None else (first - speech_end) * 1000
+
+
+async def _sip_dial(server: RunningServer) -> SipPhone:
+    assert server.sip is not None
+    phone = SipPhone(("127.0.0.1", server.sip.port))
+    await phone.open()
+    answer = await phone.call()
+    if answer.status != 200:
+        raise RuntimeError(f"the SIP call was answered {answer.status}")
+    return phone
 
 
 async def _dial(base_url: str) -> TwilioCall:
@@ -105,11 +118,13 @@ async def latency(turns: int) -> dict[str, Any]:
     voices = [await voice_latency.synthesize(q) for q, _ in voice_latency.QUESTIONS]
     ws_ms: list[float] = []
     phone_ms: list[float] = []
+    sip_ms: list[float] = []
     with tempfile.TemporaryDirectory(prefix="openrealtime-telephony-") as data_dir:
         settings = Settings.model_validate(
             {
                 "port": 0, "data_dir": Path(data_dir), "storage": "memory",
                 "twilio_auth_token": AUTH_TOKEN, "telephony_token": LINE_TOKEN,
+                "sip_listen": "127.0.0.1:0",
             }
         )  # fmt: skip
         async with running_server(settings) as server:
@@ -123,6 +138,7 @@ async def latency(turns: int) -> dict[str, Any]:
             async with RealtimeClient(server.ws_url, server.token, clock=time.monotonic) as ws:
                 await ws.connect()
                 call: TwilioCall | None = None
+                sip: SipPhone | None = None
                 for i in range(turns):
                     voice: PCM = voices[i % len(voices)]
                     row = await voice_latency.one_turn(ws, voice)
@@ -133,18 +149,39 @@ async def latency(turns: int) -> dict[str, Any]:
                             await call.close()
                         call = await _dial(server.http_url)
                     padded = np.concatenate((voice, np.zeros(INPUT_SAMPLE_RATE, np.int16)))
-                    took = await twilio_turn(call, resample(padded, INPUT_SAMPLE_RATE, RATE))
+                    voice8k = resample(padded, INPUT_SAMPLE_RATE, RATE)
+                    took = await phone_turn(call, voice8k)
                     if took is not None:
                         phone_ms.append(took)
+                    if sip is None or sip.hung_up.is_set():
+                        if sip is not None:
+                            await sip.close()
+                        sip = await _sip_dial(server)
+                    took = await phone_turn(sip, voice8k)
+                    if took is not None:
+                        sip_ms.append(took)
                 if call is not None:
                     await call.hang_up()
-    return {"twilio": p50_p99(phone_ms), "websocket": p50_p99(ws_ms), "turns": turns}
+                if sip is not None:
+                    if not sip.hung_up.is_set():
+                        await sip.hang_up()
+                    await sip.close()
+    return {
+        "sip": p50_p99(sip_ms),
+        "twilio": p50_p99(phone_ms),
+        "websocket": p50_p99(ws_ms),
+        "turns": turns,
+    }
+
+
+SIP_PORT = free_udp_and_tcp_port()
 
 
 def _fake_server_env() -> dict[str, str]:
     return {
         "OPENREALTIME_TWILIO_AUTH_TOKEN": AUTH_TOKEN,
         "OPENREALTIME_TELEPHONY_TOKEN": LINE_TOKEN,
+        "OPENREALTIME_SIP_LISTEN": f"127.0.0.1:{SIP_PORT}",
     }
 
 
@@ -187,8 +224,34 @@ async def bargein(base: str, turns: int, min_interrupt_ms: int = 300) -> list[fl
             if len(call.clear_at) > clears:
                 stops.append((call.clear_at[clears] - crossing) * 1000)
             await call.say(np.zeros(RATE // 2, np.int16))
-            await _quiet(call, 1.5)
+            await _quiet(call.media_at, 1.5)
         await call.hang_up()
+    return stops
+
+
+async def bargein_sip(turns: int, min_interrupt_ms: int = 300) -> list[float]:
+    """Crossing frame → the answer's last frame arriving over RTP (ms), ``turns`` times."""
+    stops: list[float] = []
+    async with SipPhone(("127.0.0.1", SIP_PORT)) as phone:
+        await phone.call()
+        for _ in range(turns):
+            mark = len(phone.arrivals)
+            await phone.say(np.concatenate((_speech(0.6), np.zeros(RATE // 2, np.int16))))
+            while len(phone.arrivals) < mark + 10:  # noqa: ASYNC110 (the answer is playing)
+                await asyncio.sleep(0.01)
+            sent = await phone.say(_speech(0.8))
+            crossing = sent[min_interrupt_ms // 20 - 1]
+            await asyncio.sleep(0.2)
+            # The first answer's frames: the second cannot start before the speech has ended.
+            answer = [at for at in phone.arrivals[mark:] if at <= sent[-1] + 0.2]
+            last = max(answer)
+            if last < crossing - 0.1:
+                continue  # the answer ended before the barge-in: nothing to stop
+            # The line went quiet when the frame after the last one was due.
+            stops.append(max(0.0, last + 0.020 - crossing) * 1000)
+            await phone.say(np.zeros(RATE // 2, np.int16))
+            await _quiet(phone.arrivals, 1.5)
+        await phone.hang_up()
     return stops
 
 
@@ -222,13 +285,48 @@ async def converse(
         out["failures"] += 1
 
 
+async def converse_sip(
+    base: str, until: float, period: float, offset: float, out: dict[str, Any]
+) -> None:
+    """``converse`` over a SIP call."""
+    try:
+        async with SipPhone(("127.0.0.1", SIP_PORT)) as phone:
+            if (await phone.call()).status != 200:
+                out["failures"] += 1
+                return
+            await asyncio.sleep(offset)
+            loop = asyncio.get_running_loop()
+            while loop.time() < until:
+                started = loop.time()
+                mark = len(phone.arrivals)
+                speech_end = (await phone.say(_speech(0.6)))[-1]
+                deadline = time.monotonic() + 10
+                while len(phone.arrivals) <= mark and time.monotonic() < deadline:  # noqa: ASYNC110
+                    await asyncio.sleep(0.005)
+                if len(phone.arrivals) > mark:
+                    out["latencies"].append((phone.arrivals[mark] - speech_end) * 1000)
+                else:
+                    out["failures"] += 1
+                rest = period - (loop.time() - started)
+                if rest > 0:
+                    await asyncio.sleep(rest)
+            await phone.hang_up()
+    except (OSError, TimeoutError):
+        out["failures"] += 1
+
+
 def _client_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
 async def capacity(
-    server: Any, steps: tuple[int, ...], duration: float, period: float, limit_ms: float
+    server: Any,
+    steps: tuple[int, ...],
+    duration: float,
+    period: float,
+    limit_ms: float,
+    talk: Any = converse,
 ) -> dict[str, Any]:
     base = _http_url(server.url)
     rows: list[dict[str, Any]] = []
@@ -240,7 +338,7 @@ async def capacity(
         cpu0, client0, wall0 = server.cpu_seconds(), _client_cpu(), time.perf_counter()
         until = loop.time() + duration
         await asyncio.gather(
-            *(converse(base, until, period, (i % 50) * period / 50, out) for i in range(n))
+            *(talk(base, until, period, (i % 50) * period / 50, out) for i in range(n))
         )
         wall = time.perf_counter() - wall0
         server_pct = 100 * (server.cpu_seconds() - cpu0) / wall
@@ -273,16 +371,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     steps = tuple(int(x) for x in args.steps.split(","))
     async with fake_phone_server() as server:
         stops = await bargein(_http_url(server.url), args.bargein_turns)
+        sip_stops = await bargein_sip(args.bargein_turns)
         found = await capacity(server, steps, args.duration, args.period, args.limit_ms)
-    _progress("bargein and capacity", {"stops": stops, **found})
+        found_sip = await capacity(
+            server, steps, args.duration, args.period, args.limit_ms, talk=converse_sip
+        )
+    _progress("bargein and capacity", {"stops": stops, "sip": sip_stops, **found})
+    _progress("sip capacity", found_sip)
     result["calls"] = found["max_concurrent_calls"]
-    result["bargein_output_stop_ms"] = {**p50_p99(stops), "turns": len(stops)}
+    result["bargein_output_stop_ms"] = {
+        **p50_p99(stops),
+        "turns": len(stops),
+        "sip": {**p50_p99(sip_stops), "turns": len(sip_stops)},
+    }
     result.update(found)
+    result["sip_capacity"] = found_sip
     ear = await latency(args.turns)
     _progress("latency", ear)
-    no_sip = {"p50": None, "p99": None, "reason": "no SIP endpoint yet (issue 35 item 2)"}
     result["mouth_to_ear_ms"] = {
-        "sip": no_sip,
+        "sip": ear["sip"],
         "twilio": ear["twilio"],
         "websocket": ear["websocket"],
     }

@@ -121,6 +121,10 @@ class Settings(BaseSettings):
     """Keys pressed this far apart end a keypad entry (``#`` ends it at once)."""
     telephony_stream_token_ttl_s: float = Field(default=30.0, ge=5, le=600)
     """How long the stream token in a webhook's TwiML may open its stream."""
+    telephony_transfer_targets: str = ""
+    """Where each role may transfer a call (``transfer_call``), as
+    ``support=+15550150|sip:desk@pbx.example.com;sales=+15550160`` (role id or name; numbers
+    or SIP URIs). A role not listed is not offered the tool."""
     sip_listen: str = ""
     """Where the SIP endpoint listens, UDP and TCP (``127.0.0.1:5060``; port 0: any free one).
     Empty: no SIP. Keep it off public interfaces unless ``sip_allow_networks`` and

@@ -45,6 +45,8 @@ class PhoneCall:
     streams: int = 0
     ended: Ender | None = None
     ended_at: float | None = None
+    transfer_target: str | None = None
+    """Where the agent transferred the call (``phone`` rule 4)."""
 
 
 class PhoneCalls:

@@ -19,25 +19,37 @@ Rules
    own built-in tool (offered in phone sessions only, allowed by the gate like the other
    built-ins): the model may propose it, and it is honoured only after such words — a small
    model calls tools it should not (a statement was once taken for a goodbye).
+4. ``transfer_call`` hands the call on to a target the role allows
+   (``telephony_transfer_targets``: only those are offered, as an enum, and only those are
+   accepted); like ``end_call`` it takes effect once the answer that announces it has been
+   heard: Twilio's action URL then dials the target, a SIP call is REFERred to it. A role
+   with no targets is not offered the tool. ``send_dtmf`` plays keypad tones to the far end
+   (an IVR the call reached): RFC 4733 events on SIP, in-band tones on Twilio's audio.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from pipeline import events as ev
 from plugins.brain.grounding import is_farewell
+from plugins.brain.tool_loop import ToolHandler
 from plugins.contracts import ToolSpec
 from runtime.errors import Refused
 from runtime.realtime.outbox import NO_EXTENSIONS
 from runtime.realtime.protocol import SessionStart
 
 if TYPE_CHECKING:
+    from accounts.model import Principal
     from runtime.realtime.connection import RealtimeConnection
     from runtime.realtime.session import VoiceSession
+    from runtime.services import Services
     from runtime.telephony.calls import PhoneCall
 
 log = logging.getLogger(__name__)
@@ -163,10 +175,13 @@ END_CALL = ToolSpec(
 
 
 class HangUp:
-    """When a call ends in code (rule 3). The line's voice shows it every server event
-    (``note``) and calls ``heard_all`` whenever the caller has heard everything sent."""
+    """When a call ends in code (rules 3, 4). The line's voice shows it every server event
+    (``note``) and calls ``heard_all`` whenever the caller has heard everything sent; the
+    line's ``on_heard_all`` then hangs up, or transfers to ``transfer_to``."""
 
-    def __init__(self) -> None:
+    def __init__(self, transfer_targets: tuple[str, ...] = ()) -> None:
+        self.transfer_targets = transfer_targets
+        self.transfer_to: str | None = None
         self.on_heard_all: Callable[[], None] | None = None
         self.farewell = False
         """The caller's last words took leave: the call ends after the answer to them."""
@@ -193,6 +208,32 @@ class HangUp:
             hang_up, self.on_heard_all = self.on_heard_all, None
             hang_up()
 
+    def call_tools(self, send_dtmf: ToolHandler) -> tuple[tuple[ToolSpec, ToolHandler], ...]:
+        """The tools a phone line offers its session (rules 3, 4)."""
+        tools: list[tuple[ToolSpec, ToolHandler]] = [(END_CALL, self.end_call)]
+        if self.transfer_targets:
+            tools.append((transfer_call_spec(self.transfer_targets), self.transfer_call))
+        tools.append((SEND_DTMF, send_dtmf))
+        return tuple(tools)
+
+    def resume(self) -> None:
+        """A transfer failed: the call goes on (rule 4)."""
+        self.transfer_to = None
+        self._ending = self._armed = False
+
+    async def transfer_call(self, arguments: dict[str, Any]) -> str:
+        """The ``transfer_call`` tool's handler (rule 4)."""
+        target = str(arguments.get("target", ""))
+        if target not in self.transfer_targets:
+            allowed = ", ".join(self.transfer_targets)
+            return f"Not transferred: {target!r} is not a target this line allows ({allowed})."
+        self.transfer_to = target
+        self.end_after_answer()
+        return (
+            "The call is transferred once the caller has heard your next words: tell them in "
+            "one short sentence, in the caller's language, that you are putting them through."
+        )
+
     async def end_call(self, arguments: dict[str, Any]) -> str:
         """The ``end_call`` tool's handler: honoured only after words that take leave."""
         if not self.farewell:
@@ -205,3 +246,84 @@ class HangUp:
             "The call ends once the caller has heard your next words: say a short goodbye now, "
             "in the caller's language."
         )
+
+
+# ---------------------------------------------------------------- rule 4: transfer and tones
+
+_TARGET = re.compile(r"^(\+?[0-9]{3,15}|sips?:[^\s<>;,|]+@[^\s<>;,|]+)$")
+DTMF_DIGITS = frozenset("0123456789*#ABCD")
+
+SEND_DTMF = ToolSpec(
+    name="send_dtmf",
+    description="Press keys on this phone call (for a menu that asked), e.g. '1' or '4711#'.",
+    parameters={
+        "type": "object",
+        "properties": {"digits": {"type": "string", "pattern": "^[0-9*#A-D]{1,32}$"}},
+        "required": ["digits"],
+        "additionalProperties": False,
+    },
+)
+
+
+def transfer_call_spec(targets: tuple[str, ...]) -> ToolSpec:
+    return ToolSpec(
+        name="transfer_call",
+        description=(
+            "Put this phone call through to a person or another line, when the caller asks "
+            "for one or you cannot help. Then say one short sentence that you are doing so."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "target": {"type": "string", "enum": list(targets)},
+                "reason": {"type": "string"},
+            },
+            "required": ["target"],
+            "additionalProperties": False,
+        },
+    )
+
+
+def parse_transfer_targets(setting: str) -> dict[str, tuple[str, ...]]:
+    """``telephony_transfer_targets`` (``support=+15550150|sip:desk@pbx.example.com;sales=…``)
+    as role id or name → targets; a target that is not a number or a SIP URI is dropped."""
+    roles: dict[str, tuple[str, ...]] = {}
+    for entry in setting.split(";"):
+        role, _, targets = entry.partition("=")
+        found = tuple(t.strip() for t in targets.split("|") if _TARGET.match(t.strip()))
+        if role.strip() and found:
+            roles[role.strip()] = found
+    return roles
+
+
+async def transfer_targets(
+    services: Services, principal: Principal, role_id: str
+) -> tuple[str, ...]:
+    """The targets the call's role allows (rule 4): by the role's id, else its name."""
+    configured = parse_transfer_targets(services.settings.telephony_transfer_targets)
+    if not configured:
+        return ()
+    if role_id in configured:
+        return configured[role_id]
+    role = await services.roles.get(principal.tenant, role_id)
+    return configured.get(role.name, ()) if role is not None else ()
+
+
+_ROWS = {"1": 0, "2": 0, "3": 0, "A": 0, "4": 1, "5": 1, "6": 1, "B": 1,
+         "7": 2, "8": 2, "9": 2, "C": 2, "*": 3, "0": 3, "#": 3, "D": 3}  # fmt: skip
+
+
+def dtmf_tones(digits: str, rate: int = PHONE_RATE) -> np.ndarray:
+    """Keypad tones as audio (in-band DTMF): 100 ms of each digit's two tones, 60 ms apart."""
+    rows, columns = (697, 770, 852, 941), (1209, 1336, 1477, 1633)
+    order = "147*2580369#ABCD"
+    t = np.arange(int(rate * 0.1)) / rate
+    pieces = []
+    for digit in digits:
+        if digit not in DTMF_DIGITS:
+            continue
+        column = order.index(digit) // 4
+        low, high = rows[_ROWS[digit]], columns[column]
+        tone = 8000 * (np.sin(2 * np.pi * low * t) + np.sin(2 * np.pi * high * t)) / 2
+        pieces += [tone.astype(np.int16), np.zeros(int(rate * 0.06), np.int16)]
+    return np.concatenate(pieces) if pieces else np.zeros(0, np.int16)

@@ -18,6 +18,10 @@ Rules
    words that take leave (``phone`` rule 3) — once the last frame of its goodbye has been
    sent, plus ``HANG_UP_TAIL_S`` for the phone to play it, the server sends BYE. A session that
    closes for any other reason (drain, an error) hangs up too: RTP has no resume.
+5. ``transfer_call`` (``phone`` rule 4): after the announcing answer has been sent, the call is
+   REFERred to the target; once the far end accepted and reported the new call up, the server
+   hangs up. A transfer the far end refuses leaves the call as it was (the caller can go on).
+   ``send_dtmf`` sends RFC 4733 events on the call's RTP clock.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,7 +45,13 @@ from runtime.errors import Disconnected, ProtocolError
 from runtime.realtime.protocol import CloseCode
 from runtime.realtime.transport import MediaOut
 from runtime.telephony.calls import Ender
-from runtime.telephony.phone import END_CALL, SAMPLES_PER_20MS, HangUp, KeypadEntry, keypad_events
+from runtime.telephony.phone import (
+    DTMF_DIGITS,
+    SAMPLES_PER_20MS,
+    HangUp,
+    KeypadEntry,
+    keypad_events,
+)
 from runtime.telephony.sip_message import PCMA
 
 if TYPE_CHECKING:
@@ -61,14 +71,14 @@ class SipVoice:
     """The agent's voice on a SIP call (rule 2): ``take``s the answer's audio (PCM16 at 8 kHz),
     gives the RTP clock one G.711 frame per tick (``next_frame``)."""
 
-    def __init__(self, codec: int) -> None:
+    def __init__(self, codec: int, *, transfer_targets: tuple[str, ...] = ()) -> None:
         self.codec = codec
         self._session: VoiceSession | None = None
         self._queue: deque[tuple[int, bytearray]] = deque()
         self._generation: int | None = None
         self._played_ms = 0.0
         self._paused: int | None = None
-        self.hang_up = HangUp()
+        self.hang_up = HangUp(transfer_targets)
         self.sent_frames = 0
 
     def bind(self, session: VoiceSession) -> None:
@@ -134,7 +144,15 @@ class SipVoice:
 class SipLink:
     """The connection's ``Link`` on a SIP call (rules 1, 3, 4). ``hang_up`` sends the BYE."""
 
-    def __init__(self, voice: SipVoice, *, keypad_gap_s: float, hang_up: Callable[[], None]):
+    def __init__(
+        self,
+        voice: SipVoice,
+        *,
+        keypad_gap_s: float,
+        hang_up: Callable[[], None],
+        transfer: Callable[[str], Awaitable[bool]],
+        send_digits: Callable[[str], None],
+    ) -> None:
         self.voice = voice
         self.media: MediaOut | None = voice
         self.connection: RealtimeConnection | None = None
@@ -143,6 +161,9 @@ class SipLink:
         self._heard: deque[bytes] = deque(maxlen=MAX_HEARD_BACKLOG)
         self._heard_ready = asyncio.Event()
         self._hang_up = hang_up
+        self._transfer = transfer
+        self._send_digits = send_digits
+        self._transferring: asyncio.Task[None] | None = None
         self.ended_by: Ender | None = None
         """``caller`` (BYE) or ``agent``: the call is over (rule 4)."""
         self._hearing: asyncio.Task[None] | None = None
@@ -150,7 +171,14 @@ class SipLink:
 
     @property
     def call_tools(self) -> tuple[tuple[ToolSpec, ToolHandler], ...]:
-        return ((END_CALL, self.voice.hang_up.end_call),)
+        return self.voice.hang_up.call_tools(self._send_dtmf)
+
+    async def _send_dtmf(self, arguments: dict[str, Any]) -> str:
+        digits = str(arguments.get("digits", ""))
+        if not digits or not set(digits) <= DTMF_DIGITS:
+            return "Not sent: digits are 0-9, *, # and A-D."
+        self._send_digits(digits[:32])
+        return f"Pressed {digits[:32]}."
 
     # ------------------------------------------------------------ in (rules 1, 3)
 
@@ -216,9 +244,24 @@ class SipLink:
         return None
 
     def _agent_hangs_up(self) -> None:
+        target = self.voice.hang_up.transfer_to
+        if target is not None:
+            self._transferring = asyncio.ensure_future(self._put_through(target))
+            return
         if self.ended_by is None:
             self.ended_by = "agent"
         asyncio.get_running_loop().call_later(HANG_UP_TAIL_S, self._close_session)
+
+    async def _put_through(self, target: str) -> None:
+        """Rule 5: REFER, then the call is over — or, refused, it goes on."""
+        await asyncio.sleep(HANG_UP_TAIL_S)
+        if await self._transfer(target):
+            if self.ended_by is None:
+                self.ended_by = "agent"
+            self._close_session()
+        else:
+            self.voice.hang_up.resume()
+            self.voice.hang_up.on_heard_all = self._agent_hangs_up
 
     def _close_session(self) -> None:
         if self.connection is not None:
@@ -234,6 +277,10 @@ class SipLink:
         await self.finish()
 
     async def finish(self) -> None:
+        if self._transferring is not None and self._transferring is not asyncio.current_task():
+            self._transferring.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._transferring
         if self._hearing is not None:
             self._hearing.cancel()
             with contextlib.suppress(asyncio.CancelledError):

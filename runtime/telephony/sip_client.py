@@ -22,7 +22,15 @@ from typing import Any, cast
 import numpy as np
 
 from pipeline.audio_formats import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
-from runtime.telephony.rtp import FRAME_S, SILENCE, RtpPacket, build_rtp, event_payload, parse_rtp
+from runtime.telephony.rtp import (
+    EVENT_DIGITS,
+    FRAME_S,
+    SILENCE,
+    RtpPacket,
+    build_rtp,
+    event_payload,
+    parse_rtp,
+)
 from runtime.telephony.sip_message import (
     PCMA,
     SipMessage,
@@ -66,6 +74,8 @@ class SipPhone:
         self.played = Played()
         self.answers: list[SipMessage] = []
         self.requests: list[SipMessage] = []
+        self.referred_to: str | None = None
+        """The target of the server's REFER (a transfer), which this phone accepts."""
         self.hung_up = asyncio.Event()
         """The server sent BYE (and was answered 200)."""
         self._waiting: dict[tuple[str, str], asyncio.Future[SipMessage]] = {}
@@ -77,6 +87,9 @@ class SipPhone:
         self._clock: asyncio.Task[None] | None = None
         self.sent_at: list[float] = []
         """When each frame of speech left."""
+        self.tones: list[str] = []
+        """Keypad tones the server sent (RFC 4733 events)."""
+        self._tone_stamps: set[int] = set()
         self.arrivals: list[float] = []
         """When each frame of the server's speech arrived."""
 
@@ -229,17 +242,27 @@ class SipPhone:
         if message.is_request:
             self.requests.append(message)
             if message.method == "BYE":
-                answer = SipMessage(status=200, reason="OK")
-                for name in ("Via", "From", "To", "Call-ID", "CSeq"):
-                    answer.headers += [(name, v) for v in message.get_all(name)]
-                assert self._sip is not None
-                self._sip.sendto(answer.to_bytes(), addr)
+                self._reply(message, 200, addr)
                 self.hung_up.set()
+            elif message.method == "REFER":  # accepted; the new call is "up" at once
+                self._reply(message, 202, addr)
+                self.referred_to = message.get("Refer-To").strip("<>")
+                notify = self.build("NOTIFY", headers={"Event": "refer"})
+                notify.headers.append(("Content-Type", "message/sipfrag"))
+                notify.body = b"SIP/2.0 200 OK\r\n"
+                self.send_only(notify)
             return
         self.answers.append(message)
         future = self._waiting.get((message.branch, message.cseq[1]))
         if future is not None and not future.done() and message.status >= 200:
             future.set_result(message)
+
+    def _reply(self, request: SipMessage, status: int, addr: Any) -> None:
+        answer = SipMessage(status=status, reason="OK" if status == 200 else "Accepted")
+        for name in ("Via", "From", "To", "Call-ID", "CSeq"):
+            answer.headers += [(name, v) for v in request.get_all(name)]
+        assert self._sip is not None
+        self._sip.sendto(answer.to_bytes(), addr)
 
     # ------------------------------------------------------------ media
 
@@ -296,10 +319,18 @@ class SipPhone:
 
     def _on_rtp(self, data: bytes, addr: Any) -> None:
         packet = parse_rtp(data)
+        if packet is not None and packet.payload_type == EVENT_PT and packet.payload:
+            if packet.timestamp not in self._tone_stamps:  # one digit per event
+                self._tone_stamps.add(packet.timestamp)
+                self.tones.append(EVENT_DIGITS[packet.payload[0] % 16])
+            return
         if packet is None or packet.payload_type not in (0, 8):
             return
-        if packet.payload == SILENCE[packet.payload_type][: len(packet.payload)]:
-            return
+        if (
+            not packet.marker
+            and packet.payload == SILENCE[packet.payload_type][: len(packet.payload)]
+        ):
+            return  # the line's comfort silence (a talk spurt's first frame has the marker)
         decode = alaw_decode if packet.payload_type == PCMA else ulaw_decode
         if self.played.first_audio_at is None:
             self.played.first_audio_at = time.monotonic()

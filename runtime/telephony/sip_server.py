@@ -4,14 +4,9 @@ session (SPEC TEL-2).
 Theory of operation
 -------------------
 Rule 1. Off unless ``sip_listen`` is set, and on loopback by default: ``127.0.0.1:5060``.
-        UDP and TCP share the port (TCP framed by ``Content-Length``, bounded like UDP by
-        ``sip_message.MAX_MESSAGE_BYTES``). A message that does not parse is dropped.
-Rule 2. Transactions (RFC 3261 §17.2). A request seen again (same Via branch, method and
-        Call-ID: a retransmission) gets the last answer again. A final answer to an INVITE is
-        sent again on UDP (T1 = 0.5 s doubling to T2 = 4 s) until its ACK; a 200 never
-        acknowledged within 32 s ends the call. Our own requests (BYE) are sent again on UDP
-        until answered, at most 32 s. Answers go where the request came from (the source
-        address and port, RFC 3581's ``rport``; on TCP, the same connection).
+        Messages, retransmissions and where answers go are ``runtime.telephony.sip_transport``'s.
+Rule 2. A request from outside ``sip_allow_networks`` gets 403 before anything else is read
+        (``sip_auth`` rule 1).
 Rule 3. A new INVITE is checked, cheapest first: source network (403), Max-Forwards (483),
         digest credentials of a trunk when trunks are set (401 challenge / 403), ``Require``
         (420 with ``Unsupported``), a body that is SDP (415; none, a delayed offer: 488), an
@@ -31,30 +26,32 @@ Rule 5. A call runs as the line's owner (``telephony_token``), like a Twilio cal
         numbers reach logs only as ``tel_<hash>``. In-dialog requests of ours (BYE) go to the
         address the INVITE came from (a trunk or PBX that talks to us directly; a route set
         through proxies is not followed).
+Rule 6. A transfer (``transfer_call``) is a REFER in the dialog (RFC 3515): ``Refer-To`` is
+        the target's SIP URI, or a number at the caller's host (the trunk routes it). Once
+        the far end accepts (2xx) and its NOTIFY reports the new call answered (a final 2xx
+        sipfrag; or no NOTIFY within ``REFER_WAIT_S``), the server hangs up; a refusal, or a
+        NOTIFY with a failure, leaves the call as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from runtime.realtime.connection import RealtimeConnection
 from runtime.realtime.handshake import role_for
 from runtime.telephony.calls import PhoneCall, number_digest
-from runtime.telephony.phone import number_roles, open_phone_session
+from runtime.telephony.phone import number_roles, open_phone_session, transfer_targets
 from runtime.telephony.rtp import RtpStream, open_rtp
 from runtime.telephony.sip_auth import DigestAuth, allowed_source, parse_networks, parse_trunks
 from runtime.telephony.sip_call import SipLink, SipVoice
 from runtime.telephony.sip_message import (
     ALLOW,
     CODECS,
-    MAX_MESSAGE_BYTES,
     PCMA,
     SdpError,
     SdpOffer,
@@ -62,13 +59,12 @@ from runtime.telephony.sip_message import (
     SipParseError,
     answer_direction,
     answer_sdp,
-    header_end,
     header_param,
-    parse_message,
     parse_sdp,
     response,
     uri_user,
 )
+from runtime.telephony.sip_transport import Peer, SipTransport
 
 if TYPE_CHECKING:
     from runtime.realtime.session import VoiceSession
@@ -81,19 +77,7 @@ KNOWN_METHODS = frozenset(
     {"REGISTER", "SUBSCRIBE", "NOTIFY", "PUBLISH", "MESSAGE", "UPDATE", "PRACK", "REFER"}
 )
 ANSWERED_KEPT = 4096
-
-
-@dataclass(slots=True)
-class Peer:
-    """Where a request came from, and how to answer it (rule 2)."""
-
-    transport: str
-    address: tuple[str, int]
-    _send: Callable[[bytes], None]
-
-    def send(self, message: SipMessage) -> None:
-        with contextlib.suppress(OSError, RuntimeError):
-            self._send(message.to_bytes())
+REFER_WAIT_S = 30.0
 
 
 @dataclass(slots=True)
@@ -109,6 +93,8 @@ class Dialog:
     sdp_version: int = 1
     local_cseq: int = field(default_factory=lambda: secrets.randbelow(10_000) + 1)
     bye_sent: bool = False
+    referred: asyncio.Future[int] | None = None
+    """The final status a transfer's NOTIFY reported (rule 6)."""
     phone: PhoneCall | None = None
     connection: RealtimeConnection | None = None
     session: VoiceSession | None = None
@@ -135,28 +121,20 @@ class SipServer:
         trunks = parse_trunks(settings.sip_trunks.get_secret_value())
         self.digest = DigestAuth(trunks, settings.sip_realm) if trunks else None
         self.rtp_ports = _port_range(settings.sip_rtp_ports)
-        self.port = 0
-        self._udp: asyncio.DatagramTransport | None = None
-        self._tcp: asyncio.Server | None = None
+        self.transport = SipTransport(self._request)
         self.dialogs: dict[tuple[str, str], Dialog] = {}
         self._setting_up: dict[str, asyncio.Task[None]] = {}
-        self._answered: OrderedDict[tuple[str, str, str], SipMessage] = OrderedDict()
-        self._acks: dict[tuple[str, int], asyncio.Event] = {}
-        self._requests: dict[str, asyncio.Future[SipMessage]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        return self.transport.port
 
     # ------------------------------------------------------------ transports (rule 1)
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         if self.media_address in ("0.0.0.0", "::"):
             raise ValueError("sip_listen on every interface needs sip_media_address")
-        udp, _ = await loop.create_datagram_endpoint(
-            lambda: _Udp(self), local_addr=(self.host, self._wanted_port)
-        )
-        self._udp = udp
-        self.port = int(udp.get_extra_info("sockname")[1])
-        self._tcp = await asyncio.start_server(self._tcp_client, self.host, self.port)
+        await self.transport.start(self.host, self._wanted_port)
         log.info("SIP on %s:%d (UDP and TCP)", self.host, self.port)
 
     async def close(self) -> None:
@@ -165,139 +143,43 @@ class SipServer:
         for dialog in list(self.dialogs.values()):
             dialog.link.caller_hung_up()
             self._bye(dialog)
-        if self._tasks:  # BYEs answered, calls wound up; then whatever is left is cut
-            await asyncio.wait(list(self._tasks), timeout=5)
-        for task in list(self._tasks):
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        if self._tcp is not None:
-            self._tcp.close()
-        if self._udp is not None:
-            self._udp.close()
-
-    def datagram(self, data: bytes, address: tuple[str, int]) -> None:
-        assert self._udp is not None
-        udp = self._udp
-        self._received(data.lstrip(b"\r\n"), Peer("UDP", address, lambda b: udp.sendto(b, address)))
-
-    async def _tcp_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address = writer.get_extra_info("peername")[:2]
-        peer = Peer("TCP", address, writer.write)
-        buffer = bytearray()
-        try:
-            while chunk := await reader.read(65536):
-                buffer.extend(chunk)
-                while (message := _framed(buffer)) is not None:
-                    self._received(message, peer)
-                if len(buffer) > MAX_MESSAGE_BYTES:
-                    break
-        except (ConnectionError, SipParseError):
-            pass
-        finally:
-            writer.close()
-
-    def _received(self, data: bytes, peer: Peer) -> None:
-        if not data:
-            return
-        try:
-            message = parse_message(data)
-        except SipParseError as e:
-            log.info("sip: a message from %s dropped: %s", peer.address[0], e)
-            return
-        try:
-            if message.is_request:
-                self._request(message, peer)
-            else:
-                self._response(message)
-        except SipParseError as e:
-            if message.is_request and message.get("Via"):
-                peer.send(response(message, 400, reason=f"Bad Request ({e})"))
-
-    def _spawn(self, task: asyncio.Task[None]) -> None:
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("sip: a call's task failed", exc_info=task.exception())
+        await self.transport.close()
 
     # ------------------------------------------------------------ requests (rules 2–4)
 
     def _request(self, request: SipMessage, peer: Peer) -> None:
-        for name in ("Via", "From", "To", "Call-ID", "CSeq"):
-            if not request.get(name):
-                raise SipParseError(f"no {name}")
-        number, method = request.cseq
-        if method != request.method and request.method != "ACK":
-            raise SipParseError("CSeq method differs")
-        if request.method == "ACK":
-            event = self._acks.pop((request.call_id, number), None)
-            if event is not None:
-                event.set()
-            return
-        key = (request.branch, request.method, request.call_id)
-        if key in self._answered:  # a retransmission (rule 2)
-            peer.send(self._answered[key])
-            return
+        """A new request (never an ACK or a retransmission: the transport's)."""
         if request.method == "CANCEL":
             self._cancel(request, peer)
             return
         if not allowed_source(self.networks, peer.address[0]):
-            self._answer(request, peer, response(request, 403, to_tag=_tag()))
+            self.transport.answer(request, peer, response(request, 403, to_tag=_tag()))
             return
         dialog = self._dialog_of(request)
         if header_param(request.get("To"), "tag"):
             if dialog is None:
-                self._answer(request, peer, response(request, 481))
+                self.transport.answer(request, peer, response(request, 481))
             elif request.method == "INVITE":
                 self._reinvite(dialog, request, peer)
             elif request.method == "BYE":
-                self._answer(request, peer, response(request, 200))
+                self.transport.answer(request, peer, response(request, 200))
                 dialog.link.caller_hung_up()
             elif request.method == "INFO":
                 self._info(dialog, request, peer)
+            elif request.method == "NOTIFY":
+                self._notify(dialog, request, peer)
             elif request.method == "OPTIONS":
-                self._answer(request, peer, self._options(request))
+                self.transport.answer(request, peer, self._options(request))
             else:
                 self._refuse_method(request, peer)
         elif request.method == "INVITE":
             self._invite(request, peer)
         elif request.method == "OPTIONS":
-            self._answer(request, peer, self._options(request))
+            self.transport.answer(request, peer, self._options(request))
         elif request.method == "BYE":
-            self._answer(request, peer, response(request, 481))
+            self.transport.answer(request, peer, response(request, 481))
         else:
             self._refuse_method(request, peer)
-
-    def _answer(self, request: SipMessage, peer: Peer, answer: SipMessage) -> None:
-        """Send ``answer`` and keep it for retransmissions of ``request`` (rule 2)."""
-        self._answered[(request.branch, request.method, request.call_id)] = answer
-        while len(self._answered) > ANSWERED_KEPT:
-            self._answered.popitem(last=False)
-        if peer.transport == "UDP":
-            _via_received(answer, peer)
-        peer.send(answer)
-        if request.method == "INVITE" and answer.status >= 200 and peer.transport == "UDP":
-            self._spawn(asyncio.ensure_future(self._until_ack(request, peer, answer)))
-
-    async def _until_ack(self, request: SipMessage, peer: Peer, answer: SipMessage) -> None:
-        event = self._acks[(request.call_id, request.cseq[0])] = asyncio.Event()
-        wait, waited = T1, 0.0
-        while waited < TIMER_B:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), wait)
-                return
-            waited += wait
-            wait = min(wait * 2, T2)
-            peer.send(answer)
-        self._acks.pop((request.call_id, request.cseq[0]), None)
-        dialog = self._dialog_of(request, local_tag=header_param(answer.get("To"), "tag"))
-        if answer.status == 200 and dialog is not None:
-            log.info("sip: call %s never acknowledged its 200; hanging up", request.call_id[:12])
-            dialog.link.caller_hung_up()
-            self._bye(dialog)
 
     def _options(self, request: SipMessage) -> SipMessage:
         answer = response(request, 200, to_tag=_tag())
@@ -310,7 +192,7 @@ class SipServer:
             answer.headers.append(("Allow", ALLOW))
         else:
             answer = response(request, 501, to_tag=_tag())
-        self._answer(request, peer, answer)
+        self.transport.answer(request, peer, answer)
 
     def _dialog_of(self, request: SipMessage, local_tag: str = "") -> Dialog | None:
         remote = header_param(request.get("From"), "tag")
@@ -322,7 +204,7 @@ class SipServer:
 
     def _cancel(self, request: SipMessage, peer: Peer) -> None:
         task = self._setting_up.get(request.branch)
-        self._answer(
+        self.transport.answer(
             request, peer, response(request, 200 if task or self._dialog_of(request) else 481)
         )
         if task is not None:
@@ -334,22 +216,29 @@ class SipServer:
                 name, _, value = line.partition("=")
                 if name.strip().lower() == "signal" and value.strip():
                     dialog.link.digit(value.strip()[:1].upper())
-        self._answer(request, peer, response(request, 200))
+        self.transport.answer(request, peer, response(request, 200))
+
+    def _notify(self, dialog: Dialog, request: SipMessage, peer: Peer) -> None:
+        """The far end reports a transfer's progress (rule 6): a sipfrag status line."""
+        self.transport.answer(request, peer, response(request, 200))
+        first = request.body.decode("utf-8", "replace").strip().split("\r\n")[0].split()
+        if len(first) >= 2 and first[0] == "SIP/2.0" and first[1].isdigit():
+            status = int(first[1])
+            if status >= 200 and dialog.referred is not None and not dialog.referred.done():
+                dialog.referred.set_result(status)
 
     # ------------------------------------------------------------ a new call (rule 3)
 
     def _invite(self, request: SipMessage, peer: Peer) -> None:
         refusal, offer = self._check_invite(request, peer)
         if refusal is not None:
-            self._answer(request, peer, refusal)
+            self.transport.answer(request, peer, refusal)
             return
         assert offer is not None
-        trying = response(request, 100)
-        self._answered[(request.branch, request.method, request.call_id)] = trying
-        peer.send(trying)
+        self.transport.answer(request, peer, response(request, 100))
         task = asyncio.ensure_future(self._set_up(request, peer, offer))
         self._setting_up[request.branch] = task
-        self._spawn(task)
+        self.transport.spawn(task)
 
     def _check_invite(
         self, request: SipMessage, peer: Peer
@@ -401,18 +290,25 @@ class SipServer:
         try:
             answer, dialog = await self._open_call(request, peer, offer, tag)
             self._setting_up.pop(request.branch, None)
-            self._answer(request, peer, answer)
             if dialog is None:
+                self.transport.answer(request, peer, answer)
                 return
+            self.transport.answer(request, peer, answer, on_no_ack=partial(self._no_ack, dialog))
             dialog.rtp.start()
             await self._serve(dialog)
         except asyncio.CancelledError:
             if request.branch in self._setting_up:  # CANCEL before the 200 (rule 4)
                 self._setting_up.pop(request.branch, None)
-                self._answer(request, peer, response(request, 487, to_tag=tag))
+                self.transport.answer(request, peer, response(request, 487, to_tag=tag))
             if dialog is not None:
                 await self._forget(dialog)
             raise
+
+    def _no_ack(self, dialog: Dialog) -> None:
+        """The caller never acknowledged the call's 200 (transport rule 2): it is over."""
+        log.info("sip: call %s never acknowledged its 200; hanging up", dialog.call_id[:12])
+        dialog.link.caller_hung_up()
+        self._bye(dialog)
 
     async def _open_call(
         self, request: SipMessage, peer: Peer, offer: SdpOffer, tag: str
@@ -436,7 +332,8 @@ class SipServer:
             return response(request, 404, to_tag=tag), None
         codec = offer.codec()
         assert codec is not None
-        voice = SipVoice(codec)
+        targets = await transfer_targets(services, principal, role.id)
+        voice = SipVoice(codec, transfer_targets=targets)
         remote_tag = header_param(request.get("From"), "tag")
         holder: list[Dialog] = []
 
@@ -444,7 +341,20 @@ class SipServer:
             if holder:
                 self._bye(holder[0])
 
-        link = SipLink(voice, keypad_gap_s=settings.telephony_keypad_gap_s, hang_up=hang_up)
+        async def transfer(target: str) -> bool:
+            return bool(holder) and await self._refer(holder[0], target)
+
+        def send_digits(digits: str) -> None:
+            if holder:
+                holder[0].rtp.send_digits(digits)
+
+        link = SipLink(
+            voice,
+            keypad_gap_s=settings.telephony_keypad_gap_s,
+            hang_up=hang_up,
+            transfer=transfer,
+            send_digits=send_digits,
+        )
         rtp = RtpStream(next_frame=voice.next_frame, on_audio=link.heard, on_digit=link.digit)
         await open_rtp(rtp, self.host, self.rtp_ports)
         rtp.peers.add(peer.address[0])
@@ -522,6 +432,8 @@ class SipServer:
             ended_by = dialog.link.ended_by
             if dialog.phone is not None and ended_by is not None:
                 self.services.phone.end(dialog.phone, ended_by)
+                if ended_by == "agent" and dialog.link.voice.hang_up.transfer_to is not None:
+                    dialog.phone.transfer_target = dialog.link.voice.hang_up.transfer_to
             if dialog.link.ended_by != "caller":
                 self._bye(dialog)
             await self._forget(dialog)
@@ -539,7 +451,7 @@ class SipServer:
         except SdpError:
             offer = None
         if offer is None or offer.codec() is None:
-            self._answer(request, peer, response(request, 488))
+            self.transport.answer(request, peer, response(request, 488))
             return
         dialog.rtp.negotiated(
             codec=dialog.rtp.codec,
@@ -548,12 +460,10 @@ class SipServer:
             direction=offer.direction,
         )
         dialog.sdp_version += 1
-        self._answer(request, peer, self._ok(request, dialog, offer))
+        self.transport.answer(request, peer, self._ok(request, dialog, offer))
 
-    def _bye(self, dialog: Dialog) -> None:
-        if dialog.bye_sent:
-            return
-        dialog.bye_sent = True
+    def _in_dialog(self, dialog: Dialog, method: str) -> SipMessage:
+        """A request of ours in ``dialog`` (rule 5)."""
         dialog.local_cseq += 1
         invite = dialog.invite
         contact = invite.get("Contact")
@@ -563,87 +473,52 @@ class SipServer:
             else contact.split(";")[0]
         )
         branch = "z9hG4bK" + secrets.token_hex(8)
-        transport = dialog.peer.transport
-        bye = SipMessage(method="BYE", uri=target.strip() or invite.get("From").strip("<>"))
-        bye.headers = [
-            (
-                "Via",
-                f"SIP/2.0/{transport} {self._here};branch={branch};rport",
-            ),
+        request = SipMessage(method=method, uri=target.strip() or invite.get("From").strip("<>"))
+        request.headers = [
+            ("Via", f"SIP/2.0/{dialog.peer.transport} {self._here};branch={branch};rport"),
             ("Max-Forwards", "70"),
             ("From", f"{invite.get('To')};tag={dialog.local_tag}"),
             ("To", invite.get("From")),
             ("Call-ID", dialog.call_id),
-            ("CSeq", f"{dialog.local_cseq} BYE"),
+            ("CSeq", f"{dialog.local_cseq} {method}"),
             ("User-Agent", "OpenRealtime"),
         ]
-        self._spawn(asyncio.ensure_future(self._send_request(bye, branch, dialog.peer)))
+        return request
 
-    async def _send_request(self, request: SipMessage, branch: str, peer: Peer) -> None:
-        future: asyncio.Future[SipMessage] = asyncio.get_running_loop().create_future()
-        self._requests[branch] = future
-        try:
-            wait, waited = T1, 0.0
-            while waited < TIMER_B:
-                peer.send(request)
-                if peer.transport != "UDP":
-                    wait = TIMER_B
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(future), wait)
-                    return
-                waited += wait
-                wait = min(wait * 2, T2)
-        finally:
-            self._requests.pop(branch, None)
-
-    def _response(self, answer: SipMessage) -> None:
-        future = self._requests.get(answer.branch)
-        if future is not None and not future.done() and answer.status >= 200:
-            future.set_result(answer)
-
-
-class _Udp(asyncio.DatagramProtocol):
-    def __init__(self, server: SipServer) -> None:
-        self.server = server
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        self.server.datagram(data, addr)
-
-
-def _framed(buffer: bytearray) -> bytes | None:
-    """One whole message off the front of a TCP stream's ``buffer`` (rule 1), or None."""
-    while buffer[:2] == b"\r\n":  # keep-alive pings
-        del buffer[:2]
-    end = header_end(buffer)
-    if end < 0:
-        return None
-    length = 0
-    for line in bytes(buffer[:end]).split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() in (b"content-length", b"l"):
-            try:
-                length = int(value.strip())
-            except ValueError:
-                raise SipParseError("bad Content-Length") from None
-    if length < 0 or end + length > MAX_MESSAGE_BYTES:
-        raise SipParseError("message too large")
-    if len(buffer) < end + length:
-        return None
-    message = bytes(buffer[: end + length])
-    del buffer[: end + length]
-    return message
-
-
-def _via_received(answer: SipMessage, peer: Peer) -> None:
-    """RFC 3581: the top Via says where the request really came from."""
-    for index, (name, value) in enumerate(answer.headers):
-        if name == "Via":
-            if ";rport" in value and "rport=" not in value:
-                value = value.replace(";rport", f";rport={peer.address[1]}", 1)
-            if "received=" not in value:
-                value += f";received={peer.address[0]}"
-            answer.headers[index] = (name, value)
+    def _bye(self, dialog: Dialog) -> None:
+        if dialog.bye_sent:
             return
+        dialog.bye_sent = True
+        bye = self._in_dialog(dialog, "BYE")
+        self.transport.spawn(asyncio.ensure_future(self._send_bye(bye, dialog.peer)))
+
+    async def _send_bye(self, bye: SipMessage, peer: Peer) -> None:
+        await self.transport.send_request(bye, peer)
+
+    async def _refer(self, dialog: Dialog, target: str) -> bool:
+        """Rule 6: whether the call was put through to ``target``."""
+        if dialog.bye_sent:
+            return False
+        if not target.startswith(("sip:", "sips:")):
+            target = f"sip:{target}@{_host(dialog.peer.address[0])}:{dialog.peer.address[1]}"
+        refer = self._in_dialog(dialog, "REFER")
+        refer.headers += [
+            ("Refer-To", f"<{target}>"),
+            ("Referred-By", f"<sip:openrealtime@{self._here}>"),
+            ("Contact", f"<sip:openrealtime@{self._here}>"),
+        ]
+        dialog.referred = asyncio.get_running_loop().create_future()
+        answer = await self.transport.send_request(refer, dialog.peer)
+        if answer is None or not 200 <= answer.status < 300:
+            log.info("sip: transfer refused (%s)", "no answer" if answer is None else answer.status)
+            return False
+        try:
+            status = await asyncio.wait_for(dialog.referred, REFER_WAIT_S)
+        except TimeoutError:
+            return True  # accepted, never reported: the far end has it
+        if status >= 300:
+            log.info("sip: the transfer's new call failed (%d)", status)
+        return status < 300
 
 
 def _host(address: str) -> str:

@@ -26,6 +26,7 @@ from runtime.telephony.phone import number_roles
 from runtime.telephony.twilio_protocol import (
     busy_twiml,
     connect_stream_twiml,
+    dial_twiml,
     hangup_twiml,
     mint_stream_token,
     say_twiml,
@@ -60,6 +61,8 @@ async def voice(request: Request) -> Response:
         return _twiml(hangup_twiml())
     call = services.phone.get(call_sid)
     if call is not None and call.ended is not None:
+        if call.transfer_target is not None:  # the agent put the call through (phone rule 4)
+            return _twiml(dial_twiml(call.transfer_target))
         return _twiml(hangup_twiml())
     if services.draining or len(services.active_sessions) >= settings.max_sessions:
         return _twiml(busy_twiml())

@@ -184,6 +184,12 @@ def say_twiml(text: str) -> str:
     return f"{_XML}<Response><Say>{escape(text)}</Say><Hangup/></Response>"
 
 
+def dial_twiml(target: str) -> str:
+    """The call goes on to ``target`` (a number, or a SIP URI): ``transfer_call``."""
+    noun = "Sip" if target.startswith(("sip:", "sips:")) else "Number"
+    return f"{_XML}<Response><Dial><{noun}>{escape(target)}</{noun}></Dial></Response>"
+
+
 def busy_twiml() -> str:
     """The server takes no new sessions (draining, or at its limit): Twilio plays busy."""
     return f'{_XML}<Response><Reject reason="busy"/></Response>'

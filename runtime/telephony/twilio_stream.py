@@ -53,7 +53,13 @@ from runtime.realtime.connection import RealtimeConnection
 from runtime.realtime.protocol import CloseCode
 from runtime.realtime.transport import MediaOut
 from runtime.telephony.calls import number_digest
-from runtime.telephony.phone import END_CALL, KeypadEntry, keypad_events, open_phone_session
+from runtime.telephony.phone import (
+    DTMF_DIGITS,
+    KeypadEntry,
+    keypad_events,
+    open_phone_session,
+    transfer_targets,
+)
 from runtime.telephony.twilio_protocol import TokenRefused, read_stream_token
 from runtime.telephony.twilio_voice import TwilioVoice
 
@@ -70,9 +76,16 @@ MAX_QUEUED = 4_000
 class TwilioLink:
     """The connection's ``Link`` on a Media Streams socket (rule 2)."""
 
-    def __init__(self, websocket: WebSocket, stream_sid: str, *, keypad_gap_s: float) -> None:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        stream_sid: str,
+        *,
+        keypad_gap_s: float,
+        transfer_targets: tuple[str, ...] = (),
+    ) -> None:
         self.websocket = websocket
-        self.voice = TwilioVoice(stream_sid, self.send)
+        self.voice = TwilioVoice(stream_sid, self.send, transfer_targets=transfer_targets)
         self.voice.hang_up.on_heard_all = self._hang_up
         self.media: MediaOut | None = self.voice
         self.connection: RealtimeConnection | None = None
@@ -89,7 +102,14 @@ class TwilioLink:
 
     @property
     def call_tools(self) -> tuple[tuple[ToolSpec, ToolHandler], ...]:
-        return ((END_CALL, self.voice.hang_up.end_call),)
+        return self.voice.hang_up.call_tools(self._send_dtmf)
+
+    async def _send_dtmf(self, arguments: dict[str, Any]) -> str:
+        digits = str(arguments.get("digits", ""))
+        if not digits or not set(digits) <= DTMF_DIGITS:
+            return "Not sent: digits are 0-9, *, # and A-D."
+        self.voice.send_tones(digits[:32])
+        return f"Pressed {digits[:32]}."
 
     def _hang_up(self) -> None:
         self.ended_by_agent = True
@@ -253,7 +273,13 @@ async def serve_twilio_stream(websocket: WebSocket, services: Services) -> None:
     call = services.phone.open(
         call_sid, caller=grant.caller, called=grant.called, role_id=grant.role_id
     )
-    link = TwilioLink(websocket, stream_sid, keypad_gap_s=settings.telephony_keypad_gap_s)
+    targets = await transfer_targets(services, principal, grant.role_id)
+    link = TwilioLink(
+        websocket,
+        stream_sid,
+        keypad_gap_s=settings.telephony_keypad_gap_s,
+        transfer_targets=targets,
+    )
     link.start_writer()
     connection = RealtimeConnection(link, services, call_tools=link.call_tools)
     link.connection = connection
@@ -275,6 +301,8 @@ async def serve_twilio_stream(websocket: WebSocket, services: Services) -> None:
         services.active_sessions.discard(connection.id)
         if link.stopped or link.ended_by_agent:
             services.phone.end(call, "caller" if link.stopped else "agent")
+            if link.ended_by_agent and link.voice.hang_up.transfer_to is not None:
+                call.transfer_target = link.voice.hang_up.transfer_to
         await link.finish()
         with contextlib.suppress(Exception):
             await websocket.close(1000)

@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline import events as ev
 from pipeline.audio_formats import ulaw_encode
-from runtime.telephony.phone import PHONE_RATE, HangUp
+from runtime.telephony.phone import PHONE_RATE, HangUp, dtmf_tones
 from runtime.telephony.twilio_protocol import (
     MARK_EVERY_MS,
     audio_mark,
@@ -40,7 +40,9 @@ _PIECE_BYTES = PHONE_RATE * MARK_EVERY_MS // 1000
 class TwilioVoice:
     """The agent's voice on the call (rule 3): ``take``s answer audio, sends it with marks."""
 
-    def __init__(self, stream_sid: str, send: Any) -> None:
+    def __init__(
+        self, stream_sid: str, send: Any, *, transfer_targets: tuple[str, ...] = ()
+    ) -> None:
         self.stream_sid = stream_sid
         self._send = send
         self._session: VoiceSession | None = None
@@ -53,7 +55,7 @@ class TwilioVoice:
         self._paused = False
         self._fence: str | None = None
         self._fences = itertools.count(1)
-        self.hang_up = HangUp()
+        self.hang_up = HangUp(transfer_targets)
 
     def bind(self, session: VoiceSession) -> None:
         self._session = session
@@ -127,6 +129,12 @@ class TwilioVoice:
         self._send(media_message(self.stream_sid, mulaw))
         self._send(mark_message(self.stream_sid, audio_mark(self._generation, end_ms)))
         self._unheard.append((end_ms, mulaw))
+
+    def send_tones(self, digits: str) -> None:
+        """Keypad tones to the far end, in-band (``send_dtmf``; phone rule 4)."""
+        mulaw = ulaw_encode(dtmf_tones(digits))
+        for start in range(0, len(mulaw), _PIECE_BYTES):
+            self._send(media_message(self.stream_sid, mulaw[start : start + _PIECE_BYTES]))
 
     def _clear(self) -> None:
         self._send(clear_message(self.stream_sid))

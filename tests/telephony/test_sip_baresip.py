@@ -11,11 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import free_udp_and_tcp_port
 from journal.events import EventKind, ThreadRef
 from runtime.server import RunningServer
 from runtime.telephony.sip_server import Dialog
 from tests.telephony.baresip import RATE, baresip, loud_spans, write_wav
-from tests.telephony.test_twilio_calls import LONG_ANSWER, phone_server, tone
+from tests.telephony.test_twilio_calls import LONG_ANSWER, ToolBrain, phone_server, tone
 from tests.waiting import until
 
 
@@ -139,3 +140,39 @@ async def test_a_real_phone_with_a_trunks_credentials_and_on_hold(tmp_path: Path
 def _dialog(server: RunningServer) -> Dialog:
     assert server.sip is not None and len(server.sip.dialogs) == 1
     return next(iter(server.sip.dialogs.values()))
+
+
+async def test_the_agent_transfers_a_real_phone_to_another_line(tmp_path: Path) -> None:
+    """baresip follows the REFER: it calls the target — here the server's own other number,
+    whose role is ``Sales`` — reports it up (NOTIFY), and the first call is hung up."""
+    port = free_udp_and_tcp_port()
+    target = f"sip:+15550160@127.0.0.1:{port}"
+    brain = ToolBrain("person", "transfer_call", {"target": target}, "Putting you through.")
+    async with phone_server(
+        tmp_path,
+        heard=("a person please", "hello sales"),
+        brain=brain,
+        sip_listen=f"127.0.0.1:{port}",
+        telephony_transfer_targets=f"Assistant={target}",
+        telephony_numbers="+15550160=Sales",
+    ) as server:
+        owner = await server.services.accounts.authenticate(server.token)
+        assert owner is not None
+        sales = await server.services.roles.create(
+            owner.tenant, name="Sales", instructions="Sell.", voice=None, language=None,
+            memory_enabled=False,
+        )  # fmt: skip
+        wav = microphone(tmp_path / "q.wav", 0.5)
+        async with baresip(tmp_path / "baresip", wav) as phone:
+            await phone.command("dial", uri(server))
+            await phone.event("CALL_ESTABLISHED")
+            transfer = await phone.event("TRANSFER", 30)
+            assert transfer["param"] == f"<{target}>"
+            calls = server.services.phone._calls
+            await until(lambda: any(c.called == "+15550160" for c in calls.values()), 30)
+            await until(lambda: any(c.transfer_target == target for c in calls.values()), 30)
+            await phone.command("hangup")
+    first = next(c for c in calls.values() if c.called == "+15550002222")
+    second = next(c for c in calls.values() if c.called == "+15550160")
+    assert first.ended == "agent" and first.transfer_target == target
+    assert second.role_id == sales.id

@@ -18,7 +18,7 @@ from runtime.server import RunningServer
 from runtime.telephony import sip_server
 from runtime.telephony.sip_client import RATE, SipPhone
 from runtime.telephony.sip_message import PCMA, SipMessage, header_param
-from tests.telephony.test_twilio_calls import LONG_ANSWER, phone_server, tone
+from tests.telephony.test_twilio_calls import LONG_ANSWER, TARGETS, ToolBrain, phone_server, tone
 from tests.waiting import until
 
 ANSWER = "Sure. Here is the answer. Anything else?"
@@ -277,3 +277,37 @@ async def test_at_capacity_a_call_is_busy(tmp_path: Path) -> None:
             busy: SipMessage = await second.send(second.build("INVITE", body=second.offer()))
             assert busy.status == 486
             await first.hang_up()
+
+
+async def test_the_agent_transfers_a_sip_call_by_refer(tmp_path: Path) -> None:
+    brain = ToolBrain("person", "transfer_call", {"target": "+15550150"}, "Putting you through.")
+    async with (
+        phone_server(tmp_path, heard=("a person please",), brain=brain, sip_listen="127.0.0.1:0",
+                     telephony_transfer_targets=TARGETS) as server,
+        phone(server) as p,
+    ):  # fmt: skip
+        await p.call()
+        await p.say(question())
+        async with asyncio.timeout(20):
+            await p.hung_up.wait()  # REFER, the phone's NOTIFY (200), then BYE
+    host, port = p.local
+    assert p.referred_to == f"sip:+15550150@{host}:{port}"  # a number: at the caller's trunk
+    refer = next(r for r in p.requests if r.method == "REFER")
+    assert refer.get("Referred-By").startswith("<sip:openrealtime@")
+    assert speech_ms(p) >= len("Putting you through.") * 10 * 0.9  # announced, then moved
+    call = server.services.phone.get(f"sip:{p.call_id}")
+    assert call is not None and call.ended == "agent" and call.transfer_target == "+15550150"
+
+
+async def test_send_dtmf_on_a_sip_call_is_rfc_4733_events(tmp_path: Path) -> None:
+    brain = ToolBrain("menu", "send_dtmf", {"digits": "42#"}, "Done.")
+    async with (
+        phone_server(tmp_path, heard=("the menu asks",), brain=brain,
+                     sip_listen="127.0.0.1:0") as server,
+        phone(server) as p,
+    ):  # fmt: skip
+        await p.call()
+        await p.say(question())
+        await until(lambda: len(p.tones) == 3, 20)
+        await p.hang_up()
+    assert p.tones == ["4", "2", "#"]

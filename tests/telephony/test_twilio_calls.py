@@ -404,3 +404,88 @@ async def test_a_goodbye_ends_the_call_after_the_answer_without_any_tool(tmp_pat
     assert heard_ms >= len(goodbye) * 10 * 0.9
     phone = server.services.phone.get(call.call_sid)
     assert phone is not None and phone.ended == "agent"
+
+
+class ToolBrain:
+    """Calls ``tool`` with ``arguments`` when the caller's words hold ``when``; after the
+    result, says ``then``; otherwise a short answer."""
+
+    def __init__(self, when: str, tool: str, arguments: dict, then: str) -> None:
+        self.when, self.tool, self.arguments, self.then = when, tool, arguments, then
+        self.requests: list[BrainInput] = []
+
+    async def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
+        self.requests.append(request)
+        if request.tool_results:
+            yield BrainDelta(text=self.then)
+        elif self.when in request.current_input.lower():
+            yield BrainDelta(tool_call=ToolCall("call_1", self.tool, dict(self.arguments)))
+        else:
+            yield BrainDelta(text="Hello, how can I help?")
+
+
+TARGETS = "Assistant=+15550150|sip:desk@pbx.example.com"
+
+
+async def test_the_agent_transfers_a_call_and_twilio_dials_the_target(tmp_path: Path) -> None:
+    brain = ToolBrain("person", "transfer_call", {"target": "+15550150"}, "Putting you through.")
+    async with phone_server(
+        tmp_path, heard=("a person please",), brain=brain, telephony_transfer_targets=TARGETS
+    ) as server:
+        call = twilio_call(server)
+        await call.webhook()
+        await call.connect()
+        await call.say(np.concatenate([tone(0.8), np.zeros(RATE // 2, np.int16)]))
+        await until(lambda: call.closed.is_set(), 20)  # after the announcement was heard
+        heard_ms = call.played.speech_ms()
+        after = await call.webhook()  # Twilio asks the <Connect> action URL
+    offered = {t.name: t for t in brain.requests[0].tools}
+    assert offered["transfer_call"].parameters["properties"]["target"]["enum"] == [
+        "+15550150", "sip:desk@pbx.example.com"
+    ]  # fmt: skip
+    assert "send_dtmf" in offered and "end_call" in offered
+    assert heard_ms >= len("Putting you through.") * 10 * 0.9
+    assert "<Dial><Number>+15550150</Number></Dial>" in after
+    phone = server.services.phone.get(call.call_sid)
+    assert phone is not None and phone.ended == "agent" and phone.transfer_target == "+15550150"
+
+
+async def test_a_transfer_to_a_target_the_role_does_not_allow_is_refused(tmp_path: Path) -> None:
+    brain = ToolBrain("person", "transfer_call", {"target": "+19990000"}, "Sorry, I cannot.")
+    async with phone_server(
+        tmp_path, heard=("a person please",), brain=brain, telephony_transfer_targets=TARGETS
+    ) as server:
+        call = twilio_call(server)
+        await call.webhook()
+        await call.connect()
+        await call.say(np.concatenate([tone(0.8), np.zeros(RATE // 2, np.int16)]))
+        events = await journaled(server, call, 4)
+        await call.say(np.zeros(RATE, np.int16))
+        still_open = not call.closed.is_set()
+        await call.hang_up()
+    assert still_open and events[2][1]["content"].startswith("Not transferred")
+    phone = server.services.phone.get(call.call_sid)
+    assert phone is not None and phone.transfer_target is None and phone.ended == "caller"
+
+
+def _tone_power(pcm: np.ndarray, hz: float) -> float:
+    """Goertzel-style power of one frequency in ``pcm`` (8 kHz)."""
+    t = np.arange(pcm.size) / RATE
+    return float(abs(np.dot(pcm.astype(np.float64), np.exp(-2j * np.pi * hz * t))) / pcm.size)
+
+
+async def test_send_dtmf_plays_keypad_tones_on_a_twilio_call(tmp_path: Path) -> None:
+    brain = ToolBrain("menu", "send_dtmf", {"digits": "1"}, "Done.")
+    async with phone_server(tmp_path, heard=("the menu asks for one",), brain=brain) as server:
+        call = twilio_call(server)
+        await call.webhook()
+        await call.connect()
+        await call.say(np.concatenate([tone(0.8), np.zeros(RATE // 2, np.int16)]))
+        events = await journaled(server, call, 4)
+        await until(lambda: call.played.speech_ms() >= 160, 10)
+        await call.hang_up()
+    assert events[2][1]["content"] == "Pressed 1."
+    played = np.concatenate(call.played.pcm)[: int(RATE * 0.1)]  # the tones come first
+    # '1' is 697 Hz + 1209 Hz; a neighbour's frequencies are absent.
+    assert _tone_power(played, 697) > 10 * _tone_power(played, 770)
+    assert _tone_power(played, 1209) > 10 * _tone_power(played, 1336)
