@@ -15,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from runtime.drain import DRAINING_CODE, DrainState
 from runtime.http import accounts as api_accounts
+from runtime.http import calls as api_calls
 from runtime.http import client_secrets as api_client_secrets
 from runtime.http import conversations as api_conversations
 from runtime.http import knowledge as api_knowledge
@@ -75,6 +76,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_accounts.router)
     app.include_router(api_client_secrets.router)
     app.include_router(api_conversations.router)
+    app.include_router(api_calls.router)
     app.include_router(api_memory.router)
     app.include_router(api_role_memory.router)
     app.include_router(api_knowledge.router)

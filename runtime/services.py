@@ -56,6 +56,11 @@ from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.role_memory import RoleLearning, RoleMemoryModels
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
 from runtime.telemetry import Telemetry
+from runtime.telephony.call_records import (
+    CallRecordStore,
+    InMemoryCallRecords,
+    PostgresCallRecords,
+)
 from runtime.telephony.calls import PhoneCalls
 from runtime.thread_memory import ThreadMemoryService, json_model_of
 from runtime.threads import InMemoryThreadStore, ThreadStore
@@ -109,6 +114,8 @@ class Services:
     over ``memory_models`` and ``role_records`` unless one is given (tests)."""
     learning_runs: LearningRunStore = field(default_factory=InMemoryLearningRunStore)
     """Durable learning runs of role memory (SPEC RM-4)."""
+    call_records: CallRecordStore = field(default_factory=InMemoryCallRecords)
+    """Phone calls (SPEC TEL-5): the history page's list, numbers sealed at rest."""
     keyring: Keyring | None = None
     """The memory keyring (None in tests that build services by hand)."""
     memory_models: dict[str, JsonModel] = field(default_factory=dict)
@@ -423,6 +430,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             judgements=PostgresJudgementCache(database.pool),
             tool_catalog=PostgresToolCatalog(database.pool, settings.tool_host_set()),
             tool_secrets=PostgresToolSecrets(database.pool, keyring=keyring),
+            call_records=PostgresCallRecords(database.pool, keyring=keyring),
             keyring=keyring,
             database=database,
         )

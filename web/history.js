@@ -3,6 +3,8 @@
 // server's reason otherwise), export, and delete with the options to erase the runtime journal
 // and to forget what the agent learned from the conversation (RM-7: a purge of its thread's tag
 // in the role's shared memory, made after the delete; without it, what was learned is kept).
+// Phone calls (SPEC TEL-5) are listed beside them: when, from and to which number, how long,
+// who hung up or where the call was put through; a call opens to its transcript.
 
 import { api, downloadJson, el, errorText, formatTime, listRoles, plural, signedIn } from "./api.js";
 import { RecordSaver } from "./records.js";
@@ -48,6 +50,47 @@ async function showList() {
     );
   }
   $("empty").classList.toggle("hidden", conversations.length > 0);
+}
+
+function callSummary(c) {
+  const ended = {
+    caller: "the caller hung up",
+    agent: c.transfer_target ? `put through to ${c.transfer_target}` : "the agent hung up",
+  }[c.ended_by] || "not ended";
+  const length = c.duration_s == null ? "" : ` · ${Math.round(c.duration_s)} s`;
+  return `${roleName(c.role_id)} · ${c.provider === "sip" ? "SIP" : "Twilio"}${length} · ${ended} · ${formatTime(c.started_at)}`;
+}
+
+async function showCalls() {
+  let calls;
+  try {
+    ({ calls } = await api("/api/calls"));
+  } catch (error) {
+    notice(`Could not load phone calls: ${errorText(error)}`, "bad");
+    return;
+  }
+  const list = $("calls");
+  list.replaceChildren();
+  for (const c of calls) {
+    const transcript = el("div", { class: "transcript hidden" });
+    const open = el("button", { type: "button", class: "link" }, `${c.caller || "unknown"} → ${c.called || "unknown"}`);
+    open.addEventListener("click", async () => {
+      if (!transcript.classList.toggle("hidden") && !transcript.childElementCount) {
+        try {
+          const { messages } = await api(`/api/calls/${encodeURIComponent(c.id)}`);
+          for (const m of messages) {
+            const who = m.role === "user" ? "Caller" : m.interrupted ? "Agent (interrupted)" : "Agent";
+            transcript.append(el("p", { class: `msg ${m.role}` }, el("strong", {}, `${who}: `), m.text));
+          }
+          if (!messages.length) transcript.append(el("p", { class: "muted" }, "Nothing was said."));
+        } catch (error) {
+          transcript.append(el("p", { class: "muted" }, `Could not load: ${errorText(error)}`));
+        }
+      }
+    });
+    list.append(el("li", { "data-call": c.id }, open, el("div", { class: "muted small" }, callSummary(c)), transcript));
+  }
+  $("calls-panel").classList.toggle("hidden", calls.length === 0);
 }
 
 async function showDetail(id) {
@@ -149,10 +192,10 @@ async function main() {
       }
     });
   }
-  $("refresh").addEventListener("click", showList);
+  $("refresh").addEventListener("click", () => Promise.all([showList(), showCalls()]));
   const id = new URLSearchParams(location.search).get("id");
   if (id) await showDetail(id);
-  else await showList();
+  else await Promise.all([showList(), showCalls()]);
   document.body.dataset.ready = "true";
 }
 

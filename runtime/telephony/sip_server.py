@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from runtime.realtime.connection import RealtimeConnection
 from runtime.realtime.handshake import role_for
+from runtime.telephony.call_records import keep
 from runtime.telephony.calls import PhoneCall, number_digest
 from runtime.telephony.phone import number_roles, open_phone_session, transfer_targets
 from runtime.telephony.rtp import RtpStream, open_rtp
@@ -425,6 +426,9 @@ class SipServer:
     async def _serve(self, dialog: Dialog) -> None:
         connection, session = dialog.connection, dialog.session
         assert connection is not None and session is not None
+        principal = connection.principal
+        assert principal is not None and dialog.phone is not None
+        await keep(self.services, principal, dialog.phone, "sip")
         try:
             await connection.serve(session)
         finally:
@@ -437,6 +441,7 @@ class SipServer:
             if dialog.link.ended_by != "caller":
                 self._bye(dialog)
             await self._forget(dialog)
+            await keep(self.services, principal, dialog.phone, "sip")
 
     async def _forget(self, dialog: Dialog) -> None:
         self.dialogs.pop((dialog.call_id, dialog.remote_tag), None)

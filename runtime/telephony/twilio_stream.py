@@ -52,6 +52,7 @@ from runtime.errors import Disconnected, ProtocolError
 from runtime.realtime.connection import RealtimeConnection
 from runtime.realtime.protocol import CloseCode
 from runtime.realtime.transport import MediaOut
+from runtime.telephony.call_records import keep
 from runtime.telephony.calls import number_digest
 from runtime.telephony.phone import (
     DTMF_DIGITS,
@@ -291,6 +292,7 @@ async def serve_twilio_stream(websocket: WebSocket, services: Services) -> None:
             return
         link.voice.bind(session)
         call.thread_id, call.session_id = session.thread.thread_id, session.id
+        await keep(services, principal, call, "twilio")
         log.info(
             "phone call %s from %s to %s: stream %d, session %s",
             call_sid, number_digest(call.caller), number_digest(call.called), call.streams,
@@ -303,6 +305,7 @@ async def serve_twilio_stream(websocket: WebSocket, services: Services) -> None:
             services.phone.end(call, "caller" if link.stopped else "agent")
             if link.ended_by_agent and link.voice.hang_up.transfer_to is not None:
                 call.transfer_target = link.voice.hang_up.transfer_to
+            await keep(services, principal, call, "twilio")
         await link.finish()
         with contextlib.suppress(Exception):
             await websocket.close(1000)

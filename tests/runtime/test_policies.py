@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +38,7 @@ from runtime.http.policy import (
 )
 from runtime.realtime.protocol import KNOWN_TYPES
 from runtime.services import Services, open_services
+from runtime.telephony.call_records import CallRecord, record_id
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.test_api_conversations import segment_body
 
@@ -84,9 +85,13 @@ class Case:
     def url(self, w: World) -> str:
         return self.path.format(
             role_id=w.role, user=w.user_target, document_id=w.document, entry_id=w.memory,
-            record_id=w.record, token_id=w.token, call_id="rtc_none", thread_id="th_policy",
+            record_id=w.record, token_id=w.token, call_id=CALL_ID, thread_id="th_policy",
             name="policy_tool", label="policy_mcp", rule_id="rule_none", grant_id="grant_none",
         )  # fmt: skip
+
+
+CALL_ID = record_id("sip:policy")
+"""A phone call's record id; WebRTC's hangup takes it too and finds no such call (404)."""
 
 
 def _json(value: Any) -> Body:
@@ -233,6 +238,8 @@ CASES: list[Case] = [
     # A JSON body is no offer: past the policy, 415 (tests/runtime/test_webrtc.py makes calls).
     Case("POST", "/v1/realtime/calls", "collection", _json({}), allowed=415),
     Case("POST", "/v1/realtime/calls/{call_id}/hangup", "collection", allowed=404),
+    Case("GET", "/api/calls", "collection"),
+    Case("GET", "/api/calls/{call_id}", "user_object"),
     # A phone provider's webhook: its signature decides, not a token (telephony is off here).
     Case("POST", "/v1/telephony/twilio/voice", "collection", allowed=404),
 ]
@@ -357,6 +364,10 @@ def make_world(tmp_path: Path) -> Callable[[Caller], Any]:
                 who = PRINCIPALS.get(own, LOCAL_PRINCIPAL)
                 await services.threads.create(who.tenant, who.user, "th_policy", role.json()["id"])
                 victim = await services.accounts.issue_token(who.tenant, who.user, name="victim")
+                await services.call_records.save(
+                    CallRecord(who.tenant, who.user, "sip:policy", "sip", "+15550001111",
+                               "+15550002222", role.json()["id"], None, datetime.now(UTC))
+                )  # fmt: skip
                 me = PRINCIPALS.get(caller, LOCAL_PRINCIPAL)
                 export = to_document(await services.memory.backup(me.tenant, me.user))
                 for response in (role, document, memory, record):

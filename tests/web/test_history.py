@@ -5,11 +5,13 @@ transcripts surviving a reload with the network cut (IndexedDB)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from journal.events import ThreadRef
 from runtime.records import RecordsUnavailable
+from runtime.telephony.call_records import CallRecord
 from tests.web.conftest import (
     Launch,
     ServerFactory,
@@ -251,3 +253,29 @@ async def test_a_version_conflict_stops_saving_and_offers_an_export(
     assert [m["text"] for m in record["messages"]][2:] == ["written elsewhere"]
     # ... and the export holds this page's whole transcript.
     assert '"thanks"' in exported and "You're welcome." in exported
+
+
+async def test_the_history_page_lists_phone_calls_and_opens_a_transcript(
+    launch: Launch, silence_wav: Path, fake_server: ServerFactory
+) -> None:
+    async with fake_server() as server:
+        owner = await server.services.accounts.authenticate(server.token)
+        assert owner is not None
+        started = datetime.now(UTC) - timedelta(minutes=3)
+        await server.services.call_records.save(
+            CallRecord(owner.tenant, owner.user, "sip:history-call", "sip", "+15550001111",
+                       "+15550002222", "role_any", None, started,
+                       started + timedelta(seconds=42), "agent", "+15550150")
+        )  # fmt: skip
+        browser = await launch(silence_wav)
+        page = await open_page(browser, server)
+        await page.goto(f"{server.http_url}/history.html")
+        await page.wait_for_selector("body[data-ready=true]")
+        item = page.locator("#calls li")
+        assert await item.count() == 1
+        text = await item.inner_text()
+        assert "+15550001111 → +15550002222" in text
+        assert "42 s" in text and "put through to +15550150" in text and "SIP" in text
+        await item.locator("button").click()
+        await page.wait_for_selector("#calls li .transcript:not(.hidden)")
+        assert "Nothing was said." in await item.locator(".transcript").inner_text()
