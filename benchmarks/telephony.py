@@ -213,8 +213,13 @@ async def bargein(base: str, turns: int, min_interrupt_ms: int = 300) -> list[fl
         for _ in range(turns):
             mark = len(call.media_at)
             await call.say(np.concatenate((_speech(0.6), np.zeros(RATE // 2, np.int16))))
-            while len(call.media_at) < mark + 3:  # noqa: ASYNC110 (the answer is playing)
-                await asyncio.sleep(0.01)
+            deadline = time.monotonic() + 10
+            while len(call.media_at) < mark + 3 and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # the answer is playing
+            if len(call.media_at) < mark + 3:
+                _progress("twilio barge-in", {"skipped": "no answer within 10 s"})
+                await _quiet(call.media_at, 1.5)
+                continue
             clears = len(call.clear_at)
             sent = await call.say(_speech(0.8))
             crossing = sent[min_interrupt_ms // 20 - 1]
@@ -237,8 +242,13 @@ async def bargein_sip(turns: int, min_interrupt_ms: int = 300) -> list[float]:
         for _ in range(turns):
             mark = len(phone.arrivals)
             await phone.say(np.concatenate((_speech(0.6), np.zeros(RATE // 2, np.int16))))
-            while len(phone.arrivals) < mark + 10:  # noqa: ASYNC110 (the answer is playing)
-                await asyncio.sleep(0.01)
+            deadline = time.monotonic() + 10
+            while len(phone.arrivals) < mark + 10 and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # the answer is playing
+            if len(phone.arrivals) < mark + 10:
+                _progress("sip barge-in", {"skipped": "no answer within 10 s"})
+                await _quiet(phone.arrivals, 1.5)
+                continue
             sent = await phone.say(_speech(0.8))
             crossing = sent[min_interrupt_ms // 20 - 1]
             await asyncio.sleep(0.2)
@@ -255,31 +265,38 @@ async def bargein_sip(turns: int, min_interrupt_ms: int = 300) -> list[float]:
     return stops
 
 
+async def _take_turns(
+    line: TwilioCall | SipPhone, until: float, period: float, offset: float, out: dict[str, Any]
+) -> None:
+    """A turn every ``period`` seconds until ``until``: 600 ms of speech → first answer audio."""
+    arrivals = line.media_at if isinstance(line, TwilioCall) else line.arrivals
+    await asyncio.sleep(offset)
+    loop = asyncio.get_running_loop()
+    while loop.time() < until:
+        started = loop.time()
+        mark = len(arrivals)
+        speech_end = (await line.say(_speech(0.6)))[-1]
+        deadline = time.monotonic() + 10
+        while len(arrivals) <= mark and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+        if len(arrivals) > mark:
+            out["latencies"].append((arrivals[mark] - speech_end) * 1000)
+        else:
+            out["failures"] += 1
+        rest = period - (loop.time() - started)
+        if rest > 0:
+            await asyncio.sleep(rest)
+
+
 async def converse(
     base: str, until: float, period: float, offset: float, out: dict[str, Any]
 ) -> None:
-    """One call taking a turn every ``period`` seconds until ``until`` (module doc)."""
+    """One Twilio call taking turns (module doc)."""
     try:
         async with TwilioCall(base, AUTH_TOKEN) as call:
             await call.webhook()
             await call.connect()
-            await asyncio.sleep(offset)
-            loop = asyncio.get_running_loop()
-            while loop.time() < until:
-                started = loop.time()
-                mark = len(call.media_at)
-                sent = await call.say(_speech(0.6))
-                speech_end = sent[-1]
-                deadline = time.monotonic() + 10
-                while len(call.media_at) <= mark and time.monotonic() < deadline:  # noqa: ASYNC110
-                    await asyncio.sleep(0.005)
-                if len(call.media_at) > mark:
-                    out["latencies"].append((call.media_at[mark] - speech_end) * 1000)
-                else:
-                    out["failures"] += 1
-                rest = period - (loop.time() - started)
-                if rest > 0:
-                    await asyncio.sleep(rest)
+            await _take_turns(call, until, period, offset, out)
             await call.hang_up()
     except (OSError, httpx.HTTPError, TimeoutError):
         out["failures"] += 1
@@ -288,28 +305,13 @@ async def converse(
 async def converse_sip(
     base: str, until: float, period: float, offset: float, out: dict[str, Any]
 ) -> None:
-    """``converse`` over a SIP call."""
+    """One SIP call taking turns (module doc)."""
     try:
         async with SipPhone(("127.0.0.1", SIP_PORT)) as phone:
             if (await phone.call()).status != 200:
                 out["failures"] += 1
                 return
-            await asyncio.sleep(offset)
-            loop = asyncio.get_running_loop()
-            while loop.time() < until:
-                started = loop.time()
-                mark = len(phone.arrivals)
-                speech_end = (await phone.say(_speech(0.6)))[-1]
-                deadline = time.monotonic() + 10
-                while len(phone.arrivals) <= mark and time.monotonic() < deadline:  # noqa: ASYNC110
-                    await asyncio.sleep(0.005)
-                if len(phone.arrivals) > mark:
-                    out["latencies"].append((phone.arrivals[mark] - speech_end) * 1000)
-                else:
-                    out["failures"] += 1
-                rest = period - (loop.time() - started)
-                if rest > 0:
-                    await asyncio.sleep(rest)
+            await _take_turns(phone, until, period, offset, out)
             await phone.hang_up()
     except (OSError, TimeoutError):
         out["failures"] += 1

@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     """``name:password,…``: when set, an INVITE must carry one trunk's digest credentials
     (401 challenge). Never logged."""
     sip_realm: str = "openrealtime"
+    sip_rtp_timeout_s: float = Field(default=60.0, ge=0, le=3600)
+    """A SIP call whose caller sends no RTP this long is hung up (a phone that vanished
+    without BYE); 0: never."""
     sip_rtp_ports: str = ""
     """``20000-20999``: the UDP ports RTP may use (even ones); empty: any free port."""
 

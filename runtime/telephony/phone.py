@@ -29,11 +29,13 @@ Rules
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 PHONE_RATE = 8_000
 SAMPLES_PER_20MS = PHONE_RATE // 50
 
@@ -138,6 +141,25 @@ class KeypadEntry:
         return entry
 
 
+async def keypad_wait(keypad: KeypadEntry, receive: Callable[[], Awaitable[T]]) -> T | None:
+    """What ``receive`` gives — or None when the pause that ends a keypad entry (rule 2) comes
+    first (then ``keypad.due`` has the entry)."""
+    deadline = keypad.deadline()
+    if deadline is None:
+        return await receive()
+    try:
+        return await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        return None
+
+
+def note_session_error(data: str, line: str) -> None:
+    """A phone line has no reader for the session's JSON events: an error is logged by code."""
+    if '"type":"error"' in data[:40]:
+        code = json.loads(data).get("error", {}).get("code")
+        log.info("%s: the session sent error %s (no reader on a phone line)", line, code)
+
+
 def keypad_text(entry: str) -> str:
     """An entry as the caller's words: the brain reads it as input."""
     return f"(keypad: {entry})"
@@ -208,8 +230,17 @@ class HangUp:
             hang_up, self.on_heard_all = self.on_heard_all, None
             hang_up()
 
-    def call_tools(self, send_dtmf: ToolHandler) -> tuple[tuple[ToolSpec, ToolHandler], ...]:
-        """The tools a phone line offers its session (rules 3, 4)."""
+    def call_tools(self, press: Callable[[str], None]) -> tuple[tuple[ToolSpec, ToolHandler], ...]:
+        """The tools a phone line offers its session (rules 3, 4); ``press`` plays keypad
+        tones to the far end the line's way."""
+
+        async def send_dtmf(arguments: dict[str, Any]) -> str:
+            digits = str(arguments.get("digits", ""))[:32]
+            if not digits or not set(digits) <= DTMF_DIGITS:
+                return "Not sent: digits are 0-9, *, # and A-D."
+            press(digits)
+            return f"Pressed {digits}."
+
         tools: list[tuple[ToolSpec, ToolHandler]] = [(END_CALL, self.end_call)]
         if self.transfer_targets:
             tools.append((transfer_call_spec(self.transfer_targets), self.transfer_call))

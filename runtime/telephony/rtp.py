@@ -22,6 +22,8 @@ Rules
 5. Keypad tones (RFC 4733 ``telephone-event``): a digit is reported once per event (the event's
    RTP timestamp), on its first packet. Digits sent (``send_dtmf``) are 100 ms events with a
    pause of 60 ms between them, the end packet sent three times, in place of audio.
+6. A caller whose RTP stops for ``silent_s`` (a phone that vanished without BYE) is reported
+   once (``on_silent``): the call is hung up, never kept alive by its own comfort silence.
 """
 
 from __future__ import annotations
@@ -155,9 +157,14 @@ class RtpStream(asyncio.DatagramProtocol):
         next_frame: Callable[[], bytes | None],
         on_audio: Callable[[bytes], None],
         on_digit: Callable[[str], None],
+        on_silent: Callable[[], None] | None = None,
+        silent_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.next_frame = next_frame
+        self.on_silent = on_silent
+        self.silent_s = silent_s
+        self._heard_at = clock()
         self.on_audio = on_audio
         self.on_digit = on_digit
         self.clock = clock
@@ -220,6 +227,7 @@ class RtpStream(asyncio.DatagramProtocol):
         if packet is None:
             self.dropped += 1
             return
+        self._heard_at = self.clock()
         if not self._latched and self.remote is not None and addr[0] == self.remote[0]:
             self.remote, self._latched = (addr[0], addr[1]), True  # symmetric RTP (rule 2)
         if packet.payload_type == self.event_pt:
@@ -270,6 +278,9 @@ class RtpStream(asyncio.DatagramProtocol):
                 log.exception("rtp: a tick failed")
 
     def _tick(self) -> None:
+        if self.silent_s and self.on_silent and self.clock() - self._heard_at > self.silent_s:
+            silent, self.on_silent = self.on_silent, None  # once (rule 6)
+            silent()
         for payload in self.jitter.tick():
             self._hear(payload)
         if self._events and self.event_pt is not None:

@@ -12,6 +12,8 @@ Rules
    is what the caller heard (the engine learns it as playback: the heard prefix, to 20 ms plus
    the phone's own jitter buffer). Barge-in drops what is left at once — the next tick is
    silence; a pause (``openrealtime.output_audio.paused``) holds it, ``resumed`` plays it on.
+   Audio of an answer that is no longer current and did not complete (cancelled, replaced) is
+   dropped when it comes up, whatever event said so — as the WebRTC track does.
 3. Keypad tones (RFC 4733 events, or SIP INFO ``application/dtmf-relay``) are collected into
    entries and reach the agent as the caller's words (``phone`` rule 2).
 4. The end: a BYE from the caller ends the session for good; the agent hangs up in code after
@@ -28,12 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,11 +47,12 @@ from runtime.realtime.protocol import CloseCode
 from runtime.realtime.transport import MediaOut
 from runtime.telephony.calls import Ender
 from runtime.telephony.phone import (
-    DTMF_DIGITS,
     SAMPLES_PER_20MS,
     HangUp,
     KeypadEntry,
     keypad_events,
+    keypad_wait,
+    note_session_error,
 )
 from runtime.telephony.sip_message import PCMA
 
@@ -74,7 +76,9 @@ class SipVoice:
     def __init__(self, codec: int, *, transfer_targets: tuple[str, ...] = ()) -> None:
         self.codec = codec
         self._session: VoiceSession | None = None
-        self._queue: deque[tuple[int, bytearray]] = deque()
+        self._queue: deque[tuple[int, str, bytearray]] = deque()
+        self._completed: set[str] = set()
+        """Answers that ended normally: what is left of their audio still plays."""
         self._generation: int | None = None
         self._played_ms = 0.0
         self._paused: int | None = None
@@ -93,9 +97,10 @@ class SipVoice:
             session = self._session
             if session is not None and session.outbox.is_current(event.generation):
                 if self._queue and self._queue[-1][0] == event.generation:
-                    self._queue[-1][1].extend(event.delta)
+                    self._queue[-1][2].extend(event.delta)
                 else:
-                    self._queue.append((event.generation, bytearray(event.delta)))
+                    chunk = (event.generation, event.response_id, bytearray(event.delta))
+                    self._queue.append(chunk)
             return True
         if isinstance(event, ev.OutputAudioPaused):
             self._paused = event.generation
@@ -104,7 +109,9 @@ class SipVoice:
                 self._paused = None
         elif isinstance(event, ev.ResponseInterrupted):
             self._drop(event.generation)
-        elif self.hang_up.note(event) and not self._queue:
+        elif isinstance(event, ev.ResponseDone) and event.response.status == "completed":
+            self._completed.add(event.response.id)
+        if self.hang_up.note(event) and not self._queue:
             self.hang_up.heard_all()
         return False
 
@@ -116,14 +123,26 @@ class SipVoice:
         if self._paused == generation:
             self._paused = None
 
+    def _drop_stale(self) -> None:
+        session, queue = self._session, self._queue
+        while queue and session is not None:
+            generation, response_id, _ = queue[0]
+            if session.outbox.is_current(generation) or response_id in self._completed:
+                return
+            queue.popleft()
+            if self._paused == generation:
+                self._paused = None
+
     def next_frame(self) -> bytes | None:
         """The answer's next 20 ms as G.711, or None: nothing to say (rule 2)."""
+        self._drop_stale()
         queue = self._queue
         if not queue or self._paused == queue[0][0]:
             if not queue:
+                self._completed.clear()
                 self.hang_up.heard_all()
             return None
-        generation, pcm = queue[0]
+        generation, _, pcm = queue[0]
         frame = bytes(pcm[:_FRAME_BYTES])
         del pcm[:_FRAME_BYTES]
         if not pcm:
@@ -157,7 +176,8 @@ class SipLink:
         self.media: MediaOut | None = voice
         self.connection: RealtimeConnection | None = None
         self.keypad = KeypadEntry(keypad_gap_s)
-        self._inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self._inbox: asyncio.Queue[str] = asyncio.Queue()
+        """Client events for the session; "" once the call is over."""
         self._heard: deque[bytes] = deque(maxlen=MAX_HEARD_BACKLOG)
         self._heard_ready = asyncio.Event()
         self._hang_up = hang_up
@@ -171,14 +191,7 @@ class SipLink:
 
     @property
     def call_tools(self) -> tuple[tuple[ToolSpec, ToolHandler], ...]:
-        return self.voice.hang_up.call_tools(self._send_dtmf)
-
-    async def _send_dtmf(self, arguments: dict[str, Any]) -> str:
-        digits = str(arguments.get("digits", ""))
-        if not digits or not set(digits) <= DTMF_DIGITS:
-            return "Not sent: digits are 0-9, *, # and A-D."
-        self._send_digits(digits[:32])
-        return f"Pressed {digits[:32]}."
+        return self.voice.hang_up.call_tools(self._send_digits)
 
     # ------------------------------------------------------------ in (rules 1, 3)
 
@@ -213,32 +226,24 @@ class SipLink:
     def caller_hung_up(self) -> None:
         if self.ended_by is None:
             self.ended_by = "caller"
-        self._inbox.put_nowait(None)
+        self._inbox.put_nowait("")
 
     async def receive(self) -> str | bytes:
         while True:
             if self.ended_by is not None and self._inbox.empty():
                 raise Disconnected()
-            deadline = self.keypad.deadline()
-            try:
-                if deadline is None:
-                    message = await self._inbox.get()
-                else:
-                    wait = max(0.0, deadline - time.monotonic())
-                    message = await asyncio.wait_for(self._inbox.get(), wait)
-            except TimeoutError:
+            message = await keypad_wait(self.keypad, self._inbox.get)
+            if message is None:  # a keypad entry's pause ended
                 self._entry(self.keypad.due(time.monotonic()))
                 continue
-            if message is None:
+            if message == "":
                 raise Disconnected()
             return message
 
     # ------------------------------------------------------------ out (rule 4)
 
     async def send_text(self, data: str) -> None:
-        if '"type":"error"' in data[:40]:
-            code = json.loads(data).get("error", {}).get("code")
-            log.info("sip call: the session sent error %s (no reader on a phone line)", code)
+        note_session_error(data, "sip call")
 
     async def send_bytes(self, data: bytes) -> None:
         return None
@@ -266,7 +271,7 @@ class SipLink:
     def _close_session(self) -> None:
         if self.connection is not None:
             self.connection.request_close(CloseCode.NORMAL, "the agent ended the call")
-        self._inbox.put_nowait(None)
+        self._inbox.put_nowait("")
 
     async def close(self, code: int, reason: str) -> None:
         """The session closed the link: the call is over (rule 4)."""

@@ -356,7 +356,21 @@ class SipServer:
             transfer=transfer,
             send_digits=send_digits,
         )
-        rtp = RtpStream(next_frame=voice.next_frame, on_audio=link.heard, on_digit=link.digit)
+
+        def silent() -> None:
+            if holder:
+                log.info("sip: call %s sent no RTP for %.0f s; hanging up",
+                         holder[0].call_id[:12], settings.sip_rtp_timeout_s)  # fmt: skip
+                holder[0].link.caller_hung_up()
+                self._bye(holder[0])
+
+        rtp = RtpStream(
+            next_frame=voice.next_frame,
+            on_audio=link.heard,
+            on_digit=link.digit,
+            on_silent=silent,
+            silent_s=settings.sip_rtp_timeout_s,
+        )
         await open_rtp(rtp, self.host, self.rtp_ports)
         rtp.peers.add(peer.address[0])
         rtp.negotiated(

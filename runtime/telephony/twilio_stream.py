@@ -55,9 +55,10 @@ from runtime.realtime.transport import MediaOut
 from runtime.telephony.call_records import keep
 from runtime.telephony.calls import number_digest
 from runtime.telephony.phone import (
-    DTMF_DIGITS,
     KeypadEntry,
     keypad_events,
+    keypad_wait,
+    note_session_error,
     open_phone_session,
     transfer_targets,
 )
@@ -103,14 +104,7 @@ class TwilioLink:
 
     @property
     def call_tools(self) -> tuple[tuple[ToolSpec, ToolHandler], ...]:
-        return self.voice.hang_up.call_tools(self._send_dtmf)
-
-    async def _send_dtmf(self, arguments: dict[str, Any]) -> str:
-        digits = str(arguments.get("digits", ""))
-        if not digits or not set(digits) <= DTMF_DIGITS:
-            return "Not sent: digits are 0-9, *, # and A-D."
-        self.voice.send_tones(digits[:32])
-        return f"Pressed {digits[:32]}."
+        return self.voice.hang_up.call_tools(self.voice.send_tones)
 
     def _hang_up(self) -> None:
         self.ended_by_agent = True
@@ -148,9 +142,7 @@ class TwilioLink:
             self._out.put_nowait(None)
 
     async def send_text(self, data: str) -> None:
-        if '"type":"error"' in data[:40]:
-            code = json.loads(data).get("error", {}).get("code")
-            log.info("twilio stream: the session sent error %s (no reader on a phone line)", code)
+        note_session_error(data, "twilio stream")
 
     async def send_bytes(self, data: bytes) -> None:
         return None
@@ -175,19 +167,14 @@ class TwilioLink:
         while not self._pending:
             if self.gone or self.stopped:
                 raise Disconnected()
-            deadline = self.keypad.deadline()
             try:
-                if deadline is None:
-                    text = await self.websocket.receive_text()
-                else:
-                    wait = max(0.0, deadline - time.monotonic())
-                    text = await asyncio.wait_for(self.websocket.receive_text(), wait)
-            except TimeoutError:
-                self._entry(self.keypad.due(time.monotonic()))
-                continue
+                text = await keypad_wait(self.keypad, self.websocket.receive_text)
             except (WebSocketDisconnect, RuntimeError):
                 self.gone = True
                 raise Disconnected() from None
+            if text is None:
+                self._entry(self.keypad.due(time.monotonic()))
+                continue
             await self._message(text)
         return self._pending.popleft()
 

@@ -311,3 +311,18 @@ async def test_send_dtmf_on_a_sip_call_is_rfc_4733_events(tmp_path: Path) -> Non
         await until(lambda: len(p.tones) == 3, 20)
         await p.hang_up()
     assert p.tones == ["4", "2", "#"]
+
+
+async def test_a_caller_whose_rtp_stops_is_hung_up(tmp_path: Path) -> None:
+    """A phone that vanished without BYE: the server's comfort silence must not keep the
+    session alive; after ``sip_rtp_timeout_s`` it hangs up."""
+    async with sip_server_running(tmp_path, sip_rtp_timeout_s=1.0) as server, phone(server) as p:
+        await p.call()
+        await until(lambda: len(server.services.live_sessions) == 1)
+        assert p._clock is not None
+        p._clock.cancel()  # the phone's RTP stops; its SIP socket still answers
+        async with asyncio.timeout(10):
+            await p.hung_up.wait()
+        await until(lambda: len(server.services.live_sessions) == 0)
+    call = server.services.phone.get(f"sip:{p.call_id}")
+    assert call is not None and call.ended == "caller"
