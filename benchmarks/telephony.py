@@ -246,7 +246,10 @@ async def bargein_sip(turns: int, min_interrupt_ms: int = 300) -> list[float]:
             while len(phone.arrivals) < mark + 10 and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)  # the answer is playing
             if len(phone.arrivals) < mark + 10:
-                _progress("sip barge-in", {"skipped": "no answer within 10 s"})
+                _progress("sip barge-in", {
+                    "skipped": "no answer within 10 s", "frames": len(phone.arrivals) - mark,
+                    "hung_up": phone.hung_up.is_set(), "turn": len(stops),
+                })  # fmt: skip
                 await _quiet(phone.arrivals, 1.5)
                 continue
             sent = await phone.say(_speech(0.8))
