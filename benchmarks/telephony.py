@@ -8,8 +8,9 @@
   in this process: the same spoken questions (``benchmarks.voice_latency``'s) over a Twilio
   Media Streams call (8 kHz μ-law, ``runtime/telephony/twilio_client.py``) and over the GA
   WebSocket (16 kHz PCM) and over a SIP call (RTP, 8 kHz μ-law, ``runtime/telephony/sip_client.py``;
-  its first answer frame is the talk spurt's, marked), alternating, in one run (the goodbye ends
-  a call, as it should: the next turn dials again).
+  its first answer frame is the talk spurt's, marked), alternating, each transport first in
+  turn (one asked right after the others meets the model work their turns left), in one run
+  (the goodbye ends a call, as it should: the next turn dials again).
 - ``bargein_output_stop_ms``: with instant fake plugins (a server process), a caller speaks over
   the answer; from the chunk where the speech has lasted ``min_interrupt_ms`` (the crossing
   frame) leaving the client → Twilio's ``clear`` arriving; ``sip``: → when the frame after the
@@ -54,6 +55,12 @@ from runtime.telephony.twilio_client import CHUNK, RATE, TwilioCall
 AUTH_TOKEN = "benchmark-twilio-auth-token"
 LINE_TOKEN = "benchmark-phone-line-token"
 DEFAULT_STEPS = (1, 10, 25, 50, 75, 100, 125, 150)
+ROTATION = (
+    ("websocket", "twilio", "sip"),
+    ("twilio", "sip", "websocket"),
+    ("sip", "websocket", "twilio"),
+)
+"""The order the transports take each spoken question in, turn by turn (``latency``)."""
 
 
 def _speech(seconds: float) -> np.ndarray:
@@ -141,25 +148,29 @@ async def latency(turns: int) -> dict[str, Any]:
                 sip: SipPhone | None = None
                 for i in range(turns):
                     voice: PCM = voices[i % len(voices)]
-                    row = await voice_latency.one_turn(ws, voice)
-                    if row is not None:
-                        ws_ms.append(row["e2e"])
-                    if call is None or call.closed.is_set():  # a goodbye ends the call: redial
-                        if call is not None:
-                            await call.close()
-                        call = await _dial(server.http_url)
                     padded = np.concatenate((voice, np.zeros(INPUT_SAMPLE_RATE, np.int16)))
                     voice8k = resample(padded, INPUT_SAMPLE_RATE, RATE)
-                    took = await phone_turn(call, voice8k)
-                    if took is not None:
-                        phone_ms.append(took)
-                    if sip is None or sip.hung_up.is_set():
-                        if sip is not None:
-                            await sip.close()
-                        sip = await _sip_dial(server)
-                    took = await phone_turn(sip, voice8k)
-                    if took is not None:
-                        sip_ms.append(took)
+                    # Each transport goes first in turn: the one asked right after the others
+                    # meets the model work their turns left (thread memory learning).
+                    for transport in ROTATION[i % len(ROTATION)]:
+                        if transport == "websocket":
+                            row = await voice_latency.one_turn(ws, voice)
+                            if row is not None:
+                                ws_ms.append(row["e2e"])
+                        elif transport == "twilio":
+                            if call is None or call.closed.is_set():  # a goodbye ended it
+                                if call is not None:
+                                    await call.close()
+                                call = await _dial(server.http_url)
+                            if (took := await phone_turn(call, voice8k)) is not None:
+                                phone_ms.append(took)
+                        else:
+                            if sip is None or sip.hung_up.is_set():
+                                if sip is not None:
+                                    await sip.close()
+                                sip = await _sip_dial(server)
+                            if (took := await phone_turn(sip, voice8k)) is not None:
+                                sip_ms.append(took)
                 if call is not None:
                     await call.hang_up()
                 if sip is not None:

@@ -8,7 +8,11 @@ Rules
    not negotiated, more than ``MAX_PACKET_BYTES``) is dropped and counted.
 2. Who may send: packets whose source address is the SDP's connection address, or the SIP
    peer's address; the first such packet fixes the port answers go to (symmetric RTP, RFC 4961:
-   a caller behind NAT is heard and answered on the port it sends from).
+   a caller behind NAT is heard and answered on the port it sends from). One source at a time:
+   packets of another SSRC are dropped while the current one is live; after
+   ``SOURCE_SWITCH_S`` of its silence the new one takes over, with a fresh jitter buffer (a
+   phone that restarts its stream; a stray stream never mixes into the caller's audio). A
+   re-INVITE that moves the media starts both choices again.
 3. The jitter buffer releases the caller's audio in sequence order the moment it is in order
    (no added delay on a clean line). A missing packet is waited for ``wait_frames`` × 20 ms; then
    it is lost and replaced by silence, and what came after it is released. Late and duplicate
@@ -46,6 +50,7 @@ FRAME_BYTES = 160
 """20 ms of G.711 at 8 kHz."""
 FRAME_S = 0.020
 MAX_PACKET_BYTES = 1500
+SOURCE_SWITCH_S = 0.5
 EVENT_DIGITS = "0123456789*#ABCD"
 SILENCE = {0: b"\xff" * FRAME_BYTES, 8: b"\xd5" * FRAME_BYTES}
 """Digital silence in μ-law (PT 0) and A-law (PT 8)."""
@@ -171,6 +176,9 @@ class RtpStream(asyncio.DatagramProtocol):
         self.codec = 0
         self.event_pt: int | None = None
         self.remote: tuple[str, int] | None = None
+        self._offered: tuple[str, int] | None = None
+        self._source: int | None = None
+        """The SSRC heard (rule 2)."""
         self.peers: set[str] = set()
         self._latched = False
         self.sending = True
@@ -197,8 +205,9 @@ class RtpStream(asyncio.DatagramProtocol):
     ) -> None:
         """The SDP's outcome (an INVITE's or a re-INVITE's)."""
         self.codec, self.event_pt = codec, event_pt
-        if self.remote is None or remote[0] != self.remote[0] or not self._latched:
-            self.remote, self._latched = remote, False
+        if remote != self._offered or not self._latched:
+            self.remote, self._latched, self._offered = remote, False, remote
+            self._source = None
         self.peers.add(remote[0])
         self.sending = direction in ("sendrecv", "recvonly") and remote[1] != 0
 
@@ -227,7 +236,13 @@ class RtpStream(asyncio.DatagramProtocol):
         if packet is None:
             self.dropped += 1
             return
-        self._heard_at = self.clock()
+        now = self.clock()
+        if packet.ssrc != self._source:  # one source at a time (rule 2)
+            if self._source is not None and now - self._heard_at < SOURCE_SWITCH_S:
+                self.dropped += 1
+                return
+            self._source, self.jitter = packet.ssrc, JitterBuffer(self.jitter.wait_frames)
+        self._heard_at = now
         if not self._latched and self.remote is not None and addr[0] == self.remote[0]:
             self.remote, self._latched = (addr[0], addr[1]), True  # symmetric RTP (rule 2)
         if packet.payload_type == self.event_pt:

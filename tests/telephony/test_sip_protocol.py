@@ -215,3 +215,28 @@ def test_keypad_events_are_heard_once_per_event_and_sent_as_rfc_4733() -> None:
     assert event_payload("#", end=True, duration=800) == bytes(
         [EVENT_DIGITS.index("#"), 0x8A, 3, 32]
     )
+
+
+def test_one_source_at_a_time_and_a_new_one_after_the_old_went_quiet() -> None:
+    now = [100.0]
+    heard: list[bytes] = []
+    stream = RtpStream(
+        next_frame=lambda: None, on_audio=heard.append, on_digit=lambda _: None,
+        clock=lambda: now[0],
+    )  # fmt: skip
+    stream.negotiated(codec=0, event_pt=None, remote=("127.0.0.1", 4000), direction="sendrecv")
+    caller, stray = 0x1111, 0x2222
+
+    def send(ssrc: int, sequence: int, byte: int) -> None:
+        packet = RtpPacket(0, sequence, sequence * 160, ssrc, False, bytes([byte]) * 160)
+        stream.datagram_received(build_rtp(packet), ("127.0.0.1", 4000))
+
+    send(caller, 10, 1)
+    send(stray, 5000, 2)  # another stream while the caller's is live: never mixed in
+    now[0] += 0.1
+    send(caller, 11, 1)
+    assert [h[0] for h in heard] == [1, 1] and stream.dropped == 1
+    now[0] += 0.6  # the caller's stream went quiet: a new one (a restarted phone) takes over
+    send(stray, 5001, 2)
+    send(stray, 5002, 2)
+    assert [h[0] for h in heard] == [1, 1, 2, 2]
