@@ -170,14 +170,20 @@ class SipPhone:
         return request
 
     async def send(self, request: SipMessage, timeout_s: float = 10.0) -> SipMessage:
-        """Send ``request``; its final answer (provisional ones are kept in ``answers``)."""
+        """Send ``request``, again every T1 doubling to T2 until answered, as a UA does over
+        UDP (RFC 3261 §17.1); its final answer (provisional ones are kept in ``answers``)."""
         assert self._sip is not None
         future: asyncio.Future[SipMessage] = asyncio.get_running_loop().create_future()
         key = (request.branch, request.method)
         self._waiting[key] = future
-        self._sip.sendto(request.to_bytes(), self.server)
+        data, wait = request.to_bytes(), 0.5
         try:
-            return await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    self._sip.sendto(data, self.server)
+                    with contextlib.suppress(TimeoutError):
+                        return await asyncio.wait_for(asyncio.shield(future), wait)
+                    wait = min(wait * 2, 4.0)
         finally:
             self._waiting.pop(key, None)
 
