@@ -13,12 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from journal.events import EventKind, ThreadRef
+from journal.events import EventKind
 from runtime.server import RunningServer
 from runtime.telephony import sip_server
 from runtime.telephony.sip_client import RATE, SipPhone
 from runtime.telephony.sip_message import PCMA, SipMessage, header_param
-from tests.telephony.test_twilio_calls import LONG_ANSWER, TARGETS, ToolBrain, phone_server, tone
+from tests.telephony.test_twilio_calls import (
+    LONG_ANSWER,
+    TARGETS,
+    ToolBrain,
+    journaled,
+    phone_server,
+    tone,
+)
 from tests.waiting import until
 
 ANSWER = "Sure. Here is the answer. Anything else?"
@@ -46,22 +53,6 @@ def question() -> np.ndarray:
 
 def speech_ms(p: SipPhone) -> float:
     return len(p.played.pcm) * 20.0
-
-
-async def journal_of(server: RunningServer, p: SipPhone) -> list[tuple[str, dict]]:
-    call = server.services.phone.get(f"sip:{p.call_id}")
-    assert call is not None and call.thread_id is not None
-    owner = await server.services.accounts.authenticate(server.token)
-    assert owner is not None
-    ref = ThreadRef(owner.tenant, owner.user, call.thread_id)
-    return [(e.kind, dict(e.payload)) for e in await server.services.journal.read(ref)]
-
-
-async def journaled(server: RunningServer, p: SipPhone, count: int) -> list[tuple[str, dict]]:
-    async with asyncio.timeout(20):
-        while len(events := await journal_of(server, p)) < count:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)  # the journal announces nothing
-    return events
 
 
 async def test_a_call_is_answered_heard_and_hung_up_by_the_caller(tmp_path: Path) -> None:

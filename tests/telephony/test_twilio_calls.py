@@ -20,6 +20,7 @@ from plugins.fakes import FakeASR, FakeBrain, FakeTTS
 from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.server import RunningServer, running_server
+from runtime.telephony.sip_client import SipPhone
 from runtime.telephony.twilio_client import RATE, TwilioCall
 from runtime.telephony.twilio_protocol import twilio_signature
 from tests.runtime.conftest import fake_plugins
@@ -82,8 +83,10 @@ def tone(seconds: float, level: int = 6000) -> np.ndarray:
     return (level * np.sin(2 * np.pi * 1000 * t)).astype(np.int16)
 
 
-async def journal_of(server: RunningServer, call: TwilioCall) -> list[tuple[str, dict]]:
-    phone = server.services.phone.get(call.call_sid)
+async def journal_of(server: RunningServer, call: TwilioCall | SipPhone) -> list[tuple[str, dict]]:
+    """The journal of a Twilio or SIP call's thread."""
+    key = call.call_sid if isinstance(call, TwilioCall) else f"sip:{call.call_id}"
+    phone = server.services.phone.get(key)
     assert phone is not None and phone.thread_id is not None
     owner = await server.services.accounts.authenticate(server.token)
     assert owner is not None
@@ -91,7 +94,9 @@ async def journal_of(server: RunningServer, call: TwilioCall) -> list[tuple[str,
     return [(e.kind, dict(e.payload)) for e in await server.services.journal.read(ref)]
 
 
-async def journaled(server: RunningServer, call: TwilioCall, count: int) -> list[tuple[str, dict]]:
+async def journaled(
+    server: RunningServer, call: TwilioCall | SipPhone, count: int
+) -> list[tuple[str, dict]]:
     """The call's journal once it holds ``count`` events."""
     async with asyncio.timeout(20):
         while len(events := await journal_of(server, call)) < count:  # noqa: ASYNC110
