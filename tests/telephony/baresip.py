@@ -14,10 +14,12 @@ import socket
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pytest
+
+from benchmarks.common import free_udp_and_tcp_port
 
 BARESIP = shutil.which("baresip")
 MODULES = Path("/usr/lib/baresip/modules")
@@ -91,7 +93,7 @@ class Baresip:
         modules = ["account", "g711", "aufile", "aubridge", "sndfile", "menu", "ctrl_tcp"]
         config = [
             f"module_path {MODULES}",
-            f"sip_listen 127.0.0.1:{free_port()}",
+            f"sip_listen 127.0.0.1:{free_udp_and_tcp_port()}",  # SIP binds both
             "net_interface 127.0.0.1",
             f"audio_source aufile,{self.microphone}",
             "audio_player aubridge,nowhere",
@@ -105,25 +107,39 @@ class Baresip:
         (self.home / "accounts").write_text(account + "\n")
 
     async def start(self) -> None:
-        self._configure()
+        """Start baresip; its ports are chosen free just before, so another process may take one
+        in between (the suite runs in parallel): baresip then exits at once, and it is started
+        again on fresh ports — at most three times, then the error quotes its log."""
         binary = require_baresip()
-        self._process = await asyncio.create_subprocess_exec(
-            binary, "-f", str(self.home),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
+        for _ in range(3):
+            self.control_port = free_port()
+            self._configure()
+            if await self._launch(binary):
+                self._read_task = asyncio.ensure_future(self._read())
+                return
+        log = (self.home / "baresip.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"baresip exited at start three times; its log ends:\n{log}")
+
+    def _log(self) -> BinaryIO:
+        return open(self.home / "baresip.log", "wb")  # baresip writes it; we read it on failure
+
+    async def _launch(self, binary: str) -> bool:
+        with self._log() as log:
+            self._process = await asyncio.create_subprocess_exec(
+                binary, "-f", str(self.home),
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
+            )  # fmt: skip
         async with asyncio.timeout(20):
             while True:
                 try:
                     self._reader, self._writer = await asyncio.open_connection(
                         "127.0.0.1", self.control_port
                     )
-                    break
+                    return True
                 except OSError:
                     if self._process.returncode is not None:
-                        raise RuntimeError("baresip exited at start") from None
+                        return False
                     await asyncio.sleep(0.05)  # baresip announces its socket nowhere
-        self._read_task = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
         assert self._reader is not None
