@@ -91,6 +91,8 @@ class SipPhone:
         """Keypad tones the server sent (RFC 4733 events)."""
         self._tone_stamps: set[int] = set()
         self.arrivals: list[float] = []
+        self._acked: set[tuple[int, str]] = set()
+        """The INVITEs (CSeq) whose 200 was acknowledged: a 200 seen again is ACKed again."""
         """When each frame of the server's speech arrived."""
 
     @property
@@ -213,6 +215,8 @@ class SipPhone:
         if answer.status < 200:
             return
         number = answer.cseq[0]
+        if answer.status < 300:
+            self._acked.add(answer.cseq)
         ack = self.build("ACK", in_dialog=True)
         ack.set("To", answer.get("To"))
         ack.set("CSeq", f"{number} ACK")
@@ -259,6 +263,9 @@ class SipPhone:
                 self.send_only(notify)
             return
         self.answers.append(message)
+        if message.cseq in self._acked:
+            self._ack(message)  # its 200 again: our ACK was lost, so it is sent again
+            return
         future = self._waiting.get((message.branch, message.cseq[1]))
         if future is not None and not future.done() and message.status >= 200:
             future.set_result(message)

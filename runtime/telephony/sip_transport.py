@@ -171,19 +171,24 @@ class SipTransport:
             self._answered.popitem(last=False)
         if peer.transport == "UDP":
             _via_received(answer, peer)
-        peer.send(answer)
         if request.method == "INVITE" and answer.status >= 200 and peer.transport == "UDP":
-            self.spawn(asyncio.ensure_future(self._until_ack(request, peer, answer, on_no_ack)))
+            # Expected before the answer leaves: its ACK can be read before a task started
+            # now first runs (uvloop reads sockets between two rounds of callbacks).
+            key = (request.call_id, request.cseq[0])
+            acked = self._acks[key] = asyncio.Event()
+            peer.send(answer)
+            self.spawn(asyncio.ensure_future(self._until_ack(key, acked, peer, answer, on_no_ack)))
+            return
+        peer.send(answer)
 
     async def _until_ack(
         self,
-        request: SipMessage,
+        key: tuple[str, int],
+        event: asyncio.Event,
         peer: Peer,
         answer: SipMessage,
         on_no_ack: Callable[[], None] | None,
     ) -> None:
-        key = (request.call_id, request.cseq[0])
-        event = self._acks[key] = asyncio.Event()
         wait, waited = T1, 0.0
         while waited < TIMER_B:
             with contextlib.suppress(TimeoutError):
