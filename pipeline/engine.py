@@ -416,7 +416,8 @@ class Engine:
             return  # no shared model (every frame comes here)
         state = self.coordinator.state
         thinking = bool(self.responder.thinking) or state in _MID_TURN
-        self.model_hold.sync(thinking and not self._closed)
+        if self.model_hold.sync(thinking and not self._closed) and state is TurnState.USER_SPEAKING:
+            self.responder.prepare()  # the prompt's start is computed while they speak
 
     # ------------------------------------------------------------ timers and tasks
 

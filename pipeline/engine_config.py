@@ -70,14 +70,16 @@ class HeldModel:
         self.lane = lane
         self._held = False
 
-    def sync(self, busy: bool) -> None:
+    def sync(self, busy: bool) -> bool:
+        """True when this call took the hold."""
         if self.hold is None or busy == self._held:
-            return
+            return False
         self._held = busy
         if busy:
             self.hold.hold(self.lane)
         else:
             self.hold.release(self.lane)
+        return busy
 
 
 @dataclass(frozen=True, slots=True)

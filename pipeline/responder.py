@@ -20,6 +20,10 @@ Rule 5. Hold and resume (TT-1) pause and resume the speaker (and the echo path w
         pauses its playback); a pause's preemption is the ``Preempter``'s.
 Rule 6. Ports, not the engine: the clock, ``send``, ``spawn``, the rooms it uses and
         ``TurnPorts`` (the coordinator's questions and notices). It is the ``SpeakerHost``.
+Rule 7. Computed ahead: when the person starts to speak and nothing is being answered,
+        ``prepare`` gives a brain that can use it (``prepare``: the default brain's Rule 11)
+        the coming turn's context without its words — read as a turn reads it — so its model
+        computes the prompt's start while they speak. One at a time; it fails nothing.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ from pipeline.turn_context import ALL_HISTORY, TurnContextReader
 from pipeline.turn_failure import apology, describe, log_failure
 from pipeline.turn_inputs import TurnInputs
 from plugins.brain.tool_loop import ToolGate, ToolHandler
-from plugins.contracts import BrainDelta, ToolCall, ToolSpec, Transcript
+from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolSpec, Transcript
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +150,8 @@ class Responder:
             conversation=conversation, capture=capture, send_all=self.send_all, clock=clock
         )
         self.thinking: set[int] = set()
+        self._preparing: asyncio.Task[None] | None = None
+        """Rule 7's one task."""
         """Generations whose brain is still at work (the model is theirs)."""
         self.responses: dict[int, Response] = {}
         self.tool_record = ToolRecord(
@@ -290,6 +296,26 @@ class Responder:
             if self.defaults.client_pauses_playback:
                 self.echo_path.resume(self.clock())
             self._send(ev.OutputAudioResumed(response.response_id, generation))
+
+    def prepare(self) -> None:
+        """The person started to speak (Rule 7)."""
+        prepare = getattr(self.plugins.brain, "prepare", None)
+        if prepare is None or self.thinking:
+            return
+        if self._preparing is not None and not self._preparing.done():
+            return
+        self._preparing = self._spawn(self._prepare(prepare), "prepare")
+
+    async def _prepare(self, prepare: Callable[[BrainInput], Awaitable[None]]) -> None:
+        memory_read = self._spawn(self.memory.read(), "memory-read") if self.memory else None
+        try:
+            content = await self._turn_content("", before_seq=ALL_HISTORY, memory=memory_read)
+            await prepare(content.to_brain_input(session=self.voice_session_id))
+        except Exception as e:  # a chance taken: the turn reads its own context as ever
+            log.info("computing the prompt ahead failed: %s", type(e).__name__)
+        finally:
+            if memory_read is not None and not memory_read.done():
+                memory_read.cancel()
 
     def at_pause(self, turn_id: int, speculation: asyncio.Task[Transcript]) -> None:
         """A pause's speculative transcript: answered ahead of the commit where the session

@@ -69,8 +69,10 @@ from plugins.errors import PluginError, PluginTimeout
 
 log = logging.getLogger(__name__)
 
-BUILTINS = frozenset({"knowledge_search", "confide", "end_call"})
-"""The brain's own tools (Rule 1): never offered to the model as functions."""
+BUILTINS = frozenset({"knowledge_search", "confide", "end_call", "transfer_call", "send_dtmf"})
+"""The brain's own tools (Rule 1): never offered to the model as functions — a phone line's
+call control included: offered them on every question, the small model pressed keys for
+"My name is Sam" and put "What is my name?" through to another line."""
 
 _TOOLS_SYSTEM = (
     "You are a helpful voice assistant. Call a function whenever one of them does what the user "

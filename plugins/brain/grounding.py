@@ -392,6 +392,70 @@ def is_farewell(text: str) -> bool:
     return not _NOT.search(text) and any(p.search(text) for p in _FAREWELLS)
 
 
+_TRANSFER = (
+    re.compile(
+        r"\b(?:speak|talk|chat)\s+(?:to|with)\s+(?:a|an|the|some|one of your|your)?\s*"
+        r"(?:real\s+|live\s+|actual\s+)?(?:person|human|agent|someone|somebody|representative"
+        r"|operator|manager|supervisor|staff)\b",
+        re.I,
+    ),
+    re.compile(
+        r"\b(?:put|patch)\s+me\s+through\b|\btransfer\s+(?:me|my call|this call|the call)\b"
+        r"|\bconnect\s+me\s+(?:to|with)\b|\bforward\s+(?:me|my call)\b",
+        re.I,
+    ),
+    re.compile(
+        r"^\W*(?:a\s+)?(?:real\s+|live\s+)?(?:human|person|agent|operator|representative)"
+        r"(?:,?\s*please)?\W*$",
+        re.I,
+    ),
+    re.compile(
+        r"转人工|人工(?:客服|服务)|找(?:个)?(?:真人|人工)|真人客服|转接|(?:帮我|给我)转(?:到|给)"
+        r"|(?:找|跟|和)(?:你们)?(?:的)?(?:经理|主管|客服人员)(?:说|谈|讲)"
+    ),
+)
+_KEYS = {
+    "zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
+    "six": "6", "seven": "7", "eight": "8", "nine": "9", "star": "*", "pound": "#", "hash": "#",
+    "零": "0", "〇": "0", "一": "1", "幺": "1", "二": "2", "两": "2", "三": "3", "四": "4",
+    "五": "5", "六": "6", "七": "7", "八": "8", "九": "9", "星号": "*", "井号": "#", "星": "*",
+    "井": "#",
+}  # fmt: skip
+_EN_KEY = r"(?:[0-9*#]|(?:zero|oh|one|two|three|four|five|six|seven|eight|nine|star|pound|hash)\b)"
+_PRESS = (
+    re.compile(
+        r"\b(?:press|dial|hit|push|punch in|key in)\s+(?:the\s+)?(?:keys?\s+|buttons?\s+"
+        rf"|numbers?\s+|digits?\s+)?(?P<keys>{_EN_KEY}(?:(?:[\s,-]|then|and)*{_EN_KEY})*)",
+        re.I,
+    ),
+    re.compile(
+        r"(?:按|拨)(?:一下)?键?(?P<keys>(?:[0-9*#零〇一幺二两三四五六七八九]|星号?|井号?)+)"
+    ),
+)
+_KEY_TOKEN = re.compile(r"[0-9*#]|星号|井号|[零〇一幺二两三四五六七八九星井]|[a-z]+", re.I)
+"""The keys of a ``_PRESS`` match one by one ("then"/"and" are no key and are left out)."""
+
+
+def asks_for_transfer(text: str) -> bool:
+    """The caller asks for a person or to be put through ("can I speak to someone?", 「转人工」)
+    and does not say the opposite: a phone line's ``transfer_call`` (``runtime.telephony``)."""
+    return not _NOT.search(text) and any(p.search(text) for p in _TRANSFER)
+
+
+def keypad_request(text: str) -> str | None:
+    """The keys the speaker tells the agent to press ("press one", "dial 4711 pound", 「按1」),
+    as digits, or None: a phone line's ``send_dtmf``."""
+    if _NOT.search(text):
+        return None
+    for pattern in _PRESS:
+        found = pattern.search(text)
+        if found is not None:
+            keys = [_KEYS.get(t.lower(), t) for t in _KEY_TOKEN.findall(found.group("keys"))]
+            digits = "".join(k for k in keys if len(k) == 1 and k in "0123456789*#")
+            return digits[:32] or None
+    return None
+
+
 def _is_social(text: str) -> bool:
     lang = detect_language(text)
     return any(rule_lang == lang and p.search(text) for rule_lang, p, _ in _SOCIAL)

@@ -14,9 +14,14 @@ Rule 2. Tool routing. Code routes the knowledge search: every question is search
         ``confide`` (the agent's place to say how the work is going) is never routed by the
         model, so it costs an ordinary question nothing: code confides, once per turn, when
         the person says the agent got something wrong (``is_correction``), then answers the
-        turn as usual. ``end_call`` (a phone call's hang-up, ``runtime.telephony``) is not the
-        model's either: code calls it when the caller's words take leave (``is_farewell``),
-        then says its goodbye.
+        turn as usual. A phone line's call control (``runtime.telephony``) is not the model's
+        either, and is decided before any function: code calls ``end_call`` when the caller's
+        words take leave (``is_farewell``), then says its goodbye; ``transfer_call`` when they
+        ask for a person or to be put through (``asks_for_transfer``; the target the words
+        name, else the role's first); ``send_dtmf`` when they say which keys to press
+        (``keypad_request``). Offered to the model beside every question, they were called
+        for questions that asked for neither (measured: keys pressed for "My name is Sam",
+        a transfer for "What is my name?"), and each question paid the model's decision.
 Rule 3. No evidence, no model: a question whose search returned no passage gets the fixed "my
         documents don't say" answer — unless it asks about the person in words the memory
         patterns missed and an entry has what it asks (``grounding.asks_about_me``: "what
@@ -73,6 +78,13 @@ Rule 10. Functions (``plugins.brain.function_calls``). When functions are offere
         JSON, else the turn fails with ``function_arguments_invalid``. After a function's
         output the answer is phrased from it (numbers held to it; else code reads it); a
         refused or failed call is said by code.
+Rule 11. Computed ahead (``prepare``, called while the person speaks): the start of the turn's
+        prompts — the function decision's when functions are offered and no words are needed
+        to choose which are shown (at most ``SHORTLIST``), then the answer's system message
+        and history (Rule 7) — is handed to the model to compute if it is free
+        (``LocalModel.prepare``), so the question computes only its own tail. Measured on a
+        phone line (``benchmarks.telephony``): the first question's two cold prompts (the
+        decision's ~250 tokens, the answer's ~250) cost it 1.8 s + 2.6 s of model time.
 """
 
 from __future__ import annotations
@@ -94,10 +106,13 @@ from plugins.brain.arithmetic import (
     stated_numbers,
 )
 from plugins.brain.function_calls import (
+    SHORTLIST,
     FunctionCaller,
+    decision_messages,
     failure_sentence,
     forced,
     function_results,
+    offered,
     output_prompt,
     output_supports,
     read_output,
@@ -113,12 +128,14 @@ from plugins.brain.grounding import (
     Passage,
     Reading,
     asks_about_me,
+    asks_for_transfer,
     best_sentences,
     coverage,
     earlier_user_inputs,
     in_focus,
     is_asked,
     is_farewell,
+    keypad_request,
     knowledge_results,
     memory_entries,
     passages,
@@ -132,7 +149,7 @@ from plugins.brain.grounding import (
 from plugins.brain.json_model import json_payload
 from plugins.brain.local_model import Generation, LocalModel
 from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewritten_queries
-from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult
+from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
 from plugins.embedding import Embedder
 from plugins.language import detect_language, zh_or_en
 
@@ -179,6 +196,8 @@ _COMPUTE_PASSAGES = 2
 _COMPUTE_CHARS = 900
 CONFIDE_TOOL = "confide"
 END_CALL_TOOL = "end_call"
+TRANSFER_CALL_TOOL = "transfer_call"
+SEND_DTMF_TOOL = "send_dtmf"
 _CONFIDE_TEXT = {
     "en": "The person says I got something wrong. I want to put it right.",
     "zh": "对方说我弄错了。我想把它改正。",
@@ -245,6 +264,14 @@ class LLMBrain:
     async def aclose(self) -> None:
         await self.model.aclose()
 
+    async def prepare(self, request: BrainInput) -> None:
+        """Rule 11: ``request`` is the coming turn's without its words."""
+        tools, _ = offered(request)
+        if tools and len(tools) <= SHORTLIST:
+            await self.model.prepare(decision_messages(tools, "", None), lane=request.session)
+        messages = chat_messages(request, zh_or_en(request.language), "")
+        await self.model.prepare(messages, lane=request.session)
+
     async def stream(self, request: BrainInput) -> AsyncIterator[BrainDelta]:
         reading = read_turn(request)
         lang = reading.language
@@ -254,6 +281,10 @@ class LLMBrain:
                 async for delta in ans:
                     yield delta
             return
+        line_call = _end_call(request, reading) or _line_call(request, reading)
+        if line_call is not None:
+            yield BrainDelta(tool_call=line_call)
+            return
         if forced(request) or (
             reading.intent in (Intent.QUESTION, Intent.STATEMENT, Intent.MEMORY)
             and not _confide_call(request, reading)
@@ -262,10 +293,6 @@ class LLMBrain:
             if function_call is not None:
                 yield BrainDelta(tool_call=function_call)
                 return
-        hang_up = _end_call(request, reading)
-        if hang_up is not None:
-            yield BrainDelta(tool_call=hang_up)
-            return
         if reading.intent is Intent.SOCIAL and reading.reply is not None:
             yield BrainDelta(text=reading.reply)
             return
@@ -543,6 +570,44 @@ def _end_call(request: BrainInput, reading: Reading) -> ToolCall | None:
         return None
     reason = {"reason": "the caller took leave"}
     return ToolCall(call_id=f"llm_{END_CALL_TOOL}_1", name=END_CALL_TOOL, arguments=reason)
+
+
+def _line_call(request: BrainInput, reading: Reading) -> ToolCall | None:
+    """Rule 2: a phone line's ``transfer_call`` or ``send_dtmf`` when the caller's words ask
+    for it (once a turn)."""
+    if request.tool_calls:
+        return None
+    offered = {tool.name: tool for tool in request.tools}
+    transfer = offered.get(TRANSFER_CALL_TOOL)
+    if transfer is not None and asks_for_transfer(reading.text):
+        target = _transfer_target(transfer, reading.text)
+        if target is not None:
+            return ToolCall(
+                call_id=f"llm_{TRANSFER_CALL_TOOL}_1",
+                name=TRANSFER_CALL_TOOL,
+                arguments={"target": target, "reason": "the caller asked to be put through"},
+            )
+    keys = keypad_request(reading.text) if SEND_DTMF_TOOL in offered else None
+    if keys:
+        return ToolCall(
+            call_id=f"llm_{SEND_DTMF_TOOL}_1", name=SEND_DTMF_TOOL, arguments={"digits": keys}
+        )
+    return None
+
+
+def _transfer_target(tool: ToolSpec, said: str) -> str | None:
+    """The target of ``transfer_call``'s enum the words name (a SIP URI's user: "sales" in
+    ``sip:sales@pbx``; a number's last digits), else the first (the role's default)."""
+    target = (tool.parameters.get("properties") or {}).get("target") or {}
+    targets = [str(t) for t in target.get("enum") or ()]
+    numbers = re.findall(r"\d{3,}", said.replace(" ", "").replace("-", ""))
+    for candidate in targets:
+        user = candidate.split(":", 1)[-1].split("@")[0].lstrip("+").lower()
+        if user.isdigit() and any(user.endswith(n) or n.endswith(user) for n in numbers):
+            return candidate  # the number, with or without its country code
+        if user.isalpha() and re.search(rf"\b{re.escape(user)}\b", said, re.I):
+            return candidate
+    return targets[0] if targets else None
 
 
 def _confide_call(request: BrainInput, reading: Reading) -> ToolCall | None:

@@ -29,6 +29,13 @@ Rule 7. Foreground first (SPEC RT-11; the queue's Rules 5–7). ``chat(backgroun
         or prompt batch (llama.cpp reports prompt progress every ``prefill_batch_tokens``)
         and put back in the queue; its text is handed over only once it is complete, so a
         preempted run is simply run again (the prompt cache keeps most of its prefix).
+Rule 8. Prompts computed ahead (``prepare``): while a person speaks, their session may have the
+        start of its next prompt computed (the system message and the history: the prefix
+        cache then holds it when the question comes, which only computes its own tail). It
+        is a chance taken, never a debt: it starts only within ``PREPARE_START_S`` and when
+        no one's request waits, another session's request stops it at its next token or
+        prompt batch (never put back), it is not counted among the session's requests
+        (``calls``) or the model's timings, and it never loads the model.
 """
 
 from __future__ import annotations
@@ -143,6 +150,13 @@ class ModelStats:
     background_busy_s: float = 0.0
     foreground_busy_s: float = 0.0
     stopped_early: int = 0
+    prepares: int = 0
+    """Prompts computed ahead to their end (Rule 8)."""
+    prepares_stopped: int = 0
+    """… stopped for someone's request (or failed)."""
+    prepares_skipped: int = 0
+    """… not started: someone's request was waiting."""
+    prepare_busy_s: float = 0.0
     expired: int = 0
     rejected: int = 0
     """Requests refused because the queue was full (``model_busy``)."""
@@ -177,6 +191,8 @@ class _Job:
         self.generation = Generation(lane, background=background)
         self.expired = False
         self.background = background
+        self.prepare = False
+        """A prompt computed ahead (Rule 8): no text wanted, stopped for anyone else's."""
 
     def push(self, item: Any) -> None:
         try:
@@ -191,6 +207,8 @@ class _Job:
 
 
 _CALL_LANES = 4096
+PREPARE_START_S = 0.5
+"""A prompt computed ahead that could not start within this is dropped (Rule 8)."""
 
 
 class LocalModel:
@@ -218,6 +236,8 @@ class LocalModel:
         )
         self._queue.on_foreground = self._preempt_background
         self._running_background = False
+        self._running_prepare: str | None = None
+        """The lane whose prompt is being computed ahead now (Rule 8)."""
         self._preempt = threading.Event()
         self.observers: list[Callable[[Generation], None]] = []
         """Called with each finished request's ``Generation`` (on the worker thread): the
@@ -289,6 +309,19 @@ class LocalModel:
             pass
         self._warm = True
 
+    async def prepare(self, messages: list[dict[str, str]], *, lane: str) -> None:
+        """Have the start of ``lane``'s next prompt computed now, if the model is free (Rule 8):
+        ``messages`` as the prompt will begin (its last message may be left empty)."""
+        if not self.loaded or self._closed:
+            return
+        payload = {"messages": messages, "max_tokens": 1, "temperature": 0}
+        pieces = self.chat(payload, lane=lane, start_deadline_s=PREPARE_START_S, prepare=True)
+        try:
+            async for _ in pieces:
+                pass
+        except (PluginTimeout, ModelQueueFull, PluginUnavailable):
+            self.stats.prepares_skipped += 1
+
     async def chat(
         self,
         payload: dict[str, Any],
@@ -297,19 +330,22 @@ class LocalModel:
         generation: Generation | None = None,
         start_deadline_s: float | None = None,
         background: bool = False,
+        prepare: bool = False,
     ) -> AsyncGenerator[str, None]:
         """Stream the text of one chat completion (OpenAI chat-completions fields in
         ``payload``; ``stream`` is set here). ``generation`` receives its timings. Close the
         generator to stop generating (Rule 3). ``background``: work nobody waits on, run in
         the pauses and preempted by foreground work; its text comes in one piece (Rule 7)."""
         await self.load()
-        self._calls[lane] = self._calls.pop(lane, 0) + 1
-        while len(self._calls) > _CALL_LANES:
-            del self._calls[next(iter(self._calls))]
+        if not prepare:
+            self._calls[lane] = self._calls.pop(lane, 0) + 1
+            while len(self._calls) > _CALL_LANES:
+                del self._calls[next(iter(self._calls))]
         job = _Job(
             asyncio.get_running_loop(), {**payload, "stream": True}, lane, background=background
         )
-        if background:
+        job.prepare = prepare
+        if background or prepare:
             job.payload["return_progress"] = True  # a progress chunk per prompt batch
         if generation is not None:
             generation.background = background
@@ -326,10 +362,13 @@ class LocalModel:
                 lane, job, now=now, deadline=deadline, on_expire=job.expire, background=background
             )
         except ModelQueueFull:
-            self.stats.rejected += 1
+            if not prepare:
+                self.stats.rejected += 1
             raise
         if background:
             self.stats.background_started += 1
+        elif not prepare and self._running_prepare not in (None, lane):
+            self._preempt.set()  # someone's request: a prompt computed ahead gives way (Rule 8)
         outcome = "abandoned"  # the consumer went away (its own bound, a cancelled task)
         try:
             while True:
@@ -341,7 +380,7 @@ class LocalModel:
                             item = await job.items.get()
                     except TimeoutError:
                         if self._queue.cancel(ticket):
-                            self.stats.expired += 1
+                            self.stats.expired += not prepare
                             outcome = "failed"
                             raise PluginTimeout(
                                 "the local model was busy past this request's deadline"
@@ -359,7 +398,7 @@ class LocalModel:
                     model_run_stopped()
                     continue
                 if isinstance(item, BaseException):
-                    if job.expired:
+                    if job.expired and not prepare:
                         self.stats.expired += 1
                     outcome = "failed"
                     raise item
@@ -401,6 +440,10 @@ class LocalModel:
         job = ticket.item
         generation = job.generation
         generation.queue_wait_s = ticket.queue_wait
+        if job.prepare:
+            self._run_ahead(job)
+            job.push(_END)
+            return
         if not job.background:
             self.stats.queue_waits_ms.append((ticket.queue_wait or 0.0) * 1000)
         self.stats.requests += 1
@@ -476,6 +519,40 @@ class LocalModel:
         if text and not failed:
             job.push("".join(text))
         job.push(_END)
+
+    def _run_ahead(self, job: _Job) -> None:
+        """Rule 8 on the worker: compute a prompt's start unless someone's request waits or
+        comes."""
+        backend = self._backend
+        if backend is None or job.gone.is_set():
+            return
+        self._preempt.clear()
+        self._running_prepare = job.generation.lane
+        stopped = False
+
+        def on_chunk(chunk: dict[str, Any]) -> bool:
+            nonlocal stopped
+            stopped = self._preempt.is_set() or job.gone.is_set()
+            return stopped
+
+        started = time.monotonic()
+        try:
+            if self._queue.foreground_waiting:  # came between the take and now
+                self.stats.prepares_skipped += 1
+                return
+            backend.chat(job.payload, on_chunk)
+        except Exception as e:  # a chance taken, never a failure of anyone's turn
+            log.info("a prompt computed ahead failed: %s", type(e).__name__)
+            stopped = True
+        finally:
+            self._running_prepare = None
+            busy = time.monotonic() - started
+            self.stats.prepare_busy_s += busy
+            job.generation.busy_s += busy
+        if stopped:
+            self.stats.prepares_stopped += 1
+        else:
+            self.stats.prepares += 1
 
     def _record(self, generation: Generation) -> None:
         if generation.stopped:

@@ -15,6 +15,7 @@ from plugins.brain.grounding import (
     Intent,
     Passage,
     asks_about_me,
+    asks_for_transfer,
     attributes,
     best_sentences,
     brand,
@@ -22,6 +23,7 @@ from plugins.brain.grounding import (
     earlier_user_inputs,
     in_focus,
     is_farewell,
+    keypad_request,
     knowledge_query,
     knowledge_results,
     memory_entries,
@@ -611,3 +613,46 @@ def test_an_faqs_question_is_never_a_best_sentence_but_lends_its_words_to_its_an
 )
 def test_a_farewell_is_words_that_take_leave_or_ask_to_hang_up(text: str, leaves: bool) -> None:
     assert is_farewell(text) is leaves
+
+
+@pytest.mark.parametrize(
+    ("text", "asked"),
+    [
+        ("Can I speak to a person, please?", True),
+        ("Could I talk to someone about my bill?", True),
+        ("Please put me through to sales.", True),
+        ("A human, please.", True),
+        ("I want to talk to your manager.", True),
+        ("我想转人工。", True),
+        ("帮我转到销售部。", True),
+        ("I don't want to talk to a person.", False),
+        ("Can you talk to me about returns?", False),
+        ("Is someone there?", False),
+        ("What is my name?", False),
+        ("我叫小王。", False),
+    ],
+)
+def test_a_request_for_a_person_is_read_from_the_words(text: str, asked: bool) -> None:
+    assert asks_for_transfer(text) is asked
+
+
+@pytest.mark.parametrize(
+    ("text", "keys"),
+    [
+        ("Press 1 for me.", "1"),
+        ("Please press one.", "1"),
+        ("Dial 4711 pound.", "4711#"),
+        ("Press star two.", "*2"),
+        ("Press 9 then 3.", "93"),
+        ("按1", "1"),
+        ("请按一下井号。", "#"),
+        ("请按三。", "3"),
+        ("Enter my account number 4711 please.", None),  # told to the agent, not to press
+        ("What number should I dial?", None),
+        ("Press the button to continue.", None),
+        ("Don't press anything.", None),
+        ("How much is the oh-so-good headset?", None),
+    ],
+)
+def test_keys_to_press_are_read_from_the_words(text: str, keys: str | None) -> None:
+    assert keypad_request(text) == keys

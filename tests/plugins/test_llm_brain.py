@@ -58,6 +58,7 @@ class FakeModel:
         self.scripts = list(scripts) or [["ok"]]
         self.calls: list[dict[str, Any]] = []
         self.closed_early = 0
+        self.prepared: list[tuple[list[dict[str, str]], str]] = []
 
     @property
     def payloads(self) -> list[dict[str, Any]]:
@@ -93,6 +94,9 @@ class FakeModel:
         finally:
             if not finished:
                 self.closed_early += 1
+
+    async def prepare(self, messages: list[dict[str, str]], *, lane: str) -> None:
+        self.prepared.append((messages, lane))
 
     async def warm_up(self) -> None:
         pass
@@ -1071,3 +1075,106 @@ async def test_the_model_is_never_offered_end_call_and_other_turns_do_not_hang_u
 
     assert all(d.tool_call is None or d.tool_call.name != "end_call" for d in out)
     assert all("end_call" not in str(payload) for payload in model.payloads)
+
+
+# ---------------------------------------------------------------- computed ahead (Rule 11)
+
+
+async def test_the_prompts_computed_ahead_are_the_starts_of_the_turns_prompts() -> None:
+    model = FakeModel(["好的，"], ["质量问题退货的运费", "由商店承担。"])  # no call; the answer
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    memory = "<memory_data>\n- 我买的是耳机\n</memory_data>"
+    offered = (KNOWLEDGE, ORDER_STATUS)
+
+    await brain.prepare(turn("", ZH_HISTORY, memory=memory, tools=offered))
+    await deltas(brain, turn("运费由谁承担?", ZH_HISTORY, memory=memory, tools=offered))
+    await deltas(
+        brain,
+        turn("运费由谁承担?", ZH_HISTORY, memory=memory, tools=offered, results=(ZH_EVIDENCE,)),
+    )
+
+    (decision_start, lane), (answer_start, _) = model.prepared
+    assert lane == "session-1"
+    decision, answer = (call["payload"]["messages"] for call in model.calls)
+    assert decision_start[-1] == answer_start[-1] == {"role": "user", "content": ""}
+    assert decision[:-1] == decision_start[:-1]  # the functions' system message
+    assert answer[: len(answer_start) - 1] == answer_start[:-1]  # system, memory and history
+    assert len(answer_start) == 4
+
+
+async def test_without_functions_or_with_more_than_a_shortlist_only_the_answer_is_ahead() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    many = tuple(dataclasses.replace(ORDER_STATUS, name=f"order_status_{i}") for i in range(5))
+
+    await brain.prepare(turn("", tools=(KNOWLEDGE,)))
+    await brain.prepare(turn("", tools=(KNOWLEDGE, *many)))
+
+    assert ["<tools>" in messages[0]["content"] for messages, _ in model.prepared] == [
+        False,
+        False,
+    ]
+    assert model.calls == []
+
+
+# ---------------------------------------------------------------- a phone line's call control
+
+
+def phone_tools(*targets: str) -> tuple[ToolSpec, ...]:
+    from runtime.telephony.phone import END_CALL, SEND_DTMF, transfer_call_spec
+
+    line = (END_CALL, transfer_call_spec(targets)) if targets else (END_CALL,)
+    return (KNOWLEDGE, *line, SEND_DTMF)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["My name is Sam and I live in Berlin.", "What is my name?", "我叫小王。", "退货运费谁出？"],
+)
+async def test_a_phone_lines_tools_are_never_the_models_decision(text: str) -> None:
+    """Offered to the model, they were called for these (keys pressed, a transfer)."""
+    model = FakeModel(["<tool_call>\n", '{"name": "send_dtmf"'])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    out = await deltas(brain, turn(text, tools=phone_tools("+15550150")))
+    assert all(d.tool_call is None or d.tool_call.name == "knowledge_search" for d in out)
+    assert all("<tools>" not in str(call["payload"]["messages"][0]) for call in model.calls)
+
+
+@pytest.mark.parametrize(
+    ("text", "target"),
+    [
+        ("Can I speak to a person, please?", "+15550150"),
+        ("Please put me through to sales.", "sip:sales@pbx.example.com"),
+        ("我想转人工。", "+15550150"),
+        ("Transfer me to 5550177 please.", "+15550177"),
+    ],
+)
+async def test_asked_for_a_person_code_transfers_the_call_to_the_target_named(
+    text: str, target: str
+) -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    tools = phone_tools("+15550150", "sip:sales@pbx.example.com", "+15550177")
+    (delta,) = await deltas(brain, turn(text, tools=tools))
+    assert delta.tool_call is not None and delta.tool_call.name == "transfer_call"
+    assert delta.tool_call.arguments["target"] == target
+    assert model.calls == []
+
+
+async def test_told_which_keys_to_press_code_presses_them() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    (delta,) = await deltas(brain, turn("Press one, then four seven pound.", tools=phone_tools()))
+    assert delta.tool_call is not None
+    assert (delta.tool_call.name, delta.tool_call.arguments) == ("send_dtmf", {"digits": "147#"})
+
+
+async def test_no_transfer_without_a_target_or_when_the_caller_says_not_to() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    for text, tools in (
+        ("Can I speak to a person?", phone_tools()),  # this line allows no transfer
+        ("I don't want to talk to a person.", phone_tools("+15550150")),
+    ):
+        out = await deltas(brain, turn(text, language="en", tools=tools))
+        assert not any(d.tool_call and d.tool_call.name == "transfer_call" for d in out)

@@ -790,3 +790,93 @@ async def test_the_owners_run_bound_starts_when_its_request_runs_again_after_a_p
     text, when = await learning
     assert text == ["{}"]
     assert when is not None and when >= released + 60.0  # restarted at the second run
+
+
+# ---------------------------------------------------------------- computed ahead (Rule 8)
+
+PROMPT = [{"role": "system", "content": "S"}, {"role": "user", "content": ""}]
+
+
+async def test_a_prompt_computed_ahead_runs_one_token_and_counts_as_no_request(
+    harness: Harness,
+) -> None:
+    backend = FakeBackend(["x", timings_chunk()])
+    model = harness.model(backend)
+    await model.load()
+
+    await model.prepare(PROMPT, lane="A")
+
+    (payload,) = backend.payloads
+    assert payload["messages"] == PROMPT and payload["max_tokens"] == 1
+    assert payload["return_progress"] is True  # it can be stopped after each prompt batch
+    assert model.calls("A") == 0 and model.stats.requests == 0  # a turn's "no model" stands
+    assert model.stats.prepares == 1 and list(model.stats.first_token_ms) == []
+
+
+async def test_a_prompt_computed_ahead_never_loads_the_model(harness: Harness) -> None:
+    model = harness.model(FakeBackend())
+    await model.prepare(PROMPT, lane="A")
+    assert not model.loaded and harness.factory_calls == []
+
+
+async def test_another_sessions_request_stops_a_prompt_computed_ahead(harness: Harness) -> None:
+    backend = FakeBackend()
+    in_prefill = backend.gate()
+    backend.scripts = [[PROGRESS, in_prefill, PROGRESS, "x"], ["answer", timings_chunk()]]
+    model = harness.model(backend)
+    await model.load()
+
+    ahead = asyncio.create_task(model.prepare(PROMPT, lane="A"))
+    await until(lambda: backend.running.is_set(), "the prompt computed ahead to run")
+    answer = asyncio.create_task(collect(model.chat(ask("F"), lane="B")))
+    await until(lambda: model.queue.foreground_waiting == 1, "the answer to queue")
+    in_prefill.event.set()  # type: ignore[attr-defined]
+
+    assert await answer == ["answer"]
+    await ahead
+    assert backend.stopped[0] is True and backend.sent[0] == []  # stopped after its batch
+    assert len(backend.payloads) == 2  # never put back
+    assert model.stats.prepares_stopped == 1 and model.stats.prepares == 0
+
+
+async def test_its_own_sessions_request_waits_for_a_prompt_computed_ahead(
+    harness: Harness,
+) -> None:
+    """The question needs the same prompt start: stopping it would throw the work away."""
+    backend = FakeBackend()
+    in_prefill = backend.gate()
+    backend.scripts = [[PROGRESS, in_prefill, PROGRESS, "x"], ["answer", timings_chunk()]]
+    model = harness.model(backend)
+    await model.load()
+
+    ahead = asyncio.create_task(model.prepare(PROMPT, lane="A"))
+    await until(lambda: backend.running.is_set(), "the prompt computed ahead to run")
+    answer = asyncio.create_task(collect(model.chat(ask("F"), lane="A")))
+    await until(lambda: model.queue.foreground_waiting == 1, "the answer to queue")
+    in_prefill.event.set()  # type: ignore[attr-defined]
+
+    assert await answer == ["answer"]
+    await ahead
+    assert backend.stopped[0] is False and model.stats.prepares == 1
+
+
+async def test_a_prompt_computed_ahead_is_dropped_when_the_model_stays_busy(
+    harness: Harness, clock: VirtualClock
+) -> None:
+    backend = FakeBackend()
+    busy = backend.gate()
+    backend.scripts = [["f", busy, timings_chunk()], ["x"]]
+    model = harness.model(backend)
+    await model.load()
+
+    first = model.chat(ask("F"), lane="B")
+    assert await anext(first) == "f"
+    ahead = asyncio.create_task(model.prepare(PROMPT, lane="A"))
+    await until(lambda: len(model.queue) == 1, "the prompt computed ahead to queue")
+    clock.advance(local_model_module.PREPARE_START_S + 0.1)
+    await ahead  # dropped at its deadline, no error
+    busy.event.set()  # type: ignore[attr-defined]
+    assert await collect(first) == []
+
+    assert len(backend.payloads) == 1
+    assert model.stats.prepares_skipped == 1 and model.stats.expired == 0
