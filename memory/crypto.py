@@ -139,11 +139,18 @@ class Keyring:
         )
 
     def seal(self, plaintext: str, *, context: bytes) -> Sealed:
-        nonce = os.urandom(NONCE_BYTES)
-        blob = self._ciphers[self.active_id].encrypt(nonce, plaintext.encode("utf-8"), context)
-        return Sealed(self.active_id, nonce + blob)
+        return self.seal_bytes(plaintext.encode("utf-8"), context=context)
 
     def open(self, sealed: Sealed, *, context: bytes) -> str:
+        return self.open_bytes(sealed, context=context).decode("utf-8")
+
+    def seal_bytes(self, plaintext: bytes, *, context: bytes) -> Sealed:
+        """``seal`` for binary content (a recording's audio)."""
+        nonce = os.urandom(NONCE_BYTES)
+        blob = self._ciphers[self.active_id].encrypt(nonce, plaintext, context)
+        return Sealed(self.active_id, nonce + blob)
+
+    def open_bytes(self, sealed: Sealed, *, context: bytes) -> bytes:
         cipher = self._ciphers.get(sealed.key_id)
         if cipher is None:
             raise UnknownKey(f"memory key {sealed.key_id!r} is not in the keyring")
@@ -156,7 +163,7 @@ class Keyring:
             raise SealBroken(
                 "sealed memory content does not verify (tampered, or not this row's)"
             ) from e
-        return plain.decode("utf-8")
+        return plain
 
     def content_hash(self, normalised: str, *, scope: tuple[str, ...], key_id: str) -> str:
         """HMAC-SHA256 (hex) of ``normalised`` content within ``scope`` (e.g. tenant, owner)

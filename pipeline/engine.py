@@ -24,12 +24,13 @@ from collections.abc import Callable, Mapping
 from journal.events import ThreadRef
 from journal.store import JournalStore
 from pipeline import events as ev
-from pipeline.audio import PCM
+from pipeline.audio import PCM, pcm_from_bytes
 from pipeline.capture import SpeechCapture
 from pipeline.conversation import Conversation
 from pipeline.echo import EchoGuard
 from pipeline.echo_path import EchoPath
 from pipeline.engine_config import (
+    AudioTap,
     EngineSettings,
     HeldModel,
     InputEnrichment,
@@ -95,6 +96,8 @@ class Engine:
     ) -> None:
         self.model_hold = HeldModel(model_hold, voice_session_id)
         """Told when this session's person is mid-turn (background model work yields)."""
+        self.audio_tap: AudioTap | None = None
+        """Given both sides of the audio (the session's recording), when set."""
         self.thread_memory = thread_memory
         self.sink = sink
         self.thread = thread
@@ -198,6 +201,8 @@ class Engine:
         """One frame of 16 kHz microphone audio."""
         if self._closed:
             return
+        if self.audio_tap is not None:
+            self.audio_tap.heard(pcm)
         heard = await self.listening.hear(pcm, mic_paused=self.coordinator.mic_paused)
         if heard is None:
             return
@@ -388,6 +393,12 @@ class Engine:
     def _send(self, event: ev.ServerEvent) -> None:
         """Send ``event``; the items it announces are kept (``pipeline.items``)."""
         self.items.note(event)
+        tap = self.audio_tap
+        if tap is not None:
+            if isinstance(event, ev.OutputAudioDelta):
+                tap.said(pcm_from_bytes(event.delta))
+            elif isinstance(event, ev.ResponseInterrupted):
+                tap.cut()
         self.sink.send(event)
 
     def _endpointing(self, turn_id: int) -> bool:

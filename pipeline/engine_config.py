@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from pipeline import events as ev
+from pipeline.audio import PCM
 from pipeline.turn_commands import TurnSettings
 from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer, ToolChoice, ToolSpec
 
@@ -60,6 +61,18 @@ class ModelHold(Protocol):
     def hold(self, lane: str) -> None: ...
 
     def release(self, lane: str) -> None: ...
+
+
+class AudioTap(Protocol):
+    """Both sides of the conversation's audio as the session has them (a recording, SPEC
+    REC-2): every input frame as received (16 kHz), the answer's audio as it is sent (at the
+    session's output rate), and the moment an answer is interrupted."""
+
+    def heard(self, pcm: PCM) -> None: ...
+
+    def said(self, pcm: PCM) -> None: ...
+
+    def cut(self) -> None: ...
 
 
 class HeldModel:

@@ -456,6 +456,16 @@ class SessionResumed(ExtensionEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class SessionRecording(ExtensionEvent):
+    """This session is being recorded, both sides (SPEC REC-1): its recording's id and until
+    when it is kept (None: until it is deleted)."""
+
+    TYPE: ClassVar[str] = "openrealtime.session.recording"
+    recording_id: str
+    retain_until: str | None = field(metadata=FIELD_NULLABLE)
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseInterrupted(ExtensionEvent):
     TYPE: ClassVar[str] = "openrealtime.response.interrupted"
     response_id: str

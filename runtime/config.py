@@ -125,6 +125,12 @@ class Settings(BaseSettings):
     """Where each role may transfer a call (``transfer_call``), as
     ``support=+15550150|sip:desk@pbx.example.com;sales=+15550160`` (role id or name; numbers
     or SIP URIs). A role not listed is not offered the tool."""
+    recording_tenants: str = ""
+    """The tenants whose roles may record their sessions (SPEC REC-1): comma-separated tenant
+    ids, or ``*`` for every tenant. Empty (the default): nobody records, whatever a role says.
+    A role records only when an admin also switched it on (``recording_enabled``)."""
+    recording_retention_days: int | None = Field(default=None, ge=1, le=36_500)
+    """How long a recording is kept (its ``retain_until``); None: until it is deleted."""
     sip_listen: str = ""
     """Where the SIP endpoint listens, UDP and TCP (``127.0.0.1:5060``; port 0: any free one).
     Empty: no SIP. Keep it off public interfaces unless ``sip_allow_networks`` and
@@ -258,6 +264,11 @@ class Settings(BaseSettings):
 
     def tool_host_set(self) -> frozenset[str]:
         return frozenset(h.strip().lower() for h in self.tool_hosts.split(",") if h.strip())
+
+    def may_record(self, tenant: str) -> bool:
+        """The tenant is under the recording ceiling (``recording_tenants``)."""
+        allowed = {t.strip() for t in self.recording_tenants.split(",") if t.strip()}
+        return "*" in allowed or tenant in allowed
 
     @model_validator(mode="after")
     def _providers_have_keys(self) -> Settings:

@@ -46,6 +46,9 @@ class Role:
     failure_message: str | None = None
     """What a failed spoken turn says (SPEC RT-11): None, the default apology in the turn's
     language; empty, nothing (the client still gets the error)."""
+    recording_enabled: bool = False
+    """Sessions of this role are recorded (SPEC REC-1), where the tenant may record at all
+    (``Settings.recording_tenants``); off unless an admin turns it on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,15 @@ def memory_enabled_for(role: Role, overrides: RoleOverrides) -> bool:
 
 
 EDITABLE_FIELDS = frozenset(
-    {"name", "instructions", "voice", "language", "memory_enabled", "failure_message"}
+    {
+        "name",
+        "instructions",
+        "voice",
+        "language",
+        "memory_enabled",
+        "failure_message",
+        "recording_enabled",
+    }
 )
 """What ``RoleStore.update`` may change."""
 

@@ -36,6 +36,8 @@ from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
 from plugins.brain.local_model import local_model_of
 from plugins.embedding import E5Embedder
+from records.audio_store import AudioStore, LocalAudioStore
+from records.recordings import InMemoryRecordingIndex, PostgresRecordingIndex, RecordingIndex
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
 from runtime.database import Database, open_database
@@ -81,7 +83,7 @@ BRAIN_MEMORY_MODEL = "brain"
 """The memory model name of the brain's own model."""
 
 
-MIGRATED_PACKAGES = ("runtime", "accounts", "journal", "memory", "knowledge", "tools")
+MIGRATED_PACKAGES = ("runtime", "accounts", "journal", "memory", "knowledge", "tools", "records")
 """Every domain package whose schema the runtime applies at start, in order."""
 
 
@@ -116,6 +118,11 @@ class Services:
     """Durable learning runs of role memory (SPEC RM-4)."""
     call_records: CallRecordStore = field(default_factory=InMemoryCallRecords)
     """Phone calls (SPEC TEL-5): the history page's list, numbers sealed at rest."""
+    recording_index: RecordingIndex = field(default_factory=InMemoryRecordingIndex)
+    """What is known of each recording (SPEC REC-2)."""
+    audio_store: AudioStore | None = None
+    """Where recordings' sealed audio rests (the data directory's ``recordings/``); None in
+    tests that build services by hand: nothing is recorded."""
     keyring: Keyring | None = None
     """The memory keyring (None in tests that build services by hand)."""
     memory_models: dict[str, JsonModel] = field(default_factory=dict)
@@ -395,6 +402,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             # Declarations are checked against this process's allowlist when they are made.
             tool_catalog=InMemoryToolCatalog(settings.tool_host_set()),
             keyring=keyring,
+            audio_store=LocalAudioStore(settings.data_dir / "recordings"),
         )
     else:
         database = await open_database(
@@ -431,6 +439,8 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             tool_catalog=PostgresToolCatalog(database.pool, settings.tool_host_set()),
             tool_secrets=PostgresToolSecrets(database.pool, keyring=keyring),
             call_records=PostgresCallRecords(database.pool, keyring=keyring),
+            recording_index=PostgresRecordingIndex(database.pool),
+            audio_store=LocalAudioStore(settings.data_dir / "recordings"),
             keyring=keyring,
             database=database,
         )

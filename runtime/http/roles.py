@@ -109,6 +109,7 @@ class RolePatch(BaseModel):
     language: str | None = Field(default=None, pattern=_LANGUAGE)
     memory_enabled: bool | None = None
     failure_message: str | None = Field(default=None, max_length=MAX_FAILURE_MESSAGE_CHARS)
+    recording_enabled: bool | None = None
 
 
 class VoiceSampleIn(BaseModel):
@@ -127,6 +128,7 @@ def role_json(role: Role) -> dict[str, Any]:
         "language": role.language,
         "memory_enabled": role.memory_enabled,
         "failure_message": role.failure_message,
+        "recording_enabled": role.recording_enabled,
         "is_default": role.is_default,
         "revision": role.revision,
         "created_at": role.created_at.isoformat(),
@@ -175,6 +177,8 @@ async def update_role(
     expected = changes.pop("expected_revision", None)
     if "name" in changes and changes["name"] is None:
         raise ApiError(422, "invalid_role", "name cannot be null")
+    if "recording_enabled" in changes and changes["recording_enabled"] is None:
+        raise ApiError(422, "invalid_role", "recording_enabled cannot be null")
     try:
         role = await services.roles.update(
             who.tenant, role_id, expected_revision=expected, **changes

@@ -293,10 +293,12 @@ class RealtimeConnection:
                 call_tools=self.call_tools,
             )
             await session.issue_resume_token()
+            await session.start_recording()
             place.register(session)
         self.session = session
         _name_in_telemetry(session)
         session.outbox.send(ev.SessionCreated(session.session_json()))
+        session.announce_recording()
         return session
 
     # ------------------------------------------------------------ resume

@@ -81,6 +81,7 @@ from runtime.realtime.session_config import (
     session_json,
 )
 from runtime.realtime.session_engine import build_engine, session_setup
+from runtime.recording import SessionRecording, start_recording
 from runtime.roles import Role
 
 if TYPE_CHECKING:
@@ -165,6 +166,8 @@ class VoiceSession:
         self._expiry: asyncio.TimerHandle | None = None
         self._ending: asyncio.Task[None] | None = None
         self.engine: Engine | None = None
+        self.recording: SessionRecording | None = None
+        """This session's recording (``runtime.recording``), when its role records."""
         self._build_engine()
 
     @classmethod
@@ -385,6 +388,8 @@ class VoiceSession:
         self.services.live_sessions.remove(self)
         if self.engine is not None:
             await self.engine.close()
+        if self.recording is not None:
+            await self.recording.close()
         await self.tool_gate.close()
         self.services.role_memory.turns.end(self.thread.tenant, self.thread.thread_id)
         await self.journal.close()
@@ -427,6 +432,7 @@ class VoiceSession:
             out["openrealtime"] = {
                 "id": self.id,
                 "thread_id": self.thread.thread_id,
+                "recording": None if self.recording is None else {"id": self.recording.id},
                 "role": {"id": self.role.id, "name": self.role.name},
                 "resume_token": self.resume_token if extensions.seq else None,
                 "input_sample_rate": self.config.input_format.rate,
@@ -439,6 +445,42 @@ class VoiceSession:
                 },
             }
         return out
+
+    async def start_recording(self) -> None:
+        """Record this session when its tenant may and its role says so (``runtime.recording``
+        Rules 1, 2); a recording that cannot start leaves the session unrecorded, and says so."""
+        services, role, thread = self.services, self.role, self.thread
+        store, keyring = services.audio_store, services.keyring
+        if not (role.recording_enabled and services.settings.may_record(thread.tenant)):
+            return
+        if store is None or keyring is None or self.engine is None:
+            return
+        try:
+            self.recording = await start_recording(
+                tenant=thread.tenant,
+                owner=thread.user,
+                session_id=self.id,
+                thread_id=thread.thread_id,
+                role_id=role.id,
+                output_rate=self.config.output_format.rate,
+                keyring=keyring,
+                store=store,
+                store_name="local",
+                index=services.recording_index,
+                retention_days=services.settings.recording_retention_days,
+            )
+        except Exception as e:
+            log.warning("session %s: recording did not start (%s)", self.id, type(e).__name__)
+            return
+        self.engine.audio_tap = self.recording
+
+    def announce_recording(self) -> None:
+        """Rule 2 of ``runtime.recording``: the client is told, after ``session.created``."""
+        if self.recording is not None:
+            until = self.recording.recording.retain_until
+            self.outbox.send(
+                ev.SessionRecording(self.recording.id, None if until is None else until.isoformat())
+            )
 
     def _build_engine(self) -> None:
         self.engine, self.tool_gate = build_engine(

@@ -1,0 +1,1 @@
+"""Conversation recordings (SPEC REC): the recorder, sealed audio stores and their metadata."""

@@ -1,0 +1,147 @@
+"""A session's recording (SPEC REC-1, REC-2): decided when the session starts, written as it
+goes, closed with the session.
+
+Rules
+-----
+1. A session is recorded when the deployment lets its tenant record (``recording_tenants``,
+   the ceiling) and an admin switched its role on (``recording_enabled``). Otherwise nothing
+   is recorded and nothing is said about recording.
+2. The recording's row is written before the first frame is recorded (session, thread, owner,
+   role, the store, the key id, ``retain_until`` from ``recording_retention_days``); the client
+   is told in the session's ``openrealtime.recording`` field and by the extension event
+   ``openrealtime.session.recording``.
+3. The engine's ``AudioTap`` feeds the recorder (``records.recorder``); its pieces are sealed
+   with the keyring (tenant, recording and piece number bound) and put in the audio store by
+   one writer task, in order, off the audio path. The row's duration, size and key id follow
+   every few pieces and at the end.
+4. A recording never fails its session: a piece that cannot be stored is logged (the
+   recording's id and the error's kind, never audio) and counted in ``lost_pieces``; the
+   conversation goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from memory.crypto import Keyring
+from pipeline.audio import PCM
+from records.audio_store import AudioStore, seal_piece
+from records.recorder import Piece, Recorder
+from records.recordings import Recording, RecordingIndex
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY = 8
+"""Pieces between two notes of the row's duration and size (Rule 3)."""
+
+
+class SessionRecording:
+    """Rules 3, 4: the ``AudioTap`` of one session."""
+
+    def __init__(
+        self,
+        recording: Recording,
+        *,
+        keyring: Keyring,
+        store: AudioStore,
+        index: RecordingIndex,
+        output_rate: int,
+    ) -> None:
+        self.recording = recording
+        self.keyring = keyring
+        self.store = store
+        self.index = index
+        self.recorder = Recorder(self._piece, output_rate=output_rate)
+        self.lost_pieces = 0
+        self._pieces: asyncio.Queue[Piece | None] = asyncio.Queue()
+        self._writer = asyncio.ensure_future(self._write())
+
+    @property
+    def id(self) -> str:
+        return self.recording.id
+
+    def heard(self, pcm: PCM) -> None:
+        self.recorder.heard(pcm)
+
+    def said(self, pcm: PCM) -> None:
+        self.recorder.said(pcm)
+
+    def cut(self) -> None:
+        self.recorder.cut()
+
+    def _piece(self, piece: Piece) -> None:
+        self._pieces.put_nowait(piece)
+
+    async def _write(self) -> None:
+        written = 0
+        while (piece := await self._pieces.get()) is not None:
+            r = self.recording
+            try:
+                sealed = seal_piece(self.keyring, r.tenant, r.id, piece.index, piece.data)
+                await self.store.put(r.id, piece.index, sealed)
+            except Exception as e:  # Rule 4
+                self.lost_pieces += 1
+                log.warning("recording %s: a piece was not stored (%s)", r.id, type(e).__name__)
+                continue
+            written += 1
+            if written % PROGRESS_EVERY == 0:
+                await self._progress(None)
+
+    async def _progress(self, ended_at: datetime | None) -> None:
+        try:
+            await self.index.progress(
+                self.recording.tenant,
+                self.recording.id,
+                duration_ms=self.recorder.duration_ms,
+                size_bytes=self.recorder.size,
+                key_id=self.keyring.active_id,
+                ended_at=ended_at,
+            )
+        except Exception as e:  # Rule 4
+            log.warning("recording %s: its row was not updated (%s)", self.id, type(e).__name__)
+
+    async def close(self) -> None:
+        """The session ended: the last pieces and the final head stored, the row updated."""
+        if self.recorder.closed:
+            return
+        self.recorder.close()
+        self._pieces.put_nowait(None)
+        await self._writer
+        await self._progress(datetime.now(UTC))
+
+
+async def start_recording(
+    *,
+    tenant: str,
+    owner: str,
+    session_id: str,
+    thread_id: str,
+    role_id: str,
+    output_rate: int,
+    keyring: Keyring,
+    store: AudioStore,
+    store_name: str,
+    index: RecordingIndex,
+    retention_days: int | None,
+) -> SessionRecording:
+    """Rule 2: the row, then the recorder."""
+    now = datetime.now(UTC)
+    recording = Recording(
+        tenant=tenant,
+        id=f"rec_{uuid.uuid4().hex}",
+        owner=owner,
+        session_id=session_id,
+        thread_id=thread_id,
+        role_id=role_id,
+        store=store_name,
+        key_id=keyring.active_id,
+        started_at=now,
+        retain_until=None if retention_days is None else now + timedelta(days=retention_days),
+    )
+    await index.add(recording)
+    return SessionRecording(
+        recording, keyring=keyring, store=store, index=index, output_rate=output_rate
+    )

@@ -1,0 +1,154 @@
+"""Recordings against the real server and a real WebSocket session (SPEC REC-1, REC-2, REC-6):
+the tenant's ceiling and the role's switch decide, the client is told, both sides rest sealed
+and time-aligned, and nothing of the audio rests in plaintext."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import numpy as np
+import pytest
+import soundfile
+
+from plugins.fakes import FakeBrain, FakeTTS
+from records.audio_store import open_pieces
+from records.recorder import RATE
+from runtime.client import RealtimeClient
+from runtime.config import Settings
+from runtime.roles import default_role
+from runtime.server import RunningServer, running_server
+from tests.postgres import postgres_url, truncate_all
+from tests.runtime.conftest import fake_plugins
+from tests.runtime.test_conversation import SILENCE, stream, tone_frame
+
+__all__ = ["postgres_url"]
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    common = {"port": 0, "data_dir": tmp_path / "data", "silence_ms": 300}
+    if request.param == "memory":
+        return Settings(storage="memory", recording_tenants="*", **common)
+    url = request.getfixturevalue("postgres_url")
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=1)
+    try:
+        await truncate_all(pool)
+    finally:
+        await pool.close()
+    return Settings(storage="postgres", database_url=url, recording_tenants="*", **common)
+
+
+@pytest.fixture
+async def server(settings: Settings) -> AsyncIterator[RunningServer]:
+    plugins = fake_plugins(brain=FakeBrain(["Sure, here it is."]), tts=FakeTTS(tone_hz=440))
+    async with running_server(settings, plugins=plugins) as running:
+        yield running
+
+
+async def switch_recording(server: RunningServer, on: bool) -> str:
+    """The default role's switch, as an admin sets it; the tenant's id."""
+    owner = await server.services.accounts.authenticate(server.token)
+    assert owner is not None
+    role = await default_role(server.services.roles, owner.tenant)
+    await server.services.roles.update(owner.tenant, role.id, recording_enabled=on)
+    return owner.tenant
+
+
+def loud_ms(channel: np.ndarray) -> list[tuple[int, int]]:
+    frame = RATE // 50
+    blocks = channel[: channel.size // frame * frame].reshape(-1, frame).astype(float)
+    on = np.sqrt((blocks**2).mean(axis=1)) > 500
+    spans: list[tuple[int, int]] = []
+    start = None
+    for i, value in enumerate([*on, False]):
+        if value and start is None:
+            start = i
+        elif not value and start is not None:
+            spans.append((start * 20, i * 20))
+            start = None
+    return spans
+
+
+def files_under(root: Path) -> list[bytes]:
+    return [p.read_bytes() for p in root.rglob("*") if p.is_file()]
+
+
+async def test_a_recorded_session_keeps_both_sides_sealed_and_on_one_timeline(
+    server: RunningServer, settings: Settings
+) -> None:
+    tenant = await switch_recording(server, True)
+    async with RealtimeClient(server.ws_url, server.token) as client:
+        await client.connect()
+        told = await client.wait_type("openrealtime.session.recording")
+        recording_id = told["recording_id"]
+        assert client.session["recording"] == {"id": recording_id}
+        await stream(client, tone_frame(), 600)
+        await stream(client, SILENCE, 400)
+        done = client.wait_type("response.done", timeout=20)
+        await stream(client, SILENCE, 2_500)  # the answer plays while the microphone streams
+        await done
+        sent_ms = sum(len(a.audio) for a in client.audio()) * 1000 // (2 * 24_000)
+        await client.end_session()
+        await client.wait_closed()
+
+    index = server.services.recording_index
+
+    async with asyncio.timeout(10):  # the session's end closes its recording
+        while (row := await index.get(tenant, recording_id)) is None or row.ended_at is None:  # noqa: ASYNC110 (polls the store)
+            await asyncio.sleep(0.02)
+    assert row is not None and row.duration_ms == 3_500 and row.size_bytes > 0
+    assert server.services.audio_store is not None and server.services.keyring is not None
+    pieces = await server.services.audio_store.read(recording_id)
+    audio, rate = soundfile.read(
+        io.BytesIO(open_pieces(server.services.keyring, tenant, recording_id, pieces)),
+        dtype="int16",
+    )
+    assert rate == RATE and audio.shape == (RATE * 7 // 2, 2)
+    person, agent = loud_ms(audio[:, 0]), loud_ms(audio[:, 1])
+    assert person == [(0, 600)]
+    ((start, end),) = agent
+    assert 600 < start < 1_000 + 300  # after the person's words, once the silence ended them
+    assert abs((end - start) - sent_ms) <= 40  # every sample the client was sent, once
+    flac = b"fLaC"
+    assert not any(flac in data for data in files_under(settings.data_dir / "recordings"))
+
+
+async def test_nothing_is_recorded_unless_the_tenant_may_and_the_role_says_so(
+    server: RunningServer, settings: Settings
+) -> None:
+    tenant = await switch_recording(server, False)
+    async with RealtimeClient(server.ws_url, server.token) as client:
+        await client.connect()
+        assert client.session["recording"] is None
+        await stream(client, tone_frame(), 200)
+    settings_without = settings.model_copy(update={"recording_tenants": "another-tenant"})
+    server.services.settings = settings_without
+    await switch_recording(server, True)
+    async with RealtimeClient(server.ws_url, server.token) as client:
+        await client.connect()
+        assert client.session["recording"] is None
+        await stream(client, tone_frame(), 200)
+    await asyncio.sleep(0)
+    assert not client.events("openrealtime.session.recording")
+    assert not (settings.data_dir / "recordings").exists() or not files_under(
+        settings.data_dir / "recordings"
+    )
+    assert tenant
+
+
+async def test_admins_switch_a_roles_recording_over_http(server: RunningServer) -> None:
+    owner = await server.services.accounts.authenticate(server.token)
+    assert owner is not None
+    role = await default_role(server.services.roles, owner.tenant)
+    auth = {"Authorization": f"Bearer {server.token}"}
+    async with httpx.AsyncClient(base_url=server.http_url, headers=auth) as http:
+        assert (await http.get(f"/api/roles/{role.id}")).json()["recording_enabled"] is False
+        on = await http.patch(f"/api/roles/{role.id}", json={"recording_enabled": True})
+        assert on.status_code == 200 and on.json()["recording_enabled"] is True
+        null = await http.patch(f"/api/roles/{role.id}", json={"recording_enabled": None})
+        assert null.status_code == 422 and null.json()["code"] == "invalid_role"
