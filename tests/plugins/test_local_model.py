@@ -819,21 +819,25 @@ async def test_a_prompt_computed_ahead_never_loads_the_model(harness: Harness) -
     assert not model.loaded and harness.factory_calls == []
 
 
-async def test_another_sessions_request_stops_a_prompt_computed_ahead(harness: Harness) -> None:
+async def ahead_then_asked(harness: Harness, asking_lane: str) -> tuple[FakeBackend, LocalModel]:
+    """Lane A's prompt is computed ahead; while it is in prefill, ``asking_lane`` asks."""
     backend = FakeBackend()
     in_prefill = backend.gate()
     backend.scripts = [[PROGRESS, in_prefill, PROGRESS, "x"], ["answer", timings_chunk()]]
     model = harness.model(backend)
     await model.load()
-
     ahead = asyncio.create_task(model.prepare(PROMPT, lane="A"))
     await until(lambda: backend.running.is_set(), "the prompt computed ahead to run")
-    answer = asyncio.create_task(collect(model.chat(ask("F"), lane="B")))
+    answer = asyncio.create_task(collect(model.chat(ask("F"), lane=asking_lane)))
     await until(lambda: model.queue.foreground_waiting == 1, "the answer to queue")
     in_prefill.event.set()  # type: ignore[attr-defined]
-
     assert await answer == ["answer"]
     await ahead
+    return backend, model
+
+
+async def test_another_sessions_request_stops_a_prompt_computed_ahead(harness: Harness) -> None:
+    backend, model = await ahead_then_asked(harness, "B")
     assert backend.stopped[0] is True and backend.sent[0] == []  # stopped after its batch
     assert len(backend.payloads) == 2  # never put back
     assert model.stats.prepares_stopped == 1 and model.stats.prepares == 0
@@ -843,20 +847,7 @@ async def test_its_own_sessions_request_waits_for_a_prompt_computed_ahead(
     harness: Harness,
 ) -> None:
     """The question needs the same prompt start: stopping it would throw the work away."""
-    backend = FakeBackend()
-    in_prefill = backend.gate()
-    backend.scripts = [[PROGRESS, in_prefill, PROGRESS, "x"], ["answer", timings_chunk()]]
-    model = harness.model(backend)
-    await model.load()
-
-    ahead = asyncio.create_task(model.prepare(PROMPT, lane="A"))
-    await until(lambda: backend.running.is_set(), "the prompt computed ahead to run")
-    answer = asyncio.create_task(collect(model.chat(ask("F"), lane="A")))
-    await until(lambda: model.queue.foreground_waiting == 1, "the answer to queue")
-    in_prefill.event.set()  # type: ignore[attr-defined]
-
-    assert await answer == ["answer"]
-    await ahead
+    backend, model = await ahead_then_asked(harness, "A")
     assert backend.stopped[0] is False and model.stats.prepares == 1
 
 

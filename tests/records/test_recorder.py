@@ -10,6 +10,7 @@ import numpy as np
 import soundfile
 
 from records.recorder import HEAD_BYTES, RATE, Piece, Recorder
+from tests.loudness import loud_spans
 
 FRAME = RATE // 50  # 20 ms
 
@@ -31,17 +32,7 @@ def frames(recorder: Recorder, pcm: np.ndarray) -> None:
 
 
 def loud(channel: np.ndarray) -> list[tuple[int, int]]:
-    """(start, end) ms of the 20 ms frames louder than silence."""
-    blocks = channel[: channel.size // FRAME * FRAME].reshape(-1, FRAME).astype(float)
-    on = np.sqrt((blocks**2).mean(axis=1)) > 500
-    spans, start = [], None
-    for i, value in enumerate([*on, False]):
-        if value and start is None:
-            start = i
-        elif not value and start is not None:
-            spans.append((start * 20, i * 20))
-            start = None
-    return spans
+    return loud_spans(channel, RATE)
 
 
 def test_both_sides_are_on_one_timeline_the_agent_where_it_plays_and_cut_when_interrupted() -> None:

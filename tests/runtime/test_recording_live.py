@@ -11,7 +11,6 @@ from pathlib import Path
 
 import asyncpg
 import httpx
-import numpy as np
 import pytest
 import soundfile
 
@@ -22,6 +21,7 @@ from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.roles import default_role
 from runtime.server import RunningServer, running_server
+from tests.loudness import loud_spans
 from tests.postgres import postgres_url, truncate_all
 from tests.runtime.conftest import fake_plugins
 from tests.runtime.test_conversation import SILENCE, stream, tone_frame
@@ -59,21 +59,6 @@ async def switch_recording(server: RunningServer, on: bool) -> str:
     return owner.tenant
 
 
-def loud_ms(channel: np.ndarray) -> list[tuple[int, int]]:
-    frame = RATE // 50
-    blocks = channel[: channel.size // frame * frame].reshape(-1, frame).astype(float)
-    on = np.sqrt((blocks**2).mean(axis=1)) > 500
-    spans: list[tuple[int, int]] = []
-    start = None
-    for i, value in enumerate([*on, False]):
-        if value and start is None:
-            start = i
-        elif not value and start is not None:
-            spans.append((start * 20, i * 20))
-            start = None
-    return spans
-
-
 def files_under(root: Path) -> list[bytes]:
     return [p.read_bytes() for p in root.rglob("*") if p.is_file()]
 
@@ -109,7 +94,7 @@ async def test_a_recorded_session_keeps_both_sides_sealed_and_on_one_timeline(
         dtype="int16",
     )
     assert rate == RATE and audio.shape == (RATE * 7 // 2, 2)
-    person, agent = loud_ms(audio[:, 0]), loud_ms(audio[:, 1])
+    person, agent = loud_spans(audio[:, 0], RATE), loud_spans(audio[:, 1], RATE)
     assert person == [(0, 600)]
     ((start, end),) = agent
     assert 600 < start < 1_000 + 300  # after the person's words, once the silence ended them

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from benchmarks.common import free_udp_and_tcp_port
+from tests import loudness
 
 BARESIP = shutil.which("baresip")
 MODULES = Path("/usr/lib/baresip/modules")
@@ -58,17 +59,7 @@ def free_port() -> int:
 
 def loud_spans(pcm: np.ndarray, *, level: float = 500.0) -> list[tuple[float, float]]:
     """(start, end) seconds of the stretches whose 20 ms frames are louder than ``level``."""
-    frames = pcm[: pcm.size // 160 * 160].reshape(-1, 160).astype(np.float64)
-    loud = np.sqrt((frames**2).mean(axis=1)) > level
-    spans: list[tuple[float, float]] = []
-    start: int | None = None
-    for i, on in enumerate([*loud, False]):
-        if on and start is None:
-            start = i
-        elif not on and start is not None:
-            spans.append((start * 0.02, i * 0.02))
-            start = None
-    return spans
+    return [(a / 1000, b / 1000) for a, b in loudness.loud_spans(pcm, RATE, level=level)]
 
 
 class Baresip:
