@@ -24,6 +24,7 @@ COPY journal/ journal/
 COPY knowledge/ knowledge/
 COPY memory/ memory/
 COPY pipeline/ pipeline/
+COPY records/ records/
 COPY plugins/ plugins/
 COPY runtime/ runtime/
 COPY storage/ storage/
