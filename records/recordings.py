@@ -17,6 +17,12 @@ class RecordingsUnavailable(Exception):
     code = "recordings_unavailable"
 
 
+class RecordingBeingDeleted(Exception):
+    """A hold cannot be put on a recording whose deletion has begun (its audio may be gone)."""
+
+    code = "recording_being_deleted"
+
+
 @dataclass(frozen=True, slots=True)
 class Recording:
     tenant: str
@@ -33,6 +39,11 @@ class Recording:
     size_bytes: int = 0
     retain_until: datetime | None = None
     protected: bool = False
+    deleting_since: datetime | None = None
+    """Its deletion has begun (``records.expiry``): no hold any more, audio perhaps gone."""
+    deletion_reason: str | None = None
+    """``requested``: its owner asked for it to go (``schedule_deletion``); None: it goes when
+    its retention runs out."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +58,39 @@ class Recording:
             "retain_until": None if self.retain_until is None else self.retain_until.isoformat(),
             "protected": self.protected,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionReceipt:
+    """What is left of a recording deleted for good (SPEC REC-4): never its audio."""
+
+    tenant: str
+    recording_id: str
+    owner: str
+    session_id: str
+    thread_id: str
+    duration_ms: int
+    size_bytes: int
+    reason: str
+    deleted_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "recording_id": self.recording_id,
+            "session_id": self.session_id,
+            "thread_id": self.thread_id,
+            "duration_ms": self.duration_ms,
+            "size_bytes": self.size_bytes,
+            "reason": self.reason,
+            "deleted_at": self.deleted_at.isoformat(),
+        }
+
+
+def receipt_for(recording: Recording, reason: str, at: datetime) -> DeletionReceipt:
+    r = recording
+    return DeletionReceipt(
+        r.tenant, r.id, r.owner, r.session_id, r.thread_id, r.duration_ms, r.size_bytes, reason, at
+    )
 
 
 class RecordingIndex(Protocol):
@@ -71,10 +115,39 @@ class RecordingIndex(Protocol):
         """The thread's recordings, oldest first; ``owner`` None: any owner's (an admin)."""
         ...
 
+    async def set_protected(
+        self, tenant: str, recording_id: str, protected: bool
+    ) -> Recording | None:
+        """A legal hold put on or lifted (admins); None: no such recording;
+        ``RecordingBeingDeleted`` for a hold on one whose deletion has begun."""
+        ...
+
+    async def claim_expired(self, now: datetime, limit: int) -> list[Recording]:
+        """Recordings past ``retain_until`` and not protected, the longest expired first,
+        marked as being deleted (``deleting_since``; those marked before come again)."""
+        ...
+
+    async def remove(
+        self, tenant: str, recording_id: str, *, reason: str, at: datetime
+    ) -> DeletionReceipt | None:
+        """A claimed row deleted and its receipt written, in one step; None when it is gone
+        already."""
+        ...
+
+    async def receipt(self, tenant: str, recording_id: str) -> DeletionReceipt | None: ...
+
+    async def schedule_deletion(
+        self, tenant: str, recording_id: str, *, at: datetime, reason: str
+    ) -> bool:
+        """Have the expiry delete it from ``at`` on (its ``retain_until`` brought forward);
+        False for a protected recording or none."""
+        ...
+
 
 class InMemoryRecordingIndex:
     def __init__(self) -> None:
         self._rows: dict[tuple[str, str], Recording] = {}
+        self._receipts: dict[tuple[str, str], DeletionReceipt] = {}
 
     async def add(self, recording: Recording) -> None:
         self._rows[(recording.tenant, recording.id)] = recording
@@ -109,6 +182,54 @@ class InMemoryRecordingIndex:
             if t == tenant and r.thread_id == thread_id and owner in (None, r.owner)
         ]
         return sorted(rows, key=lambda r: r.started_at)
+
+    async def set_protected(
+        self, tenant: str, recording_id: str, protected: bool
+    ) -> Recording | None:
+        row = self._rows.get((tenant, recording_id))
+        if row is None:
+            return None
+        if protected and row.deleting_since is not None:
+            raise RecordingBeingDeleted(recording_id)
+        row = self._rows[(tenant, recording_id)] = dataclasses.replace(row, protected=protected)
+        return row
+
+    async def claim_expired(self, now: datetime, limit: int) -> list[Recording]:
+        due = [
+            r
+            for r in self._rows.values()
+            if r.retain_until is not None and r.retain_until <= now and not r.protected
+        ]
+        claimed = []
+        for r in sorted(due, key=lambda r: r.retain_until or now)[:limit]:
+            claimed.append(dataclasses.replace(r, deleting_since=r.deleting_since or now))
+            self._rows[(r.tenant, r.id)] = claimed[-1]
+        return claimed
+
+    async def remove(
+        self, tenant: str, recording_id: str, *, reason: str, at: datetime
+    ) -> DeletionReceipt | None:
+        row = self._rows.get((tenant, recording_id))
+        if row is None or row.deleting_since is None:
+            return None
+        del self._rows[(tenant, recording_id)]
+        receipt = self._receipts[(tenant, recording_id)] = receipt_for(row, reason, at)
+        return receipt
+
+    async def receipt(self, tenant: str, recording_id: str) -> DeletionReceipt | None:
+        return self._receipts.get((tenant, recording_id))
+
+    async def schedule_deletion(
+        self, tenant: str, recording_id: str, *, at: datetime, reason: str
+    ) -> bool:
+        row = self._rows.get((tenant, recording_id))
+        if row is None or row.protected:
+            return False
+        until = at if row.retain_until is None else min(row.retain_until, at)
+        self._rows[(tenant, recording_id)] = dataclasses.replace(
+            row, retain_until=until, deletion_reason=reason
+        )
+        return True
 
 
 _TIMEOUT = 10.0
@@ -196,10 +317,111 @@ class PostgresRecordingIndex:
         )
         return [_recording(row) for row in rows]
 
+    async def set_protected(
+        self, tenant: str, recording_id: str, protected: bool
+    ) -> Recording | None:
+        row = await self._call(
+            lambda conn: conn.fetchrow(
+                """UPDATE recordings SET protected = $3 WHERE tenant = $1 AND recording_id = $2
+                       AND (NOT $3 OR deleting_since IS NULL)
+                   RETURNING *""",
+                tenant,
+                recording_id,
+                protected,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        )
+        if row is None:
+            if await self.get(tenant, recording_id) is not None:
+                raise RecordingBeingDeleted(recording_id)
+            return None
+        return _recording(row)
+
+    async def claim_expired(self, now: datetime, limit: int) -> list[Recording]:
+        rows = await self._call(
+            lambda conn: conn.fetch(
+                """UPDATE recordings SET deleting_since = COALESCE(deleting_since, $1)
+                   WHERE (tenant, recording_id) IN (
+                       SELECT tenant, recording_id FROM recordings
+                       WHERE retain_until <= $1 AND NOT protected
+                       ORDER BY retain_until LIMIT $2 FOR UPDATE)
+                   RETURNING *""",
+                now,
+                limit,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        )
+        return sorted((_recording(row) for row in rows), key=lambda r: r.retain_until or now)
+
+    async def remove(
+        self, tenant: str, recording_id: str, *, reason: str, at: datetime
+    ) -> DeletionReceipt | None:
+        row = await self._call(
+            lambda conn: conn.fetchrow(
+                """WITH gone AS (
+                       DELETE FROM recordings
+                       WHERE tenant = $1 AND recording_id = $2 AND deleting_since IS NOT NULL
+                       RETURNING *)
+                   INSERT INTO recording_deletions (tenant, recording_id, user_id, session_id,
+                       thread_id, duration_ms, size_bytes, reason, deleted_at)
+                   SELECT tenant, recording_id, user_id, session_id, thread_id, duration_ms,
+                       size_bytes, $3, $4 FROM gone
+                   RETURNING *""",
+                tenant,
+                recording_id,
+                reason,
+                at,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        )
+        return None if row is None else _receipt(row)
+
+    async def receipt(self, tenant: str, recording_id: str) -> DeletionReceipt | None:
+        row = await self._call(
+            lambda conn: conn.fetchrow(
+                "SELECT * FROM recording_deletions WHERE tenant = $1 AND recording_id = $2",
+                tenant,
+                recording_id,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        )
+        return None if row is None else _receipt(row)
+
+    async def schedule_deletion(
+        self, tenant: str, recording_id: str, *, at: datetime, reason: str
+    ) -> bool:
+        return await _schedule(self._call, tenant, recording_id, at, reason)
+
+
+async def _schedule(
+    call: PooledCalls, tenant: str, recording_id: str, at: datetime, reason: str
+) -> bool:
+    status = await call(
+        lambda conn: conn.execute(
+            """UPDATE recordings SET retain_until = LEAST(COALESCE(retain_until, $3), $3),
+                   deletion_reason = $4
+               WHERE tenant = $1 AND recording_id = $2 AND NOT protected""",
+            tenant,
+            recording_id,
+            at,
+            reason,
+            timeout=_TIMEOUT,
+        )  # fmt: skip
+    )
+    return str(status).endswith(" 1")
+
+
+def _receipt(row: Any) -> DeletionReceipt:
+    return DeletionReceipt(
+        row["tenant"], row["recording_id"], row["user_id"], row["session_id"], row["thread_id"],
+        row["duration_ms"], row["size_bytes"], row["reason"], row["deleted_at"],
+    )  # fmt: skip
+
 
 def _recording(row: Any) -> Recording:
     return Recording(
         row["tenant"], row["recording_id"], row["user_id"], row["session_id"], row["thread_id"],
         row["role_id"], row["store"], row["key_id"], row["started_at"], row["ended_at"],
         row["duration_ms"], row["size_bytes"], row["retain_until"], row["protected"],
+        row["deleting_since"], row["deletion_reason"],
     )  # fmt: skip

@@ -20,6 +20,7 @@ from runtime.http import client_secrets as api_client_secrets
 from runtime.http import conversations as api_conversations
 from runtime.http import knowledge as api_knowledge
 from runtime.http import memory as api_memory
+from runtime.http import recordings as api_recordings
 from runtime.http import role_memory as api_role_memory
 from runtime.http import roles as api_roles
 from runtime.http import system as api_system
@@ -77,6 +78,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_client_secrets.router)
     app.include_router(api_conversations.router)
     app.include_router(api_calls.router)
+    app.include_router(api_recordings.router)
     app.include_router(api_memory.router)
     app.include_router(api_role_memory.router)
     app.include_router(api_knowledge.router)

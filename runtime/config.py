@@ -131,6 +131,8 @@ class Settings(BaseSettings):
     A role records only when an admin also switched it on (``recording_enabled``)."""
     recording_retention_days: int | None = Field(default=None, ge=1, le=36_500)
     """How long a recording is kept (its ``retain_until``); None: until it is deleted."""
+    recording_expiry_interval_s: float = Field(default=600.0, ge=0.1, le=86_400.0)
+    """How often each process deletes expired recordings (``records.expiry``)."""
     sip_listen: str = ""
     """Where the SIP endpoint listens, UDP and TCP (``127.0.0.1:5060``; port 0: any free one).
     Empty: no SIP. Keep it off public interfaces unless ``sip_allow_networks`` and

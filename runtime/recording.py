@@ -17,11 +17,15 @@ Rules
 4. A recording never fails its session: a piece that cannot be stored is logged (the
    recording's id and the error's kind, never audio) and counted in ``lost_pieces``; the
    conversation goes on.
+5. Every process deletes expired recordings every ``recording_expiry_interval_s``
+   (``RecordingExpiry``, ``records.expiry``); a failed run is logged and the next one tries
+   again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -29,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from memory.crypto import Keyring
 from pipeline.audio import PCM
 from records.audio_store import AudioStore, seal_piece
+from records.expiry import expire_recordings
 from records.recorder import Piece, Recorder
 from records.recordings import Recording, RecordingIndex
 
@@ -145,3 +150,32 @@ async def start_recording(
     return SessionRecording(
         recording, keyring=keyring, store=store, index=index, output_rate=output_rate
     )
+
+
+class RecordingExpiry:
+    """Rule 5."""
+
+    def __init__(self, index: RecordingIndex, store: AudioStore, *, interval_s: float) -> None:
+        self.index = index
+        self.store = store
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await expire_recordings(self.index, self.store, now=datetime.now(UTC))
+            except Exception as e:  # the next run tries again
+                log.warning("recordings: the expiry run failed (%s)", type(e).__name__)
+            await asyncio.sleep(self.interval_s)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

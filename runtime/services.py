@@ -54,6 +54,7 @@ from runtime.realtime.resume import (
     ResumeTokenStore,
 )
 from runtime.realtime.transport import Calls
+from runtime.recording import RecordingExpiry
 from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.role_memory import RoleLearning, RoleMemoryModels
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
@@ -123,6 +124,8 @@ class Services:
     audio_store: AudioStore | None = None
     """Where recordings' sealed audio rests (the data directory's ``recordings/``); None in
     tests that build services by hand: nothing is recorded."""
+    recording_expiry: RecordingExpiry | None = None
+    """Deletes expired recordings (``start_background``)."""
     keyring: Keyring | None = None
     """The memory keyring (None in tests that build services by hand)."""
     memory_models: dict[str, JsonModel] = field(default_factory=dict)
@@ -279,11 +282,20 @@ class Services:
 
     async def start_background(self) -> None:
         """Start the work the services do between requests: role memory's learner (recovery
-        of the runs a stopped process left, then its workers)."""
+        of the runs a stopped process left, then its workers), and the recordings' expiry."""
         await self.role_memory.start()
+        if self.audio_store is not None and self.recording_expiry is None:
+            self.recording_expiry = RecordingExpiry(
+                self.recording_index,
+                self.audio_store,
+                interval_s=self.settings.recording_expiry_interval_s,
+            )
+            self.recording_expiry.start()
 
     async def close(self) -> None:
         await self.role_memory.close()
+        if self.recording_expiry is not None:
+            await self.recording_expiry.stop()
         if self.fact_reader is not None:
             await self.fact_reader.close()
         model = local_model_of(self.plugins.brain)

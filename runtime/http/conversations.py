@@ -14,6 +14,7 @@ thread is this user's, its role still exists and the journal holds a turn of tha
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from fastapi import APIRouter, Query, Request
@@ -271,11 +272,18 @@ def _thread_in_use(services: Services, thread: ThreadRef) -> bool:
 
 @router.delete("/{record_id}", dependencies=[allow(Policy.MEMBER)])
 async def delete_conversation(
-    record_id: str, who: Caller, services: ServicesDep, erase_journal: bool = False
+    record_id: str,
+    who: Caller,
+    services: ServicesDep,
+    erase_journal: bool = False,
+    delete_recordings: bool = False,
 ) -> dict[str, Any]:
     """Delete a record (SPEC CONV-4): memories sourced from its thread go, the thread's journal
-    goes when asked, and the answer says what was kept and why. Nothing is removed when the
-    request is refused."""
+    goes when asked, its recordings are scheduled for deletion when asked (SPEC REC-5: the
+    expiry job deletes them, each leaving a receipt), and the answer says what was kept and
+    why. Nothing is removed when the request is refused — a recording of the thread under a
+    legal hold refuses it (409 ``recording_protected``), so the record stays for a retry once
+    the hold is lifted."""
     records = services.records
     try:
         record = await records.get(who.tenant, who.user, record_id)
@@ -291,6 +299,18 @@ async def delete_conversation(
     except RecordsUnavailable as e:
         raise _unavailable(e) from e
     thread = None if record.thread_id is None else ThreadRef(who.tenant, who.user, record.thread_id)
+    recordings = (
+        []
+        if thread is None
+        else await services.recording_index.of_thread(who.tenant, who.user, thread.thread_id)
+    )
+    if any(r.protected for r in recordings):
+        raise ApiError(
+            409,
+            "recording_protected",
+            "a recording of this conversation is under a legal hold; nothing was deleted: "
+            "retry once the hold is lifted",
+        )
     if erase_journal and thread is not None and not others and _thread_in_use(services, thread):
         raise ApiError(
             409,
@@ -340,6 +360,21 @@ async def delete_conversation(
                     "why": "not asked to erase it (erase_journal=false)",
                 }
             )
+    scheduled: list[str] = []
+    if recordings and delete_recordings and not others:
+        now = datetime.now(UTC)
+        for recording in recordings:
+            if await services.recording_index.schedule_deletion(
+                who.tenant, recording.id, at=now, reason="requested"
+            ):
+                scheduled.append(recording.id)
+    elif recordings:
+        why = (
+            "not asked to delete them (delete_recordings=false): kept until they expire"
+            if not delete_recordings
+            else f"{len(others)} other conversation record(s) still use this thread"
+        )
+        kept.append({"what": "recordings", "why": why})
     try:
         await records.delete(who.tenant, who.user, record_id)
     except RecordsUnavailable as e:
@@ -349,5 +384,6 @@ async def delete_conversation(
         "memories_removed": memories_removed,
         "receipt_id": receipt_id,
         "journal_events_removed": journal_events_removed,
+        "recordings_scheduled": scheduled,
         "kept": kept,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,6 +11,7 @@ from records.recordings import (
     InMemoryRecordingIndex,
     PostgresRecordingIndex,
     Recording,
+    RecordingBeingDeleted,
     RecordingIndex,
 )
 from tests.postgres import pg_pool, postgres_url
@@ -59,3 +61,54 @@ async def test_reads_are_scoped_by_tenant_and_owner(index: RecordingIndex) -> No
     assert [r.id for r in await index.of_thread("t1", "ann", "th_1")] == ["rec_a"]
     assert [r.id for r in await index.of_thread("t1", None, "th_1")] == ["rec_b", "rec_a"]
     assert [r.id for r in await index.of_thread("t2", None, "th_1")] == ["rec_c"]
+
+
+def kept(rec: str, *, days: int, protected: bool = False) -> Recording:
+    return dataclasses.replace(
+        recording(rec), retain_until=START + timedelta(days=days), protected=protected
+    )
+
+
+async def test_expired_recordings_are_claimed_longest_expired_first_never_a_protected_one(
+    index: RecordingIndex,
+) -> None:
+    await index.add(kept("rec_a", days=2))
+    await index.add(kept("rec_b", days=1))
+    await index.add(kept("rec_c", days=1, protected=True))
+    await index.add(kept("rec_d", days=30))
+    await index.add(recording("rec_e"))  # kept until deleted
+    now = START + timedelta(days=3)
+    claimed = await index.claim_expired(now, 10)
+    assert [r.id for r in claimed] == ["rec_b", "rec_a"]
+    assert all(r.deleting_since == now for r in claimed)
+    later = await index.claim_expired(now + timedelta(hours=1), 10)  # a run died: again
+    assert [r.deleting_since for r in later] == [now, now]
+
+
+async def test_a_claimed_row_goes_with_its_receipt_once(index: RecordingIndex) -> None:
+    await index.add(kept("rec_a", days=1))
+    now = START + timedelta(days=2)
+    assert await index.remove("t1", "rec_a", reason="expired", at=now) is None  # not claimed
+    await index.claim_expired(now, 10)
+    receipt = await index.remove("t1", "rec_a", reason="expired", at=now)
+    assert receipt is not None and (receipt.recording_id, receipt.reason) == ("rec_a", "expired")
+    assert receipt.deleted_at == now and receipt.owner == "ann"
+    assert await index.remove("t1", "rec_a", reason="expired", at=now) is None
+    assert await index.get("t1", "rec_a") is None
+    assert await index.receipt("t1", "rec_a") == receipt
+    assert await index.receipt("t2", "rec_a") is None
+
+
+async def test_a_hold_is_put_on_and_lifted_but_never_on_a_recording_being_deleted(
+    index: RecordingIndex,
+) -> None:
+    await index.add(kept("rec_a", days=1))
+    await index.add(kept("rec_b", days=1))
+    held = await index.set_protected("t1", "rec_a", True)
+    assert held is not None and held.protected
+    assert await index.set_protected("t2", "rec_a", True) is None  # another tenant's
+    await index.claim_expired(START + timedelta(days=2), 10)
+    with pytest.raises(RecordingBeingDeleted):
+        await index.set_protected("t1", "rec_b", True)
+    lifted = await index.set_protected("t1", "rec_a", False)
+    assert lifted is not None and not lifted.protected

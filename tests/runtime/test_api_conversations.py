@@ -437,6 +437,7 @@ async def test_delete_removes_sourced_memories_and_erases_the_journal_on_request
         "memories_removed": 2,
         "receipt_id": "rcpt_1",
         "journal_events_removed": 3,
+        "recordings_scheduled": [],  # the thread was not recorded
         "kept": [],
     }
     assert memory.calls == [(tenant, user, "th_one")]

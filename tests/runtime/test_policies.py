@@ -26,6 +26,8 @@ import pytest
 from fastapi.routing import APIRoute
 
 from memory.backup import to_document
+from records.audio_store import seal_piece
+from records.recordings import Recording
 from runtime.accounts import LOCAL_PRINCIPAL, Principal
 from runtime.app import create_app
 from runtime.config import Settings
@@ -86,10 +88,12 @@ class Case:
         return self.path.format(
             role_id=w.role, user=w.user_target, document_id=w.document, entry_id=w.memory,
             record_id=w.record, token_id=w.token, call_id=CALL_ID, thread_id="th_policy",
+            recording_id=RECORDING_ID,
             name="policy_tool", label="policy_mcp", rule_id="rule_none", grant_id="grant_none",
         )  # fmt: skip
 
 
+RECORDING_ID = "rec_" + "0123456789abcdef" * 2
 CALL_ID = record_id("sip:policy")
 """A phone call's record id; WebRTC's hangup takes it too and finds no such call (404)."""
 
@@ -240,6 +244,15 @@ CASES: list[Case] = [
     Case("POST", "/v1/realtime/calls/{call_id}/hangup", "collection", allowed=404),
     Case("GET", "/api/calls", "collection"),
     Case("GET", "/api/calls/{call_id}", "user_object"),
+    Case("GET", "/api/recordings?thread_id=th_policy", "collection"),
+    Case("GET", "/api/recordings/{recording_id}", "user_object"),
+    Case("GET", "/api/recordings/{recording_id}/audio", "user_object"),
+    Case(
+        "PUT",
+        "/api/recordings/{recording_id}/protection",
+        "tenant_object",
+        _json({"protected": True}),
+    ),  # fmt: skip
     # A phone provider's webhook: its signature decides, not a token (telephony is off here).
     Case("POST", "/v1/telephony/twilio/voice", "collection", allowed=404),
 ]
@@ -275,6 +288,7 @@ DECLARED: dict[tuple[str, str], Policy] = {
     ("POST", "/v1/realtime/calls"): Policy.REALTIME,
     ("POST", "/v1/realtime/calls/{call_id}/hangup"): Policy.REALTIME,
     ("POST", "/v1/telephony/twilio/voice"): Policy.TELEPHONY,
+    ("PUT", "/api/recordings/{recording_id}/protection"): Policy.ADMIN,
 }
 """The policy each route must declare (every other route: ``member``), so a weakened
 declaration fails here and not only in review."""
@@ -368,6 +382,13 @@ def make_world(tmp_path: Path) -> Callable[[Caller], Any]:
                     CallRecord(who.tenant, who.user, "sip:policy", "sip", "+15550001111",
                                "+15550002222", role.json()["id"], None, datetime.now(UTC))
                 )  # fmt: skip
+                await services.recording_index.add(
+                    Recording(who.tenant, RECORDING_ID, who.user, "vs_policy", "th_policy",
+                              role.json()["id"], "local", "k", datetime.now(UTC))
+                )  # fmt: skip
+                assert services.audio_store is not None and services.keyring is not None
+                piece = seal_piece(services.keyring, who.tenant, RECORDING_ID, 0, b"fLaC")
+                await services.audio_store.put(RECORDING_ID, 0, piece)
                 me = PRINCIPALS.get(caller, LOCAL_PRINCIPAL)
                 export = to_document(await services.memory.backup(me.tenant, me.user))
                 for response in (role, document, memory, record):

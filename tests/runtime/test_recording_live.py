@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -15,8 +16,11 @@ import pytest
 import soundfile
 
 from plugins.fakes import FakeBrain, FakeTTS
-from records.audio_store import open_pieces
+from records.audio_store import open_pieces, seal_piece
+from records.expiry import expire_recordings
 from records.recorder import RATE
+from records.recordings import Recording
+from runtime.accounts import Principal
 from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.roles import default_role
@@ -24,6 +28,7 @@ from runtime.server import RunningServer, running_server
 from tests.loudness import loud_spans
 from tests.postgres import postgres_url, truncate_all
 from tests.runtime.conftest import fake_plugins
+from tests.runtime.test_api_conversations import segment_body
 from tests.runtime.test_conversation import SILENCE, stream, tone_frame
 
 __all__ = ["postgres_url"]
@@ -137,3 +142,103 @@ async def test_admins_switch_a_roles_recording_over_http(server: RunningServer) 
         assert on.status_code == 200 and on.json()["recording_enabled"] is True
         null = await http.patch(f"/api/roles/{role.id}", json={"recording_enabled": None})
         assert null.status_code == 422 and null.json()["code"] == "invalid_role"
+
+
+async def test_the_server_deletes_expired_recordings_by_itself(settings: Settings) -> None:
+    quick = settings.model_copy(update={"recording_expiry_interval_s": 0.1})
+    async with running_server(quick, plugins=fake_plugins()) as server:
+        services = server.services
+        assert services.audio_store is not None and services.keyring is not None
+        past = datetime.now(UTC) - timedelta(days=1)
+        rec = f"rec_{'e' * 32}"
+        expired = Recording("t1", rec, "ann", "vs_1", "th_1", "role_1", "local", "k", past, None,
+                            1000, 10, past)  # fmt: skip
+        piece = seal_piece(services.keyring, "t1", rec, 0, b"audio")
+        await services.audio_store.put(rec, 0, piece)
+        await services.recording_index.add(expired)
+        async with asyncio.timeout(10):  # the next run of the expiry takes it
+            while (receipt := await services.recording_index.receipt("t1", rec)) is None:  # noqa: ASYNC110 (polls the store)
+                await asyncio.sleep(0.05)
+        assert receipt.reason == "expired"
+        assert await services.audio_store.read(rec) == []
+        assert await services.recording_index.get("t1", rec) is None
+
+
+async def test_recordings_over_http_download_hold_and_a_deleted_ones_receipt(
+    server: RunningServer,
+) -> None:
+    services = server.services
+    assert services.audio_store is not None and services.keyring is not None
+    owner = await services.accounts.authenticate(server.token)
+    assert owner is not None
+    await services.accounts.add_token(Principal(owner.tenant, "max", role="member"), "max-token")
+    past = datetime.now(UTC) - timedelta(days=1)
+    rec = f"rec_{'f' * 32}"
+    await services.audio_store.put(rec, 0, seal_piece(services.keyring, owner.tenant, rec, 0,
+                                                      b"fLaC-audio"))  # fmt: skip
+    row = Recording(owner.tenant, rec, owner.user, "vs_1", "th_1", "role_1", "local", "k",
+                    past, past, 10, 10, past)  # fmt: skip
+    await services.recording_index.add(row)
+    mine = {"Authorization": f"Bearer {server.token}"}
+    other = {"Authorization": "Bearer max-token"}
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        audio = await http.get(f"/api/recordings/{rec}/audio", headers=mine)
+        assert audio.status_code == 200 and audio.content == b"fLaC-audio"
+        assert audio.headers["content-type"] == "audio/flac"
+        hidden = await http.get(f"/api/recordings/{rec}/audio", headers=other)
+        assert hidden.status_code == 404 and hidden.json()["code"] == "recording_not_found"
+        listed = await http.get("/api/recordings", params={"thread_id": "th_1"}, headers=mine)
+        assert [r["id"] for r in listed.json()["recordings"]] == [rec]
+        assert (await http.get("/api/recordings", params={"thread_id": "th_1"},
+                               headers=other)).json()["recordings"] == []  # fmt: skip
+        held = await http.put(f"/api/recordings/{rec}/protection", json={"protected": True},
+                              headers=mine)  # fmt: skip
+        assert held.status_code == 200 and held.json()["protected"] is True
+        assert await expire_recordings(services.recording_index, services.audio_store,
+                                       now=datetime.now(UTC)) == []  # fmt: skip
+        await http.put(f"/api/recordings/{rec}/protection", json={"protected": False},
+                       headers=mine)  # fmt: skip
+        (receipt,) = await expire_recordings(services.recording_index, services.audio_store,
+                                             now=datetime.now(UTC))  # fmt: skip
+        gone = await http.get(f"/api/recordings/{rec}", headers=mine)
+        assert gone.status_code == 404 and gone.json()["code"] == "recording_deleted"
+        assert gone.json()["receipt"]["recording_id"] == rec == receipt.recording_id
+        again = await http.put(f"/api/recordings/{rec}/protection", json={"protected": True},
+                               headers=mine)  # fmt: skip
+        assert again.status_code == 404
+
+
+async def test_deleting_a_conversation_is_refused_under_a_hold_and_schedules_its_recordings(
+    server: RunningServer,
+) -> None:
+    services = server.services
+    assert services.audio_store is not None and services.keyring is not None
+    owner = await services.accounts.authenticate(server.token)
+    assert owner is not None
+    now = datetime.now(UTC)
+    recs = [f"rec_{c * 32}" for c in "12"]
+    for rec in recs:
+        await services.audio_store.put(rec, 0, seal_piece(services.keyring, owner.tenant, rec, 0,
+                                                          b"audio"))  # fmt: skip
+        until = now + timedelta(days=30)
+        row = Recording(owner.tenant, rec, owner.user, "vs_1", "th_del", "role_1", "local", "k",
+                        now, now, 10, 10, until, protected=rec == recs[0])  # fmt: skip
+        await services.recording_index.add(row)
+    auth = {"Authorization": f"Bearer {server.token}"}
+    body = segment_body("conv-1", 0, 0, "hi", "hello", thread_id="th_del")
+    async with httpx.AsyncClient(base_url=server.http_url, headers=auth) as http:
+        assert (await http.post("/api/conversations", json=body)).status_code in (200, 201)
+        held = await http.delete("/api/conversations/conv-1", params={"delete_recordings": "true"})
+        assert held.status_code == 409 and held.json()["code"] == "recording_protected"
+        assert (await http.get("/api/conversations/conv-1")).status_code == 200  # kept for a retry
+        await http.put(f"/api/recordings/{recs[0]}/protection", json={"protected": False})
+        done = await http.delete("/api/conversations/conv-1", params={"delete_recordings": "true"})
+        assert done.status_code == 200 and sorted(done.json()["recordings_scheduled"]) == recs
+        receipts = await expire_recordings(services.recording_index, services.audio_store,
+                                           now=datetime.now(UTC))  # fmt: skip
+        assert sorted(r.recording_id for r in receipts) == recs
+        assert {r.reason for r in receipts} == {"requested"}
+        for rec in recs:
+            assert await services.audio_store.read(rec) == []
+            gone = (await http.get(f"/api/recordings/{rec}")).json()
+            assert gone["code"] == "recording_deleted" and gone["receipt"]["reason"] == "requested"
