@@ -131,7 +131,7 @@ async def running_server(
             await sip.close()
         await keepalive.stop()
         await services.loop_lag.stop()
-        await services.role_memory.close()
+        await services.stop_background()
         await services.calls.close()
         for session in list(services.live_sessions.values()):
             await session.shutdown()

@@ -292,10 +292,15 @@ class Services:
             )
             self.recording_expiry.start()
 
-    async def close(self) -> None:
+    async def stop_background(self) -> None:
+        """Stop what ``start_background`` started."""
         await self.role_memory.close()
-        if self.recording_expiry is not None:
-            await self.recording_expiry.stop()
+        expiry, self.recording_expiry = self.recording_expiry, None
+        if expiry is not None:
+            await expiry.stop()
+
+    async def close(self) -> None:
+        await self.stop_background()
         if self.fact_reader is not None:
             await self.fact_reader.close()
         model = local_model_of(self.plugins.brain)
