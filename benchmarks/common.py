@@ -156,6 +156,8 @@ class BenchClient:
     """Ours over the plain GA protocol: bearer header, ``session.created`` at once, then
     ``session.update``; audio as base64 JSON both ways; no extensions."""
     arrivals: list[Arrival] = field(default_factory=list)
+    audio_bytes: int = 0
+    """Answer audio received, in bytes of PCM (binary frames without their header)."""
     ws: ClientConnection | None = None
     _reader: asyncio.Task[None] | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -195,6 +197,7 @@ class BenchClient:
                     generation = -1
                     if self.handshake:
                         generation = int.from_bytes(data[8:12], "little")
+                    self.audio_bytes += len(data) - (12 if self.handshake else 0)
                     self.arrivals.append(Arrival(now, "audio", generation))
                 else:
                     event = json.loads(data)

@@ -397,6 +397,8 @@ class Engine:
         if tap is not None:
             if isinstance(event, ev.OutputAudioDelta):
                 tap.said(pcm_from_bytes(event.delta))
+            elif isinstance(event, ev.OutputAudioDone):
+                tap.answered()
             elif isinstance(event, ev.ResponseInterrupted):
                 tap.cut()
         self.sink.send(event)

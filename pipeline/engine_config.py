@@ -72,6 +72,10 @@ class AudioTap(Protocol):
 
     def said(self, pcm: PCM) -> None: ...
 
+    def answered(self) -> None:
+        """An answer's audio is all sent (``response.output_audio.done``)."""
+        ...
+
     def cut(self) -> None: ...
 
 

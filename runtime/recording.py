@@ -74,6 +74,9 @@ class SessionRecording:
     def said(self, pcm: PCM) -> None:
         self.recorder.said(pcm)
 
+    def answered(self) -> None:
+        self.recorder.answered()
+
     def cut(self) -> None:
         self.recorder.cut()
 

@@ -94,3 +94,19 @@ def test_the_final_head_replaces_the_provisional_one() -> None:
     assert len(heads[1].data) == HEAD_BYTES
     with soundfile.SoundFile(io.BytesIO(file_of(pieces))) as f:
         assert f.frames == RATE * 10  # the stream info knows the length
+
+
+def test_every_sample_of_an_answer_is_placed_in_its_own_answer() -> None:
+    """The resampler holds back its filter's tail: flushed at each answer's end, every sample
+    sent is recorded, none slips into the next answer or is lost at the end."""
+    pieces: list[Piece] = []
+    recorder = Recorder(pieces.append, output_rate=24_000)
+    level = np.full(24_000 * 700 // 1000, 3000, np.int16)  # the fake voice: a constant level
+    for _ in range(2):
+        recorder.said(level)
+        recorder.answered()
+        frames(recorder, np.zeros(RATE, np.int16))
+    recorder.close()
+    audio, _ = soundfile.read(io.BytesIO(file_of(pieces)), dtype="int16")
+    assert np.count_nonzero(np.abs(audio[:, 1]) > 1500) == 2 * RATE * 700 // 1000
+    assert loud(audio[:, 1]) == [(0, 700), (1000, 1700)]
