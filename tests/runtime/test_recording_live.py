@@ -64,6 +64,35 @@ async def switch_recording(server: RunningServer, on: bool) -> str:
     return owner.tenant
 
 
+async def stored_recording(
+    server: RunningServer, rec: str, *, tenant: str, owner: str, thread: str,
+    retain_until: datetime, protected: bool = False,
+) -> None:  # fmt: skip
+    """A recording as a session leaves one: its audio stored first, then its row."""
+    services = server.services
+    assert services.audio_store is not None and services.keyring is not None
+    await services.audio_store.put(rec, 0, seal_piece(services.keyring, tenant, rec, 0, b"fLaC"))
+    started = retain_until - timedelta(days=30)
+    await services.recording_index.add(
+        Recording(
+            tenant,
+            rec,
+            owner,
+            "vs_1",
+            thread,
+            "role_1",
+            "local",
+            "k",
+            started,
+            started,
+            10,
+            10,
+            retain_until,
+            protected=protected,
+        )  # fmt: skip
+    )
+
+
 def files_under(root: Path) -> list[bytes]:
     return [p.read_bytes() for p in root.rglob("*") if p.is_file()]
 
@@ -151,11 +180,8 @@ async def test_the_server_deletes_expired_recordings_by_itself(settings: Setting
         assert services.audio_store is not None and services.keyring is not None
         past = datetime.now(UTC) - timedelta(days=1)
         rec = f"rec_{'e' * 32}"
-        expired = Recording("t1", rec, "ann", "vs_1", "th_1", "role_1", "local", "k", past, None,
-                            1000, 10, past)  # fmt: skip
-        piece = seal_piece(services.keyring, "t1", rec, 0, b"audio")
-        await services.audio_store.put(rec, 0, piece)
-        await services.recording_index.add(expired)
+        await stored_recording(server, rec, tenant="t1", owner="ann", thread="th_1",
+                               retain_until=past)  # fmt: skip
         async with asyncio.timeout(10):  # the next run of the expiry takes it
             while (receipt := await services.recording_index.receipt("t1", rec)) is None:  # noqa: ASYNC110 (polls the store)
                 await asyncio.sleep(0.05)
@@ -172,18 +198,14 @@ async def test_recordings_over_http_download_hold_and_a_deleted_ones_receipt(
     owner = await services.accounts.authenticate(server.token)
     assert owner is not None
     await services.accounts.add_token(Principal(owner.tenant, "max", role="member"), "max-token")
-    past = datetime.now(UTC) - timedelta(days=1)
     rec = f"rec_{'f' * 32}"
-    await services.audio_store.put(rec, 0, seal_piece(services.keyring, owner.tenant, rec, 0,
-                                                      b"fLaC-audio"))  # fmt: skip
-    row = Recording(owner.tenant, rec, owner.user, "vs_1", "th_1", "role_1", "local", "k",
-                    past, past, 10, 10, past)  # fmt: skip
-    await services.recording_index.add(row)
+    await stored_recording(server, rec, tenant=owner.tenant, owner=owner.user, thread="th_1",
+                           retain_until=datetime.now(UTC) - timedelta(days=1))  # fmt: skip
     mine = {"Authorization": f"Bearer {server.token}"}
     other = {"Authorization": "Bearer max-token"}
     async with httpx.AsyncClient(base_url=server.http_url) as http:
         audio = await http.get(f"/api/recordings/{rec}/audio", headers=mine)
-        assert audio.status_code == 200 and audio.content == b"fLaC-audio"
+        assert audio.status_code == 200 and audio.content == b"fLaC"
         assert audio.headers["content-type"] == "audio/flac"
         hidden = await http.get(f"/api/recordings/{rec}/audio", headers=other)
         assert hidden.status_code == 404 and hidden.json()["code"] == "recording_not_found"
@@ -215,15 +237,11 @@ async def test_deleting_a_conversation_is_refused_under_a_hold_and_schedules_its
     assert services.audio_store is not None and services.keyring is not None
     owner = await services.accounts.authenticate(server.token)
     assert owner is not None
-    now = datetime.now(UTC)
     recs = [f"rec_{c * 32}" for c in "12"]
     for rec in recs:
-        await services.audio_store.put(rec, 0, seal_piece(services.keyring, owner.tenant, rec, 0,
-                                                          b"audio"))  # fmt: skip
-        until = now + timedelta(days=30)
-        row = Recording(owner.tenant, rec, owner.user, "vs_1", "th_del", "role_1", "local", "k",
-                        now, now, 10, 10, until, protected=rec == recs[0])  # fmt: skip
-        await services.recording_index.add(row)
+        await stored_recording(server, rec, tenant=owner.tenant, owner=owner.user,
+                               thread="th_del", retain_until=datetime.now(UTC) + timedelta(days=30),
+                               protected=rec == recs[0])  # fmt: skip
     auth = {"Authorization": f"Bearer {server.token}"}
     body = segment_body("conv-1", 0, 0, "hi", "hello", thread_id="th_del")
     async with httpx.AsyncClient(base_url=server.http_url, headers=auth) as http:
