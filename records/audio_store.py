@@ -120,7 +120,7 @@ class LocalAudioStore:
 
 
 class InMemoryAudioStore:
-    """For unit tests and the memory storage mode: the same rules, in a dict."""
+    """For unit tests: the same rules, in a dict (both storage modes keep audio on disk)."""
 
     def __init__(self) -> None:
         self.pieces: dict[str, dict[int, Sealed]] = {}
