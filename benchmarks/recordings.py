@@ -7,7 +7,9 @@ Two server processes in turn, the same settings but for the recording switch (th
 record, and the role's ``recording_enabled`` is set over HTTP in the recorded one): ``--sessions``
 clients converse for ``--duration`` seconds each (real-time 20 ms frames all the time, a turn every
 ``--period`` seconds: 600 ms of speech, a commit, the answer played to its end), then 2 s of
-silence and the end of their sessions for good. The server's CPU comes from ``/proc``.
+silence and the end of their sessions for good. A recorded session's client first waits for the
+spoken recording notice and streams silence while it plays (input before the notice is not
+recorded). The server's CPU comes from ``/proc``.
 
 - ``cpu_pct_per_recorded_session`` / ``cpu_pct_per_unrecorded_session``: the server's CPU per
   session (percent of one core) over the conversing time; ``recording_cpu_overhead`` is their
@@ -97,6 +99,13 @@ async def converse(url: str, token: str | None, talk: Talk, *, until: float, per
         extension = created["session"].get("openrealtime") or {}
         talk.thread_id = extension.get("thread_id")
         talk.recording_id = (extension.get("recording") or {}).get("id")
+        if talk.recording_id is not None:
+            # The notice plays first; input before it is not recorded (runtime.recording
+            # Rule 5), so the microphone starts once it is heard and streams while it plays.
+            await client.wait(lambda a: a.kind == "audio", 0, 15)
+            while not any(a.kind == "response.done" for a in client.arrivals):
+                await client.stream(SILENCE, 100)
+                talk.sent_ms += 100
         await client.stream(SILENCE, int(offset * 1000))
         talk.sent_ms += int(offset * 1000) // FRAME_MS * FRAME_MS
         loop = asyncio.get_running_loop()

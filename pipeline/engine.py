@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from journal.events import ThreadRef
 from journal.store import JournalStore
 from pipeline import events as ev
-from pipeline.audio import PCM, pcm_from_bytes
+from pipeline.audio import PCM
 from pipeline.capture import SpeechCapture
 from pipeline.conversation import Conversation
 from pipeline.echo import EchoGuard
@@ -393,14 +393,8 @@ class Engine:
     def _send(self, event: ev.ServerEvent) -> None:
         """Send ``event``; the items it announces are kept (``pipeline.items``)."""
         self.items.note(event)
-        tap = self.audio_tap
-        if tap is not None:
-            if isinstance(event, ev.OutputAudioDelta):
-                tap.said(pcm_from_bytes(event.delta))
-            elif isinstance(event, ev.OutputAudioDone):
-                tap.answered()
-            elif isinstance(event, ev.ResponseInterrupted):
-                tap.cut()
+        if self.audio_tap is not None:
+            self.audio_tap.sent(event)
         self.sink.send(event)
 
     def _endpointing(self, turn_id: int) -> bool:

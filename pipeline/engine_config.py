@@ -64,19 +64,14 @@ class ModelHold(Protocol):
 
 
 class AudioTap(Protocol):
-    """Both sides of the conversation's audio as the session has them (a recording, SPEC
-    REC-2): every input frame as received (16 kHz), the answer's audio as it is sent (at the
-    session's output rate), and the moment an answer is interrupted."""
+    """Both sides of the conversation as the session has them (a recording, SPEC REC-2,
+    REC-3): every input frame as received (16 kHz), and every event the session sends — the
+    answer's audio (at the session's output rate) and its end, an interruption, the person's
+    speech and what was heard, the answer's transcript."""
 
     def heard(self, pcm: PCM) -> None: ...
 
-    def said(self, pcm: PCM) -> None: ...
-
-    def answered(self) -> None:
-        """An answer's audio is all sent (``response.output_audio.done``)."""
-        ...
-
-    def cut(self) -> None: ...
+    def sent(self, event: ev.ServerEvent) -> None: ...
 
 
 class HeldModel:

@@ -234,7 +234,9 @@ class Responder:
         )
         offer = self._offer(options)
         response.client_tools, response.tool_choice, response.max_output_tokens = offer
-        if typed:
+        if options.say is not None:
+            pass  # fixed words: the pending input waits for the next response
+        elif typed:
             self.inputs.take(response)
         else:
             response.respond = self.defaults.auto_respond
@@ -256,10 +258,17 @@ class Responder:
         # Long-term memory is read while the input is transcribed and journaled; started
         # before the response, its read is usually done when the turn's context needs it (no
         # round of the loop waiting for it: under load every round waits behind every session).
-        memory_read = self._spawn(self.memory.read(), "memory-read") if self.memory else None
-        response.task = self._spawn(
-            self._respond(response, command.text, utterance, memory_read), f"response-{generation}"
+        memory_read = (
+            self._spawn(self.memory.read(), "memory-read")
+            if self.memory and options.say is None
+            else None
         )
+        answer = (
+            self._say(response, options.say)
+            if options.say is not None
+            else self._respond(response, command.text, utterance, memory_read)
+        )
+        response.task = self._spawn(answer, f"response-{generation}")
 
     def interrupt(self, command: Interrupt) -> None:
         """Rule 3."""
@@ -409,6 +418,27 @@ class Responder:
                 memory_read.cancel()
             self.thinking.discard(response.generation)
             self.ports.thinking_changed()
+
+    async def _say(self, response: Response, text: str) -> None:
+        """A response of fixed words (``ResponseOptions.say``): no brain, the same events and
+        pacing as an answer, interruptible like one."""
+        try:
+            events = response.events
+            events.previous_item_id = self.conversation.items.last_id
+            self.send_all(events.created())
+            response.move(ResponseTrigger.CREATED)
+            response.enter("brain", self.clock())
+            await self.speaker.say(response, text)
+            self.send_all(events.audio_done())
+            response.enter("playout", self.clock())
+            await self.speaker.await_playout(response)
+            response.enter("finalize", self.clock())
+            await self._finalize(response, interrupted=False)
+            self._response_finished(response)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            await self._fail(response, error)
 
     async def _turn_content(
         self,

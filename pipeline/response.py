@@ -53,6 +53,9 @@ class ResponseOptions:
     """This response's ``tool_choice`` (None: the session's)."""
     max_output_tokens: int | Literal["inf"] | None = None
     """This response's output limit (``inf``: none; None: the session's)."""
+    say: str | None = None
+    """Speak these words, not the brain's answer (the session's recording notice: SPEC
+    REC-1); nothing is taken from the conversation's pending input."""
 
 
 @dataclass(frozen=True, slots=True)

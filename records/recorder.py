@@ -159,6 +159,11 @@ class Recorder:
     def size(self) -> int:
         return self._sink.size
 
+    @property
+    def queued_ms(self) -> int:
+        """Where the agent's audio sent so far stops playing (Rule 2)."""
+        return (self.now + self._agent.size) * 1000 // RATE
+
     def heard(self, pcm: PCM) -> None:
         """One input frame at ``RATE`` (Rules 1, 4)."""
         if self.closed or pcm.size == 0:

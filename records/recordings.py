@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from memory.crypto import Sealed
 from storage.postgres import PooledCalls
 
 
@@ -86,6 +87,11 @@ class DeletionReceipt:
         }
 
 
+def retained(recording: Recording, days: int | None) -> datetime | None:
+    """Until when a recording is kept under a retention of ``days`` (None: until deleted)."""
+    return None if days is None else recording.started_at + timedelta(days=days)
+
+
 def receipt_for(recording: Recording, reason: str, at: datetime) -> DeletionReceipt:
     r = recording
     return DeletionReceipt(
@@ -105,8 +111,14 @@ class RecordingIndex(Protocol):
         size_bytes: int,
         key_id: str,
         ended_at: datetime | None = None,
+        timeline: Sealed | None = None,
     ) -> None:
-        """How far the recording got (while it runs, and once when it ends)."""
+        """How far the recording got (while it runs, and once when it ends), with its
+        timeline so far (``records.timeline``)."""
+        ...
+
+    async def timeline(self, tenant: str, recording_id: str) -> Sealed | None:
+        """The recording's sealed timeline (None: none kept, or no such recording)."""
         ...
 
     async def get(self, tenant: str, recording_id: str) -> Recording | None: ...
@@ -136,6 +148,18 @@ class RecordingIndex(Protocol):
 
     async def receipt(self, tenant: str, recording_id: str) -> DeletionReceipt | None: ...
 
+    async def retention_days(self, tenant: str) -> int | None:
+        """The tenant's own retention period (None: the deployment's)."""
+        ...
+
+    async def set_retention_days(
+        self, tenant: str, days: int | None, *, effective: int | None, at: datetime
+    ) -> int:
+        """The tenant's period set (None: back to the deployment's), and every recording of
+        the tenant not already being or scheduled to be deleted kept ``effective`` days from
+        its start (None: until deleted). Returns how many recordings that moved."""
+        ...
+
     async def schedule_deletion(
         self, tenant: str, recording_id: str, *, at: datetime, reason: str
     ) -> bool:
@@ -148,6 +172,8 @@ class InMemoryRecordingIndex:
     def __init__(self) -> None:
         self._rows: dict[tuple[str, str], Recording] = {}
         self._receipts: dict[tuple[str, str], DeletionReceipt] = {}
+        self._timelines: dict[tuple[str, str], Sealed] = {}
+        self._retention: dict[str, int] = {}
 
     async def add(self, recording: Recording) -> None:
         self._rows[(recording.tenant, recording.id)] = recording
@@ -161,6 +187,7 @@ class InMemoryRecordingIndex:
         size_bytes: int,
         key_id: str,
         ended_at: datetime | None = None,
+        timeline: Sealed | None = None,
     ) -> None:
         row = self._rows.get((tenant, recording_id))
         if row is not None:
@@ -171,6 +198,13 @@ class InMemoryRecordingIndex:
                 key_id=key_id,
                 ended_at=ended_at or row.ended_at,
             )
+            if timeline is not None:
+                self._timelines[(tenant, recording_id)] = timeline
+
+    async def timeline(self, tenant: str, recording_id: str) -> Sealed | None:
+        if (tenant, recording_id) not in self._rows:
+            return None
+        return self._timelines.get((tenant, recording_id))
 
     async def get(self, tenant: str, recording_id: str) -> Recording | None:
         return self._rows.get((tenant, recording_id))
@@ -213,11 +247,29 @@ class InMemoryRecordingIndex:
         if row is None or row.deleting_since is None:
             return None
         del self._rows[(tenant, recording_id)]
+        self._timelines.pop((tenant, recording_id), None)
         receipt = self._receipts[(tenant, recording_id)] = receipt_for(row, reason, at)
         return receipt
 
     async def receipt(self, tenant: str, recording_id: str) -> DeletionReceipt | None:
         return self._receipts.get((tenant, recording_id))
+
+    async def retention_days(self, tenant: str) -> int | None:
+        return self._retention.get(tenant)
+
+    async def set_retention_days(
+        self, tenant: str, days: int | None, *, effective: int | None, at: datetime
+    ) -> int:
+        if days is None:
+            self._retention.pop(tenant, None)
+        else:
+            self._retention[tenant] = days
+        moved = 0
+        for key, row in list(self._rows.items()):
+            if row.tenant == tenant and row.deleting_since is None and row.deletion_reason is None:
+                self._rows[key] = dataclasses.replace(row, retain_until=retained(row, effective))
+                moved += 1
+        return moved
 
     async def schedule_deletion(
         self, tenant: str, recording_id: str, *, at: datetime, reason: str
@@ -276,11 +328,14 @@ class PostgresRecordingIndex:
         size_bytes: int,
         key_id: str,
         ended_at: datetime | None = None,
+        timeline: Sealed | None = None,
     ) -> None:
         await self._call(
             lambda conn: conn.execute(
                 """UPDATE recordings SET duration_ms = $3, size_bytes = $4, key_id = $5,
-                       ended_at = COALESCE($6, ended_at)
+                       ended_at = COALESCE($6, ended_at),
+                       timeline_key_id = COALESCE($7, timeline_key_id),
+                       timeline = COALESCE($8, timeline)
                    WHERE tenant = $1 AND recording_id = $2""",
                 tenant,
                 recording_id,
@@ -288,9 +343,23 @@ class PostgresRecordingIndex:
                 size_bytes,
                 key_id,
                 ended_at,
+                None if timeline is None else timeline.key_id,
+                None if timeline is None else timeline.blob,
                 timeout=_TIMEOUT,
             )  # fmt: skip
         )
+
+    async def timeline(self, tenant: str, recording_id: str) -> Sealed | None:
+        row = await self._call(
+            lambda conn: conn.fetchrow(
+                """SELECT timeline_key_id, timeline FROM recordings
+                   WHERE tenant = $1 AND recording_id = $2 AND timeline IS NOT NULL""",
+                tenant,
+                recording_id,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        )
+        return None if row is None else Sealed(row["timeline_key_id"], bytes(row["timeline"]))
 
     async def get(self, tenant: str, recording_id: str) -> Recording | None:
         row = await self._call(
@@ -386,6 +455,39 @@ class PostgresRecordingIndex:
             )  # fmt: skip
         )
         return None if row is None else _receipt(row)
+
+    async def retention_days(self, tenant: str) -> int | None:
+        days = await self._call(
+            lambda conn: conn.fetchval(
+                "SELECT retention_days FROM recording_policies WHERE tenant = $1",
+                tenant,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        )
+        return None if days is None else int(days)
+
+    async def set_retention_days(
+        self, tenant: str, days: int | None, *, effective: int | None, at: datetime
+    ) -> int:
+        async def run(conn: Any) -> int:
+            await conn.execute(
+                """INSERT INTO recording_policies (tenant, retention_days, updated_at)
+                   VALUES ($1, $2, $3)
+                   ON CONFLICT (tenant) DO UPDATE
+                   SET retention_days = EXCLUDED.retention_days,
+                       updated_at = EXCLUDED.updated_at""",
+                tenant, days, at, timeout=_TIMEOUT,
+            )  # fmt: skip
+            status = await conn.execute(
+                """UPDATE recordings SET retain_until =
+                       CASE WHEN $2::integer IS NULL THEN NULL
+                            ELSE started_at + make_interval(days => $2::integer) END
+                   WHERE tenant = $1 AND deleting_since IS NULL AND deletion_reason IS NULL""",
+                tenant, effective, timeout=_TIMEOUT,
+            )  # fmt: skip
+            return int(str(status).rsplit(" ", 1)[-1])
+
+        return await self._call(run, transaction=True)
 
     async def schedule_deletion(
         self, tenant: str, recording_id: str, *, at: datetime, reason: str

@@ -131,6 +131,10 @@ class Settings(BaseSettings):
     A role records only when an admin also switched it on (``recording_enabled``)."""
     recording_retention_days: int | None = Field(default=None, ge=1, le=36_500)
     """How long a recording is kept (its ``retain_until``); None: until it is deleted."""
+    recording_notice: str = Field(default="", max_length=500)
+    """What a recorded session that answers in audio says first, before the person's first
+    recorded word (SPEC REC-1). Empty: the default in the role's language ("This conversation
+    is recorded." / 「本次对话会被录音。」)."""
     recording_expiry_interval_s: float = Field(default=600.0, ge=0.1, le=86_400.0)
     """How often each process deletes expired recordings (``records.expiry``)."""
     sip_listen: str = ""

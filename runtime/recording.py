@@ -14,10 +14,18 @@ Rules
    with the keyring (tenant, recording and piece number bound) and put in the audio store by
    one writer task, in order, off the audio path. The row's duration, size and key id follow
    every few pieces and at the end.
-4. A recording never fails its session: a piece that cannot be stored is logged (the
+4. Beside the audio, the timeline (``records.timeline``): the speech events, transcripts,
+   answers' audio and interruptions the session sends, placed on the recording's clock
+   (``audio_start_ms`` is on the session's input stream, which the recording follows from its
+   first recorded frame). Sealed, it goes with the row's progress.
+5. A spoken notice (SPEC REC-1): a recorded session that answers in audio says
+   ``recording_notice`` (or the default in the role's language) as its first output, out of
+   band; its input is not recorded until the notice starts to play, so the person hears it
+   before their first recorded word. The notice is in the recording.
+6. A recording never fails its session: a piece that cannot be stored is logged (the
    recording's id and the error's kind, never audio) and counted in ``lost_pieces``; the
    conversation goes on.
-5. Every process deletes expired recordings every ``recording_expiry_interval_s``
+7. Every process deletes expired recordings every ``recording_expiry_interval_s``
    (``RecordingExpiry``, ``records.expiry``); a failed run is logged and the next one tries
    again.
 """
@@ -31,20 +39,28 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from memory.crypto import Keyring
-from pipeline.audio import PCM
+from pipeline import events as ev
+from pipeline.audio import PCM, pcm_from_bytes
 from records.audio_store import AudioStore, seal_piece
 from records.expiry import expire_recordings
-from records.recorder import Piece, Recorder
+from records.recorder import RATE, Piece, Recorder
 from records.recordings import Recording, RecordingIndex
+from records.timeline import Timeline, seal_timeline
 
 log = logging.getLogger(__name__)
+
+RECORDING_NOTICE = {
+    "en": "This conversation is recorded.",
+    "zh": "本次对话会被录音。",
+}
+"""Rule 5's default words, by the role's language (``recording_notice`` replaces them)."""
 
 PROGRESS_EVERY = 8
 """Pieces between two notes of the row's duration and size (Rule 3)."""
 
 
 class SessionRecording:
-    """Rules 3, 4: the ``AudioTap`` of one session."""
+    """Rules 3–6: the ``AudioTap`` of one session."""
 
     def __init__(
         self,
@@ -54,12 +70,18 @@ class SessionRecording:
         store: AudioStore,
         index: RecordingIndex,
         output_rate: int,
+        notice: bool = False,
     ) -> None:
         self.recording = recording
         self.keyring = keyring
         self.store = store
         self.index = index
         self.recorder = Recorder(self._piece, output_rate=output_rate)
+        self.timeline = Timeline()
+        self.waiting_for_notice = notice
+        """Rule 5: input is not recorded until the notice plays."""
+        self._skipped = 0
+        """Input samples received before the recording's first frame."""
         self.lost_pieces = 0
         self._pieces: asyncio.Queue[Piece | None] = asyncio.Queue()
         self._writer = asyncio.ensure_future(self._write())
@@ -69,16 +91,39 @@ class SessionRecording:
         return self.recording.id
 
     def heard(self, pcm: PCM) -> None:
+        if self.waiting_for_notice:
+            self._skipped += pcm.size
+            return
         self.recorder.heard(pcm)
 
-    def said(self, pcm: PCM) -> None:
-        self.recorder.said(pcm)
+    def sent(self, event: ev.ServerEvent) -> None:
+        """Rules 3–5: an event the session sent, as the recording keeps it."""
+        recorder, timeline = self.recorder, self.timeline
+        if isinstance(event, ev.OutputAudioDelta):
+            self.waiting_for_notice = False
+            start = recorder.queued_ms
+            recorder.said(pcm_from_bytes(event.delta))
+            timeline.agent_audio(event.item_id, start, recorder.queued_ms)
+        elif isinstance(event, ev.OutputAudioDone):
+            recorder.answered()
+            timeline.agent_audio(event.item_id, recorder.queued_ms, recorder.queued_ms)
+        elif isinstance(event, ev.ResponseInterrupted):
+            timeline.agent_cut(recorder.duration_ms)
+            recorder.cut()
+        elif isinstance(event, ev.SpeechStarted):
+            timeline.person_started(event.item_id, self._at(event.audio_start_ms))
+        elif isinstance(event, ev.SpeechStopped):
+            timeline.person_stopped(event.item_id, self._at(event.audio_end_ms))
+        elif isinstance(event, ev.TranscriptionCompleted):
+            timeline.person_said(event.item_id, event.transcript)
+        elif isinstance(event, ev.OutputAudioTranscriptDelta):
+            timeline.agent_said(event.item_id, event.delta, more=True)
+        elif isinstance(event, ev.OutputAudioTranscriptDone):
+            timeline.agent_said(event.item_id, event.transcript)
 
-    def answered(self) -> None:
-        self.recorder.answered()
-
-    def cut(self) -> None:
-        self.recorder.cut()
+    def _at(self, stream_ms: int) -> int:
+        """A position on the session's input stream, on the recording's clock (Rule 4)."""
+        return max(0, stream_ms - self._skipped * 1000 // RATE)
 
     def _piece(self, piece: Piece) -> None:
         self._pieces.put_nowait(piece)
@@ -107,6 +152,9 @@ class SessionRecording:
                 size_bytes=self.recorder.size,
                 key_id=self.keyring.active_id,
                 ended_at=ended_at,
+                timeline=seal_timeline(
+                    self.keyring, self.recording.tenant, self.recording.id, self.timeline
+                ),
             )
         except Exception as e:  # Rule 4
             log.warning("recording %s: its row was not updated (%s)", self.id, type(e).__name__)
@@ -134,6 +182,7 @@ async def start_recording(
     store_name: str,
     index: RecordingIndex,
     retention_days: int | None,
+    notice: bool = False,
 ) -> SessionRecording:
     """Rule 2: the row, then the recorder."""
     now = datetime.now(UTC)
@@ -151,7 +200,12 @@ async def start_recording(
     )
     await index.add(recording)
     return SessionRecording(
-        recording, keyring=keyring, store=store, index=index, output_rate=output_rate
+        recording,
+        keyring=keyring,
+        store=store,
+        index=index,
+        output_rate=output_rate,
+        notice=notice,
     )
 
 

@@ -9,13 +9,15 @@ when — never its audio).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from records.audio_store import open_pieces
 from records.recordings import DeletionReceipt, Recording, RecordingBeingDeleted
+from records.timeline import open_timeline
 from runtime.http.api import ApiError, Caller, ServicesDep
 from runtime.http.policy import Policy, allow, forbidden
 
@@ -58,6 +60,41 @@ async def list_recordings(
     return {"recordings": [r.to_json() for r in found]}
 
 
+class RetentionPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    retention_days: int | None = Field(ge=1, le=36_500)
+    """None: the deployment's (``OPENREALTIME_RECORDING_RETENTION_DAYS``)."""
+
+
+async def _policy_json(who: Caller, services: ServicesDep) -> dict[str, Any]:
+    own = await services.recording_index.retention_days(who.tenant)
+    default = services.settings.recording_retention_days
+    return {
+        "retention_days": own,
+        "deployment_retention_days": default,
+        "effective_retention_days": own if own is not None else default,
+    }
+
+
+@router.get("/policy", dependencies=[allow(Policy.ADMIN)])
+async def get_policy(who: Caller, services: ServicesDep) -> dict[str, Any]:
+    """The tenant's retention period for recordings (SPEC REC-4)."""
+    return await _policy_json(who, services)
+
+
+@router.put("/policy", dependencies=[allow(Policy.ADMIN)])
+async def put_policy(body: RetentionPolicy, who: Caller, services: ServicesDep) -> dict[str, Any]:
+    """Set the tenant's retention period (null: the deployment's). Every recording of the
+    tenant not already scheduled for deletion is then kept that long from its start: a shorter
+    period lets the next expiry run delete what is now past it (protected ones stay)."""
+    days = body.retention_days
+    effective = days if days is not None else services.settings.recording_retention_days
+    moved = await services.recording_index.set_retention_days(
+        who.tenant, days, effective=effective, at=datetime.now(UTC)
+    )
+    return {**await _policy_json(who, services), "recordings_updated": moved}
+
+
 @router.get("/{recording_id}", dependencies=[allow(Policy.MEMBER)])
 async def get_recording(recording_id: str, who: Caller, services: ServicesDep) -> dict[str, Any]:
     return (await _visible(recording_id, who, services)).to_json()
@@ -82,6 +119,22 @@ async def download_recording(recording_id: str, who: Caller, services: ServicesD
             "Cache-Control": "private, no-store",
         },
     )
+
+
+@router.get("/{recording_id}/timeline", dependencies=[allow(Policy.MEMBER)])
+async def recording_timeline(
+    recording_id: str, who: Caller, services: ServicesDep
+) -> dict[str, Any]:
+    """What was said when (``records.timeline``): segments of the person and the agent on the
+    recording's clock, their words' estimated times, interruptions where they happened."""
+    recording = await _visible(recording_id, who, services)
+    keyring = services.keyring
+    sealed = await services.recording_index.timeline(who.tenant, recording.id)
+    if sealed is None or keyring is None:
+        found: dict[str, Any] = {"segments": [], "word_timing": "estimated", "truncated": False}
+    else:
+        found = open_timeline(keyring, recording.tenant, recording.id, sealed)
+    return {"recording_id": recording.id, "duration_ms": recording.duration_ms, **found}
 
 
 @router.put("/{recording_id}/protection", dependencies=[allow(Policy.ADMIN)])

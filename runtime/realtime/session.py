@@ -59,8 +59,10 @@ from pipeline.audio import PCM
 from pipeline.audio_formats import AudioFormat, InboundAudio
 from pipeline.engine import Engine
 from pipeline.engine_config import TurnFailure
+from pipeline.response import ResponseOptions
 from plugins.brain.tool_loop import ToolHandler
 from plugins.contracts import ToolSpec
+from plugins.language import zh_or_en
 from runtime.accounts import Principal
 from runtime.errors import ProtocolError
 from runtime.journal_buffer import BufferedJournal
@@ -81,7 +83,7 @@ from runtime.realtime.session_config import (
     session_json,
 )
 from runtime.realtime.session_engine import build_engine, session_setup
-from runtime.recording import SessionRecording, start_recording
+from runtime.recording import RECORDING_NOTICE, SessionRecording, start_recording
 from runtime.roles import Role
 
 if TYPE_CHECKING:
@@ -467,20 +469,35 @@ class VoiceSession:
                 store=store,
                 store_name="local",
                 index=services.recording_index,
-                retention_days=services.settings.recording_retention_days,
+                retention_days=await self._retention_days(),
+                notice="audio" in self.config.output_modalities,
             )
         except Exception as e:
             log.warning("session %s: recording did not start (%s)", self.id, type(e).__name__)
             return
         self.engine.audio_tap = self.recording
 
+    async def _retention_days(self) -> int | None:
+        """The tenant's own retention period, else the deployment's (SPEC REC-4)."""
+        own = await self.services.recording_index.retention_days(self.thread.tenant)
+        return own if own is not None else self.services.settings.recording_retention_days
+
     def announce_recording(self) -> None:
-        """Rule 2 of ``runtime.recording``: the client is told, after ``session.created``."""
-        if self.recording is not None:
-            until = self.recording.recording.retain_until
-            self.outbox.send(
-                ev.SessionRecording(self.recording.id, None if until is None else until.isoformat())
+        """Rules 2 and 5 of ``runtime.recording``: the client is told, after
+        ``session.created``, and a voice hears the notice."""
+        recording = self.recording
+        if recording is None:
+            return
+        until = recording.recording.retain_until
+        self.outbox.send(
+            ev.SessionRecording(recording.id, None if until is None else until.isoformat())
+        )
+        if recording.waiting_for_notice and self.engine is not None:
+            notice = (
+                self.services.settings.recording_notice
+                or RECORDING_NOTICE[zh_or_en(self.role.language)]
             )
+            self.engine.create_response(ResponseOptions(say=notice, in_conversation=False))
 
     def _build_engine(self) -> None:
         self.engine, self.tool_gate = build_engine(

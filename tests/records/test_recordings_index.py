@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from memory.crypto import Sealed
 from records.recordings import (
     InMemoryRecordingIndex,
     PostgresRecordingIndex,
@@ -112,3 +113,44 @@ async def test_a_hold_is_put_on_and_lifted_but_never_on_a_recording_being_delete
         await index.set_protected("t1", "rec_b", True)
     lifted = await index.set_protected("t1", "rec_a", False)
     assert lifted is not None and not lifted.protected
+
+
+async def test_a_timeline_is_kept_with_its_row_and_goes_with_it(index: RecordingIndex) -> None:
+    await index.add(recording("rec_a"))
+    assert await index.timeline("t1", "rec_a") is None
+    first, later = Sealed("k1", b"\x01sealed"), Sealed("k2", b"\x02later")
+    await index.progress("t1", "rec_a", duration_ms=10, size_bytes=1, key_id="k1", timeline=first)
+    await index.progress("t1", "rec_a", duration_ms=20, size_bytes=2, key_id="k1")  # none: kept
+    assert await index.timeline("t1", "rec_a") == first
+    await index.progress("t1", "rec_a", duration_ms=30, size_bytes=3, key_id="k1", timeline=later)
+    assert await index.timeline("t1", "rec_a") == later
+    assert await index.timeline("t2", "rec_a") is None  # another tenant's read finds nothing
+    await index.schedule_deletion("t1", "rec_a", at=START, reason="requested")
+    assert [r.id for r in await index.claim_expired(START, 10)] == ["rec_a"]
+    await index.remove("t1", "rec_a", reason="requested", at=START)
+    assert await index.timeline("t1", "rec_a") is None
+
+
+async def test_a_tenants_retention_moves_its_recordings_but_no_scheduled_deletion(
+    index: RecordingIndex,
+) -> None:
+    await index.add(recording("rec_a", minute=0))
+    await index.add(recording("rec_b", minute=10))
+    await index.add(recording("rec_c", tenant="t2"))
+    await index.add(recording("rec_d", minute=20))
+    asked = START + timedelta(hours=1)
+    assert await index.schedule_deletion("t1", "rec_d", at=asked, reason="requested")
+    assert await index.retention_days("t1") is None
+    moved = await index.set_retention_days("t1", 7, effective=7, at=START)
+    assert moved == 2 and await index.retention_days("t1") == 7
+    a, b, c, d = [await index.get(t, r) for t, r in
+                  [("t1", "rec_a"), ("t1", "rec_b"), ("t2", "rec_c"), ("t1", "rec_d")]]  # fmt: skip
+    assert a is not None and a.retain_until == START + timedelta(days=7)
+    assert b is not None and b.retain_until == START + timedelta(days=7, minutes=10)
+    assert c is not None and c.retain_until is None  # another tenant's
+    assert d is not None and d.retain_until == asked  # its owner asked for it to go sooner
+    assert await index.retention_days("t2") is None
+    # Back to the deployment's (none here): kept until deleted.
+    assert await index.set_retention_days("t1", None, effective=None, at=START) == 2
+    a = await index.get("t1", "rec_a")
+    assert a is not None and a.retain_until is None and await index.retention_days("t1") is None

@@ -247,6 +247,9 @@ CASES: list[Case] = [
     Case("GET", "/api/recordings?thread_id=th_policy", "collection"),
     Case("GET", "/api/recordings/{recording_id}", "user_object"),
     Case("GET", "/api/recordings/{recording_id}/audio", "user_object"),
+    Case("GET", "/api/recordings/{recording_id}/timeline", "user_object"),
+    Case("GET", "/api/recordings/policy", "collection"),
+    Case("PUT", "/api/recordings/policy", "collection", _json({"retention_days": 30})),
     Case(
         "PUT",
         "/api/recordings/{recording_id}/protection",
@@ -289,6 +292,8 @@ DECLARED: dict[tuple[str, str], Policy] = {
     ("POST", "/v1/realtime/calls/{call_id}/hangup"): Policy.REALTIME,
     ("POST", "/v1/telephony/twilio/voice"): Policy.TELEPHONY,
     ("PUT", "/api/recordings/{recording_id}/protection"): Policy.ADMIN,
+    ("GET", "/api/recordings/policy"): Policy.ADMIN,
+    ("PUT", "/api/recordings/policy"): Policy.ADMIN,
 }
 """The policy each route must declare (every other route: ``member``), so a weakened
 declaration fails here and not only in review."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -106,6 +107,11 @@ async def test_a_recorded_session_keeps_both_sides_sealed_and_on_one_timeline(
         told = await client.wait_type("openrealtime.session.recording")
         recording_id = told["recording_id"]
         assert client.session["recording"] == {"id": recording_id}
+        notice = client.wait_type("response.done", timeout=20)
+        await stream(client, SILENCE, 1_000)  # the notice plays while the microphone streams
+        said = (await notice)["response"]
+        assert said.get("conversation_id") is None  # out of band: not in the conversation
+        assert said["output"][0]["content"][0]["transcript"] == "This conversation is recorded."
         await stream(client, tone_frame(), 600)
         await stream(client, SILENCE, 400)
         done = client.wait_type("response.done", timeout=20)
@@ -120,21 +126,67 @@ async def test_a_recorded_session_keeps_both_sides_sealed_and_on_one_timeline(
     async with asyncio.timeout(10):  # the session's end closes its recording
         while (row := await index.get(tenant, recording_id)) is None or row.ended_at is None:  # noqa: ASYNC110 (polls the store)
             await asyncio.sleep(0.02)
-    assert row is not None and row.duration_ms == 3_500 and row.size_bytes > 0
+    # Input that came before the notice played is not recorded (the person had not heard it).
+    skipped = 4_500 - row.duration_ms
+    assert 0 <= skipped <= 200 and row.size_bytes > 0
     assert server.services.audio_store is not None and server.services.keyring is not None
     pieces = await server.services.audio_store.read(recording_id)
     audio, rate = soundfile.read(
         io.BytesIO(open_pieces(server.services.keyring, tenant, recording_id, pieces)),
         dtype="int16",
     )
-    assert rate == RATE and audio.shape == (RATE * 7 // 2, 2)
+    assert rate == RATE and audio.shape == (RATE * row.duration_ms // 1000, 2)
     person, agent = loud_spans(audio[:, 0], RATE), loud_spans(audio[:, 1], RATE)
-    assert person == [(0, 600)]
-    ((start, end),) = agent
-    assert 600 < start < 1_000 + 300  # after the person's words, once the silence ended them
-    assert abs((end - start) - sent_ms) <= 40  # every sample the client was sent, once
+    assert person == [(1_000 - skipped, 1_600 - skipped)]
+    (notice_start, notice_end), (start, end) = agent
+    assert notice_start == 0 and abs(notice_end - 300) <= 40  # the notice comes first
+    assert person[0][1] < start < person[0][1] + 700  # after the person's words ended
+    heard_ms = (notice_end - notice_start) + (end - start)
+    assert abs(heard_ms - sent_ms) <= 40  # every sample the client was sent, once
     flac = b"fLaC"
     assert not any(flac in data for data in files_under(settings.data_dir / "recordings"))
+
+    auth = {"Authorization": f"Bearer {server.token}"}
+    async with httpx.AsyncClient(base_url=server.http_url, headers=auth) as http:
+        timeline = (await http.get(f"/api/recordings/{recording_id}/timeline")).json()
+    assert timeline["word_timing"] == "estimated" and timeline["truncated"] is False
+    sides = [(s["side"], s["text"]) for s in timeline["segments"]]
+    assert sides == [
+        ("agent", "This conversation is recorded."),
+        ("person", "what is the weather"),
+        ("agent", "Sure, here it is."),
+    ]
+    spans = [(s["start_ms"], s["end_ms"]) for s in timeline["segments"]]
+    for (got_start, got_end), (want_start, want_end) in zip(
+        spans, [agent[0], person[0], agent[1]], strict=True
+    ):
+        assert abs(got_start - want_start) <= 40 and abs(got_end - want_end) <= 40
+    for segment in timeline["segments"]:
+        words = segment["words"]
+        assert " ".join(w["text"] for w in words) == segment["text"]
+        assert words[0]["start_ms"] == segment["start_ms"]
+        assert words[-1]["end_ms"] == segment["end_ms"]
+        assert all(a["end_ms"] == b["start_ms"] for a, b in itertools.pairwise(words))
+
+
+async def test_the_notice_is_in_the_roles_language_or_the_configured_words(
+    server: RunningServer, settings: Settings
+) -> None:
+    tenant = await switch_recording(server, True)
+    role = await default_role(server.services.roles, tenant)
+    await server.services.roles.update(tenant, role.id, language="zh")
+
+    async def notice() -> str:
+        async with RealtimeClient(server.ws_url, server.token) as client:
+            await client.connect()
+            done = client.wait_type("response.done", timeout=20)
+            await stream(client, SILENCE, 600)
+            return str((await done)["response"]["output"][0]["content"][0]["transcript"])
+
+    assert await notice() == "本次对话会被录音。"
+    words = "Calls are recorded for quality and training."
+    server.services.settings = settings.model_copy(update={"recording_notice": words})
+    assert await notice() == words
 
 
 async def test_nothing_is_recorded_unless_the_tenant_may_and_the_role_says_so(
@@ -260,3 +312,38 @@ async def test_deleting_a_conversation_is_refused_under_a_hold_and_schedules_its
             assert await services.audio_store.read(rec) == []
             gone = (await http.get(f"/api/recordings/{rec}")).json()
             assert gone["code"] == "recording_deleted" and gone["receipt"]["reason"] == "requested"
+
+
+async def test_a_tenants_retention_set_by_its_admin_expires_what_is_now_past_it(
+    server: RunningServer,
+) -> None:
+    services = server.services
+    assert services.audio_store is not None
+    owner = await services.accounts.authenticate(server.token)
+    assert owner is not None
+    later = datetime.now(UTC) + timedelta(days=10)  # started 20 days ago, kept 30 days
+    old, held = f"rec_{'1' * 32}", f"rec_{'2' * 32}"
+    for rec in (old, held):
+        await stored_recording(
+            server, rec, tenant=owner.tenant, owner=owner.user, thread="th_1",
+            retain_until=later, protected=rec == held,
+        )  # fmt: skip
+    auth = {"Authorization": f"Bearer {server.token}"}
+    async with httpx.AsyncClient(base_url=server.http_url, headers=auth) as http:
+        assert (await http.get("/api/recordings/policy")).json() == {
+            "retention_days": None, "deployment_retention_days": None,
+            "effective_retention_days": None,
+        }  # fmt: skip
+        bad = await http.put("/api/recordings/policy", json={"retention_days": 0})
+        assert bad.status_code == 422
+        set_ = await http.put("/api/recordings/policy", json={"retention_days": 7})
+        assert set_.status_code == 200
+        assert set_.json()["effective_retention_days"] == 7
+        assert set_.json()["recordings_updated"] == 2
+        await expire_recordings(services.recording_index, services.audio_store,
+                                now=datetime.now(UTC))  # fmt: skip
+        gone = await http.get(f"/api/recordings/{old}")
+        assert gone.status_code == 404 and gone.json()["receipt"]["reason"] == "expired"
+        kept = await http.get(f"/api/recordings/{held}")  # a legal hold outlasts any retention
+        assert kept.status_code == 200 and kept.json()["protected"] is True
+    assert await services.audio_store.read(old) == []
