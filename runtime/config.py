@@ -135,6 +135,15 @@ class Settings(BaseSettings):
     """What a recorded session that answers in audio says first, before the person's first
     recorded word (SPEC REC-1). Empty: the default in the role's language ("This conversation
     is recorded." / 「本次对话会被录音。」)."""
+    recording_store: Literal["local", "s3"] = "local"
+    """Where recordings' sealed audio rests: ``local`` (``<data_dir>/recordings``) or ``s3``
+    (S3-compatible object storage through boto3, ``pip install openrealtime[s3]``; credentials
+    from boto3's own chain: environment, shared files, instance roles)."""
+    recording_s3_bucket: str = ""
+    recording_s3_prefix: str = "recordings/"
+    recording_s3_endpoint_url: str = ""
+    """Empty: AWS; else the S3-compatible server's URL (MinIO, Ceph, Garage, R2 …)."""
+    recording_s3_region: str = ""
     recording_expiry_interval_s: float = Field(default=600.0, ge=0.1, le=86_400.0)
     """How often each process deletes expired recordings (``records.expiry``)."""
     sip_listen: str = ""

@@ -41,11 +41,13 @@ from datetime import UTC, datetime, timedelta
 from memory.crypto import Keyring
 from pipeline import events as ev
 from pipeline.audio import PCM, pcm_from_bytes
-from records.audio_store import AudioStore, seal_piece
+from records.audio_store import AudioStore, LocalAudioStore, seal_piece
 from records.expiry import expire_recordings
 from records.recorder import RATE, Piece, Recorder
 from records.recordings import Recording, RecordingIndex
+from records.s3_store import S3AudioStore, s3_client
 from records.timeline import Timeline, seal_timeline
+from runtime.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +169,21 @@ class SessionRecording:
         self._pieces.put_nowait(None)
         await self._writer
         await self._progress(datetime.now(UTC))
+
+
+def open_audio_store(settings: Settings) -> tuple[AudioStore, str]:
+    """The configured audio store and its name (``recording_store``): the data directory's,
+    or S3-compatible object storage."""
+    if settings.recording_store == "s3":
+        client = s3_client(
+            endpoint_url=settings.recording_s3_endpoint_url,
+            region=settings.recording_s3_region,
+        )
+        store = S3AudioStore(
+            client, settings.recording_s3_bucket, prefix=settings.recording_s3_prefix
+        )
+        return store, "s3"
+    return LocalAudioStore(settings.data_dir / "recordings"), "local"
 
 
 async def start_recording(

@@ -36,7 +36,7 @@ from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
 from plugins.brain.local_model import local_model_of
 from plugins.embedding import E5Embedder
-from records.audio_store import AudioStore, LocalAudioStore
+from records.audio_store import AudioStore
 from records.recordings import InMemoryRecordingIndex, PostgresRecordingIndex, RecordingIndex
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
@@ -54,7 +54,7 @@ from runtime.realtime.resume import (
     ResumeTokenStore,
 )
 from runtime.realtime.transport import Calls
-from runtime.recording import RecordingExpiry
+from runtime.recording import RecordingExpiry, open_audio_store
 from runtime.records import InMemoryRecordStore, RecordLimits, RecordStore
 from runtime.role_memory import RoleLearning, RoleMemoryModels
 from runtime.roles import InMemoryRoleStore, Role, RoleStore, default_role
@@ -122,6 +122,8 @@ class Services:
     recording_index: RecordingIndex = field(default_factory=InMemoryRecordingIndex)
     """What is known of each recording (SPEC REC-2)."""
     audio_store: AudioStore | None = None
+    audio_store_name: str = "local"
+    """``Recording.store`` of the recordings this process makes (``recording_store``)."""
     """Where recordings' sealed audio rests (the data directory's ``recordings/``); None in
     tests that build services by hand: nothing is recorded."""
     recording_expiry: RecordingExpiry | None = None
@@ -403,6 +405,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
     # fails at start; the in-memory stores hold entries in process memory only.
     key_source = memory_key_source(settings)
     keyring = key_source.load()
+    audio_store, audio_store_name = open_audio_store(settings)
     if settings.storage == "memory":
         pools = InMemoryPoolStore()
         services = Services(
@@ -419,7 +422,8 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             # Declarations are checked against this process's allowlist when they are made.
             tool_catalog=InMemoryToolCatalog(settings.tool_host_set()),
             keyring=keyring,
-            audio_store=LocalAudioStore(settings.data_dir / "recordings"),
+            audio_store=audio_store,
+            audio_store_name=audio_store_name,
         )
     else:
         database = await open_database(
@@ -457,7 +461,8 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             tool_secrets=PostgresToolSecrets(database.pool, keyring=keyring),
             call_records=PostgresCallRecords(database.pool, keyring=keyring),
             recording_index=PostgresRecordingIndex(database.pool),
-            audio_store=LocalAudioStore(settings.data_dir / "recordings"),
+            audio_store=audio_store,
+            audio_store_name=audio_store_name,
             keyring=keyring,
             database=database,
         )

@@ -76,6 +76,22 @@ export async function api(path, { method = "GET", body, keepalive = false, signa
   return data;
 }
 
+/** A binary answer (a recording's audio) as a Blob; errors as `api` throws them. */
+export async function apiBlob(path) {
+  const response = await fetch(path, { headers: { Authorization: `Bearer ${token()}` }, cache: "no-store" });
+  if (!response.ok) {
+    let data = null;
+    try {
+      data = await response.json();
+    } catch {
+      data = null;
+    }
+    const code = (data && data.code) || `http_${response.status}`;
+    throw new ApiError(response.status, code, (data && data.message) || response.statusText, data);
+  }
+  return response.blob();
+}
+
 let mePromise = null;
 
 /** Who is signed in: GET /api/me → {tenant, user, role, token_id, scopes} (asked once). */

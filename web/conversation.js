@@ -162,7 +162,13 @@ const HANDLERS = {
     else step.show(key, "assistant", text || "(interrupted before any was heard)");
     if (response.interrupted) step.effect({ kind: "heard", key, response });
     else if (response.status === "failed") step.note(key, "the answer failed; try again");
-    step.effect({ kind: "record", role: "assistant", text });
+    // Out of band (no conversation_id: the recording notice) — heard, never kept in the record.
+    if (response.conversation_id) step.effect({ kind: "record", role: "assistant", text });
+    else if (text) step.note(key, "not part of the conversation");
+  },
+  "openrealtime.session.recording"(step, event) {
+    const kept = event.retain_until ? ` (kept until ${new Date(event.retain_until).toLocaleDateString()})` : "";
+    step.effect({ kind: "notice", text: `This conversation is recorded${kept}.`, level: "" });
   },
   "output_audio_buffer.started": outputAudio, // WebRTC: the server began playing an answer out
   "output_audio_buffer.stopped": outputAudio, // … played it to the end

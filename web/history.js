@@ -5,12 +5,17 @@
 // in the role's shared memory, made after the delete; without it, what was learned is kept).
 // Phone calls (SPEC TEL-5) are listed beside them: when, from and to which number, how long,
 // who hung up or where the call was put through; a call opens to its transcript.
+// A conversation's recordings (SPEC REC-3) play beside it (web/recording_player.js); deleting
+// it can schedule them for deletion too (REC-5): the report shows each one's state — scheduled,
+// or deleted with its receipt — until the cleanup has run.
 
 import { api, downloadJson, el, errorText, formatTime, listRoles, plural, signedIn } from "./api.js";
 import { RecordSaver } from "./records.js";
+import { showRecordings } from "./recording_player.js";
 
 const $ = (id) => document.getElementById(id);
 let roleNames = new Map();
+let caller = null;
 
 function notice(text, kind = "") {
   const box = $("notice");
@@ -119,15 +124,48 @@ async function showDetail(id) {
   viewOnly.classList.toggle("hidden", record.continuable);
   viewOnly.textContent = record.continuable ? "" : `View only: ${record.view_only_reason}`;
   $("export").onclick = () => downloadJson(`conversation-${record.id}.json`, record);
+  let recorded = 0;
+  try {
+    recorded = await showRecordings($("recordings"), record.thread_id, caller);
+  } catch (error) {
+    notice(`Could not load the recordings: ${errorText(error)}`, "bad");
+  }
+  $("recordings-panel").classList.toggle("hidden", recorded === 0);
+  $("delete-recordings-label").classList.toggle("hidden", recorded === 0);
   $("delete").onclick = () => {
     $("erase-journal").checked = false;
     $("forget-learned").checked = false;
+    $("delete-recordings").checked = false;
     $("delete-dialog").showModal();
   };
   $("delete-dialog").onclose = async () => {
     if ($("delete-dialog").returnValue !== "delete") return;
-    await deleteRecord(record, $("erase-journal").checked, $("forget-learned").checked);
+    await deleteRecord(record, {
+      eraseJournal: $("erase-journal").checked,
+      forget: $("forget-learned").checked,
+      recordings: recorded > 0 && $("delete-recordings").checked,
+    });
   };
+}
+
+// A scheduled recording's state: still there (the cleanup has not run) or its receipt.
+async function recordingState(id) {
+  try {
+    const r = await api(`/api/recordings/${encodeURIComponent(id)}`);
+    return `${id}: scheduled for deletion${r.retain_until ? ` (from ${formatTime(r.retain_until)})` : ""}`;
+  } catch (error) {
+    const receipt = error.body && error.body.receipt;
+    if (receipt) return `${id}: deleted ${formatTime(receipt.deleted_at)} (receipt: ${receipt.reason}, ${Math.round(receipt.duration_ms / 1000)} s, ${receipt.size_bytes} bytes)`;
+    return `${id}: ${errorText(error)}`;
+  }
+}
+
+async function showRecordingStates(ids) {
+  const list = $("recording-receipt-list");
+  const states = await Promise.all(ids.map(recordingState));
+  list.replaceChildren(...states.map((text, i) => el("li", { "data-recording": ids[i] }, text)));
+  $("recording-receipts").classList.remove("hidden");
+  $("recheck-recordings").onclick = () => showRecordingStates(ids);
 }
 
 // What the agent learned from the record's thread, forgotten (a purge of `thread:<id>` in the
@@ -147,14 +185,16 @@ async function forgetLearned(record, report) {
   }
 }
 
-async function deleteRecord(record, eraseJournal, forget) {
+async function deleteRecord(record, { eraseJournal, forget, recordings }) {
   let report;
   try {
-    report = await api(`/api/conversations/${encodeURIComponent(record.id)}?erase_journal=${eraseJournal}`, {
+    const query = `erase_journal=${eraseJournal}&delete_recordings=${recordings}`;
+    report = await api(`/api/conversations/${encodeURIComponent(record.id)}?${query}`, {
       method: "DELETE",
     });
   } catch (error) {
-    notice(`Not deleted: ${errorText(error)}`, "bad");
+    const hold = error.code === "recording_protected" ? " The conversation is kept: try again once an admin lifts the hold." : "";
+    notice(`Not deleted: ${errorText(error)}${hold}`, "bad");
     return;
   }
   const lines = [
@@ -162,12 +202,18 @@ async function deleteRecord(record, eraseJournal, forget) {
     `Memories learned from it: ${report.memories_removed} removed${report.receipt_id ? ` (receipt ${report.receipt_id})` : ""}`,
     `Runtime journal: ${eraseJournal ? `${report.journal_events_removed} events erased` : "kept"}`,
     forget ? await forgetLearned(record, report) : "Role memory learned from it: kept",
+    ...(report.recordings_scheduled && report.recordings_scheduled.length
+      ? [`Recordings: ${report.recordings_scheduled.length} scheduled for deletion (below)`]
+      : []),
     ...report.kept.map((k) => `Kept — ${k.what}: ${k.why}`),
   ];
   $("delete-report-text").textContent = lines.join("\n");
   $("delete-report").classList.remove("hidden");
   $("messages").classList.add("hidden");
+  $("recordings-panel").classList.add("hidden");
+  $("recordings").replaceChildren();
   for (const id of ["continue", "export", "delete", "view-only"]) $(id).classList.add("hidden");
+  if (report.recordings_scheduled && report.recordings_scheduled.length) await showRecordingStates(report.recordings_scheduled);
   const saver = window.openrealtimeSaver;
   if (saver) await saver.discard(record.id);
 }
@@ -175,6 +221,7 @@ async function deleteRecord(record, eraseJournal, forget) {
 async function main() {
   const me = await signedIn("history.html");
   if (!me) return;
+  caller = me;
   const who = `${me.tenant}/${me.user}`;
   roleNames = new Map((await listRoles()).map((r) => [r.id, r.name]));
   // Unsent transcripts this account left behind are retried from here too (CONV-3).

@@ -467,7 +467,7 @@ class VoiceSession:
                 output_rate=self.config.output_format.rate,
                 keyring=keyring,
                 store=store,
-                store_name="local",
+                store_name=services.audio_store_name,
                 index=services.recording_index,
                 retention_days=await self._retention_days(),
                 notice="audio" in self.config.output_modalities,

@@ -46,7 +46,7 @@ G = "vs_1:g1"
 
 
 def _response(status: str, **fields: Any) -> dict[str, Any]:
-    return {"id": "resp_1", "generation": 1, "status": status, **fields}
+    return {"id": "resp_1", "generation": 1, "status": status, "conversation_id": "th_1", **fields}
 
 
 SPOKEN_TURN: list[dict[str, Any]] = [
@@ -61,6 +61,12 @@ SPOKEN_TURN: list[dict[str, Any]] = [
     {"type": "response.output_audio_transcript.delta", "response_id": "resp_1", "delta": " noon."},
     {"type": "response.output_audio.done", "response_id": "resp_1"},
     {"type": "response.done", "response": _response("completed", output_text="It is noon.")},
+    # Out of band (the recording notice): shown, noted, never recorded.
+    {"type": "response.created", "response": {**_response("in_progress"), "id": "resp_n",
+                                              "generation": 2, "conversation_id": None}},
+    {"type": "response.done", "response": {**_response("completed"), "id": "resp_n",
+                                           "generation": 2, "conversation_id": None,
+                                           "output_text": "This conversation is recorded."}},
 ]  # fmt: skip
 
 
@@ -87,6 +93,11 @@ async def test_a_spoken_turn_through_the_reducer(
     assert by[9]["state"]["entries"][1] == [G, "assistant", "It is noon.", False, ""]
     assert by[9]["state"]["generations"] == []
     assert by[9]["effects"] == ["moved", "record:assistant:It is noon."]
+    assert by[11]["state"]["entries"][2] == [
+        "vs_1:g2", "assistant", "This conversation is recorded.", False,
+        "not part of the conversation",
+    ]  # fmt: skip
+    assert by[11]["effects"] == ["moved"]
 
 
 async def test_interruptions_failures_pauses_and_a_reconcile(
