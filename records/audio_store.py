@@ -13,6 +13,9 @@ Rules
    files, then the directory; a crash in between leaves fewer files, and the next ``delete``
    finishes (it is idempotent and says whether anything was left).
 3. Recording ids are checked (``check_recording_id``): they name directories.
+4. ``remove_all`` empties the store: with the in-memory index (``storage=memory``) every
+   recording's row is gone when the process ends, so the files left from before can never be
+   listed, downloaded or expired — the process removes them when it starts (no orphan files).
 """
 
 from __future__ import annotations
@@ -117,6 +120,17 @@ class LocalAudioStore:
             path.unlink(missing_ok=True)
         directory.rmdir()
         return True
+
+    def remove_all(self) -> int:
+        """Rule 4: every recording's directory removed; how many there were."""
+        if not self.root.is_dir():
+            return 0
+        removed = 0
+        for directory in self.root.iterdir():
+            if directory.is_dir() and _ID.fullmatch(directory.name):
+                self._delete(directory.name)
+                removed += 1
+        return removed
 
 
 class InMemoryAudioStore:

@@ -36,7 +36,7 @@ from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
 from plugins.brain.local_model import local_model_of
 from plugins.embedding import E5Embedder
-from records.audio_store import AudioStore
+from records.audio_store import AudioStore, LocalAudioStore
 from records.recordings import InMemoryRecordingIndex, PostgresRecordingIndex, RecordingIndex
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
 from runtime.config import Settings
@@ -407,6 +407,10 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
     keyring = key_source.load()
     audio_store, audio_store_name = open_audio_store(settings)
     if settings.storage == "memory":
+        if isinstance(audio_store, LocalAudioStore):  # rows gone with the last process
+            orphans = await asyncio.to_thread(audio_store.remove_all)
+            if orphans:
+                log.info("recordings: removed %d left by an earlier in-memory run", orphans)
         pools = InMemoryPoolStore()
         services = Services(
             settings=settings,

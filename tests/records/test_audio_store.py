@@ -134,3 +134,22 @@ async def test_no_plaintext_rests_in_the_bucket() -> None:
 def test_the_s3_store_needs_a_bucket() -> None:
     with pytest.raises(S3Unavailable, match="BUCKET"):
         S3AudioStore(object(), "")
+
+
+async def test_an_in_memory_run_removes_the_recordings_an_earlier_one_left(tmp_path: Path) -> None:
+    """Rule 4: their rows died with the process that made them; nothing could expire them."""
+    from runtime.config import Settings
+    from runtime.services import open_services
+    from tests.runtime.conftest import fake_plugins
+
+    store, keyring = LocalAudioStore(tmp_path / "data" / "recordings"), Keyring.generate()
+    for recording in (new_id(), new_id()):
+        await store.put(recording, 0, seal_piece(keyring, "t1", recording, 0, b"x"))
+    (tmp_path / "data" / "recordings" / "notes.txt").write_text("not a recording")
+    settings = Settings(storage="memory", data_dir=tmp_path / "data", port=0)
+    services = await open_services(settings, plugins=fake_plugins())
+    try:
+        left = sorted(p.name for p in (tmp_path / "data" / "recordings").iterdir())
+    finally:
+        await services.close()
+    assert left == ["notes.txt"]
