@@ -38,6 +38,8 @@ class TurnContent:
     tool_choice: ToolChoice = ToolChoice()
     """How the function tools among ``tools`` may be called (GA ``tool_choice``)."""
     max_output_tokens: int | None = None
+    role_id: str = ""
+    thread_id: str = ""
 
     @property
     def model_text(self) -> str:
@@ -63,4 +65,9 @@ class TurnContent:
             session=session,
             tool_choice=self.tool_choice,
             max_output_tokens=self.max_output_tokens,
+            instructions=self.instructions,
+            memory_data=self.memory_data or "",
+            thread_memory=self.thread_memory or "",
+            role_id=self.role_id,
+            thread_id=self.thread_id,
         )

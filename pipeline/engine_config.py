@@ -225,6 +225,8 @@ class Persona:
     failure_message: str | None = None
     """What a failed spoken turn says instead of silence (SPEC RT-11): None, the default in
     the turn's language (``FAILURE_MESSAGES``); empty, nothing."""
+    role_id: str = ""
+    """The role's id (a brain outside the process is told which role it answers as)."""
 
 
 FAILURE_MESSAGES = {

@@ -146,6 +146,8 @@ class AnswerSpeaker:
             content.to_brain_input(session=self.host.voice_session_id),
             tool_calls=response.tool_calls,
             tool_results=response.tool_results,
+            response_id=response.response_id,
+            turn_id=response.turn_id,
         )
         response.prompt = (request.system, request.model_text)
         preempted = response.preemption

@@ -109,6 +109,8 @@ class TurnContextReader:
             history=context.history,
             tool_choice=tool_choice,
             max_output_tokens=max_output_tokens,
+            role_id=persona.role_id,
+            thread_id=self.thread.thread_id,
         )
 
     async def compact(self, language: str | None) -> None:

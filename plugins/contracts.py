@@ -209,6 +209,17 @@ class BrainInput:
     max_output_tokens: int | None = None
     """The response's output limit (GA ``max_output_tokens``; None: no limit). The engine
     enforces it; a brain may use it to stop generating early."""
+    instructions: str = ""
+    """``system``'s parts, apart: the role's (or response's) instructions, the person's
+    ``<memory_data>`` block and the thread's facts (a brain outside the process gets them as
+    fields: ``plugins.brain.http_agent``)."""
+    memory_data: str = ""
+    thread_memory: str = ""
+    role_id: str = ""
+    thread_id: str = ""
+    response_id: str = ""
+    """The response being answered (every tool round of it has the same)."""
+    turn_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

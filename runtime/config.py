@@ -5,6 +5,7 @@ Every setting has a documented default; a bad value fails at start with the key'
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 from typing import Literal
 
@@ -12,6 +13,16 @@ from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.turn_commands import TurnEagerness
+
+BUILTIN_BRAINS = frozenset({"llm", "rules", "local", "openai", "http"})
+BRAIN_ENTRY_POINTS = "openrealtime.brains"
+"""The entry point group of brains installed packages add (docs/agent_protocol.md)."""
+
+
+def plugin_brains() -> frozenset[str]:
+    """The brains installed packages declare (``BRAIN_ENTRY_POINTS``; never a built-in name)."""
+    found = importlib.metadata.entry_points(group=BRAIN_ENTRY_POINTS)
+    return frozenset(ep.name for ep in found if ep.name not in BUILTIN_BRAINS)
 
 
 class Settings(BaseSettings):
@@ -36,10 +47,18 @@ class Settings(BaseSettings):
     endpointing: Literal["silence", "smart_turn"] = "silence"
     asr: Literal["whisper", "openai"] = "whisper"
     asr_model: str = "base"
-    brain: Literal["llm", "rules", "local", "openai"] = "llm"
+    brain: str = "llm"
     """``llm``: the local language model (falls back to ``rules``, with a logged reason, when its
     packages are missing); ``rules``: the rule-based brain (``local`` is its old name);
-    ``openai``: any OpenAI-compatible endpoint."""
+    ``openai``: any OpenAI-compatible endpoint; ``http``: your own chat agent at ``agent_url``
+    (docs/agent_protocol.md); any other name: a brain an installed package declares in the
+    entry point group ``openrealtime.brains``."""
+    agent_url: str = ""
+    """``brain=http``: where each round of an answer is POSTed (docs/agent_protocol.md)."""
+    agent_token: SecretStr = SecretStr("")
+    """``brain=http``: sent as ``Authorization: Bearer …``; never logged."""
+    agent_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    """``brain=http``: for the reply's headers and every wait for more of it."""
     tts: Literal["auto", "espeak", "piper", "openai"] = "auto"
 
     # OpenAI-compatible providers (any base URL), one block per stage
@@ -284,6 +303,15 @@ class Settings(BaseSettings):
         """The tenant is under the recording ceiling (``recording_tenants``)."""
         allowed = {t.strip() for t in self.recording_tenants.split(",") if t.strip()}
         return "*" in allowed or tenant in allowed
+
+    @model_validator(mode="after")
+    def _brain_is_known(self) -> Settings:
+        if self.brain not in BUILTIN_BRAINS and self.brain not in plugin_brains():
+            known = ", ".join(sorted({*BUILTIN_BRAINS, *plugin_brains()}))
+            raise ValueError(f"OPENREALTIME_BRAIN={self.brain!r} is not a brain here ({known})")
+        if self.brain == "http" and not self.agent_url:
+            raise ValueError("OPENREALTIME_BRAIN=http needs OPENREALTIME_AGENT_URL")
+        return self
 
     @model_validator(mode="after")
     def _providers_have_keys(self) -> Settings:

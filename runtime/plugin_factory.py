@@ -3,12 +3,13 @@ at a provider never loads the embedded model for it."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pipeline.engine import Plugins
 from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer
-from runtime.config import Settings
+from runtime.config import BRAIN_ENTRY_POINTS, BUILTIN_BRAINS, Settings
 
 if TYPE_CHECKING:
     from runtime.model_server import ModelBackends
@@ -31,7 +32,7 @@ def build_plugins(settings: Settings) -> Plugins:
     return Plugins(
         vad=_vad(settings),
         asr=_asr(settings),
-        brain=_brain(settings),
+        brain=build_brain(settings),
         tts=_tts(settings),
         endpointer=_endpointer(settings),
     )
@@ -105,7 +106,23 @@ def _asr(settings: Settings) -> ASR:
     return WhisperASR(model=model, data_dir=settings.data_dir)
 
 
-def _brain(settings: Settings) -> Brain:
+def build_brain(settings: Settings) -> Brain:
+    """The brain ``settings.brain`` names: a built-in, or an installed package's
+    (``openrealtime.brains`` entry point: a factory taking the settings)."""
+    if settings.brain == "http":
+        from plugins.brain.http_agent import HttpAgentBrain
+
+        return HttpAgentBrain(
+            settings.agent_url,
+            token=settings.agent_token.get_secret_value(),
+            timeout_s=settings.agent_timeout_s,
+        )
+    if settings.brain not in BUILTIN_BRAINS:
+        (entry,) = importlib.metadata.entry_points(group=BRAIN_ENTRY_POINTS, name=settings.brain)
+        brain = entry.load()(settings)
+        if not callable(getattr(brain, "stream", None)):
+            raise TypeError(f"the brain {settings.brain!r} has no stream(request) method")
+        return cast(Brain, brain)
     if settings.brain == "openai":
         from plugins.brain.openai_brain import OpenAIBrain
 

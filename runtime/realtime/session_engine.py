@@ -141,7 +141,9 @@ def build_engine(
             reserved_output=reserved,
         ),
         thread=thread,
-        persona=Persona(config.instructions, role.voice, role.language, role.failure_message),
+        persona=Persona(
+            config.instructions, role.voice, role.language, role.failure_message, role_id=role.id
+        ),
         voice_session_id=session_id,
         settings=EngineSettings(
             output_sample_rate=config.output_format.rate,
