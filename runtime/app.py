@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
@@ -89,6 +90,17 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_threads.router)
     app.include_router(api_threads.defaults_router)
     app.include_router(api_system.router)
+    origins = services.settings.cors_origin_set()
+    if origins:  # pages hosted on other origins (SPEC WEB-4): never with credentials
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=sorted(origins),
+            allow_credentials=False,
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+            expose_headers=["Location", "Content-Disposition"],
+            max_age=600,
+        )
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
         app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
     return app
@@ -122,19 +134,35 @@ class RealtimeApp:
                 headers={"Retry-After": "1"},
             )
             if realtime:
-                websocket = WebSocket(scope, receive, send)
-                if "websocket.http.response" in scope.get("extensions", {}):
-                    await websocket.send_denial_response(refusal)
-                else:  # an ASGI server without denial responses: a close before accepting
-                    await websocket.close(1013, "server draining")
+                await _deny(WebSocket(scope, receive, send), refusal, 1013)
             else:
                 await refusal(scope, receive, send)
+        elif realtime and not phone and not self._origin_allowed(scope):
+            await _deny(
+                WebSocket(scope, receive, send),
+                JSONResponse(
+                    {"code": "origin_not_allowed",
+                     "message": "pages of this origin may not use this runtime "
+                                "(OPENREALTIME_CORS_ORIGINS)"},
+                    status_code=403,
+                ),
+                1008,
+            )  # fmt: skip
         elif phone:
             await self._phone(WebSocket(scope, receive, send))
         elif realtime:
             await self._realtime(WebSocket(scope, receive, send))
         else:
             await self.http(scope, receive, send)
+
+    def _origin_allowed(self, scope: Scope) -> bool:
+        """A browser's WebSocket from another origin needs ``cors_origins`` (SPEC WEB-4)."""
+        headers = dict(scope.get("headers") or [])
+        origin, host = headers.get(b"origin"), headers.get(b"host")
+        return self.services.settings.origin_allowed(
+            None if origin is None else origin.decode("latin-1"),
+            None if host is None else host.decode("latin-1"),
+        )
 
     async def _realtime(self, websocket: WebSocket) -> None:
         services = self.services
@@ -155,6 +183,15 @@ class RealtimeApp:
             await websocket.close(1013, "server is at its session limit")
             return
         await serve_twilio_stream(websocket, self.services)
+
+
+async def _deny(websocket: WebSocket, refusal: JSONResponse, close_code: int) -> None:
+    """Refuse a WebSocket before accepting it: ``refusal`` as its HTTP answer, or (an ASGI
+    server without denial responses) a close with ``close_code``."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(refusal)
+    else:
+        await websocket.close(close_code, str(refusal.status_code))
 
 
 def _is_call_offer(scope: Scope) -> bool:

@@ -6,6 +6,7 @@ Every setting has a documented default; a bad value fails at start with the key'
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -13,6 +14,9 @@ from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.turn_commands import TurnEagerness
+
+_ORIGIN = re.compile(r"https?://[a-z0-9.\-\[\]:]+")
+"""An exact origin (``cors_origins``): a scheme and a host, a port perhaps, nothing after."""
 
 BUILTIN_BRAINS = frozenset({"llm", "rules", "local", "openai", "http"})
 BRAIN_ENTRY_POINTS = "openrealtime.brains"
@@ -144,6 +148,13 @@ class Settings(BaseSettings):
     """Where each role may transfer a call (``transfer_call``), as
     ``support=+15550150|sip:desk@pbx.example.com;sales=+15550160`` (role id or name; numbers
     or SIP URIs). A role not listed is not offered the tool."""
+    cors_origins: str = ""
+    """Other origins whose pages may use this runtime (SPEC WEB-4: the pages hosted apart from
+    it): exact origins, comma-separated (``https://app.example.com,http://localhost:5173``), or
+    ``*`` for any. They get CORS on the HTTP API and WebRTC offers, and their WebSocket
+    connections are accepted (a browser's connection from any other origin is refused:
+    ``origin_not_allowed``). Never with credentials: the pages send a bearer token, no cookie.
+    Empty (the default): only the runtime's own pages."""
     recording_tenants: str = ""
     """The tenants whose roles may record their sessions (SPEC REC-1): comma-separated tenant
     ids, or ``*`` for every tenant. Empty (the default): nobody records, whatever a role says.
@@ -299,10 +310,34 @@ class Settings(BaseSettings):
     def tool_host_set(self) -> frozenset[str]:
         return frozenset(h.strip().lower() for h in self.tool_hosts.split(",") if h.strip())
 
+    def cors_origin_set(self) -> frozenset[str]:
+        return frozenset(o.strip().lower() for o in self.cors_origins.split(",") if o.strip())
+
+    def origin_allowed(self, origin: str | None, host: str | None) -> bool:
+        """A browser connection's ``Origin`` may use the runtime: none (not a browser), the
+        runtime's own host, or one ``cors_origins`` names."""
+        if origin is None:
+            return True
+        origin = origin.strip().lower()
+        allowed = self.cors_origin_set()
+        if "*" in allowed or origin in allowed:
+            return True
+        return host is not None and origin.split("://", 1)[-1] == host.strip().lower()
+
     def may_record(self, tenant: str) -> bool:
         """The tenant is under the recording ceiling (``recording_tenants``)."""
         allowed = {t.strip() for t in self.recording_tenants.split(",") if t.strip()}
         return "*" in allowed or tenant in allowed
+
+    @model_validator(mode="after")
+    def _cors_origins_are_origins(self) -> Settings:
+        for origin in self.cors_origin_set():
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"OPENREALTIME_CORS_ORIGINS: {origin!r} is not an origin "
+                    "(scheme://host[:port], no path, or *)"
+                )
+        return self
 
     @model_validator(mode="after")
     def _brain_is_known(self) -> Settings:

@@ -19,6 +19,21 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * The runtime's origin when these pages are hosted elsewhere (web/config.js, or a
+ * `<meta name="openrealtime-api-base">` tag); "" when the runtime serves them itself.
+ */
+export function apiBase() {
+  const tag = document.querySelector('meta[name="openrealtime-api-base"]');
+  const configured = (tag && tag.content) || (window.OPENREALTIME_CONFIG || {}).apiBase || "";
+  return configured.replace(/\/+$/, "");
+}
+
+/** An API path (`/api/…`, `/v1/…`) on the runtime. */
+export function apiUrl(path) {
+  return apiBase() + path;
+}
+
 /** Take `#token=…` from the address bar into storage (once), then return the stored token. */
 export function token() {
   const params = new URLSearchParams(location.hash.slice(1));
@@ -54,7 +69,7 @@ export function signOut() {
 export async function api(path, { method = "GET", body, keepalive = false, signal, bearer } = {}) {
   const headers = { Authorization: `Bearer ${bearer === undefined ? token() : bearer}` };
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(path, {
+  const response = await fetch(apiUrl(path), {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
@@ -78,7 +93,7 @@ export async function api(path, { method = "GET", body, keepalive = false, signa
 
 /** A binary answer (a recording's audio) as a Blob; errors as `api` throws them. */
 export async function apiBlob(path) {
-  const response = await fetch(path, { headers: { Authorization: `Bearer ${token()}` }, cache: "no-store" });
+  const response = await fetch(apiUrl(path), { headers: { Authorization: `Bearer ${token()}` }, cache: "no-store" });
   if (!response.ok) {
     let data = null;
     try {

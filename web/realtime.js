@@ -33,6 +33,7 @@
 // resume (`resume_refused`, `thread_not_found`, `role_not_found`) the client reports "lost" so
 // the page can continue the thread in a new session instead.
 
+import { apiBase } from "./api.js";
 import { WebRTCTransport } from "./webrtc.js";
 
 export const ACK_EVERY = 32;
@@ -465,6 +466,8 @@ export class RealtimeConnection extends EventTarget {
 }
 
 export function realtimeUrl() {
+  const base = apiBase();
+  if (base) return `${base.replace(/^http/, "ws")}/v1/realtime`; // the runtime elsewhere
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   return `${scheme}//${location.host}/v1/realtime`;
 }

@@ -16,7 +16,7 @@
 // 4. Deleting asks the server first what it would do (GET /api/roles/{id}/impact) and says it in
 //    the confirmation dialog: how many conversations can no longer be continued.
 
-import { ApiError, api, el, errorText, isAdmin, listRoles, plural, signedIn, token } from "./api.js";
+import { ApiError, api, apiUrl, el, errorText, isAdmin, listRoles, plural, signedIn, token } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -300,7 +300,7 @@ async function playSample() {
   const button = $("play-sample");
   button.disabled = true;
   try {
-    const response = await fetch("/api/voices/sample", {
+    const response = await fetch(apiUrl("/api/voices/sample"), {
       method: "POST",
       headers: { Authorization: `Bearer ${token()}`, "Content-Type": "application/json" },
       body: JSON.stringify({ voice: $("role-voice").value || null, language: $("role-language").value || null }),

@@ -25,7 +25,7 @@
 // latency timeline (openrealtime.turn.latency) under it, and how much of an interrupted
 // answer was heard.
 
-import { api, downloadJson, el, errorText, listRoles, signedIn, token } from "./api.js";
+import { api, apiBase, downloadJson, el, errorText, listRoles, signedIn, token } from "./api.js";
 import { Microphone, Player } from "./audio.js";
 import { LevelMeter, TurnIndicator } from "./level_meter.js";
 import { RealtimeConnection, realtimeUrl } from "./realtime.js";
@@ -392,6 +392,22 @@ async function stopSession() {
   setConnection("idle");
 }
 
+const CLIENT_SECRET_SECONDS = 600; // a cross-origin page's session credential (above)
+
+/**
+ * What opens the session: the page's token, or — on pages hosted on another origin than the
+ * runtime (SPEC WEB-4) — a short-lived client secret minted with it for the session's role.
+ */
+async function sessionCredential(roleId) {
+  if (!apiBase()) return token();
+  const session = { type: "realtime", ...(roleId ? { model: roleId } : {}) };
+  const minted = await api("/v1/realtime/client_secrets", {
+    method: "POST",
+    body: { expires_after: { anchor: "created_at", seconds: CLIENT_SECRET_SECONDS }, session },
+  });
+  return minted.value;
+}
+
 /** Open a session: new thread, or a continuation of the record's thread. */
 async function startSession({ continueThread }) {
   const record = talk.record;
@@ -406,7 +422,7 @@ async function startSession({ continueThread }) {
   await startMicrophone();
   const conn = new RealtimeConnection({
     url: realtimeUrl(),
-    token: token(),
+    token: await sessionCredential(options.role),
     microphone: () => (talk.mic ? talk.mic.track() : null),
   });
   talk.conn = conn;

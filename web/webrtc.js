@@ -27,6 +27,8 @@
 //    connection without hanging up, as a network failure would (a test hook). ICE restart is
 //    not used: a resume is a new offer on a new peer connection.
 
+import { apiUrl } from "./api.js";
+
 export const CALLS_PATH = "/v1/realtime/calls";
 export const EVENTS_CHANNEL = "oai-events";
 const GATHER_MAX_MS = 1500; // host candidates only (no STUN): gathering takes milliseconds
@@ -137,7 +139,7 @@ export class WebRTCTransport {
     body.append("openrealtime", JSON.stringify(message));
     let response;
     try {
-      response = await fetch(this.path, {
+      response = await fetch(apiUrl(this.path), {
         method: "POST",
         headers: { Authorization: `Bearer ${this.token}` },
         body,
@@ -161,7 +163,9 @@ export class WebRTCTransport {
         fallback: fallsBack(response.status, data.code),
       });
     }
-    this.callUrl = response.headers.get("Location") || "";
+    // The call's address, relative to the runtime (its Location is exposed to other origins).
+    const where = response.headers.get("Location");
+    this.callUrl = where ? new URL(where, response.url).href : "";
     return text;
   }
 
