@@ -90,7 +90,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_threads.router)
     app.include_router(api_threads.defaults_router)
     app.include_router(api_system.router)
-    origins = services.settings.cors_origin_set()
+    origins = services.settings.cors_origin_set() if services is not None else frozenset()
     if origins:  # pages hosted on other origins (SPEC WEB-4): never with credentials
         app.add_middleware(
             CORSMiddleware,

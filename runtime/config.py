@@ -322,7 +322,11 @@ class Settings(BaseSettings):
         allowed = self.cors_origin_set()
         if "*" in allowed or origin in allowed:
             return True
-        return host is not None and origin.split("://", 1)[-1] == host.strip().lower()
+        if host is None:
+            return False
+        origin_host, host = origin.split("://", 1)[-1], host.strip().lower()
+        # A proxy that forwards the host without its port (nginx's $host): the name decides.
+        return origin_host == host or (":" not in host and origin_host.split(":")[0] == host)
 
     def may_record(self, tenant: str) -> bool:
         """The tenant is under the recording ceiling (``recording_tenants``)."""

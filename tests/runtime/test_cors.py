@@ -94,3 +94,12 @@ def test_an_origin_is_exact() -> None:
     assert Settings(cors_origins=" HTTPS://Voice.Example.com ,*").cors_origin_set() == {
         "https://voice.example.com", "*",
     }  # fmt: skip
+
+
+def test_the_runtimes_own_host_is_its_origin_even_through_a_proxy_that_drops_the_port() -> None:
+    settings = Settings(cors_origins=PAGES)
+    assert settings.origin_allowed("http://127.0.0.1:8080", "127.0.0.1:8080")
+    assert settings.origin_allowed("http://127.0.0.1:8080", "127.0.0.1")  # nginx's $host
+    assert not settings.origin_allowed("http://127.0.0.1:8080", "127.0.0.1:9000")
+    assert not settings.origin_allowed("https://evil.example", "voice-api.example.com")
+    assert settings.origin_allowed(None, None) and settings.origin_allowed(PAGES, None)
