@@ -96,8 +96,8 @@ class Engine:
     ) -> None:
         self.model_hold = HeldModel(model_hold, voice_session_id)
         """Told when this session's person is mid-turn (background model work yields)."""
-        self.audio_tap: AudioTap | None = None
-        """Given both sides of the audio (the session's recording), when set."""
+        self.taps: list[AudioTap] = []
+        """Given every input frame and every sent event: the session's recording, its usage."""
         self.thread_memory = thread_memory
         self.sink = sink
         self.thread = thread
@@ -201,8 +201,8 @@ class Engine:
         """One frame of 16 kHz microphone audio."""
         if self._closed:
             return
-        if self.audio_tap is not None:
-            self.audio_tap.heard(pcm)
+        for tap in self.taps:
+            tap.heard(pcm)
         heard = await self.listening.hear(pcm, mic_paused=self.coordinator.mic_paused)
         if heard is None:
             return
@@ -393,8 +393,8 @@ class Engine:
     def _send(self, event: ev.ServerEvent) -> None:
         """Send ``event``; the items it announces are kept (``pipeline.items``)."""
         self.items.note(event)
-        if self.audio_tap is not None:
-            self.audio_tap.sent(event)
+        for tap in self.taps:
+            tap.sent(event)
         self.sink.send(event)
 
     def _endpointing(self, turn_id: int) -> bool:

@@ -155,10 +155,30 @@ class StatusDetails:
 
 
 @dataclass(frozen=True, slots=True)
+class InputTokenDetails:
+    text_tokens: int = 0
+    audio_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutputTokenDetails:
+    text_tokens: int = 0
+    audio_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
+    """GA ``usage``. Text tokens are counted with ``journal.tokens`` (the brains do not report
+    theirs): ``estimated`` says so. Audio is not counted in tokens (the embedded ASR and TTS
+    have none): its seconds are in the usage ledger (``runtime.usage``)."""
+
     total_tokens: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    input_token_details: InputTokenDetails = InputTokenDetails()
+    output_token_details: OutputTokenDetails = OutputTokenDetails()
+    estimated: bool = field(default=True, metadata=FIELD_EXTENSION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +205,8 @@ __all__ = [
     "FIELD_NULLABLE",
     "ContentPart",
     "FunctionCallItem",
+    "InputTokenDetails",
+    "OutputTokenDetails",
     "FunctionCallOutputItem",
     "Item",
     "McpApprovalRequestItem",

@@ -29,6 +29,7 @@ from pipeline.event_items import FIELD_EXTENSION, FIELD_INTERNAL, FIELD_NULLABLE
 from pipeline.event_items import ContentPart as ContentPart
 from pipeline.event_items import FunctionCallItem as FunctionCallItem
 from pipeline.event_items import FunctionCallOutputItem as FunctionCallOutputItem
+from pipeline.event_items import InputTokenDetails as InputTokenDetails
 from pipeline.event_items import Item as Item
 from pipeline.event_items import McpApprovalRequestItem as McpApprovalRequestItem
 from pipeline.event_items import McpApprovalResponseItem as McpApprovalResponseItem
@@ -37,6 +38,7 @@ from pipeline.event_items import McpError as McpError
 from pipeline.event_items import McpListedTool as McpListedTool
 from pipeline.event_items import McpListToolsItem as McpListToolsItem
 from pipeline.event_items import MessageItem as MessageItem
+from pipeline.event_items import OutputTokenDetails as OutputTokenDetails
 from pipeline.event_items import Response as Response
 from pipeline.event_items import ResponsePart as ResponsePart
 from pipeline.event_items import StatusDetails as StatusDetails

@@ -361,7 +361,13 @@ def usage(prompt: tuple[str, str], output: str) -> ev.Usage:
     brain plugins do not report counts)."""
     input_tokens = sum(count_tokens(part) for part in prompt if part)
     output_tokens = count_tokens(output) if output else 0
-    return ev.Usage(input_tokens + output_tokens, input_tokens, output_tokens)
+    return ev.Usage(
+        input_tokens + output_tokens,
+        input_tokens,
+        output_tokens,
+        ev.InputTokenDetails(text_tokens=input_tokens),
+        ev.OutputTokenDetails(text_tokens=output_tokens),
+    )
 
 
 def within_limit(said: str, more: str, limit: int) -> str:

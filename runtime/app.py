@@ -28,6 +28,7 @@ from runtime.http import system as api_system
 from runtime.http import thread_fork as api_thread_fork
 from runtime.http import threads as api_threads
 from runtime.http import tools as api_tools
+from runtime.http import usage as api_usage
 from runtime.http.operations import router as operations_router
 from runtime.http.policy import Policy, allow
 from runtime.realtime.connection import RealtimeConnection
@@ -79,6 +80,7 @@ def create_app(services: Services, *, owns_services: bool = False) -> FastAPI:
     app.include_router(api_client_secrets.router)
     app.include_router(api_conversations.router)
     app.include_router(api_calls.router)
+    app.include_router(api_usage.router)
     app.include_router(api_recordings.router)
     app.include_router(api_memory.router)
     app.include_router(api_role_memory.router)

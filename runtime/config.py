@@ -6,6 +6,7 @@ Every setting has a documented default; a bad value fails at start with the key'
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -148,6 +149,11 @@ class Settings(BaseSettings):
     """Where each role may transfer a call (``transfer_call``), as
     ``support=+15550150|sip:desk@pbx.example.com;sales=+15550160`` (role id or name; numbers
     or SIP URIs). A role not listed is not offered the tool."""
+    prices: str = ""
+    """What the running stack costs (SPEC OPS-6), JSON keyed by stage, provider and model:
+    ``{"brain:openai:gpt-4o-mini": {"input_per_mtok": 0.15, "output_per_mtok": 0.6},
+    "asr:openai:whisper-1": {"per_minute": 0.006}, "tts:openai:gpt-4o-mini-tts":
+    {"per_mchar": 12}}`` (USD). Anything not listed — the embedded stack — costs 0."""
     cors_origins: str = ""
     """Other origins whose pages may use this runtime (SPEC WEB-4: the pages hosted apart from
     it): exact origins, comma-separated (``https://app.example.com,http://localhost:5173``), or
@@ -332,6 +338,20 @@ class Settings(BaseSettings):
         """The tenant is under the recording ceiling (``recording_tenants``)."""
         allowed = {t.strip() for t in self.recording_tenants.split(",") if t.strip()}
         return "*" in allowed or tenant in allowed
+
+    @model_validator(mode="after")
+    def _prices_are_a_table(self) -> Settings:
+        if self.prices.strip():
+            try:
+                table = json.loads(self.prices)
+            except ValueError:
+                raise ValueError("OPENREALTIME_PRICES is not JSON") from None
+            if not isinstance(table, dict) or not all(
+                isinstance(v, dict) and all(isinstance(x, int | float) for x in v.values())
+                for v in table.values()
+            ):
+                raise ValueError("OPENREALTIME_PRICES: {stage:provider:model: {unit: USD}}")
+        return self
 
     @model_validator(mode="after")
     def _cors_origins_are_origins(self) -> Settings:

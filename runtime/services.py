@@ -68,6 +68,7 @@ from runtime.telephony.calls import PhoneCalls
 from runtime.thread_memory import ThreadMemoryService, json_model_of
 from runtime.threads import InMemoryThreadStore, ThreadStore
 from runtime.tracing import tracing_from_settings
+from runtime.usage import InMemoryUsageLedger, PostgresUsageLedger, UsageLedger
 from tools.catalog import InMemoryToolCatalog, InMemoryToolSecrets, ToolCatalog, ToolSecrets
 from tools.grants import GrantStore, InMemoryGrantStore
 from tools.http_tool import HttpToolExecutor
@@ -122,6 +123,8 @@ class Services:
     recording_index: RecordingIndex = field(default_factory=InMemoryRecordingIndex)
     """What is known of each recording (SPEC REC-2)."""
     audio_store: AudioStore | None = None
+    usage: UsageLedger = field(default_factory=InMemoryUsageLedger)
+    """What each tenant's conversations used (``runtime.usage``)."""
     audio_store_name: str = "local"
     """``Recording.store`` of the recordings this process makes (``recording_store``)."""
     """Where recordings' sealed audio rests (the data directory's ``recordings/``); None in
@@ -465,6 +468,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
             tool_secrets=PostgresToolSecrets(database.pool, keyring=keyring),
             call_records=PostgresCallRecords(database.pool, keyring=keyring),
             recording_index=PostgresRecordingIndex(database.pool),
+            usage=PostgresUsageLedger(database.pool),
             audio_store=audio_store,
             audio_store_name=audio_store_name,
             keyring=keyring,

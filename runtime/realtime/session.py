@@ -85,6 +85,7 @@ from runtime.realtime.session_config import (
 from runtime.realtime.session_engine import build_engine, session_setup
 from runtime.recording import RECORDING_NOTICE, SessionRecording, start_recording
 from runtime.roles import Role
+from runtime.usage import UsageMeter
 
 if TYPE_CHECKING:
     from runtime.realtime.connection import RealtimeConnection
@@ -170,6 +171,15 @@ class VoiceSession:
         self.engine: Engine | None = None
         self.recording: SessionRecording | None = None
         """This session's recording (``runtime.recording``), when its role records."""
+        self.usage = UsageMeter(
+            services.usage,
+            tenant=self.thread.tenant,
+            user=self.thread.user,
+            role_id=self.role.id,
+            session_id=self.id,
+            output_rate=self.config.output_format.rate,
+        )
+        """What this session uses (``runtime.usage``)."""
         self._build_engine()
 
     @classmethod
@@ -392,6 +402,7 @@ class VoiceSession:
             await self.engine.close()
         if self.recording is not None:
             await self.recording.close()
+        await self.usage.close()
         await self.tool_gate.close()
         self.services.role_memory.turns.end(self.thread.tenant, self.thread.thread_id)
         await self.journal.close()
@@ -475,7 +486,7 @@ class VoiceSession:
         except Exception as e:
             log.warning("session %s: recording did not start (%s)", self.id, type(e).__name__)
             return
-        self.engine.audio_tap = self.recording
+        self.engine.taps.append(self.recording)
 
     async def _retention_days(self) -> int | None:
         """The tenant's own retention period, else the deployment's (SPEC REC-4)."""
@@ -513,6 +524,7 @@ class VoiceSession:
             on_turn_failed=self._turn_failed,
             call_tools=self.call_tools,
         )
+        self.engine.taps.append(self.usage)
         self._configure_engine()
 
     def _turn_failed(self, failure: TurnFailure) -> None:

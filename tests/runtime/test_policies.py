@@ -243,6 +243,7 @@ CASES: list[Case] = [
     Case("POST", "/v1/realtime/calls", "collection", _json({}), allowed=415),
     Case("POST", "/v1/realtime/calls/{call_id}/hangup", "collection", allowed=404),
     Case("GET", "/api/calls", "collection"),
+    Case("GET", "/api/usage", "collection"),
     Case("GET", "/api/calls/{call_id}", "user_object"),
     Case("GET", "/api/recordings?thread_id=th_policy", "collection"),
     Case("GET", "/api/recordings/{recording_id}", "user_object"),

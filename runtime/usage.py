@@ -1,0 +1,322 @@
+"""What each conversation used and cost (SPEC OPS-6): metered per session, kept per tenant, day,
+role and user, priced from a table.
+
+Rules
+-----
+1. A session's ``UsageMeter`` is one of its engine's taps: it sees every input frame and every
+   event the session sends. It counts audio seconds in (every frame received) and out (every
+   answer audio delta), ASR seconds (each transcription's ``usage.seconds``), TTS characters
+   (the transcript of every spoken answer), text tokens in and out (each ``response.done``'s
+   ``usage``, estimated: ``pipeline.event_items.Usage``), responses, and tool calls (every
+   function call item the session shows).
+2. At each ``response.done`` — and when the session ends — what was counted since the last
+   write is added to the ledger's row of (tenant, day in UTC, role, user), one writer task per
+   session, in order, off the audio path. A write that fails is logged (the session's id and
+   the error's kind) and its counts are kept for the next one; usage never fails a session.
+3. Prices (``OPENREALTIME_PRICES``, JSON) are per provider and model of each stage; the
+   embedded stack's are 0 by default. Cost is integer micro-USD (seeds/000's unit), computed
+   when read, so a changed price table reprices history — the table is the one truth.
+4. Reads are scoped: a member's own rows; an admin's, the tenant's (``GET /api/usage``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any, Protocol
+
+from pipeline import events as ev
+from pipeline.audio import INPUT_SAMPLE_RATE, PCM
+from runtime.config import Settings
+from storage.postgres import PooledCalls
+
+log = logging.getLogger(__name__)
+
+COUNTERS = (
+    "responses", "input_tokens", "output_tokens", "audio_in_ms", "audio_out_ms", "asr_ms",
+    "tts_chars", "tool_calls",
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class Counts:
+    responses: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    audio_in_ms: int = 0
+    audio_out_ms: int = 0
+    asr_ms: int = 0
+    tts_chars: int = 0
+    tool_calls: int = 0
+
+    def add(self, other: Counts) -> None:
+        for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def empty(self) -> bool:
+        return not any(getattr(self, name) for name in COUNTERS)
+
+    def to_json(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in COUNTERS}
+
+
+@dataclass(frozen=True, slots=True)
+class UsageKey:
+    tenant: str
+    day: date
+    role_id: str
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    key: UsageKey
+    counts: Counts
+
+
+class UsageLedger(Protocol):
+    async def add(self, key: UsageKey, counts: Counts) -> None: ...
+
+    async def rows(self, tenant: str, user: str | None, since: date, until: date) -> list[UsageRow]:
+        """The tenant's rows from ``since`` to ``until`` (inclusive); ``user`` None: everyone's."""
+        ...
+
+
+class InMemoryUsageLedger:
+    def __init__(self) -> None:
+        self._rows: dict[UsageKey, Counts] = {}
+
+    async def add(self, key: UsageKey, counts: Counts) -> None:
+        self._rows.setdefault(key, Counts()).add(counts)
+
+    async def rows(self, tenant: str, user: str | None, since: date, until: date) -> list[UsageRow]:
+        return sorted(
+            (
+                UsageRow(k, dataclasses.replace(c))
+                for k, c in self._rows.items()
+                if k.tenant == tenant and user in (None, k.user) and since <= k.day <= until
+            ),
+            key=lambda r: (r.key.day, r.key.role_id, r.key.user),
+        )
+
+
+_TIMEOUT = 10.0
+
+
+class UsageUnavailable(Exception):
+    code = "usage_unavailable"
+
+
+class PostgresUsageLedger:
+    def __init__(self, pool: Any) -> None:
+        self._call = PooledCalls(
+            pool, acquire_timeout=_TIMEOUT, unavailable=UsageUnavailable, what="usage"
+        )
+
+    async def add(self, key: UsageKey, counts: Counts) -> None:
+        values = [getattr(counts, name) for name in COUNTERS]
+        columns = ", ".join(COUNTERS)
+        placeholders = ", ".join(f"${i}" for i in range(5, 5 + len(COUNTERS)))
+        updates = ", ".join(f"{n} = usage_daily.{n} + EXCLUDED.{n}" for n in COUNTERS)
+        await self._call(
+            lambda conn: conn.execute(
+                f"""INSERT INTO usage_daily (tenant, day, role_id, user_id, {columns})
+                    VALUES ($1, $2, $3, $4, {placeholders})
+                    ON CONFLICT (tenant, day, role_id, user_id) DO UPDATE SET {updates}""",
+                key.tenant,
+                key.day,
+                key.role_id,
+                key.user,
+                *values,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        )
+
+    async def rows(self, tenant: str, user: str | None, since: date, until: date) -> list[UsageRow]:
+        found = await self._call(
+            lambda conn: conn.fetch(
+                """SELECT * FROM usage_daily WHERE tenant = $1
+                       AND ($2::text IS NULL OR user_id = $2) AND day BETWEEN $3 AND $4
+                   ORDER BY day, role_id, user_id""",
+                tenant,
+                user,
+                since,
+                until,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
+        )
+        return [
+            UsageRow(
+                UsageKey(r["tenant"], r["day"], r["role_id"], r["user_id"]),
+                Counts(**{name: int(r[name]) for name in COUNTERS}),
+            )
+            for r in found
+        ]
+
+
+# ------------------------------------------------------------------ prices (Rule 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """USD per unit for the running stack: the brain's tokens, the ASR's minutes, the TTS's
+    characters. ``stack`` names what they price (``brain=llm:…``)."""
+
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+    asr_per_minute: float = 0.0
+    tts_per_mchar: float = 0.0
+    stack: Mapping[str, str] = field(default_factory=dict)
+
+    def cost_micro_usd(self, counts: Counts) -> int:
+        usd = (
+            counts.input_tokens * self.input_per_mtok / 1e6
+            + counts.output_tokens * self.output_per_mtok / 1e6
+            + counts.asr_ms / 60_000 * self.asr_per_minute
+            + counts.tts_chars * self.tts_per_mchar / 1e6
+        )
+        return math.ceil(round(usd * 1e6, 6))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "input_per_mtok_usd": self.input_per_mtok,
+            "output_per_mtok_usd": self.output_per_mtok,
+            "asr_per_minute_usd": self.asr_per_minute,
+            "tts_per_mchar_usd": self.tts_per_mchar,
+            "stack": dict(self.stack),
+        }
+
+
+def stack_of(settings: Settings) -> dict[str, str]:
+    """What the price table is keyed by: each stage's provider and model."""
+    brain = {
+        "openai": f"openai:{settings.brain_model}",
+        "llm": "llm:embedded",
+        "rules": "rules:embedded",
+        "local": "rules:embedded",
+        "http": "http:agent",
+    }.get(settings.brain, f"plugin:{settings.brain}")
+    asr = (
+        f"openai:{settings.asr_model_name}"
+        if settings.asr == "openai"
+        else f"whisper:{settings.asr_model}"
+    )
+    tts = f"openai:{settings.tts_model}" if settings.tts == "openai" else f"{settings.tts}:embedded"
+    return {"brain": brain, "asr": asr, "tts": tts}
+
+
+def prices_for(table_json: str, stack: Mapping[str, str]) -> Prices:
+    """The running stack's prices from ``OPENREALTIME_PRICES``: ``{"<stage>:<provider>:<model>":
+    {…}}`` entries for ``brain``, ``asr`` and ``tts`` (keys ``input_per_mtok``,
+    ``output_per_mtok``; ``per_minute``; ``per_mchar``); anything not listed costs 0."""
+    table = json.loads(table_json) if table_json.strip() else {}
+    if not isinstance(table, dict):
+        raise ValueError("OPENREALTIME_PRICES is not a JSON object")
+    brain = table.get(f"brain:{stack.get('brain', '')}", {})
+    asr = table.get(f"asr:{stack.get('asr', '')}", {})
+    tts = table.get(f"tts:{stack.get('tts', '')}", {})
+    return Prices(
+        input_per_mtok=float(brain.get("input_per_mtok", 0.0)),
+        output_per_mtok=float(brain.get("output_per_mtok", 0.0)),
+        asr_per_minute=float(asr.get("per_minute", 0.0)),
+        tts_per_mchar=float(tts.get("per_mchar", 0.0)),
+        stack=stack,
+    )
+
+
+# ------------------------------------------------------------------ the meter (Rules 1, 2)
+
+
+class UsageMeter:
+    """One session's usage: an engine tap (Rule 1) writing to the ledger (Rule 2)."""
+
+    def __init__(
+        self,
+        ledger: UsageLedger,
+        *,
+        tenant: str,
+        user: str,
+        role_id: str,
+        session_id: str,
+        output_rate: int,
+    ) -> None:
+        self.ledger = ledger
+        self.tenant, self.user, self.role_id = tenant, user, role_id
+        self.session_id = session_id
+        self.total = Counts()
+        """Everything this session used (its writes included)."""
+        self._since = Counts()
+        """Counted since the last write."""
+        self._samples_in = 0
+        self._out_bytes = 0
+        self._output_rate = output_rate
+        self._writes: asyncio.Queue[Counts | None] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+
+    def heard(self, pcm: PCM) -> None:
+        self._samples_in += pcm.size
+        if self._samples_in >= INPUT_SAMPLE_RATE // 10:  # a tenth of a second at a time
+            ms = self._samples_in * 1000 // INPUT_SAMPLE_RATE
+            self._samples_in -= ms * INPUT_SAMPLE_RATE // 1000
+            self._count("audio_in_ms", ms)
+
+    def sent(self, event: ev.ServerEvent) -> None:
+        if isinstance(event, ev.OutputAudioDelta):
+            self._count("audio_out_ms", len(event.delta) * 1000 // (2 * self._output_rate))
+        elif isinstance(event, ev.TranscriptionCompleted):
+            self._count("asr_ms", round(event.usage.seconds * 1000))
+        elif isinstance(event, ev.OutputAudioTranscriptDone):
+            self._count("tts_chars", len(event.transcript))
+        elif isinstance(event, ev.ItemDone) and isinstance(event.item, ev.FunctionCallItem):
+            self._count("tool_calls", 1)
+        elif isinstance(event, ev.ResponseDone):
+            usage = event.response.usage
+            self._count("responses", 1)
+            if usage is not None:
+                self._count("input_tokens", usage.input_tokens)
+                self._count("output_tokens", usage.output_tokens)
+            self.flush()
+
+    def _count(self, name: str, amount: int) -> None:
+        setattr(self._since, name, getattr(self._since, name) + amount)
+        setattr(self.total, name, getattr(self.total, name) + amount)
+
+    def flush(self) -> None:
+        """Rule 2: what was counted since the last write goes to the ledger."""
+        if self._since.empty():
+            return
+        counts, self._since = self._since, Counts()
+        self._writes.put_nowait(counts)
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        while (counts := await self._writes.get()) is not None:
+            key = UsageKey(self.tenant, datetime.now(UTC).date(), self.role_id, self.user)
+            try:
+                await self.ledger.add(key, counts)
+            except Exception as e:  # Rule 2: kept for the next write
+                log.warning("usage of %s not written (%s)", self.session_id, type(e).__name__)
+                self._since.add(counts)
+
+    async def close(self) -> None:
+        """The session ended: the rest written."""
+        self.flush()
+        if self._writer is not None:
+            self._writes.put_nowait(None)
+            await self._writer
+            if not self._since.empty():  # the last write failed: one more try
+                await self._write_once(self._since)
+
+    async def _write_once(self, counts: Counts) -> None:
+        key = UsageKey(self.tenant, datetime.now(UTC).date(), self.role_id, self.user)
+        try:
+            await self.ledger.add(key, counts)
+        except Exception as e:
+            log.warning("usage of %s lost (%s)", self.session_id, type(e).__name__)
