@@ -395,20 +395,12 @@ class Responder:
                     instructions=options.instructions,
                     response=response,
                 )
-            events = response.events
-            events.previous_item_id = self.conversation.items.last_id
-            self.send_all(events.created())
-            response.move(ResponseTrigger.CREATED)
+            self._created(response)
             if settled is not None:
                 self.tool_record.show_settled_mcp(response, settled)
             response.enter("brain", self.clock())
             await self.speaker.speak(response, content)
-            self.send_all(events.audio_done())
-            response.enter("playout", self.clock())
-            await self.speaker.await_playout(response)
-            response.enter("finalize", self.clock())
-            await self._finalize(response, interrupted=False)
-            self._response_finished(response)
+            await self._played_out(response)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a failed turn is one failed turn, never silence (RT-11)
@@ -419,22 +411,30 @@ class Responder:
             self.thinking.discard(response.generation)
             self.ports.thinking_changed()
 
+    def _created(self, response: Response) -> None:
+        """The response begins: ``response.created``, after the conversation's last item."""
+        events = response.events
+        events.previous_item_id = self.conversation.items.last_id
+        self.send_all(events.created())
+        response.move(ResponseTrigger.CREATED)
+
+    async def _played_out(self, response: Response) -> None:
+        """All of the answer was said: its audio ends, plays out, and the response finishes."""
+        self.send_all(response.events.audio_done())
+        response.enter("playout", self.clock())
+        await self.speaker.await_playout(response)
+        response.enter("finalize", self.clock())
+        await self._finalize(response, interrupted=False)
+        self._response_finished(response)
+
     async def _say(self, response: Response, text: str) -> None:
         """A response of fixed words (``ResponseOptions.say``): no brain, the same events and
         pacing as an answer, interruptible like one."""
         try:
-            events = response.events
-            events.previous_item_id = self.conversation.items.last_id
-            self.send_all(events.created())
-            response.move(ResponseTrigger.CREATED)
+            self._created(response)
             response.enter("brain", self.clock())
             await self.speaker.say(response, text)
-            self.send_all(events.audio_done())
-            response.enter("playout", self.clock())
-            await self.speaker.await_playout(response)
-            response.enter("finalize", self.clock())
-            await self._finalize(response, interrupted=False)
-            self._response_finished(response)
+            await self._played_out(response)
         except asyncio.CancelledError:
             raise
         except Exception as error:

@@ -154,6 +154,12 @@ class Settings(BaseSettings):
     ``{"brain:openai:gpt-4o-mini": {"input_per_mtok": 0.15, "output_per_mtok": 0.6},
     "asr:openai:whisper-1": {"per_minute": 0.006}, "tts:openai:gpt-4o-mini-tts":
     {"per_mchar": 12}}`` (USD). Anything not listed — the embedded stack — costs 0."""
+    budget_fallback: Literal["none", "rules", "llm"] = "none"
+    """What answers when a tenant has spent its budget and the brain is paid (SPEC OPS-6,
+    ``runtime.budget``): ``none``, a calm word that it cannot answer now; ``rules`` or ``llm``,
+    the embedded brains."""
+    budget_check_interval_s: float = Field(default=5.0, ge=0, le=3600)
+    """How long a tenant's "budget spent or not" is kept before the ledger is read again."""
     cors_origins: str = ""
     """Other origins whose pages may use this runtime (SPEC WEB-4: the pages hosted apart from
     it): exact origins, comma-separated (``https://app.example.com,http://localhost:5173``), or

@@ -35,16 +35,18 @@ from memory.thread_consolidation import JsonModel
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
 from plugins.brain.local_model import local_model_of
+from plugins.contracts import Brain
 from plugins.embedding import E5Embedder
 from records.audio_store import AudioStore, LocalAudioStore
 from records.recordings import InMemoryRecordingIndex, PostgresRecordingIndex, RecordingIndex
 from runtime.accounts import AccountStore, InMemoryAccountStore, Principal, ensure_local_token
+from runtime.budget import BudgetGuard
 from runtime.config import Settings
 from runtime.database import Database, open_database
 from runtime.limits import WriteRateLimiter
 from runtime.metrics import LoopLagMonitor, ModelState, ProcessState
 from runtime.migrations import apply_migrations
-from runtime.plugin_factory import build_plugins, warm_up
+from runtime.plugin_factory import build_brain, build_plugins, warm_up
 from runtime.postgres_records import PostgresRecordStore
 from runtime.postgres_stores import PostgresRoleStore, PostgresThreadStore
 from runtime.realtime.live import LiveSessions
@@ -68,7 +70,13 @@ from runtime.telephony.calls import PhoneCalls
 from runtime.thread_memory import ThreadMemoryService, json_model_of
 from runtime.threads import InMemoryThreadStore, ThreadStore
 from runtime.tracing import tracing_from_settings
-from runtime.usage import InMemoryUsageLedger, PostgresUsageLedger, UsageLedger
+from runtime.usage import (
+    InMemoryUsageLedger,
+    PostgresUsageLedger,
+    UsageLedger,
+    prices_for,
+    stack_of,
+)
 from tools.catalog import InMemoryToolCatalog, InMemoryToolSecrets, ToolCatalog, ToolSecrets
 from tools.grants import GrantStore, InMemoryGrantStore
 from tools.http_tool import HttpToolExecutor
@@ -125,6 +133,9 @@ class Services:
     audio_store: AudioStore | None = None
     usage: UsageLedger = field(default_factory=InMemoryUsageLedger)
     """What each tenant's conversations used (``runtime.usage``)."""
+    budget_guard: BudgetGuard | None = None
+    """Set when the brain is paid: stops it for a tenant that spent its budget."""
+    budget_fallback: Brain | None = None
     audio_store_name: str = "local"
     """``Recording.store`` of the recordings this process makes (``recording_store``)."""
     """Where recordings' sealed audio rests (the data directory's ``recordings/``); None in
@@ -478,6 +489,14 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
         judge_model = json_model_of(plugins.brain)
         if judge_model is not None:
             services.tool_judge = LanguageModelJudge(judge_model, name="brain-rule-readings")
+    prices = prices_for(settings.prices, stack_of(settings))
+    if prices.input_per_mtok or prices.output_per_mtok:  # a paid brain: budgets apply
+        services.budget_guard = BudgetGuard(
+            services.usage, prices, cache_s=settings.budget_check_interval_s
+        )
+        if settings.budget_fallback != "none":
+            fallback = settings.model_copy(update={"brain": settings.budget_fallback})
+            services.budget_fallback = build_brain(fallback)
     services.owns_plugins = warm
     services.knowledge = knowledge_base(settings, services.database)
     if warm and services.knowledge.embedder is not None:

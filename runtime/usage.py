@@ -80,8 +80,26 @@ class UsageRow:
     counts: Counts
 
 
+@dataclass(frozen=True, slots=True)
+class Budget:
+    daily_micro_usd: int | None = None
+    monthly_micro_usd: int | None = None
+
+    def to_json(self) -> dict[str, int | None]:
+        return {
+            "daily_micro_usd": self.daily_micro_usd,
+            "monthly_micro_usd": self.monthly_micro_usd,
+        }
+
+
 class UsageLedger(Protocol):
     async def add(self, key: UsageKey, counts: Counts) -> None: ...
+
+    async def budget(self, tenant: str) -> Budget | None:
+        """The tenant's budget (``runtime.budget``); None: none set."""
+        ...
+
+    async def set_budget(self, tenant: str, budget: Budget, at: datetime) -> None: ...
 
     async def rows(self, tenant: str, user: str | None, since: date, until: date) -> list[UsageRow]:
         """The tenant's rows from ``since`` to ``until`` (inclusive); ``user`` None: everyone's."""
@@ -91,6 +109,13 @@ class UsageLedger(Protocol):
 class InMemoryUsageLedger:
     def __init__(self) -> None:
         self._rows: dict[UsageKey, Counts] = {}
+        self._budgets: dict[str, Budget] = {}
+
+    async def budget(self, tenant: str) -> Budget | None:
+        return self._budgets.get(tenant)
+
+    async def set_budget(self, tenant: str, budget: Budget, at: datetime) -> None:
+        self._budgets[tenant] = budget
 
     async def add(self, key: UsageKey, counts: Counts) -> None:
         self._rows.setdefault(key, Counts()).add(counts)
@@ -117,6 +142,32 @@ class PostgresUsageLedger:
     def __init__(self, pool: Any) -> None:
         self._call = PooledCalls(
             pool, acquire_timeout=_TIMEOUT, unavailable=UsageUnavailable, what="usage"
+        )
+
+    async def budget(self, tenant: str) -> Budget | None:
+        row = await self._call(
+            lambda conn: conn.fetchrow(
+                "SELECT * FROM usage_budgets WHERE tenant = $1", tenant, timeout=_TIMEOUT
+            )
+        )
+        if row is None:
+            return None
+        return Budget(row["daily_micro_usd"], row["monthly_micro_usd"])
+
+    async def set_budget(self, tenant: str, budget: Budget, at: datetime) -> None:
+        await self._call(
+            lambda conn: conn.execute(
+                """INSERT INTO usage_budgets (tenant, daily_micro_usd, monthly_micro_usd,
+                       updated_at) VALUES ($1, $2, $3, $4)
+                   ON CONFLICT (tenant) DO UPDATE SET daily_micro_usd = EXCLUDED.daily_micro_usd,
+                       monthly_micro_usd = EXCLUDED.monthly_micro_usd,
+                       updated_at = EXCLUDED.updated_at""",
+                tenant,
+                budget.daily_micro_usd,
+                budget.monthly_micro_usd,
+                at,
+                timeout=_TIMEOUT,
+            )  # fmt: skip
         )
 
     async def add(self, key: UsageKey, counts: Counts) -> None:

@@ -113,13 +113,18 @@ def nginx_config(ports: Sequence[int], listen: int, prefix: Path) -> str:
     body = _SERVERS.sub(lambda m: m.group(1) + servers + m.group(3), NGINX_CONF.read_text())
     body, listens = _LISTEN.subn(f"listen 127.0.0.1:{listen};", body)
     assert listens == 1, "deploy/nginx/openrealtime.conf has one `listen …; # listen` line"
+    return nginx_main(body, prefix)
+
+
+def nginx_main(body: str, prefix: Path, name: str = "nginx", connections: int = 4096) -> str:
+    """A whole nginx.conf around the ``http`` block's ``body``, every file under ``prefix``."""
     temp = prefix / "temp"
     return f"""
 worker_processes 1;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log warn;
+pid {prefix}/{name}.pid;
+error_log {prefix}/{"error" if name == "nginx" else f"error-{name}"}.log warn;
 {"user root;" if os.geteuid() == 0 else ""}
-events {{ worker_connections 4096; }}
+events {{ worker_connections {connections}; }}
 http {{
     access_log off;
     client_body_temp_path {temp}/body;

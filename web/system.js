@@ -4,7 +4,7 @@
 // one per stage (p50 and p95 per minute). Everything comes from GET /api/system (member);
 // the model facts live in runtime/model_facts.py, never here. Refreshed every REFRESH_MS.
 
-import { api, el, errorText, signedIn } from "./api.js";
+import { api, el, errorText, isAdmin, signedIn } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 const REFRESH_MS = 10_000;
@@ -153,6 +153,50 @@ function showFailures(system) {
   $("failures").querySelector("tbody").replaceChildren(...rows);
 }
 
+function usd(micro) {
+  return `$${(micro / 1e6).toFixed(micro && micro < 10_000 ? 6 : 2)}`;
+}
+
+function usageRow(cells, cls = "") {
+  return el("tr", { class: cls }, ...cells.map((c) => el("td", {}, String(c))));
+}
+
+function usageCells(r, first) {
+  return [
+    ...first, r.responses, `${r.input_tokens} / ${r.output_tokens}`,
+    `${duration(r.audio_in_ms / 1000)} / ${duration(r.audio_out_ms / 1000)}`,
+    duration(r.asr_ms / 1000), r.tts_chars, r.tool_calls, usd(r.cost_micro_usd),
+  ];
+}
+
+// Usage and cost (SPEC OPS-6): GET /api/usage, the caller's own or (admins) the tenant's.
+async function showUsage(admin) {
+  const tenant = admin && $("usage-tenant").checked;
+  let usage;
+  try {
+    usage = await api(`/api/usage?days=30${tenant ? "&scope=tenant" : ""}`);
+  } catch (error) {
+    notice(`Could not read usage: ${errorText(error)}`, "bad");
+    return;
+  }
+  const stack = usage.prices.stack || {};
+  $("usage-stack").textContent = `Priced: brain ${stack.brain || "?"}, ASR ${stack.asr || "?"}, TTS ${stack.tts || "?"}.`;
+  const body = usage.rows.map((r) => usageRow(usageCells(r, [r.day, r.role_id, r.user_id])));
+  $("usage").querySelector("tbody").replaceChildren(...body);
+  $("usage").querySelector("tfoot").replaceChildren(usageRow(usageCells(usage.totals, ["total", "", ""]), "total"));
+  $("usage").classList.toggle("hidden", usage.rows.length === 0);
+  $("usage-empty").classList.toggle("hidden", usage.rows.length > 0);
+  if (!admin) return;
+  try {
+    const b = await api("/api/usage/budget");
+    const limits = [b.daily_micro_usd != null ? `${usd(b.daily_micro_usd)} a day` : "", b.monthly_micro_usd != null ? `${usd(b.monthly_micro_usd)} a month` : ""].filter(Boolean);
+    $("usage-budget").textContent = `Spent today ${usd(b.today_micro_usd)}, this month ${usd(b.month_micro_usd)}. Budget: ${limits.join(", ") || "none"}${b.spent ? " — spent: the paid brain is not called" : ""}${b.paid_brain ? "" : " (the brain is not paid: budgets stop nothing)"}.`;
+    $("usage-budget").classList.remove("hidden");
+  } catch (error) {
+    $("usage-budget").textContent = `Budget: ${errorText(error)}`;
+  }
+}
+
 let refreshing = false; // one request at a time: a slow answer is not asked for again
 
 async function refresh() {
@@ -184,9 +228,11 @@ async function main() {
     return;
   }
   if (!who) return;
-  $("refresh").addEventListener("click", refresh);
-  await refresh();
-  setInterval(refresh, REFRESH_MS);
+  const admin = isAdmin(who);
+  $("refresh").addEventListener("click", () => Promise.all([refresh(), showUsage(admin)]));
+  if (admin) $("usage-tenant").addEventListener("change", () => showUsage(admin));
+  await Promise.all([refresh(), showUsage(admin)]);
+  setInterval(() => Promise.all([refresh(), showUsage(admin)]), REFRESH_MS);
   document.body.dataset.ready = "true";
 }
 

@@ -13,12 +13,50 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.budget import spend_of
 from runtime.http.api import Caller, ServicesDep
 from runtime.http.policy import Policy, allow, forbidden
-from runtime.usage import Counts, prices_for, stack_of
+from runtime.usage import Budget, Counts, prices_for, stack_of
 
 router = APIRouter(prefix="/api/usage", tags=["usage"])
+
+
+class BudgetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    daily_micro_usd: int | None = Field(ge=0)
+    monthly_micro_usd: int | None = Field(ge=0)
+
+
+async def _budget_json(who: Caller, services: ServicesDep) -> dict[str, Any]:
+    budget = await services.usage.budget(who.tenant) or Budget()
+    prices = prices_for(services.settings.prices, stack_of(services.settings))
+    spend = await spend_of(services.usage, prices, who.tenant)
+    return {
+        **budget.to_json(),
+        "today_micro_usd": spend.today_micro_usd,
+        "month_micro_usd": spend.month_micro_usd,
+        "spent": spend.over(budget),
+        "paid_brain": services.budget_guard is not None,
+        "fallback": services.settings.budget_fallback,
+    }
+
+
+@router.get("/budget", dependencies=[allow(Policy.ADMIN)])
+async def get_budget(who: Caller, services: ServicesDep) -> dict[str, Any]:
+    """The tenant's budget and what it spent today and this month (``runtime.budget``)."""
+    return await _budget_json(who, services)
+
+
+@router.put("/budget", dependencies=[allow(Policy.ADMIN)])
+async def put_budget(body: BudgetIn, who: Caller, services: ServicesDep) -> dict[str, Any]:
+    """Set the tenant's daily and monthly budget in micro-USD (null: no limit)."""
+    budget = Budget(body.daily_micro_usd, body.monthly_micro_usd)
+    await services.usage.set_budget(who.tenant, budget, datetime.now(UTC))
+    if services.budget_guard is not None:
+        services.budget_guard.forget(who.tenant)
+    return await _budget_json(who, services)
 
 
 @router.get("", dependencies=[allow(Policy.MEMBER)])

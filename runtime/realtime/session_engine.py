@@ -16,18 +16,20 @@ Rule 2. ``session_setup`` is the GA session configuration as the engine takes it
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from journal.store import JournalStore
 from knowledge.tool import make_knowledge_tool
-from pipeline.engine import Engine, EngineSettings, Persona
+from pipeline.engine import Engine, EngineSettings, Persona, Plugins
 from pipeline.engine_config import SessionSetup, TurnFailure
 from pipeline.history import ConversationHistory
 from pipeline.turn_commands import TurnSettings
 from plugins.brain.local_model import local_model_of
 from plugins.brain.tool_loop import ToolHandler
-from plugins.contracts import ToolChoice, ToolSpec
+from plugins.contracts import Brain, ToolChoice, ToolSpec
+from runtime.budget import BudgetedBrain, BudgetGuard
 from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideServices, ConfideTool
 from runtime.config import Settings
 from runtime.enrichment import EnrichmentServices, session_enrichment
@@ -74,6 +76,8 @@ class EngineServices(ConfideServices, MemoryServices, EnrichmentServices, Protoc
     tool_judge: Judge | None
     tool_catalog: ToolCatalog
     tool_executor: HttpToolExecutor
+    budget_guard: BudgetGuard | None
+    budget_fallback: Brain | None
 
 
 def history_window(brain: object) -> tuple[int, int]:
@@ -83,6 +87,18 @@ def history_window(brain: object) -> tuple[int, int]:
     if not isinstance(window, int):
         return 8_192, 1_024
     return window, int(getattr(brain, "reserved_output_tokens", 256))
+
+
+def budgeted(services: EngineServices, tenant: str) -> Plugins:
+    """The plugins with the brain guarded by the tenant's budget when it is paid
+    (``runtime.budget``)."""
+    guard = services.budget_guard
+    if guard is None:
+        return services.plugins
+    brain = BudgetedBrain(
+        services.plugins.brain, guard=guard, tenant=tenant, fallback=services.budget_fallback
+    )
+    return dataclasses.replace(services.plugins, brain=brain)
 
 
 def build_engine(
@@ -130,7 +146,7 @@ def build_engine(
     for spec, _ in call_tools:
         tool_gate.registry.add_builtin(spec.name)
     engine = Engine(
-        plugins=services.plugins,
+        plugins=budgeted(services, thread.tenant),
         sink=outbox,
         journal=journal,
         history=ConversationHistory(

@@ -244,6 +244,13 @@ CASES: list[Case] = [
     Case("POST", "/v1/realtime/calls/{call_id}/hangup", "collection", allowed=404),
     Case("GET", "/api/calls", "collection"),
     Case("GET", "/api/usage", "collection"),
+    Case("GET", "/api/usage/budget", "collection"),
+    Case(
+        "PUT",
+        "/api/usage/budget",
+        "collection",
+        _json({"daily_micro_usd": 1000, "monthly_micro_usd": None}),
+    ),
     Case("GET", "/api/calls/{call_id}", "user_object"),
     Case("GET", "/api/recordings?thread_id=th_policy", "collection"),
     Case("GET", "/api/recordings/{recording_id}", "user_object"),
@@ -294,6 +301,8 @@ DECLARED: dict[tuple[str, str], Policy] = {
     ("POST", "/v1/telephony/twilio/voice"): Policy.TELEPHONY,
     ("PUT", "/api/recordings/{recording_id}/protection"): Policy.ADMIN,
     ("GET", "/api/recordings/policy"): Policy.ADMIN,
+    ("GET", "/api/usage/budget"): Policy.ADMIN,
+    ("PUT", "/api/usage/budget"): Policy.ADMIN,
     ("PUT", "/api/recordings/policy"): Policy.ADMIN,
 }
 """The policy each route must declare (every other route: ``member``), so a weakened

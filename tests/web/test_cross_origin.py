@@ -14,7 +14,7 @@ from typing import Any
 
 from runtime.config import Settings
 from runtime.server import running_server
-from tests.fleet import NGINX, free_port, needs_nginx
+from tests.fleet import NGINX, free_port, needs_nginx, nginx_main
 from tests.web.conftest import Launch, last_answer, say, start_talking, text_plugins, wait_js
 
 ROOT = Path(__file__).parents[2]
@@ -30,23 +30,7 @@ def pages_config(listen: int, api_base: str, prefix: Path) -> str:
     body, n2 = re.subn(r"root [^;]*;  # root", f"root {ROOT / 'web'};", body)
     body, n3 = re.subn(r'apiBase: "[^"]*"', f'apiBase: "{api_base}"', body)
     assert (n1, n2, n3) == (1, 1, 1), "deploy/nginx/pages.conf lost a marked line"
-    temp = prefix / "temp"
-    return f"""
-worker_processes 1;
-pid {prefix}/nginx-{listen}.pid;
-error_log {prefix}/error-{listen}.log warn;
-user root;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {temp}/body;
-    proxy_temp_path {temp}/proxy;
-    fastcgi_temp_path {temp}/fastcgi;
-    uwsgi_temp_path {temp}/uwsgi;
-    scgi_temp_path {temp}/scgi;
-{body}
-}}
-"""
+    return nginx_main(body, prefix, name=str(listen), connections=64)
 
 
 async def serve_pages(port: int, api_base: str, prefix: Path) -> subprocess.Popen[bytes]:
@@ -69,7 +53,7 @@ async def serve_pages(port: int, api_base: str, prefix: Path) -> subprocess.Pope
                     return process
                 except OSError:
                     if process.poll() is not None:
-                        log = prefix / f"error-{port}.log"
+                        log = prefix / f"error-{port}.log"  # nginx_main's name
                         raise RuntimeError(f"nginx exited: {log.read_text()}") from None
                     await asyncio.sleep(0.05)
     except BaseException:

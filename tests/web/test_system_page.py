@@ -53,6 +53,10 @@ async def test_the_system_page_lists_the_running_models_and_charts_a_turn(
         nav = await page.evaluate(
             "[...document.querySelectorAll('header nav a')].map(a => a.textContent)"
         )
+        # Usage: the turn's row, and the owner (an admin) sees the budget line.
+        await wait_js(page, "document.querySelectorAll('#usage tbody tr').length === 1")
+        usage_row = await page.locator("#usage tbody tr").inner_text()
+        budget_line = await page.text_content("#usage-budget")
         async with httpx.AsyncClient(base_url=server.http_url) as http:
             system = (
                 await http.get("/api/system", headers={"Authorization": f"Bearer {server.token}"})
@@ -72,6 +76,8 @@ async def test_the_system_page_lists_the_running_models_and_charts_a_turn(
     assert facts["database"].startswith("process memory")
     assert facts["version"] == system["version"]
     assert "System" in nav
+    assert "local-user" in usage_row and "$0.00" in usage_row  # the embedded stack costs 0
+    assert "Budget: none" in (budget_line or "") and "not paid" in (budget_line or "")
 
 
 async def test_without_a_token_the_api_answers_401_and_the_page_asks_to_sign_in(
