@@ -16,6 +16,8 @@ Rules
    failure is logged (availability over a budget that is checked again a few seconds later).
 4. Spend is counted after the fact, so the turn that crosses the budget is answered in full;
    the next one is not.
+5. A session's background model work on the paid brain — its thread memory's consolidation —
+   asks the same question first and is skipped once the budget is spent.
 """
 
 from __future__ import annotations

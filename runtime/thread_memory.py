@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -327,11 +327,20 @@ class ThreadMemoryHook:
     """One session's thread memory (rules 3, 4): what a turn reads, what runs after it."""
 
     def __init__(
-        self, service: ThreadMemoryService, thread: ThreadRef, brain: object, *, lane: str = ""
+        self,
+        service: ThreadMemoryService,
+        thread: ThreadRef,
+        brain: object,
+        *,
+        lane: str = "",
+        may_use_model: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.service = service
         self.thread = thread
         self.model = json_model_of(brain)
+        self.may_use_model = may_use_model
+        """Asked before each consolidation: False (a paid brain whose tenant has spent its
+        budget, ``runtime.budget``) skips it."""
         self.lane = lane
         """The session's lane on the brain's model (its voice session id)."""
         counter = getattr(getattr(brain, "model", None), "calls", None)
@@ -363,6 +372,8 @@ class ThreadMemoryHook:
 
     async def _consolidate(self, model: JsonModel) -> None:
         try:
+            if self.may_use_model is not None and not await self.may_use_model():
+                return
             await self.service.consolidate(self.thread, model)
         except Exception as e:  # recorded by the consolidator when it is the model's
             log.warning("thread memory consolidation failed: %s", type(e).__name__)

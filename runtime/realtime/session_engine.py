@@ -17,7 +17,7 @@ Rule 2. ``session_setup`` is the GA session configuration as the engine takes it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from journal.store import JournalStore
@@ -87,6 +87,17 @@ def history_window(brain: object) -> tuple[int, int]:
     if not isinstance(window, int):
         return 8_192, 1_024
     return window, int(getattr(brain, "reserved_output_tokens", 256))
+
+
+def within_budget(guard: BudgetGuard | None, tenant: str) -> Callable[[], Awaitable[bool]] | None:
+    """Whether the tenant may still use the paid brain (background memory work asks too)."""
+    if guard is None:
+        return None
+
+    async def allowed() -> bool:
+        return not await guard.spent(tenant)
+
+    return allowed
 
 
 def budgeted(services: EngineServices, tenant: str) -> Plugins:
@@ -170,7 +181,11 @@ def build_engine(
         incarnation=epoch,
         memory=session_memory(services, thread, role, outbox.send),
         thread_memory=ThreadMemoryHook(
-            services.thread_memory_service, thread, services.plugins.brain, lane=session_id
+            services.thread_memory_service,
+            thread,
+            services.plugins.brain,
+            lane=session_id,
+            may_use_model=within_budget(services.budget_guard, thread.tenant),
         ),
         model_hold=local_model_of(services.plugins.brain),
         enrichment=session_enrichment(services, thread, role),

@@ -63,13 +63,14 @@ async def converse(server: RunningServer, provider: OpenAIServer) -> dict[str, A
             second = await answer(client, "What do you sell?")
             third = await answer(client, "你们几点开门？")
         budget = (await http.get("/api/usage/budget")).json()
+    memory_work = [r for r in provider.requests if "response_format" in (r.json or {})]
     return {"first": first, "second": second, "third": third, "calls_then": calls_then,
-            "calls": len(server_requests(provider)), "budget": budget}  # fmt: skip
+            "calls": len(server_requests(provider)), "budget": budget,
+            "memory_calls": len(memory_work)}  # fmt: skip
 
 
 def server_requests(provider: OpenAIServer) -> list[Any]:
-    """The provider's answers to the person (the thread's memory work asks it for JSON too:
-    budgets do not stop that yet)."""
+    """The provider's answers to the person (the thread's memory work asks it for JSON)."""
     return [
         r for r in provider.requests
         if r.path.endswith("/chat/completions") and "response_format" not in (r.json or {})
@@ -86,6 +87,8 @@ async def test_a_spent_budget_stops_the_paid_brain_and_the_agent_says_so(
     assert got["calls"] == 1  # and was never called again
     assert got["second"] == BUDGET_SPENT["en"] and got["third"] == BUDGET_SPENT["zh"]
     assert got["budget"]["today_micro_usd"] >= 100 and got["budget"]["spent"] is True
+    # The thread memory's background work stops too: only the first turn's may have run.
+    assert got["memory_calls"] <= 1
 
 
 async def test_a_spent_budget_falls_back_to_the_embedded_brain(
