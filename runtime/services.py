@@ -73,6 +73,7 @@ from runtime.tracing import tracing_from_settings
 from runtime.usage import (
     InMemoryUsageLedger,
     PostgresUsageLedger,
+    Prices,
     UsageLedger,
     prices_for,
     stack_of,
@@ -133,6 +134,8 @@ class Services:
     audio_store: AudioStore | None = None
     usage: UsageLedger = field(default_factory=InMemoryUsageLedger)
     """What each tenant's conversations used (``runtime.usage``)."""
+    prices: Prices = field(default_factory=Prices)
+    """What the running stack costs (``OPENREALTIME_PRICES``), read once at start."""
     budget_guard: BudgetGuard | None = None
     """Set when the brain is paid: stops it for a tenant that spent its budget."""
     budget_fallback: Brain | None = None
@@ -489,7 +492,7 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
         judge_model = json_model_of(plugins.brain)
         if judge_model is not None:
             services.tool_judge = LanguageModelJudge(judge_model, name="brain-rule-readings")
-    prices = prices_for(settings.prices, stack_of(settings))
+    services.prices = prices = prices_for(settings.prices, stack_of(settings))
     if prices.input_per_mtok or prices.output_per_mtok:  # a paid brain: budgets apply
         services.budget_guard = BudgetGuard(
             services.usage, prices, cache_s=settings.budget_check_interval_s

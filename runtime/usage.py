@@ -349,25 +349,23 @@ class UsageMeter:
 
     async def _write(self) -> None:
         while (counts := await self._writes.get()) is not None:
-            key = UsageKey(self.tenant, datetime.now(UTC).date(), self.role_id, self.user)
-            try:
-                await self.ledger.add(key, counts)
-            except Exception as e:  # Rule 2: kept for the next write
-                log.warning("usage of %s not written (%s)", self.session_id, type(e).__name__)
-                self._since.add(counts)
+            if not await self._add(counts):
+                self._since.add(counts)  # Rule 2: kept for the next write
 
-    async def close(self) -> None:
-        """The session ended: the rest written."""
-        self.flush()
-        if self._writer is not None:
-            self._writes.put_nowait(None)
-            await self._writer
-            if not self._since.empty():  # the last write failed: one more try
-                await self._write_once(self._since)
-
-    async def _write_once(self, counts: Counts) -> None:
+    async def _add(self, counts: Counts) -> bool:
         key = UsageKey(self.tenant, datetime.now(UTC).date(), self.role_id, self.user)
         try:
             await self.ledger.add(key, counts)
         except Exception as e:
-            log.warning("usage of %s lost (%s)", self.session_id, type(e).__name__)
+            log.warning("usage of %s not written (%s)", self.session_id, type(e).__name__)
+            return False
+        return True
+
+    async def close(self) -> None:
+        """The session ended: the rest written (a failed last write is tried once more)."""
+        self.flush()
+        if self._writer is not None:
+            self._writes.put_nowait(None)
+            await self._writer
+            if not self._since.empty():
+                await self._add(self._since)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.budget import spend_of
 from runtime.http.api import Caller, ServicesDep
 from runtime.http.policy import Policy, allow, forbidden
-from runtime.usage import Budget, Counts, prices_for, stack_of
+from runtime.usage import Budget, Counts
 
 router = APIRouter(prefix="/api/usage", tags=["usage"])
 
@@ -31,7 +31,7 @@ class BudgetIn(BaseModel):
 
 async def _budget_json(who: Caller, services: ServicesDep) -> dict[str, Any]:
     budget = await services.usage.budget(who.tenant) or Budget()
-    prices = prices_for(services.settings.prices, stack_of(services.settings))
+    prices = services.prices
     spend = await spend_of(services.usage, prices, who.tenant)
     return {
         **budget.to_json(),
@@ -72,7 +72,7 @@ async def get_usage(
     since = until - timedelta(days=days - 1)
     user = None if scope == "tenant" else who.user
     rows = await services.usage.rows(who.tenant, user, since, until)
-    prices = prices_for(services.settings.prices, stack_of(services.settings))
+    prices = services.prices
     total = Counts()
     out = []
     for row in rows:
