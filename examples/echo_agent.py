@@ -1,17 +1,20 @@
 """A chat agent for OpenRealtime's voice runtime (docs/agent_protocol.md), in one file.
 
 Run it, then the runtime in front of it:
-    uvicorn examples.echo_agent:app --port 8700
-    OPENREALTIME_BRAIN=http OPENREALTIME_AGENT_URL=http://127.0.0.1:8700/turn make run
+    ECHO_AGENT_TOKEN=s3cret uvicorn examples.echo_agent:app --port 8700
+    OPENREALTIME_BRAIN=http OPENREALTIME_AGENT_URL=http://127.0.0.1:8700/turn \
+        OPENREALTIME_AGENT_TOKEN=s3cret make run
+(or give one role this agent: PATCH /api/roles/{id} with agent_url and agent_secret).
 It echoes what it hears, tells a long story slowly (interrupt it: it sees the stream close),
 and looks things up with the runtime's knowledge search when asked to.
 """
 
 import asyncio
 import json
+import os
 
 from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 app = FastAPI()
 requests: list[dict] = []
@@ -50,7 +53,10 @@ async def answer(turn: dict):
 
 
 @app.post("/turn")
-async def turn(request: Request) -> StreamingResponse:
+async def turn(request: Request) -> Response:
+    token = os.environ.get("ECHO_AGENT_TOKEN")
+    if token and request.headers.get("authorization") != f"Bearer {token}":
+        return JSONResponse({"error": "unauthorized"}, status_code=401)
     body = await request.json()
     requests.append(body)
     return StreamingResponse(answer(body), media_type="text/event-stream")

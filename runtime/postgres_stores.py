@@ -21,7 +21,8 @@ _TIMEOUT = 10.0
 
 _ROLE_COLUMNS = (
     "id, tenant, name, instructions, voice, language, memory_enabled, is_default, "
-    "created_at, updated_at, revision, failure_message, recording_enabled"
+    "created_at, updated_at, revision, failure_message, recording_enabled, "
+    "agent_url, agent_secret"
 )
 
 

@@ -49,6 +49,13 @@ class Role:
     recording_enabled: bool = False
     """Sessions of this role are recorded (SPEC REC-1), where the tenant may record at all
     (``Settings.recording_tenants``); off unless an admin turns it on."""
+    agent_url: str | None = None
+    """Its own chat agent (SPEC BRAIN-6, ``runtime.role_agent``): each turn of its sessions is
+    answered by the agent at this URL (its host on the tool allowlist) instead of the
+    deployment's brain; None: the deployment's brain."""
+    agent_secret: str | None = None
+    """The name of the tenant's tool secret sent to ``agent_url`` as its bearer token (the value
+    stays sealed in the secret store; the role keeps only the name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,8 @@ EDITABLE_FIELDS = frozenset(
         "memory_enabled",
         "failure_message",
         "recording_enabled",
+        "agent_url",
+        "agent_secret",
     }
 )
 """What ``RoleStore.update`` may change."""

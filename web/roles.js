@@ -133,6 +133,8 @@ function fillForm(role, bound, settings, tm) {
   $("role-memory").checked = role ? role.memory_enabled : true;
   $("role-failure-message").value = role?.failure_message || "";
   $("role-failure-silent").checked = role?.failure_message === "";
+  $("role-agent-url").value = role?.agent_url || "";
+  $("role-agent-secret").value = role?.agent_secret || "";
   fillMemoryModels(settings);
   $("tm-use").checked = tm.use;
   $("tm-generate").checked = tm.generate;
@@ -195,6 +197,14 @@ function formValues() {
   };
 }
 
+/** The role's own chat agent (docs/agent_protocol.md): its URL and the name of the tenant's tool secret sent as its token. */
+function agentValues() {
+  return {
+    agent_url: $("role-agent-url").value.trim() || null,
+    agent_secret: $("role-agent-secret").value.trim() || null,
+  };
+}
+
 /** Rule 2: the "changed, reload" prompt; `savedRole`: the role itself was saved before a later part met a conflict. */
 function showStale(savedRole = false) {
   $("stale-text").textContent = savedRole
@@ -216,9 +226,13 @@ async function save(event) {
   const values = formValues();
   let saved;
   try {
+    const agent = agentValues();
     saved = role
-      ? await api(`/api/roles/${encodeURIComponent(role.id)}`, { method: "PATCH", body: { expected_revision: role.revision, ...values } })
+      ? await api(`/api/roles/${encodeURIComponent(role.id)}`, { method: "PATCH", body: { expected_revision: role.revision, ...values, ...agent } })
       : await api("/api/roles", { method: "POST", body: values });
+    if (!role && (agent.agent_url || agent.agent_secret)) {
+      saved = await api(`/api/roles/${encodeURIComponent(saved.id)}`, { method: "PATCH", body: { expected_revision: saved.revision, ...agent } });
+    }
   } catch (error) {
     if (error instanceof ApiError && error.code === "stale_revision") showStale();
     else notice(`Role not saved: ${errorText(error)}`, "bad");

@@ -34,6 +34,11 @@ Rules
    ``voice_sample_busy`` with ``Retry-After``); it is a write request, so it also counts against
    the caller's write limit (``runtime/http/policy.py`` rule 4). A TTS failure is 503 ``tts_failed``
    (``tts_timeout`` when too slow). Nothing here logs the text.
+5. A role's own chat agent (``agent_url``, ``agent_secret``: ``runtime.role_agent``) is set by
+   PATCH: the URL http(s), without credentials, its host on the tool allowlist
+   (``OPENREALTIME_TOOL_HOSTS``; else 422 ``host_not_allowed``); the secret a name of the
+   tenant's tool secrets that exists (else 422 ``invalid_role``) — its value is never part of
+   the role. ``null`` clears either; the deployment's brain answers a role without an agent.
 """
 
 from __future__ import annotations
@@ -57,7 +62,9 @@ from runtime.http.api import ApiError, Caller, ServicesDep
 from runtime.http.policy import Policy, allow
 from runtime.realtime.session_config import GA_VOICES
 from runtime.roles import Role, StaleRoleRevision, default_role
+from runtime.services import Services
 from tools.errors import ToolError
+from tools.registry import SECRET_NAME, check_host
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +94,7 @@ EMBEDDED_VOICES: dict[str, dict[str, str]] = {
 _LANGUAGE = r"^(en|zh)$"
 
 MAX_FAILURE_MESSAGE_CHARS = 200
+MAX_AGENT_URL_CHARS = 2_000
 """A failed turn's apology is one short sentence (SPEC RT-11)."""
 
 
@@ -110,6 +118,8 @@ class RolePatch(BaseModel):
     memory_enabled: bool | None = None
     failure_message: str | None = Field(default=None, max_length=MAX_FAILURE_MESSAGE_CHARS)
     recording_enabled: bool | None = None
+    agent_url: str | None = Field(default=None, min_length=1, max_length=MAX_AGENT_URL_CHARS)
+    agent_secret: str | None = Field(default=None, pattern=SECRET_NAME.pattern)
 
 
 class VoiceSampleIn(BaseModel):
@@ -129,6 +139,8 @@ def role_json(role: Role) -> dict[str, Any]:
         "memory_enabled": role.memory_enabled,
         "failure_message": role.failure_message,
         "recording_enabled": role.recording_enabled,
+        "agent_url": role.agent_url,
+        "agent_secret": role.agent_secret,
         "is_default": role.is_default,
         "revision": role.revision,
         "created_at": role.created_at.isoformat(),
@@ -179,6 +191,7 @@ async def update_role(
         raise ApiError(422, "invalid_role", "name cannot be null")
     if "recording_enabled" in changes and changes["recording_enabled"] is None:
         raise ApiError(422, "invalid_role", "recording_enabled cannot be null")
+    await _check_agent(changes, who.tenant, services)
     try:
         role = await services.roles.update(
             who.tenant, role_id, expected_revision=expected, **changes
@@ -188,6 +201,19 @@ async def update_role(
     if role is None:
         raise _not_found(role_id)
     return role_json(role)
+
+
+async def _check_agent(changes: dict[str, Any], tenant: str, services: Services) -> None:
+    """Rule 5."""
+    url, secret = changes.get("agent_url"), changes.get("agent_secret")
+    try:
+        if url is not None:
+            check_host(url, services.settings.tool_host_set())
+        known = secret is None or await services.tool_secrets.get(tenant, secret) is not None
+    except ToolError as e:
+        raise ApiError(503 if e.retryable else 422, e.code, e.message) from e
+    if not known:
+        raise ApiError(422, "invalid_role", f"the tenant has no tool secret named {secret!r}")
 
 
 @router.get("/api/roles/{role_id}/impact", dependencies=[allow(Policy.ADMIN)])

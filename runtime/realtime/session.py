@@ -84,6 +84,7 @@ from runtime.realtime.session_config import (
 )
 from runtime.realtime.session_engine import build_engine, session_setup
 from runtime.recording import RECORDING_NOTICE, SessionRecording, start_recording
+from runtime.role_agent import RoleAgentBrain, brain_of
 from runtime.roles import Role
 from runtime.usage import UsageMeter
 
@@ -403,6 +404,8 @@ class VoiceSession:
         if self.recording is not None:
             await self.recording.close()
         await self.usage.close()
+        if isinstance(self.brain, RoleAgentBrain):  # the deployment's brain outlives sessions
+            await self.brain.aclose()
         await self.tool_gate.close()
         self.services.role_memory.turns.end(self.thread.tenant, self.thread.thread_id)
         await self.journal.close()
@@ -511,6 +514,8 @@ class VoiceSession:
             self.engine.create_response(ResponseOptions(say=notice, in_conversation=False))
 
     def _build_engine(self) -> None:
+        self.brain = brain_of(self.services, self.role, self.services.plugins.brain)
+        """The role's own agent (``runtime.role_agent``), else the deployment's brain."""
         self.engine, self.tool_gate = build_engine(
             self.services,
             thread=self.thread,
@@ -523,6 +528,7 @@ class VoiceSession:
             outbox=self.outbox,
             on_turn_failed=self._turn_failed,
             call_tools=self.call_tools,
+            brain=self.brain,
         )
         self.engine.taps.append(self.usage)
         self._configure_engine()

@@ -100,15 +100,14 @@ def within_budget(guard: BudgetGuard | None, tenant: str) -> Callable[[], Awaita
     return allowed
 
 
-def budgeted(services: EngineServices, tenant: str) -> Plugins:
-    """The plugins with the brain guarded by the tenant's budget when it is paid
-    (``runtime.budget``)."""
+def budgeted(services: EngineServices, tenant: str, brain: Brain) -> Plugins:
+    """The plugins with ``brain``; the deployment's brain guarded by the tenant's budget when it
+    is paid (``runtime.budget``; a role's own agent is not: ``runtime.role_agent`` Rule 4)."""
     guard = services.budget_guard
-    if guard is None:
+    if guard is not None and brain is services.plugins.brain:
+        brain = BudgetedBrain(brain, guard=guard, tenant=tenant, fallback=services.budget_fallback)
+    if brain is services.plugins.brain:
         return services.plugins
-    brain = BudgetedBrain(
-        services.plugins.brain, guard=guard, tenant=tenant, fallback=services.budget_fallback
-    )
     return dataclasses.replace(services.plugins, brain=brain)
 
 
@@ -125,16 +124,19 @@ def build_engine(
     outbox: Outbox,
     on_turn_failed: Callable[[TurnFailure], None],
     call_tools: Sequence[tuple[ToolSpec, ToolHandler]] = (),
+    brain: Brain | None = None,
 ) -> tuple[Engine, ToolGate]:
     """Rule 1: the session's engine and its tool gate; ``call_tools``: the built-ins of the
-    transport (a phone call's ``end_call``)."""
+    transport (a phone call's ``end_call``); ``brain``: the role's own agent
+    (``runtime.role_agent``), else the deployment's brain."""
+    brain = services.plugins.brain if brain is None else brain
     knowledge_spec, knowledge_tool = make_knowledge_tool(
         services.knowledge, tenant=thread.tenant, user=thread.user, role_id=role.id
     )
     confide = ConfideTool(
         services, thread=thread, role_id=role.id, language=role.language, journal=journal
     )
-    window, reserved = history_window(services.plugins.brain)
+    window, reserved = history_window(brain)
     settings = services.settings
     tool_gate = ToolGate(
         decider=ToolDecider(
@@ -157,7 +159,7 @@ def build_engine(
     for spec, _ in call_tools:
         tool_gate.registry.add_builtin(spec.name)
     engine = Engine(
-        plugins=budgeted(services, thread.tenant),
+        plugins=budgeted(services, thread.tenant, brain),
         sink=outbox,
         journal=journal,
         history=ConversationHistory(

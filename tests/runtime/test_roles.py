@@ -48,6 +48,17 @@ class RoleStoreContract:
         assert (muted.name, muted.memory_enabled, muted.voice) == ("Coach", False, "verse")
         assert muted.updated_at >= role.updated_at
 
+    async def test_a_roles_own_agent_is_kept_and_cleared(self, store: RoleStore) -> None:
+        role = await tutor(store)
+        url = "https://agents.example/turn"
+        given = await store.update("acme", role.id, agent_url=url, agent_secret="agent_token")
+        fetched = await store.get("acme", role.id)
+        cleared = await store.update("acme", role.id, agent_url=None, agent_secret=None)
+        assert given is not None and fetched == given
+        assert (given.agent_url, given.agent_secret, given.revision) == (url, "agent_token", 2)
+        assert cleared is not None and (cleared.agent_url, cleared.agent_secret) == (None, None)
+        assert role.agent_url is None  # a new role has none: the deployment's brain
+
     async def test_an_update_naming_the_current_revision_wins(self, store: RoleStore) -> None:
         role = await tutor(store)
         updated = await store.update("acme", role.id, expected_revision=1, instructions="Drill.")
