@@ -6,18 +6,23 @@ Rules
 1. A tenant's budget is a daily and/or a monthly amount in micro-USD, set by its admins
    (``PUT /api/usage/budget``); none set: no limit. Spend is the usage ledger's cost
    (``runtime.usage`` Rule 3) for today and for this month, UTC.
-2. Only paid work stops: a session's brain is guarded when the running brain's prices are not 0
-   (``BudgetedBrain``). Before each round it asks whether the tenant has spent its budget
-   (the answer kept for ``budget_check_interval_s``: a busy tenant costs one ledger read every
-   few seconds); spent, the paid brain is not called: the fallback answers when the deployment
-   names one (``OPENREALTIME_BUDGET_FALLBACK``: ``rules`` or ``llm``, the embedded brains), else the
-   agent says, in the person's language, that it cannot answer now (``BUDGET_SPENT``).
+2. Only paid work stops: each stage of a session — brain, ASR, TTS — is guarded when its prices
+   are not 0 (``BudgetedBrain``, ``BudgetedASR``, ``BudgetedTTS``). Before each call (each brain
+   round, transcription, sentence spoken) it asks whether the tenant has spent its budget (the
+   answer kept for ``budget_check_interval_s``: a busy tenant costs one ledger read every few
+   seconds); spent, the paid provider is not called. When the deployment names a fallback
+   (``OPENREALTIME_BUDGET_FALLBACK``: ``rules`` or ``llm``, the embedded brains) the embedded
+   stack takes over every paid stage (that brain, Whisper, the embedded TTS). Without one, the
+   brain's answer is that it cannot answer now, in the person's language (``BUDGET_SPENT``); a
+   paid ASR or TTS fails its turn with ``budget_spent`` (the client gets the error; nothing can
+   be heard or spoken without a provider).
 3. A ledger that cannot be read does not stop a conversation: the paid brain answers and the
    failure is logged (availability over a budget that is checked again a few seconds later).
 4. Spend is counted after the fact, so the turn that crosses the budget is answered in full;
    the next one is not.
 5. A session's background model work on the paid brain — its thread memory's consolidation —
-   asks the same question first and is skipped once the budget is spent.
+   asks the same question first and is skipped once the budget is spent; so does a person's
+   "refresh" of a thread's memory (``402 budget_spent``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from plugins.contracts import Brain, BrainDelta, BrainInput
+from plugins.audio import PCM
+from plugins.contracts import ASR, TTS, Brain, BrainDelta, BrainInput, SpeechChunk, Transcript
+from plugins.errors import PluginError
 from plugins.language import dominant_language, zh_or_en
 from runtime.usage import Budget, Prices, UsageLedger
 
@@ -96,6 +103,18 @@ class BudgetGuard:
         self._known.pop(tenant, None)
 
 
+class BudgetSpent(PluginError):
+    """Rule 2: a paid stage without a fallback, for a tenant that spent its budget."""
+
+    code = "budget_spent"
+
+    def __init__(self, stage: str) -> None:
+        super().__init__(
+            f"the {stage} provider is not called: this tenant has spent its budget",
+            retryable=False,
+        )
+
+
 class BudgetedBrain:
     """Rule 2 for one session's paid brain."""
 
@@ -117,3 +136,48 @@ class BudgetedBrain:
         else:
             said = dominant_language(request.current_input)  # the person's, else the role's
             yield BrainDelta(text=BUDGET_SPENT[zh_or_en(said or request.language)])
+
+
+class BudgetedASR:
+    """Rule 2 for one session's paid ASR."""
+
+    def __init__(self, paid: ASR, *, guard: BudgetGuard, tenant: str, fallback: ASR | None) -> None:
+        self.paid = paid
+        self.guard = guard
+        self.tenant = tenant
+        self.fallback = fallback
+
+    async def transcribe(self, utterance: PCM, *, language: str | None = None) -> Transcript:
+        if not await self.guard.spent(self.tenant):
+            return await self.paid.transcribe(utterance, language=language)
+        if self.fallback is None:
+            raise BudgetSpent("ASR")
+        return await self.fallback.transcribe(utterance, language=language)
+
+
+class BudgetedTTS:
+    """Rule 2 for one session's paid TTS."""
+
+    def __init__(self, paid: TTS, *, guard: BudgetGuard, tenant: str, fallback: TTS | None) -> None:
+        self.paid = paid
+        self.guard = guard
+        self.tenant = tenant
+        self.fallback = fallback
+
+    async def stream(
+        self, text: str, *, voice: str | None, language: str | None
+    ) -> AsyncGenerator[SpeechChunk, None]:
+        if not await self.guard.spent(self.tenant):
+            tts = self.paid
+        elif self.fallback is None:
+            raise BudgetSpent("TTS")
+        else:
+            tts, voice = self.fallback, None  # the provider's voice names mean nothing to it
+        stream = tts.stream(text, voice=voice, language=language)
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()

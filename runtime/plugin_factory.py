@@ -38,6 +38,24 @@ def build_plugins(settings: Settings) -> Plugins:
     )
 
 
+def budget_fallbacks(
+    settings: Settings, paid: dict[str, bool]
+) -> tuple[Brain | None, ASR | None, TTS | None]:
+    """What answers, hears and speaks for a tenant that spent its budget (``runtime.budget``
+    Rule 2): the embedded stack for each paid stage, when ``OPENREALTIME_BUDGET_FALLBACK`` names
+    an embedded brain; none otherwise."""
+    if settings.budget_fallback == "none":
+        return None, None, None
+    embedded = settings.model_copy(
+        update={"brain": settings.budget_fallback, "asr": "whisper", "tts": "auto"}
+    )
+    return (
+        build_brain(embedded) if paid["brain"] else None,
+        _asr(embedded) if paid["asr"] else None,
+        _tts(embedded) if paid["tts"] else None,
+    )
+
+
 def build_model_backends(settings: Settings) -> ModelBackends:
     """The embedded models ``openrealtime serve-models`` serves: Whisper, the configured TTS
     and the local language model (its fair queue keyed by caller)."""

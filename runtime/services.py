@@ -35,7 +35,7 @@ from memory.thread_consolidation import JsonModel
 from memory.thread_store import InMemoryThreadMemoryStore, ThreadMemoryStore
 from pipeline.engine import Plugins
 from plugins.brain.local_model import local_model_of
-from plugins.contracts import Brain
+from plugins.contracts import ASR, TTS, Brain
 from plugins.embedding import E5Embedder
 from records.audio_store import AudioStore, LocalAudioStore
 from records.recordings import InMemoryRecordingIndex, PostgresRecordingIndex, RecordingIndex
@@ -46,7 +46,7 @@ from runtime.database import Database, open_database
 from runtime.limits import WriteRateLimiter
 from runtime.metrics import LoopLagMonitor, ModelState, ProcessState
 from runtime.migrations import apply_migrations
-from runtime.plugin_factory import build_brain, build_plugins, warm_up
+from runtime.plugin_factory import budget_fallbacks, build_plugins, warm_up
 from runtime.postgres_records import PostgresRecordStore
 from runtime.postgres_stores import PostgresRoleStore, PostgresThreadStore
 from runtime.realtime.live import LiveSessions
@@ -71,6 +71,7 @@ from runtime.thread_memory import ThreadMemoryService, json_model_of
 from runtime.threads import InMemoryThreadStore, ThreadStore
 from runtime.tracing import tracing_from_settings
 from runtime.usage import (
+    CpuShare,
     InMemoryUsageLedger,
     PostgresUsageLedger,
     Prices,
@@ -134,11 +135,16 @@ class Services:
     audio_store: AudioStore | None = None
     usage: UsageLedger = field(default_factory=InMemoryUsageLedger)
     """What each tenant's conversations used (``runtime.usage``)."""
+    cpu_share: CpuShare = field(default_factory=CpuShare)
+    """The process's CPU time shared out among its sessions (``runtime.usage`` Rule 6)."""
     prices: Prices = field(default_factory=Prices)
     """What the running stack costs (``OPENREALTIME_PRICES``), read once at start."""
     budget_guard: BudgetGuard | None = None
     """Set when the brain is paid: stops it for a tenant that spent its budget."""
     budget_fallback: Brain | None = None
+    budget_fallback_asr: ASR | None = None
+    budget_fallback_tts: TTS | None = None
+    """What takes over a paid stage once a tenant spent its budget (``runtime.budget`` Rule 2)."""
     audio_store_name: str = "local"
     """``Recording.store`` of the recordings this process makes (``recording_store``)."""
     """Where recordings' sealed audio rests (the data directory's ``recordings/``); None in
@@ -493,13 +499,13 @@ async def open_services(settings: Settings, *, plugins: Plugins | None = None) -
         if judge_model is not None:
             services.tool_judge = LanguageModelJudge(judge_model, name="brain-rule-readings")
     services.prices = prices = prices_for(settings.prices, stack_of(settings))
-    if prices.input_per_mtok or prices.output_per_mtok:  # a paid brain: budgets apply
+    if any(prices.paid.values()):  # a paid stage: budgets apply
         services.budget_guard = BudgetGuard(
             services.usage, prices, cache_s=settings.budget_check_interval_s
         )
-        if settings.budget_fallback != "none":
-            fallback = settings.model_copy(update={"brain": settings.budget_fallback})
-            services.budget_fallback = build_brain(fallback)
+        services.budget_fallback, services.budget_fallback_asr, services.budget_fallback_tts = (
+            budget_fallbacks(settings, prices.paid)
+        )
     services.owns_plugins = warm
     services.knowledge = knowledge_base(settings, services.database)
     if warm and services.knowledge.embedder is not None:

@@ -17,6 +17,17 @@ Rules
    embedded stack's are 0 by default. Cost is integer micro-USD (seeds/000's unit), computed
    when read, so a changed price table reprices history — the table is the one truth.
 4. Reads are scoped: a member's own rows; an admin's, the tenant's (``GET /api/usage``).
+5. Model time (``model_ms``): the wall time a session's work waited on its models — each
+   transcription, each wait for the brain's next piece of an answer, each wait for the TTS's next
+   chunk — measured at the session's own plugins (``metered``), so time a shared model spent on
+   others while this session queued for it counts too; the time the session spent doing
+   anything else (playing audio, waiting for the person) does not.
+6. CPU time (``cpu_ms``), estimated: the process's CPU time (``time.process_time``: every
+   thread, the models' native ones included) is shared out among the live sessions each time
+   one of them writes (``CpuShare``): in proportion to their model time since the last share,
+   evenly when none used a model (the audio path was what ran). It is the session process's CPU
+   only: models served by another process (``openrealtime serve-models``) are not in it.
+   The embedded stack's cost is 0; its CPU time is what it used.
 """
 
 from __future__ import annotations
@@ -26,7 +37,8 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Protocol
@@ -40,7 +52,7 @@ log = logging.getLogger(__name__)
 
 COUNTERS = (
     "responses", "input_tokens", "output_tokens", "audio_in_ms", "audio_out_ms", "asr_ms",
-    "tts_chars", "tool_calls",
+    "tts_chars", "tool_calls", "model_ms", "cpu_ms",
 )  # fmt: skip
 
 
@@ -54,6 +66,8 @@ class Counts:
     asr_ms: int = 0
     tts_chars: int = 0
     tool_calls: int = 0
+    model_ms: int = 0
+    cpu_ms: int = 0
 
     def add(self, other: Counts) -> None:
         for name in COUNTERS:
@@ -234,6 +248,15 @@ class Prices:
         )
         return math.ceil(round(usd * 1e6, 6))
 
+    @property
+    def paid(self) -> dict[str, bool]:
+        """Which stages cost money (``runtime.budget`` guards those)."""
+        return {
+            "brain": bool(self.input_per_mtok or self.output_per_mtok),
+            "asr": bool(self.asr_per_minute),
+            "tts": bool(self.tts_per_mchar),
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             "input_per_mtok_usd": self.input_per_mtok,
@@ -284,6 +307,40 @@ def prices_for(table_json: str, stack: Mapping[str, str]) -> Prices:
 # ------------------------------------------------------------------ the meter (Rules 1, 2)
 
 
+class CpuShare:
+    """Rule 6 for one process: its CPU time shared out among the live sessions' meters."""
+
+    def __init__(self, clock: Callable[[], float] = time.process_time) -> None:
+        self._clock = clock
+        self._last = clock()
+        self._weights: dict[UsageMeter, float] = {}
+
+    def join(self, meter: UsageMeter) -> None:
+        if not self._weights:  # nobody was live: what the process did meanwhile is no one's
+            self._last = self._clock()
+        self._weights.setdefault(meter, 0.0)
+
+    def weigh(self, meter: UsageMeter, model_ms: float) -> None:
+        if meter in self._weights:
+            self._weights[meter] += model_ms
+
+    def share(self) -> None:
+        """The CPU time since the last share, to the live meters."""
+        now = self._clock()
+        spent_ms, self._last = (now - self._last) * 1000.0, now
+        if not self._weights or spent_ms <= 0:
+            return
+        total = sum(self._weights.values())
+        for meter, weight in self._weights.items():
+            meter.used_cpu(spent_ms * (weight / total if total > 0 else 1 / len(self._weights)))
+            self._weights[meter] = 0.0
+
+    def leave(self, meter: UsageMeter) -> None:
+        if meter in self._weights:
+            self.share()
+            del self._weights[meter]
+
+
 class UsageMeter:
     """One session's usage: an engine tap (Rule 1) writing to the ledger (Rule 2)."""
 
@@ -296,8 +353,14 @@ class UsageMeter:
         role_id: str,
         session_id: str,
         output_rate: int,
+        cpu: CpuShare | None = None,
     ) -> None:
         self.ledger = ledger
+        self.cpu = cpu
+        if cpu is not None:
+            cpu.join(self)
+        self._fractions = {"model_ms": 0.0, "cpu_ms": 0.0}
+        """Rules 5, 6: what is not yet a whole millisecond."""
         self.tenant, self.user, self.role_id = tenant, user, role_id
         self.session_id = session_id
         self.total = Counts()
@@ -334,12 +397,31 @@ class UsageMeter:
                 self._count("output_tokens", usage.output_tokens)
             self.flush()
 
+    def used_model(self, ms: float) -> None:
+        """Rule 5: the session waited ``ms`` on one of its models."""
+        self._count_fraction("model_ms", ms)
+        if self.cpu is not None:
+            self.cpu.weigh(self, ms)
+
+    def used_cpu(self, ms: float) -> None:
+        """Rule 6: the session's share of the process's CPU time."""
+        self._count_fraction("cpu_ms", ms)
+
+    def _count_fraction(self, name: str, ms: float) -> None:
+        pending = self._fractions[name] + ms
+        whole = int(pending)
+        self._fractions[name] = pending - whole
+        if whole:
+            self._count(name, whole)
+
     def _count(self, name: str, amount: int) -> None:
         setattr(self._since, name, getattr(self._since, name) + amount)
         setattr(self.total, name, getattr(self.total, name) + amount)
 
     def flush(self) -> None:
         """Rule 2: what was counted since the last write goes to the ledger."""
+        if self.cpu is not None:
+            self.cpu.share()
         if self._since.empty():
             return
         counts, self._since = self._since, Counts()
@@ -363,6 +445,9 @@ class UsageMeter:
 
     async def close(self) -> None:
         """The session ended: the rest written (a failed last write is tried once more)."""
+        if self.cpu is not None:
+            self.cpu.leave(self)
+            self.cpu = None
         self.flush()
         if self._writer is not None:
             self._writes.put_nowait(None)

@@ -32,6 +32,11 @@ function duration(seconds) {
   return shown.length ? shown.join(" ") : `${s} s`;
 }
 
+/** Like duration, with tenths of a second under a minute (model and CPU time are often short). */
+function preciseDuration(seconds) {
+  return seconds < 60 ? `${seconds.toFixed(1)} s` : duration(seconds);
+}
+
 function size(bytes) {
   if (bytes === null || bytes === undefined) return "—";
   return bytes >= 1e9 ? `${(bytes / 1e9).toFixed(2)} GB` : `${(bytes / 1e6).toFixed(1)} MB`;
@@ -165,8 +170,16 @@ function usageCells(r, first) {
   return [
     ...first, r.responses, `${r.input_tokens} / ${r.output_tokens}`,
     `${duration(r.audio_in_ms / 1000)} / ${duration(r.audio_out_ms / 1000)}`,
-    duration(r.asr_ms / 1000), r.tts_chars, r.tool_calls, usd(r.cost_micro_usd),
+    duration(r.asr_ms / 1000), r.tts_chars, r.tool_calls,
+    preciseDuration(r.model_ms / 1000), preciseDuration(r.cpu_ms / 1000), usd(r.cost_micro_usd),
   ];
+}
+
+/** "the paid brain and TTS are", from the budget's `paid` stages. */
+function paidStages(b) {
+  const stages = Object.entries(b.paid || { brain: b.paid_brain }).filter(([, paid]) => paid).map(([stage]) => stage.toUpperCase() === "BRAIN" ? "brain" : stage.toUpperCase());
+  if (!stages.length) return "nothing paid is";
+  return `the paid ${stages.length > 1 ? `${stages.slice(0, -1).join(", ")} and ${stages.at(-1)} are` : `${stages[0]} is`}`;
 }
 
 // Usage and cost (SPEC OPS-6): GET /api/usage, the caller's own or (admins) the tenant's.
@@ -190,7 +203,7 @@ async function showUsage(admin) {
   try {
     const b = await api("/api/usage/budget");
     const limits = [b.daily_micro_usd != null ? `${usd(b.daily_micro_usd)} a day` : "", b.monthly_micro_usd != null ? `${usd(b.monthly_micro_usd)} a month` : ""].filter(Boolean);
-    $("usage-budget").textContent = `Spent today ${usd(b.today_micro_usd)}, this month ${usd(b.month_micro_usd)}. Budget: ${limits.join(", ") || "none"}${b.spent ? " — spent: the paid brain is not called" : ""}${b.paid_brain ? "" : " (the brain is not paid: budgets stop nothing)"}.`;
+    $("usage-budget").textContent = `Spent today ${usd(b.today_micro_usd)}, this month ${usd(b.month_micro_usd)}. Budget: ${limits.join(", ") || "none"}${b.spent ? ` — spent: ${paidStages(b)} not called` : ""}${paidStages(b) === "nothing paid is" ? " (nothing here is paid: budgets stop nothing)" : ""}.`;
     $("usage-budget").classList.remove("hidden");
   } catch (error) {
     $("usage-budget").textContent = `Budget: ${errorText(error)}`;

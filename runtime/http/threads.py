@@ -8,7 +8,8 @@
   only way back for a retracted fact), ``{"type": "forget", "key"}`` (no active fact under it
   → 409 ``unknown_fact``), ``{"type": "configure", "use"?, "generate"?}`` (true/false set, null
   clears back to the tenant default, a missing field leaves it; the head does not move),
-  ``{"type": "refresh"}`` (consolidate now with the thread's model; 503
+  ``{"type": "refresh"}`` (consolidate now with the thread's model; 402 ``budget_spent`` when
+  the model is paid and the tenant spent its budget; 503
   ``memory_model_unavailable`` on a server whose brain has none).
 
 - ``GET  /api/thread-memory/defaults`` (members) / ``PUT`` (admins) ``{use, generate}``: the
@@ -107,6 +108,11 @@ async def thread_memory_command(
         command = Command("forget", key=given.key)
     else:
         command = Command("refresh")
+        guard = services.budget_guard  # runtime.budget Rule 5: not with a spent paid brain
+        if guard is not None and services.prices.paid["brain"] and await guard.spent(who.tenant):
+            raise ApiError(
+                402, "budget_spent", "this tenant has spent its budget: the paid model is not used"
+            )
     try:
         return await services.thread_memory_service.run_command(
             thread, expected=body.expected, revision=body.revision, command=command

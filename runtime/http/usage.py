@@ -38,7 +38,8 @@ async def _budget_json(who: Caller, services: ServicesDep) -> dict[str, Any]:
         "today_micro_usd": spend.today_micro_usd,
         "month_micro_usd": spend.month_micro_usd,
         "spent": spend.over(budget),
-        "paid_brain": services.budget_guard is not None,
+        "paid_brain": prices.paid["brain"],
+        "paid": prices.paid,
         "fallback": services.settings.budget_fallback,
     }
 

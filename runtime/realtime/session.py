@@ -179,6 +179,7 @@ class VoiceSession:
             role_id=self.role.id,
             session_id=self.id,
             output_rate=self.config.output_format.rate,
+            cpu=services.cpu_share,
         )
         """What this session uses (``runtime.usage``)."""
         self._build_engine()
@@ -529,6 +530,7 @@ class VoiceSession:
             on_turn_failed=self._turn_failed,
             call_tools=self.call_tools,
             brain=self.brain,
+            usage=self.usage,
         )
         self.engine.taps.append(self.usage)
         self._configure_engine()

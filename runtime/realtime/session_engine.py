@@ -28,12 +28,13 @@ from pipeline.history import ConversationHistory
 from pipeline.turn_commands import TurnSettings
 from plugins.brain.local_model import local_model_of
 from plugins.brain.tool_loop import ToolHandler
-from plugins.contracts import Brain, ToolChoice, ToolSpec
-from runtime.budget import BudgetedBrain, BudgetGuard
+from plugins.contracts import ASR, TTS, Brain, ToolChoice, ToolSpec
+from runtime.budget import BudgetedASR, BudgetedBrain, BudgetedTTS, BudgetGuard
 from runtime.confide import CONFIDE_TOOL_TIMEOUT_S, ConfideServices, ConfideTool
 from runtime.config import Settings
 from runtime.enrichment import EnrichmentServices, session_enrichment
 from runtime.memory_hook import MemoryServices, session_memory
+from runtime.metered import metered
 from runtime.realtime.session_config import (
     GA_VOICES,
     SEMANTIC_VAD_EAGERNESS,
@@ -43,6 +44,7 @@ from runtime.realtime.session_config import (
 from runtime.roles import Role
 from runtime.thread_memory import ThreadMemoryHook
 from runtime.tool_gate import ToolGate
+from runtime.usage import Prices, UsageMeter
 from tools.decide import ToolDecider
 
 if TYPE_CHECKING:
@@ -78,6 +80,9 @@ class EngineServices(ConfideServices, MemoryServices, EnrichmentServices, Protoc
     tool_executor: HttpToolExecutor
     budget_guard: BudgetGuard | None
     budget_fallback: Brain | None
+    budget_fallback_asr: ASR | None
+    budget_fallback_tts: TTS | None
+    prices: Prices
 
 
 def history_window(brain: object) -> tuple[int, int]:
@@ -101,14 +106,28 @@ def within_budget(guard: BudgetGuard | None, tenant: str) -> Callable[[], Awaita
 
 
 def budgeted(services: EngineServices, tenant: str, brain: Brain) -> Plugins:
-    """The plugins with ``brain``; the deployment's brain guarded by the tenant's budget when it
-    is paid (``runtime.budget``; a role's own agent is not: ``runtime.role_agent`` Rule 4)."""
-    guard = services.budget_guard
-    if guard is not None and brain is services.plugins.brain:
+    """The plugins with ``brain``; each paid stage of the deployment guarded by the tenant's
+    budget (``runtime.budget``; a role's own agent is not: ``runtime.role_agent`` Rule 4)."""
+    guard, plugins = services.budget_guard, services.plugins
+    if guard is None:
+        return plugins if brain is plugins.brain else dataclasses.replace(plugins, brain=brain)
+    paid = services.prices.paid
+    asr, tts = plugins.asr, plugins.tts
+    if paid["brain"] and brain is plugins.brain:
         brain = BudgetedBrain(brain, guard=guard, tenant=tenant, fallback=services.budget_fallback)
-    if brain is services.plugins.brain:
-        return services.plugins
-    return dataclasses.replace(services.plugins, brain=brain)
+    if paid["asr"]:
+        asr = BudgetedASR(asr, guard=guard, tenant=tenant, fallback=services.budget_fallback_asr)
+    if paid["tts"]:
+        tts = BudgetedTTS(tts, guard=guard, tenant=tenant, fallback=services.budget_fallback_tts)
+    return dataclasses.replace(plugins, brain=brain, asr=asr, tts=tts)
+
+
+def session_plugins(
+    services: EngineServices, tenant: str, brain: Brain, usage: UsageMeter | None
+) -> Plugins:
+    """The session's plugins: its brain, guarded by the budget, and its models timed."""
+    plugins = budgeted(services, tenant, brain)
+    return plugins if usage is None else metered(plugins, usage.used_model)
 
 
 def build_engine(
@@ -125,10 +144,12 @@ def build_engine(
     on_turn_failed: Callable[[TurnFailure], None],
     call_tools: Sequence[tuple[ToolSpec, ToolHandler]] = (),
     brain: Brain | None = None,
+    usage: UsageMeter | None = None,
 ) -> tuple[Engine, ToolGate]:
     """Rule 1: the session's engine and its tool gate; ``call_tools``: the built-ins of the
     transport (a phone call's ``end_call``); ``brain``: the role's own agent
-    (``runtime.role_agent``), else the deployment's brain."""
+    (``runtime.role_agent``), else the deployment's brain; ``usage``: the session's meter, its
+    models' time counted into it (``runtime.metered``)."""
     brain = services.plugins.brain if brain is None else brain
     knowledge_spec, knowledge_tool = make_knowledge_tool(
         services.knowledge, tenant=thread.tenant, user=thread.user, role_id=role.id
@@ -159,7 +180,7 @@ def build_engine(
     for spec, _ in call_tools:
         tool_gate.registry.add_builtin(spec.name)
     engine = Engine(
-        plugins=budgeted(services, thread.tenant, brain),
+        plugins=session_plugins(services, thread.tenant, brain, usage),
         sink=outbox,
         journal=journal,
         history=ConversationHistory(

@@ -8,19 +8,24 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
-from runtime.budget import BUDGET_SPENT
+from plugins.fakes import FakeASR
+from runtime.budget import BUDGET_SPENT, BudgetedASR, BudgetGuard
 from runtime.client import RealtimeClient
 from runtime.config import Settings
-from runtime.plugin_factory import build_brain
+from runtime.plugin_factory import build_brain, build_plugins
 from runtime.server import RunningServer, running_server
+from runtime.usage import Budget, Counts, InMemoryUsageLedger, Prices, UsageKey
 from tests.plugins.openai_server import API_KEY, OpenAIServer, running_openai_server
 from tests.runtime.conftest import fake_plugins
+from tests.runtime.test_conversation import SILENCE, stream, tone_frame
 
 MODEL = "paid-model"
 
@@ -62,11 +67,17 @@ async def converse(server: RunningServer, provider: OpenAIServer) -> dict[str, A
                     await asyncio.sleep(0.02)
             second = await answer(client, "What do you sell?")
             third = await answer(client, "你们几点开门？")
+            thread = client.session["thread_id"]
         budget = (await http.get("/api/usage/budget")).json()
+        # A person's "refresh" of the thread's memory would use the paid model too.
+        view = (await http.get(f"/api/threads/{thread}/memory")).json()
+        refresh = await http.post(f"/api/threads/{thread}/memory", json={
+            "expected": view["head"], "revision": view["revision"], "command": {"type": "refresh"},
+        })  # fmt: skip
     memory_work = [r for r in provider.requests if "response_format" in (r.json or {})]
     return {"first": first, "second": second, "third": third, "calls_then": calls_then,
             "calls": len(server_requests(provider)), "budget": budget,
-            "memory_calls": len(memory_work)}  # fmt: skip
+            "memory_calls": len(memory_work), "refresh": refresh}  # fmt: skip
 
 
 def server_requests(provider: OpenAIServer) -> list[Any]:
@@ -89,6 +100,7 @@ async def test_a_spent_budget_stops_the_paid_brain_and_the_agent_says_so(
     assert got["budget"]["today_micro_usd"] >= 100 and got["budget"]["spent"] is True
     # The thread memory's background work stops too: only the first turn's may have run.
     assert got["memory_calls"] <= 1
+    assert got["refresh"].status_code == 402 and got["refresh"].json()["code"] == "budget_spent"
 
 
 async def test_a_spent_budget_falls_back_to_the_embedded_brain(
@@ -101,7 +113,117 @@ async def test_a_spent_budget_falls_back_to_the_embedded_brain(
     assert got["second"] and got["second"] not in BUDGET_SPENT.values()  # the rules brain's
 
 
+# ------------------------------------------------------------------ paid ASR and TTS
+
+ASR_MODEL, TTS_MODEL = "paid-whisper", "paid-voice"
+
+
+def paid_speech(provider: OpenAIServer, tmp_path: Path, fallback: str) -> Settings:
+    """The brain is embedded (free); hearing and speaking are a provider's, priced."""
+    return Settings(
+        port=0, data_dir=tmp_path / "data", storage="memory", brain="rules", silence_ms=300,
+        asr="openai", asr_base_url=provider.base_url, asr_api_key=API_KEY,
+        asr_model_name=ASR_MODEL, tts="openai", tts_base_url=provider.base_url,
+        tts_api_key=API_KEY, tts_model=TTS_MODEL,
+        prices=json.dumps({f"asr:openai:{ASR_MODEL}": {"per_minute": 1_000.0},
+                           f"tts:openai:{TTS_MODEL}": {"per_mchar": 1_000_000.0}}),
+        budget_fallback=fallback, budget_check_interval_s=0,
+    )  # fmt: skip
+
+
+def provider_calls(provider: OpenAIServer) -> dict[str, int]:
+    return {
+        kind: len([r for r in provider.requests if r.path.endswith(kind)])
+        for kind in ("/transcriptions", "/speech")
+    }
+
+
+async def spend_budget(http: httpx.AsyncClient) -> None:
+    assert (
+        await http.put(
+            "/api/usage/budget", json={"daily_micro_usd": 100, "monthly_micro_usd": None}
+        )
+    ).status_code == 200
+    async with asyncio.timeout(10):
+        while not (await http.get("/api/usage/budget")).json()["spent"]:  # noqa: ASYNC110 (polls the API)
+            await asyncio.sleep(0.02)
+
+
+async def test_a_spent_budget_stops_a_paid_asr_and_tts_and_the_turn_says_why(
+    provider: OpenAIServer, tmp_path: Path
+) -> None:
+    settings = paid_speech(provider, tmp_path, "none")
+    built = build_plugins(settings)
+    plugins = fake_plugins(asr=built.asr, tts=built.tts)
+    async with running_server(settings, plugins=plugins) as server:
+        auth = {"Authorization": f"Bearer {server.token}"}
+        async with (
+            httpx.AsyncClient(base_url=server.http_url, headers=auth) as http,
+            RealtimeClient(server.ws_url, server.token) as client,
+        ):
+            await client.connect()
+            heard = asyncio.ensure_future(client.wait_type("response.done", timeout=20))
+            await stream(client, tone_frame(), 600)
+            while not heard.done():
+                await stream(client, SILENCE, 100)
+            first = await heard
+            budget = (await http.get("/api/usage/budget")).json()
+            await spend_budget(http)
+            then = provider_calls(provider)
+            refused = asyncio.ensure_future(
+                client.wait_for(lambda m: m.type == "error", timeout=20)
+            )
+            await stream(client, tone_frame(), 600)
+            while not refused.done():
+                await stream(client, SILENCE, 100)
+            error = (await refused).event
+    assert first["response"]["status"] == "completed"
+    assert then["/transcriptions"] >= 1 and then["/speech"] >= 1  # a sentence each
+    assert budget["paid"] == {"brain": False, "asr": True, "tts": True}
+    assert error is not None and error["error"]["code"] == "budget_spent"
+    assert provider_calls(provider) == then  # neither provider was called again
+
+
+async def test_a_spent_budget_hands_a_paid_tts_to_the_embedded_one(
+    provider: OpenAIServer, tmp_path: Path
+) -> None:
+    settings = paid_speech(provider, tmp_path, "rules")
+    built = build_plugins(settings)
+    async with running_server(settings, plugins=fake_plugins(tts=built.tts)) as server:
+        assert server.services.budget_fallback_asr is not None  # Whisper, were ASR paid here
+        auth = {"Authorization": f"Bearer {server.token}"}
+        async with (
+            httpx.AsyncClient(base_url=server.http_url, headers=auth) as http,
+            RealtimeClient(server.ws_url, server.token) as client,
+        ):
+            await client.connect()
+            await client.send_text("Hello there")
+            await client.wait_type("response.done", timeout=20)
+            await spend_budget(http)
+            then = provider_calls(provider)
+            before = len(client.audio())
+            await client.send_text("Are you still there?")
+            second = await client.wait_type("response.done", timeout=60)
+            spoken = len(client.audio()) - before
+    assert then["/speech"] >= 1 and provider_calls(provider)["/speech"] == then["/speech"]
+    assert second["response"]["status"] == "completed" and spoken > 0  # the embedded voice
+
+
 async def test_an_embedded_brain_is_never_stopped(tmp_path: Path) -> None:
     settings = Settings(port=0, data_dir=tmp_path / "data", storage="memory", brain="rules")
     async with running_server(settings, plugins=fake_plugins()) as server:
         assert server.services.budget_guard is None
+
+
+async def test_a_spent_budget_hands_a_paid_asr_to_the_fallback_and_never_calls_it() -> None:
+    ledger, prices = InMemoryUsageLedger(), Prices(asr_per_minute=1.0)
+    guard = BudgetGuard(ledger, prices, cache_s=0)
+    paid, embedded = FakeASR(["from the provider"]), FakeASR(["from whisper"])
+    asr = BudgetedASR(paid, guard=guard, tenant="acme", fallback=embedded)
+    silence = np.zeros(1600, dtype=np.int16)
+    before = await asr.transcribe(silence)
+    await ledger.set_budget("acme", Budget(daily_micro_usd=1), datetime.now(UTC))
+    await ledger.add(UsageKey("acme", datetime.now(UTC).date(), "r", "u"), Counts(asr_ms=60_000))
+    after = await asr.transcribe(silence)
+    assert (before.text, after.text) == ("from the provider", "from whisper")
+    assert (paid.calls, embedded.calls) == (1, 1)

@@ -19,13 +19,16 @@ from plugins.fakes import FakeBrain
 from runtime.accounts import Principal
 from runtime.client import RealtimeClient
 from runtime.config import Settings
+from runtime.metered import timed
 from runtime.server import RunningServer, running_server
 from runtime.usage import (
     Counts,
+    CpuShare,
     InMemoryUsageLedger,
     PostgresUsageLedger,
     UsageKey,
     UsageLedger,
+    UsageMeter,
     prices_for,
 )
 from tests.postgres import pg_pool, postgres_url, truncate_all
@@ -60,7 +63,9 @@ async def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def server(settings: Settings) -> AsyncIterator[RunningServer]:
-    brain = FakeBrain(["Sure, here it is.", "Twelve o'clock.", "You are welcome."])
+    brain = FakeBrain(
+        ["Sure, here it is.", "Twelve o'clock.", "You are welcome."], token_delay=0.005
+    )
     async with running_server(settings, plugins=fake_plugins(brain=brain)) as running:
         yield running
 
@@ -100,6 +105,9 @@ async def test_usage_equals_what_the_conversations_responses_reported(
     assert totals["asr_ms"] == sum(round(e["usage"]["seconds"] * 1000) for e in heard)
     assert totals["tts_chars"] == sum(len(e["transcript"]) for e in spoken) > 0
     assert totals["audio_in_ms"] >= 600 and totals["audio_out_ms"] > 0
+    # The scripted models' time (the fake TTS speaks in real time) and the process's CPU time
+    # shared out: both kept with the rest, not priced.
+    assert totals["model_ms"] > 0 and totals["cpu_ms"] > 0
     cost = (
         totals["input_tokens"] * 3000 + totals["output_tokens"] * 15000
         + totals["asr_ms"] / 60_000 * 0.5 * 1e6 + totals["tts_chars"] * 1000
@@ -162,3 +170,53 @@ def test_prices_apply_to_the_running_stack_only() -> None:
     assert prices.cost_micro_usd(Counts(asr_ms=60_000, input_tokens=10**6)) == 500_000
     with pytest.raises(ValueError, match="OPENREALTIME_PRICES"):
         Settings(prices='{"brain:x": 3}')
+
+
+# ------------------------------------------------------------------ model and CPU time
+
+
+def meter(cpu: CpuShare) -> UsageMeter:
+    return UsageMeter(
+        InMemoryUsageLedger(), tenant="t", user="u", role_id="r", session_id="vs",
+        output_rate=24_000, cpu=cpu,
+    )  # fmt: skip
+
+
+def test_the_process_cpu_is_shared_by_model_time_else_evenly() -> None:
+    now = [0.0]
+    share = CpuShare(clock=lambda: now[0])
+    busy, quiet = meter(share), meter(share)
+    busy.used_model(300.0)
+    quiet.used_model(100.0)
+    now[0] = 2.0  # two CPU seconds while they used their models 3:1
+    share.share()
+    now[0] = 3.0  # one more while neither did: the audio path, shared evenly
+    share.share()
+    assert (busy.total.cpu_ms, quiet.total.cpu_ms) == (1_500 + 500, 500 + 500)
+    assert (busy.total.model_ms, quiet.total.model_ms) == (300, 100)
+    share.leave(quiet)
+    now[0] = 4.0
+    share.leave(busy)  # its last share first
+    assert (busy.total.cpu_ms, quiet.total.cpu_ms) == (3_000, 1_000)
+    now[0] = 9.0  # nobody live: no one's
+    late = meter(share)
+    now[0] = 9.5
+    share.share()
+    assert late.total.cpu_ms == 500
+
+
+async def test_model_time_is_the_wait_for_each_piece_not_what_the_consumer_does() -> None:
+    now = [0.0]
+    waits: list[float] = []
+
+    async def model() -> AsyncIterator[str]:
+        for piece in ("a", "b", "c"):
+            now[0] += 0.040  # the model works 40 ms for each piece
+            yield piece
+
+    got = []
+    async for piece in timed(model(), waits.append, clock=lambda: now[0]):
+        got.append(piece)
+        now[0] += 1.0  # the session plays it for a second
+    assert got == ["a", "b", "c"]
+    assert [round(w) for w in waits] == [40, 40, 40, 0]  # the last: the end of the stream

@@ -4,6 +4,7 @@ refuses without a token, and fits a phone's width."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,8 @@ async def test_the_system_page_lists_the_running_models_and_charts_a_turn(
     assert facts["version"] == system["version"]
     assert "System" in nav
     assert "local-user" in usage_row and "$0.00" in usage_row  # the embedded stack costs 0
-    assert "Budget: none" in (budget_line or "") and "not paid" in (budget_line or "")
+    assert re.search(r"\d+\.\d s\s+\$0\.00", usage_row)  # with the CPU time it used
+    assert "Budget: none" in (budget_line or "") and "nothing here is paid" in (budget_line or "")
 
 
 async def test_without_a_token_the_api_answers_401_and_the_page_asks_to_sign_in(
