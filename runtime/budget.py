@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -98,9 +98,31 @@ class BudgetGuard:
         self._known[tenant] = (now, over)
         return over
 
+    def known_spent(self, tenant: str) -> bool:
+        """The last answer of ``spent`` for the tenant, without reading the ledger."""
+        known = self._known.get(tenant)
+        return known is not None and known[1]
+
     def forget(self, tenant: str) -> None:
         """A budget changed: the next round reads it again."""
         self._known.pop(tenant, None)
+
+
+def unpriced_stages(
+    guard: BudgetGuard | None, paid: dict[str, bool], tenant: str, *, own_agent: bool = False
+) -> Callable[[str], bool] | None:
+    """``runtime.usage`` Rule 7: whether a paid stage is not calling its provider now (the
+    budget was found spent at its last call; a role's own agent answers instead of the brain:
+    ``runtime.role_agent`` Rule 4)."""
+    if guard is None:
+        return None
+
+    def unpriced(stage: str) -> bool:
+        if stage == "brain" and own_agent:
+            return True
+        return paid.get(stage, False) and guard.known_spent(tenant)
+
+    return unpriced
 
 
 class BudgetSpent(PluginError):

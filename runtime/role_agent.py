@@ -14,8 +14,9 @@ Rules
 3. The agent's host must be on the tool allowlist when the turn runs, not only when the admin
    set it: a host taken off the list fails the turn with ``host_not_allowed``.
 4. The agent's own costs are the team's: the runtime meters its text tokens like any brain's
-   (``runtime.usage``) but the price table's brain row does not price it and budgets do not stop
-   it (``runtime.budget`` guards the deployment's paid providers).
+   but as unpriced (``runtime.usage`` Rule 7: the price table's brain row prices the
+   deployment's brain, not this agent), and budgets do not stop it (``runtime.budget`` guards
+   the deployment's paid providers).
 5. The session's connection to the agent is closed when the session ends (``aclose``).
 """
 

@@ -28,6 +28,11 @@ Rules
    evenly when none used a model (the audio path was what ran). It is the session process's CPU
    only: models served by another process (``openrealtime serve-models``) are not in it.
    The embedded stack's cost is 0; its CPU time is what it used.
+7. Work a paid stage did not send to its provider — the tenant had spent its budget, and the
+   embedded fallback did it or the agent said it cannot answer (``runtime.budget``) — is counted
+   as usage and also as ``unpriced_*`` (tokens, ASR ms, TTS characters), which the price table
+   does not charge: a fallback's answers never spend the budget. The meter asks the budget's
+   last answer (``fallback_in_use``) when it counts.
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ log = logging.getLogger(__name__)
 
 COUNTERS = (
     "responses", "input_tokens", "output_tokens", "audio_in_ms", "audio_out_ms", "asr_ms",
-    "tts_chars", "tool_calls", "model_ms", "cpu_ms",
+    "tts_chars", "tool_calls", "model_ms", "cpu_ms", "unpriced_input_tokens",
+    "unpriced_output_tokens", "unpriced_asr_ms", "unpriced_tts_chars",
 )  # fmt: skip
 
 
@@ -68,6 +74,11 @@ class Counts:
     tool_calls: int = 0
     model_ms: int = 0
     cpu_ms: int = 0
+    unpriced_input_tokens: int = 0
+    unpriced_output_tokens: int = 0
+    unpriced_asr_ms: int = 0
+    unpriced_tts_chars: int = 0
+    """Rule 7: of the counts above, what a paid stage's provider did not do."""
 
     def add(self, other: Counts) -> None:
         for name in COUNTERS:
@@ -240,11 +251,11 @@ class Prices:
     stack: Mapping[str, str] = field(default_factory=dict)
 
     def cost_micro_usd(self, counts: Counts) -> int:
-        usd = (
-            counts.input_tokens * self.input_per_mtok / 1e6
-            + counts.output_tokens * self.output_per_mtok / 1e6
-            + counts.asr_ms / 60_000 * self.asr_per_minute
-            + counts.tts_chars * self.tts_per_mchar / 1e6
+        usd = (  # Rule 7: what no provider did is not priced
+            (counts.input_tokens - counts.unpriced_input_tokens) * self.input_per_mtok / 1e6
+            + (counts.output_tokens - counts.unpriced_output_tokens) * self.output_per_mtok / 1e6
+            + (counts.asr_ms - counts.unpriced_asr_ms) / 60_000 * self.asr_per_minute
+            + (counts.tts_chars - counts.unpriced_tts_chars) * self.tts_per_mchar / 1e6
         )
         return math.ceil(round(usd * 1e6, 6))
 
@@ -354,8 +365,11 @@ class UsageMeter:
         session_id: str,
         output_rate: int,
         cpu: CpuShare | None = None,
+        unpriced: Callable[[str], bool] | None = None,
     ) -> None:
         self.ledger = ledger
+        self.unpriced = unpriced
+        """Rule 7: whether a stage (``brain``, ``asr``, ``tts``) is not calling its provider."""
         self.cpu = cpu
         if cpu is not None:
             cpu.join(self)
@@ -384,17 +398,17 @@ class UsageMeter:
         if isinstance(event, ev.OutputAudioDelta):
             self._count("audio_out_ms", len(event.delta) * 1000 // (2 * self._output_rate))
         elif isinstance(event, ev.TranscriptionCompleted):
-            self._count("asr_ms", round(event.usage.seconds * 1000))
+            self._count("asr_ms", round(event.usage.seconds * 1000), stage="asr")
         elif isinstance(event, ev.OutputAudioTranscriptDone):
-            self._count("tts_chars", len(event.transcript))
+            self._count("tts_chars", len(event.transcript), stage="tts")
         elif isinstance(event, ev.ItemDone) and isinstance(event.item, ev.FunctionCallItem):
             self._count("tool_calls", 1)
         elif isinstance(event, ev.ResponseDone):
             usage = event.response.usage
             self._count("responses", 1)
             if usage is not None:
-                self._count("input_tokens", usage.input_tokens)
-                self._count("output_tokens", usage.output_tokens)
+                self._count("input_tokens", usage.input_tokens, stage="brain")
+                self._count("output_tokens", usage.output_tokens, stage="brain")
             self.flush()
 
     def used_model(self, ms: float) -> None:
@@ -414,7 +428,9 @@ class UsageMeter:
         if whole:
             self._count(name, whole)
 
-    def _count(self, name: str, amount: int) -> None:
+    def _count(self, name: str, amount: int, *, stage: str | None = None) -> None:
+        if stage is not None and self.unpriced is not None and self.unpriced(stage):
+            self._count(f"unpriced_{name}", amount)  # Rule 7
         setattr(self._since, name, getattr(self._since, name) + amount)
         setattr(self.total, name, getattr(self.total, name) + amount)
 

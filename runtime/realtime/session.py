@@ -64,6 +64,7 @@ from plugins.brain.tool_loop import ToolHandler
 from plugins.contracts import ToolSpec
 from plugins.language import zh_or_en
 from runtime.accounts import Principal
+from runtime.budget import unpriced_stages
 from runtime.errors import ProtocolError
 from runtime.journal_buffer import BufferedJournal
 from runtime.realtime.continuity import ContinueHere, reconcile_from_journal
@@ -180,6 +181,12 @@ class VoiceSession:
             session_id=self.id,
             output_rate=self.config.output_format.rate,
             cpu=services.cpu_share,
+            unpriced=unpriced_stages(
+                services.budget_guard,
+                services.prices.paid,
+                self.thread.tenant,
+                own_agent=role.agent_url is not None,
+            ),
         )
         """What this session uses (``runtime.usage``)."""
         self._build_engine()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from plugins.fakes import FakeASR
-from runtime.budget import BUDGET_SPENT, BudgetedASR, BudgetGuard
+from runtime.budget import BUDGET_SPENT, BudgetedASR, BudgetGuard, unpriced_stages
 from runtime.client import RealtimeClient
 from runtime.config import Settings
 from runtime.plugin_factory import build_brain, build_plugins
@@ -65,9 +65,13 @@ async def converse(server: RunningServer, provider: OpenAIServer) -> dict[str, A
             async with asyncio.timeout(10):  # the first answer's cost is in the ledger
                 while not (await http.get("/api/usage/budget")).json()["spent"]:  # noqa: ASYNC110 (polls the API)
                     await asyncio.sleep(0.02)
+            spent_then = (await http.get("/api/usage/budget")).json()["today_micro_usd"]
             second = await answer(client, "What do you sell?")
             third = await answer(client, "你们几点开门？")
             thread = client.session["thread_id"]
+        async with asyncio.timeout(10):  # the last answer's usage is in the ledger
+            while (usage := (await http.get("/api/usage")).json())["totals"]["responses"] < 3:  # noqa: ASYNC110 (polls the API)
+                await asyncio.sleep(0.02)
         budget = (await http.get("/api/usage/budget")).json()
         # A person's "refresh" of the thread's memory would use the paid model too.
         view = (await http.get(f"/api/threads/{thread}/memory")).json()
@@ -77,7 +81,8 @@ async def converse(server: RunningServer, provider: OpenAIServer) -> dict[str, A
     memory_work = [r for r in provider.requests if "response_format" in (r.json or {})]
     return {"first": first, "second": second, "third": third, "calls_then": calls_then,
             "calls": len(server_requests(provider)), "budget": budget,
-            "memory_calls": len(memory_work), "refresh": refresh}  # fmt: skip
+            "memory_calls": len(memory_work), "refresh": refresh, "spent_then": spent_then,
+            "usage": usage["totals"]}  # fmt: skip
 
 
 def server_requests(provider: OpenAIServer) -> list[Any]:
@@ -98,6 +103,7 @@ async def test_a_spent_budget_stops_the_paid_brain_and_the_agent_says_so(
     assert got["calls"] == 1  # and was never called again
     assert got["second"] == BUDGET_SPENT["en"] and got["third"] == BUDGET_SPENT["zh"]
     assert got["budget"]["today_micro_usd"] >= 100 and got["budget"]["spent"] is True
+    assert got["budget"]["today_micro_usd"] == got["spent_then"]  # the calm words cost nothing
     # The thread memory's background work stops too: only the first turn's may have run.
     assert got["memory_calls"] <= 1
     assert got["refresh"].status_code == 402 and got["refresh"].json()["code"] == "budget_spent"
@@ -111,6 +117,9 @@ async def test_a_spent_budget_falls_back_to_the_embedded_brain(
         got = await converse(s, provider)
     assert got["calls"] == got["calls_then"] == 1
     assert got["second"] and got["second"] not in BUDGET_SPENT.values()  # the rules brain's
+    # The fallback's answers are usage, not spend: the budget stays where the provider left it.
+    assert got["budget"]["today_micro_usd"] == got["spent_then"]
+    assert 0 < got["usage"]["unpriced_output_tokens"] < got["usage"]["output_tokens"]
 
 
 # ------------------------------------------------------------------ paid ASR and TTS
@@ -227,3 +236,20 @@ async def test_a_spent_budget_hands_a_paid_asr_to_the_fallback_and_never_calls_i
     after = await asr.transcribe(silence)
     assert (before.text, after.text) == ("from the provider", "from whisper")
     assert (paid.calls, embedded.calls) == (1, 1)
+
+
+async def test_what_no_provider_did_is_unpriced() -> None:
+    ledger, prices = InMemoryUsageLedger(), Prices(asr_per_minute=1.0, input_per_mtok=1.0)
+    guard = BudgetGuard(ledger, prices, cache_s=60)
+    paid = prices.paid
+    session = unpriced_stages(guard, paid, "acme")
+    own_agent = unpriced_stages(guard, paid, "acme", own_agent=True)
+    assert session is not None and own_agent is not None
+    assert not session("brain") and not session("asr") and own_agent("brain")
+    await ledger.set_budget("acme", Budget(daily_micro_usd=1), datetime.now(UTC))
+    await ledger.add(UsageKey("acme", datetime.now(UTC).date(), "r", "u"), Counts(asr_ms=60_000))
+    assert await guard.spent("acme")
+    assert session("brain") and session("asr") and not session("tts")  # the TTS is not paid
+    assert unpriced_stages(None, paid, "acme") is None  # nothing paid: nothing to tell apart
+    counts = Counts(input_tokens=1_000_000, unpriced_input_tokens=400_000, asr_ms=60_000)
+    assert prices.cost_micro_usd(counts) == 600_000 + 1_000_000
