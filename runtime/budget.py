@@ -32,6 +32,7 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Generic, TypeVar
 
 from plugins.audio import PCM
 from plugins.contracts import ASR, TTS, Brain, BrainDelta, BrainInput, SpeechChunk, Transcript
@@ -40,6 +41,7 @@ from plugins.language import dominant_language, zh_or_en
 from runtime.usage import Budget, Prices, UsageLedger
 
 log = logging.getLogger(__name__)
+Stage = TypeVar("Stage")
 
 SPEND_CACHE_S = 5.0
 BUDGET_SPENT = {
@@ -137,16 +139,20 @@ class BudgetSpent(PluginError):
         )
 
 
-class BudgetedBrain:
-    """Rule 2 for one session's paid brain."""
+class _Guarded(Generic[Stage]):
+    """Rule 2 for one session's paid stage: the provider, the guard, the fallback."""
 
     def __init__(
-        self, paid: Brain, *, guard: BudgetGuard, tenant: str, fallback: Brain | None
+        self, paid: Stage, *, guard: BudgetGuard, tenant: str, fallback: Stage | None
     ) -> None:
         self.paid = paid
         self.guard = guard
         self.tenant = tenant
         self.fallback = fallback
+
+
+class BudgetedBrain(_Guarded[Brain]):
+    """Rule 2 for one session's paid brain."""
 
     async def stream(self, request: BrainInput) -> AsyncGenerator[BrainDelta, None]:
         if not await self.guard.spent(self.tenant):
@@ -160,14 +166,8 @@ class BudgetedBrain:
             yield BrainDelta(text=BUDGET_SPENT[zh_or_en(said or request.language)])
 
 
-class BudgetedASR:
+class BudgetedASR(_Guarded[ASR]):
     """Rule 2 for one session's paid ASR."""
-
-    def __init__(self, paid: ASR, *, guard: BudgetGuard, tenant: str, fallback: ASR | None) -> None:
-        self.paid = paid
-        self.guard = guard
-        self.tenant = tenant
-        self.fallback = fallback
 
     async def transcribe(self, utterance: PCM, *, language: str | None = None) -> Transcript:
         if not await self.guard.spent(self.tenant):
@@ -177,14 +177,8 @@ class BudgetedASR:
         return await self.fallback.transcribe(utterance, language=language)
 
 
-class BudgetedTTS:
+class BudgetedTTS(_Guarded[TTS]):
     """Rule 2 for one session's paid TTS."""
-
-    def __init__(self, paid: TTS, *, guard: BudgetGuard, tenant: str, fallback: TTS | None) -> None:
-        self.paid = paid
-        self.guard = guard
-        self.tenant = tenant
-        self.fallback = fallback
 
     async def stream(
         self, text: str, *, voice: str | None, language: str | None
