@@ -19,12 +19,21 @@ Rule 2. The model answers by grammar-constrained JSON (``EXPRESSION_SCHEMA``):
 Rule 3. Code parses the expression with ``ast`` (numbers and the four operators, nothing
         else), and checks every operand: it must be a number the evidence or the question
         states (Chinese numerals and English number words in the question are read as
-        digits; "20%" also states 0.2), or one of ``IMPLIED`` (a pair, a week's days, a
-        year's months, a day's hours, an hour's minutes, a hundred). An expression with no
-        operator is not a combination; a question that only its own numbers made one (no cue
-        of combination) must have one of them used; and a negative amount answers no question asked
-        ("how much more", "what is left" are differences taken the right way round). Any
-        failure: no result, and the turn is answered as any other.
+        digits; "20%" also states 0.2) as an amount, or one it implies (``implied``: one, a
+        pair, a hundred; a week's days, a year's months, a day's hours or an hour's minutes
+        only when the question speaks of weeks, years or months, days or hours, hours or
+        minutes). An expression with no operator is not a combination; a question that only
+        its own numbers made one (no cue of combination) must have one of them used; and a
+        negative amount answers no question asked ("how much more", "what is left" are
+        differences taken the right way round). Any failure: no result, and the turn is
+        answered as any other.
+Rule 3a. A number that *names* something is no amount (``NAMES``): an age ("10岁",
+        "a 10-year-old"), a weight or a speed ("12公斤", "300M", "500 Mbps"), a time of day
+        ("10:30", "9点", "7 pm"), a date or a year ("3月5日", "2025年", "May 5"), a room, floor,
+        gallery, line or phone number. Such a number is not "stated" for Rule 1 or Rule 3:
+        "300M的套餐每月多少钱？" asks for one price, not a product, and "12 乘 1100" over a
+        dog's weight band and a fee is refused. A count of a measure ("20G流量", "3 nights",
+        "12个月") stays an amount.
 Rule 4. The result is said by code, with the sum that made it, in the question's language:
         "2 乘 180，等于360元。" / "2 times 180 is 360 yuan." — or the result alone when the
         sum would need brackets to be heard right ("That comes to 210 dollars."). The unit is
@@ -42,8 +51,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-IMPLIED = frozenset({Fraction(n) for n in (1, 2, 7, 12, 24, 60, 100)})
-"""Operands a question implies without writing them (Rule 3)."""
+IMPLIED = frozenset({Fraction(n) for n in (1, 2, 100)})
+"""Operands any question implies without writing them (Rule 3): one, a pair, a hundred."""
+IMPLIED_BY: tuple[tuple[re.Pattern[str], int], ...] = (
+    (re.compile(r"week|周|星期|礼拜", re.I), 7),
+    (re.compile(r"year|annual|month|年|月", re.I), 12),
+    (re.compile(r"\bdays?\b|daily|hour|天|日|小时|钟头", re.I), 24),
+    (re.compile(r"hour|minute|小时|分钟|钟头", re.I), 60),
+)
+"""Operands a question implies only when it speaks of their span (Rule 3): a week's days, a
+year's months, a day's hours, an hour's minutes — "12" is no year's months in a question
+about a dog's weight."""
 
 MAX_EXPRESSION_CHARS = 60
 MAX_OPERANDS = 6
@@ -85,8 +103,40 @@ _DIGITS = re.compile(r"(?<![A-Za-z\d.])\d+(?:\.\d+)?")
 """A number, not a model's name's digits ("Nova X2", "A4")."""
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
 _ZH_NUMERAL = re.compile(
-    r"[零一二两三四五六七八九十百千]+(?=[个张天次颗份人页件本周月年小元块岁台只位名晚])"
+    r"[零一二两三四五六七八九十百千]+(?=[个张天次颗份人页件本周年小元块台只位名晚])"
 )
+"""A Chinese numeral before a measure word ("两张"; not "三月", March, nor "十岁", an age)."""
+_MONTHS_EN = (
+    r"(?:january|february|march|april|may|june|july|august|september|october|november|"
+    r"december|(?:jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\b\.?)"
+)
+NAMES = re.compile(
+    "|".join(
+        (
+            r"\d{1,2}\s*[:：]\s*\d{2}",  # 10:30
+            r"\d+(?:[-–]\d+){2,}",  # a phone number
+            r"\d+(?:\.\d+)?\s*(?:周岁|岁|公斤|千克|斤|kg\b|kgs\b|kilos?\b|kilograms?\b|lbs?\b)",
+            r"\d+\s*(?:M(?![a-z])|兆|mbps\b|mb/s\b|gbps\b|megabits?\b)",
+            r"\d+\s*[-‐ ]?\s*(?:years?|months?|weeks?)[-‐ ]olds?\b",
+            r"\b(?:aged?|ages)\s+\d+(?:\s*(?:to|-|–|and)\s*\d+)?",
+            r"\d{1,2}(?:\s*[-–]\s*\d{1,2})?\s*(?:a\.?m\.?|p\.?m\.?|o'clock)(?![a-z])",
+            r"\d{1,2}\s*(?:点|时)(?!间)(?:\s*\d{1,2}\s*分|半)?",
+            r"(?:19|20)\d{2}\s*年(?:\s*\d{1,2}\s*月)?(?:\s*\d{1,2}\s*[日号])?",
+            r"\d{1,2}\s*月\s*\d{1,2}\s*[日号]?",
+            r"\d{1,2}\s*号|\d{1,2}\s*日(?![元块内以])",
+            r"\b" + _MONTHS_EN + r"\s+\d{1,2}(?:st|nd|rd|th)?\b",
+            r"\b\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTHS_EN + r"(?=\s|$|[,.;])",
+            r"\b\d+(?:st|nd|rd|th)\b",
+            r"\b(?:in|since|from|until|by)\s+(?:19|20)\d{2}\b",
+            r"\b(?:room|gallery|galleries|floor|level|hall|gate|platform|bus|line|route|no\.|"
+            r"number|unit|building|block|door|exit|channel|ext\.?|extension)\s*#?\d+",
+            r"\d+\s*(?:楼|层|号楼|号线|路|室|展厅|号厅)",
+            r"第\s*\d+\s*(?:楼|层|展厅|号)",
+        )
+    ),
+    re.I,
+)
+"""Numbers that name a thing rather than count or price it (Rule 3a)."""
 _ZH_DIGIT = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7}
 _ZH_DIGIT |= {"八": 8, "九": 9}
 _ZH_UNIT = {"十": 10, "百": 100, "千": 1000}
@@ -146,8 +196,10 @@ def counts(question: str) -> set[Fraction]:
 
 
 def stated_numbers(text: str) -> set[Fraction]:
-    """Every number ``text`` states: digits, a percentage as its fraction too, Chinese numerals
-    before a measure word, English number words (Rule 3)."""
+    """Every number ``text`` states as an amount: digits, a percentage as its fraction too,
+    Chinese numerals before a measure word, English number words (Rule 3) — not those that
+    name a thing (Rule 3a)."""
+    text = NAMES.sub(" ", text)
     found = {Fraction(match) for match in _DIGITS.findall(text.replace(",", ""))}
     found |= {Fraction(match) / 100 for match in _PERCENT.findall(text)}
     for match in _ZH_NUMERAL.findall(text):
@@ -223,7 +275,7 @@ def computation(
         raise NotAComputation("unparsable expression") from e
     if not isinstance(tree, ast.BinOp):
         raise NotAComputation("no operator")
-    allowed = stated_numbers(evidence) | stated_numbers(question) | IMPLIED
+    allowed = stated_numbers(evidence) | stated_numbers(question) | implied(question)
     operands = list(_operands(tree))
     if len(operands) > MAX_OPERANDS:
         raise NotAComputation("too many operands")
@@ -238,6 +290,12 @@ def computation(
     unit = _unit_in(str(data.get("unit", "")).strip(), evidence)
     spoken = {lang: _spoken(tree, words) for lang, words in _SPOKEN_OPERATOR.items()}
     return Computation(expression, value, unit, spoken)
+
+
+def implied(question: str) -> frozenset[Fraction]:
+    """The operands ``question`` implies (``IMPLIED``, ``IMPLIED_BY``)."""
+    spans = {Fraction(n) for pattern, n in IMPLIED_BY if pattern.search(question)}
+    return IMPLIED | spans
 
 
 def _unit_in(unit: str, evidence: str) -> str:

@@ -31,7 +31,10 @@ Rule 6. Memory in other words: what a question asks of the person and what an en
         are both *name*). ``relevant_memories`` takes the entries that share an attribute or a
         word with the question; a question about a *subject* (a pet, a family member) needs an
         entry about that subject. When the question asks for an attribute no entry has, no
-        entry answers it (the "don't remember" sentence), rather than the newest one.
+        entry answers it (the "don't remember" sentence), rather than the newest one. A
+        first-person question about no subject is about the person: their own entries come
+        before a pet's or a child's that share its attribute ("what should you call me?" is
+        not answered with "my cat is called Mochi").
         ``asks_about_me`` is a first-person question whose attribute some entry has: when it
         asks *for* something ("what should you call me?", 「我是做哪一行的」) it is a memory
         question whatever its words; any other ("can I bring my dog?") is searched in the
@@ -60,7 +63,7 @@ from plugins.language import CJK_IDEOGRAPHS, zh_or_en
 
 # Part of reading a turn (Rule 1), so readers of a turn (the benchmarks) take it from here too.
 from plugins.language import detect_language as detect_language
-from plugins.text import parse_query, stem
+from plugins.text import answer_type, holds_answer, parse_query, stem
 from plugins.text import terms as index_terms
 
 KNOWLEDGE_TOOL = "knowledge_search"
@@ -605,14 +608,30 @@ def is_asked(sentence: str) -> bool:
     return sentence.rstrip().endswith(("?", "？"))
 
 
+ANSWER_KIND_BONUS = 1.0
+"""What holding the kind of answer a question asks for adds to a sentence's score: as much
+as one word of the question no other sentence holds."""
+
+
+def fits_answer(question: str, sentence: str) -> bool | None:
+    """Whether ``sentence`` holds the kind of answer ``question`` asks for; None when the
+    question asks for no particular kind."""
+    kind = answer_type(question)
+    return None if kind is None else holds_answer(sentence, kind)
+
+
 def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -> list[Passage]:
     """The sentences of ``found`` that best cover ``question``'s content terms, each term
     weighted by how few of the sentences hold it (the words every passage shares, such as the
     shop's name, count little), ties going to the better-ranked passage; at most ``limit``.
     The first passage's first sentence when none shares a term (the retrieval judged it
     relevant by meaning). A document's own question (an FAQ's "用超了怎么收费？") is never
-    quoted: its words count for the sentences that answer it, up to the next question."""
+    quoted: its words count for the sentences that answer it, up to the next question. A
+    question that asks for a kind of answer (a clock time, a duration, a number:
+    ``plugins.text.answer_type``) ranks the sentences holding one first: "几点开始上班？"
+    is answered by the hours line, not by the holiday line that shares more words."""
     wanted = terms(question)
+    kind = answer_type(question)
     candidates = []
     for rank, passage in enumerate(found):
         topic = terms(passage.topic)
@@ -628,7 +647,13 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
         for term in shared:
             holding[term] = holding.get(term, 0) + 1
     scored = [
-        (sum(1.0 / holding[t] for t in shared) - 0.01 * rank, -order, passage)
+        (
+            sum(1.0 / holding[t] for t in shared)
+            - 0.01 * rank
+            + (ANSWER_KIND_BONUS if kind and holds_answer(passage.text, kind) else 0.0),
+            -order,
+            passage,
+        )
         for order, (rank, passage, shared) in enumerate(candidates)
         if shared
     ]
@@ -740,6 +765,7 @@ def relevant_memories(
     wanted = terms(question) if by_words else set()
     asked = attributes(question)
     subjects = asked & _SUBJECTS
+    own_first = bool(asked) and not subjects and _FIRST_PERSON.search(question) is not None
     scored = []
     for i, entry in enumerate(entries):
         has = attributes(entry)
@@ -747,13 +773,14 @@ def relevant_memories(
             continue  # about someone else
         shared = len(asked & has) * 2 + len(wanted & terms(entry))
         if shared:
-            scored.append((shared, -i, entry))
+            own = not (own_first and has & _SUBJECTS)
+            scored.append((own, shared, -i, entry))
     if not scored:
         return list(entries[:limit]) if by_words and _ANYTHING_ABOUT_ME.search(question) else []
     scored.sort(reverse=True)
     if best_only:
-        scored = [item for item in scored if item[0] == scored[0][0]]
-    return [entry for _, _, entry in scored[:limit]]
+        scored = [item for item in scored if item[:2] == scored[0][:2]]
+    return [entry for *_, entry in scored[:limit]]
 
 
 _SECOND_PERSON_EN = [

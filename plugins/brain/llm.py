@@ -132,6 +132,7 @@ from plugins.brain.grounding import (
     best_sentences,
     coverage,
     earlier_user_inputs,
+    fits_answer,
     in_focus,
     is_asked,
     is_farewell,
@@ -422,8 +423,14 @@ class LLMBrain:
         closest = closest_sentence(found)
         if closest is not None and closest.text not in {p.text for p in evidence}:
             # The sentence closest in meaning first (a paraphrase shares no word with the
-            # sentence that answers it), then the best by shared words.
-            evidence = [closest, *evidence][: max(self.max_evidence_sentences, 2)]
+            # sentence that answers it), then the best by shared words — unless it lacks the
+            # kind of answer the question asks for and a sentence by words holds one.
+            fits = [fits_answer(reading.text, p.text) for p in evidence]
+            if fits_answer(reading.text, closest.text) is False and any(fits):
+                evidence = [*evidence, closest]
+            else:
+                evidence = [closest, *evidence]
+            evidence = evidence[: max(self.max_evidence_sentences, 2)]
         if not evidence:
             return None
         if rewritten:

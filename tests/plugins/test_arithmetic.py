@@ -14,6 +14,7 @@ from plugins.brain.arithmetic import (
     asks_to_compute,
     computation,
     expression_messages,
+    implied,
     stated_numbers,
 )
 
@@ -62,6 +63,62 @@ def test_numbers_are_read_in_every_way_a_question_writes_them() -> None:
     assert Fraction(1, 5) in stated_numbers("退还20%")
     assert Fraction(2) in stated_numbers("My twins both go there")
     assert Fraction(1500) in stated_numbers("It costs 1,500 yuan")
+
+
+@pytest.mark.parametrize(
+    ("question", "language"),
+    [
+        ("300M的宽带每个月多少钱？", "zh"),
+        ("我家狗12公斤，绝育要多少钱？", "zh"),
+        ("孩子10岁，门票多少钱？", "zh"),
+        ("3月5日去的话门票多少钱？", "zh"),
+        ("My daughter is 10 years old. How much is her ticket?", "en"),
+        ("How much is the 500 Mbps plan?", "en"),
+        ("If I come at 7 pm, how much is entry?", "en"),
+        ("How much does a class in Room 3 cost?", "en"),
+    ],
+)
+def test_a_number_that_names_a_thing_asks_for_no_computation(question: str, language: str) -> None:
+    """Rule 3a: an age, a weight, a speed, a time, a date or a room is no amount."""
+    assert not asks_to_compute(question, language)
+
+
+@pytest.mark.parametrize(
+    ("expression", "evidence", "question"),
+    [
+        ("12*1100", "体重12公斤以下的犬绝育费用1100元。", "我家狗12公斤，一共要多少钱？"),
+        ("10*36 + 10*15", "门票36元，讲解器15元。", "孩子10岁，总共多少钱？"),
+        ("300*24", "300M套餐每月99元，合约24个月。", "300M的一共要交多少？"),
+        ("2*45", "Our 500 Mbps plan is 45 dollars a month.", "500 Mbps for 2 months in total?"),
+    ],
+)
+def test_a_number_that_names_a_thing_is_no_operand(
+    expression: str, evidence: str, question: str
+) -> None:
+    if expression == "2*45":  # the months are a count, the price an amount: computed
+        assert computation(answer(expression), evidence=evidence, question=question).value == 90
+        return
+    with pytest.raises(NotAComputation, match="stated nowhere"):
+        computation(answer(expression), evidence=evidence, question=question)
+
+
+def test_a_span_is_implied_only_when_the_question_speaks_of_it() -> None:
+    evidence = "A season ticket is 240 dollars."
+    monthly = computation(answer("240/12"), evidence=evidence, question="How much a month?")
+    assert monthly.value == 20
+    with pytest.raises(NotAComputation, match="operand 12"):
+        computation(answer("240/12"), evidence=evidence, question="How much for my dog?")
+
+
+def test_counts_of_a_measure_stay_amounts() -> None:
+    assert stated_numbers("每月含20G流量，超出后每G收费3元，30日内可退") >= {
+        Fraction(20),
+        Fraction(3),
+        Fraction(30),
+    }
+    assert stated_numbers("3 nights for 2 adults, 12 months") >= {Fraction(3), Fraction(2)}
+    assert not stated_numbers("Open 9:30 to 17:00 on May 5, Gallery 4, 10-year-olds")
+    assert Fraction(7) in implied("每周去几次") and Fraction(7) not in implied("几张")
 
 
 def test_a_sum_of_stated_numbers_is_computed_and_said_with_its_working() -> None:

@@ -21,6 +21,7 @@ from plugins.brain.grounding import (
     brand,
     detect_language,
     earlier_user_inputs,
+    fits_answer,
     in_focus,
     is_farewell,
     keypad_request,
@@ -368,6 +369,20 @@ def test_best_sentences_ranks_by_overlap_then_by_passage_rank() -> None:
     assert all("blue" not in p.text for p in best)
 
 
+def test_best_sentences_prefer_the_sentence_holding_the_kind_of_answer_asked() -> None:
+    found = [
+        Passage(
+            "星河商店售后说明",
+            "节假日期间客服不上班，请留言，客服会在下一个工作日回复。客服上班时间为 9:00-21:00。",
+        )
+    ]
+    assert best_sentences("客服几点开始上班?", found, limit=1) == [
+        Passage("星河商店售后说明", "客服上班时间为 9:00-21:00。")
+    ]
+    assert fits_answer("客服几点开始上班?", "节假日期间请留言。") is False
+    assert fits_answer("客服在哪里?", "节假日期间请留言。") is None
+
+
 def test_best_sentences_falls_back_to_the_first_sentence_of_the_top_passage() -> None:
     found = [Passage("A", "Refunds take a week. Keep the receipt."), Passage("B", "Other.")]
 
@@ -453,6 +468,19 @@ def test_memory_is_matched_by_attribute_whatever_the_words() -> None:
     ]
     assert relevant_memories("你还记得我是做哪一行的吗？", ["我是护士，在医院工作"]) == [
         "我是护士，在医院工作"
+    ]
+
+
+def test_a_question_about_me_is_answered_with_my_entry_before_my_pets() -> None:
+    entries = ["My cat is called Mochi", "我的宠物：小狗豆豆", "My name is Priya"]
+    assert relevant_memories("What should you call me?", entries, best_only=True) == [
+        "My name is Priya"
+    ]
+    assert relevant_memories("你应该怎么称呼我？", ["我的狗叫豆豆", "我叫王芳"], limit=1) == [
+        "我叫王芳"
+    ]
+    assert relevant_memories("What's my cat called?", entries, limit=1) == [
+        "My cat is called Mochi"
     ]
 
 
