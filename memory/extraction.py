@@ -130,11 +130,13 @@ _ZH_RULES: tuple[_Rule, ...] = (
     _Rule("fact", re.compile(r"我(?:现在|目前|如今|已经)?(?:住在|生活在|定居在|居住在|常住在|搬到了|搬到|搬去了|搬去)(?P<rest>.+)"), key="current_city"),  # noqa: E501
     _Rule("fact", re.compile(r"(?:我来自|我老家是|我老家在|我的家乡是|我的老家是|我是在)(?P<rest>.+?)(?:长大的?)?$"), key="hometown"),  # noqa: E501
     _Rule("fact", re.compile(r"(?:我的工作是|我的职业是|我从事|我是一名|我是一位|我的工作是做)(?P<rest>.+)"), key="job"),  # noqa: E501
-    _Rule("fact", re.compile(r"我(?:现在|目前)?在(?P<rest>.+?)(?:工作|上班)$"), key="employer"),
+    _Rule("fact", re.compile(r"我(?:现在|目前)?在(?P<rest>[^，,]+?)(?:工作|上班)(?:[，,].*)?$"), key="employer"),  # noqa: E501
     _Rule("fact", re.compile(r"我的母语是(?P<rest>.+)"), key="native_language"),
     _Rule("fact", re.compile(r"我(?:对)(?P<rest>.+?)过敏|我(?:是)?吃素的?(?P<rest2>.*)")),
     _Rule("preference", re.compile(r"我最喜欢的(?P<what>.{1,8}?)是(?P<rest>.+)"), key="favorite:{what}"),  # noqa: E501
-    _Rule("relation", re.compile(rf"我(?:的)?(?P<rel>{_ZH_RELATIONS})(?:的名字)?叫(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:的|家的?)?(?P<rel>{_ZH_RELATIONS})(?:的名字)?叫(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
+    _Rule("relation", re.compile(r"我(?:家)?养了?(?:一只|一条|一个|两只|[0-9]+只)?(?:小)?(?:狗|猫)(?P<rest>.*)")),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:的|家的?)?(?P<rel>{_ZH_RELATIONS})(?P<rest>(?:今年|已经|现在|刚)?[0-9零一二两三四五六七八九十]+(?:岁|个月)(?:大)?.*)"), key="relation:{rel}:age"),  # noqa: E501
     _Rule("relation", re.compile(rf"我(?:和|跟|与)(?:我的)?(?:{_ZH_PEOPLE})(?P<rest>.+)")),
     _Rule("relation", re.compile(rf"我有(?:一个|两个|三个|四个|[0-9]+个)?(?:{_ZH_RELATIONS}|{_ZH_PEOPLE})(?P<rest>.*)")),  # noqa: E501
     _Rule("goal", re.compile(r"我的(?:目标|梦想|计划|愿望|长期目标|学习目标)是(?P<rest>.+)")),

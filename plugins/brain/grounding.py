@@ -59,7 +59,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from plugins.contracts import BrainInput, HistoryTurn, ToolResult
-from plugins.language import CJK_IDEOGRAPHS, zh_or_en
+from plugins.language import CJK_IDEOGRAPHS, dominant_language, zh_or_en
 
 # Part of reading a turn (Rule 1), so readers of a turn (the benchmarks) take it from here too.
 from plugins.language import detect_language as detect_language
@@ -286,10 +286,10 @@ _MEMORY_BLOCK = re.compile(r"<memory_data>(.*?)</memory_data>", re.S)
 
 
 def turn_language(request: BrainInput) -> str:
-    text = request.current_input.strip()
-    if text:
-        return detect_language(text)
-    return zh_or_en(request.language)
+    """The language the person spoke this turn: Chinese when its characters make up a third of
+    the letters (``dominant_language``: an English question naming 星河商店 is English, a
+    Chinese one naming Northwind Chinese), else English; the role's for no letters."""
+    return dominant_language(request.current_input) or zh_or_en(request.language)
 
 
 def terms(text: str) -> set[str]:
@@ -608,6 +608,9 @@ def is_asked(sentence: str) -> bool:
     return sentence.rstrip().endswith(("?", "？"))
 
 
+NAME_WEIGHT = 0.25
+"""What a word of the documents' names counts for in a sentence's score (``best_sentences``),
+when the question has other words: the name says which document, not which sentence."""
 ANSWER_KIND_BONUS = 1.0
 """What holding the kind of answer a question asks for adds to a sentence's score: as much
 as one word of the question no other sentence holds."""
@@ -620,6 +623,13 @@ def fits_answer(question: str, sentence: str) -> bool | None:
     return None if kind is None else holds_answer(sentence, kind)
 
 
+def asked_terms(question: str, found: Sequence[Passage]) -> set[str]:
+    """``question``'s content terms without the words of the documents' names (when it has
+    others): the name says which document, not which sentence."""
+    names = set().union(*(terms(p.source) for p in found)) if found else set()
+    return terms(question) - names or terms(question)
+
+
 def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -> list[Passage]:
     """The sentences of ``found`` that best cover ``question``'s content terms, each term
     weighted by how few of the sentences hold it (the words every passage shares, such as the
@@ -629,8 +639,11 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
     quoted: its words count for the sentences that answer it, up to the next question. A
     question that asks for a kind of answer (a clock time, a duration, a number:
     ``plugins.text.answer_type``) ranks the sentences holding one first: "几点开始上班？"
-    is answered by the hours line, not by the holiday line that shares more words."""
+    is answered by the hours line, not by the holiday line that shares more words. The words
+    of the documents' names count for little when the question has others (``NAME_WEIGHT``:
+    「星河商店退货需要满足什么条件？」 names the shop, and asks for the conditions)."""
     wanted = terms(question)
+    named = wanted - asked_terms(question, found)
     kind = answer_type(question)
     candidates = []
     for rank, passage in enumerate(found):
@@ -648,7 +661,7 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
             holding[term] = holding.get(term, 0) + 1
     scored = [
         (
-            sum(1.0 / holding[t] for t in shared)
+            sum((NAME_WEIGHT if t in named else 1.0) / holding[t] for t in shared)
             - 0.01 * rank
             + (ANSWER_KIND_BONUS if kind and holds_answer(passage.text, kind) else 0.0),
             -order,

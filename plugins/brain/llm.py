@@ -37,7 +37,11 @@ Rule 4. Weak evidence is checked before any answer: when the passages share less
         previous message), are left to the retrieval's own decision.
 Rule 5. With evidence the model sees only the best sentences of the passages — the best
         passage's sentence the search found closest in meaning first (``closest_sentence``: a
-        paraphrase shares no word with it), then the best by shared words — (inside
+        paraphrase shares no word with it), then the best by shared words (``best_sentences``:
+        a sentence holding the kind of answer asked for — a time, a duration, a number — ranks
+        first; the documents' names do not count) — but the best by words goes first when it
+        shares at least two of the question's words and more than the closest does, or when
+        the closest lacks the kind of answer asked for and it has one (inside
         ``<untrusted_knowledge>``, after a note that they are data). The answer starts with the
         source's name written by code ("根据《…》，" / "According to …,") as the assistant's
         prefilled start, which the model continues. A sentence of the answer is dropped before
@@ -127,6 +131,7 @@ from plugins.brain.grounding import (
     Intent,
     Passage,
     Reading,
+    asked_terms,
     asks_about_me,
     asks_for_transfer,
     best_sentences,
@@ -423,10 +428,18 @@ class LLMBrain:
         closest = closest_sentence(found)
         if closest is not None and closest.text not in {p.text for p in evidence}:
             # The sentence closest in meaning first (a paraphrase shares no word with the
-            # sentence that answers it), then the best by shared words — unless it lacks the
-            # kind of answer the question asks for and a sentence by words holds one.
+            # sentence that answers it), then the best by shared words — unless the best by
+            # words shares more of the question's words (not the documents' names), or the
+            # closest lacks the kind of answer the question asks for and one by words has it.
+            wanted = asked_terms(reading.text, found)
+            by_words = len(wanted & terms(evidence[0].text)) if evidence else 0
             fits = [fits_answer(reading.text, p.text) for p in evidence]
-            if fits_answer(reading.text, closest.text) is False and any(fits):
+            if (
+                by_words >= _WORDS_OVER_MEANING
+                and by_words > len(wanted & terms(closest.text))
+                or fits_answer(reading.text, closest.text) is False
+                and any(fits)
+            ):
                 evidence = [*evidence, closest]
             else:
                 evidence = [closest, *evidence]
@@ -625,6 +638,11 @@ def _confide_call(request: BrainInput, reading: Reading) -> ToolCall | None:
         return None
     text = _CONFIDE_TEXT[reading.language if reading.language in _CONFIDE_TEXT else "en"]
     return ToolCall(call_id=f"llm_{CONFIDE_TOOL}_1", name=CONFIDE_TOOL, arguments={"text": text})
+
+
+_WORDS_OVER_MEANING = 2
+"""Rule 5: the question's words a sentence must share (more than the sentence closest in
+meaning shares) to go before it."""
 
 
 def closest_sentence(found: Sequence[Passage]) -> Passage | None:

@@ -70,6 +70,11 @@ REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
         [("relation", None, "I work with my brother every weekend")],
     ),  # noqa: E501
     ("I'm allergic to peanuts", [("fact", None, "I'm allergic to peanuts")]),
+    # Chinese ways of saying one's pet, child and workplace
+    ("我家狗叫豆豆，是一只柯基。", [("relation", "relation:狗", "我家狗叫豆豆，是一只柯基")]),
+    ("我养了一只猫，叫咪咪。", [("relation", None, "我养了一只猫，叫咪咪")]),
+    ("我女儿今年五岁了", [("relation", "relation:女儿:age", "我女儿今年五岁了")]),
+    ("我在杭州上班，是一名护士。", [("fact", "employer", "我在杭州上班，是一名护士")]),
 ]
 
 NOT_REMEMBERED = [
@@ -110,6 +115,8 @@ NOT_REMEMBERED = [
     "Hello there",
     "What is the weather",
     "退货期限是多少？",
+    "我家的狗可以带进去吗？",
+    "我女儿五岁能参加吗",
 ]
 
 

@@ -139,6 +139,20 @@ def test_english_turns_are_read_by_intent(text: str, intent: Intent) -> None:
     assert reading.language == "en"
 
 
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("What's the return window at the Xinghe store (星河商店)?", "en"),
+        ("Northwind 办公室周末开门吗?", "zh"),
+        ("Nova X2 耳机充满电要多长时间?", "zh"),
+    ],
+)
+def test_a_turn_naming_a_thing_in_the_other_script_keeps_its_own_language(
+    text: str, language: str
+) -> None:
+    assert read_turn(brain_input(text, language="zh")).language == language
+
+
 def test_social_turns_carry_a_fixed_reply_in_the_persons_language() -> None:
     assert read_turn(brain_input("hello")).reply == "Hello! How can I help you?"
     assert read_turn(brain_input("谢谢")).reply == "不客气。"
@@ -381,6 +395,18 @@ def test_best_sentences_prefer_the_sentence_holding_the_kind_of_answer_asked() -
     ]
     assert fits_answer("客服几点开始上班?", "节假日期间请留言。") is False
     assert fits_answer("客服在哪里?", "节假日期间请留言。") is None
+
+
+def test_best_sentences_do_not_count_the_words_of_the_documents_names() -> None:
+    found = [
+        Passage(
+            "星河商店售后说明", "星河商店的退货期限为签收后 7 天。", "星河商店售后说明 / 退货期限"
+        ),
+        Passage("星河商店售后说明", "退货条件：商品未使用、包装完整。", "退货条件"),
+    ]
+    assert [p.text for p in best_sentences("星河商店退货需要满足什么条件?", found, limit=1)] == [
+        found[1].text
+    ]
 
 
 def test_best_sentences_falls_back_to_the_first_sentence_of_the_top_passage() -> None:

@@ -881,6 +881,24 @@ async def test_the_sentence_the_search_found_closest_in_meaning_is_evidence_firs
     assert final.index("服务时间") < final.index("节假日")  # the closest sentence first
 
 
+async def test_a_sentence_sharing_more_of_the_question_goes_before_the_closest_in_meaning() -> None:
+    rules = (
+        "[source: 星河商店售后说明]\n<untrusted_knowledge>星河商店售后说明\n退货期限\n"
+        "星河商店的退货期限为签收后 7 天。</untrusted_knowledge>\n"
+        "[closest: 星河商店的退货期限为签收后 7 天。]\n"
+        "[source: 星河商店售后说明]\n<untrusted_knowledge>退货条件\n"
+        "退货条件：商品未使用、包装完整，并提供订单号。</untrusted_knowledge>"
+    )
+    model = FakeModel(["商品未使用、包装完整，并提供订单号。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    await spoken(brain, turn("星河商店退货需要满足什么条件?", results=(rules,)))
+
+    final = model.payloads[-1]["messages"][-2]["content"]
+    # The shop's name is in both; the conditions are asked for.
+    assert final.index("退货条件") < final.index("退货期限为")
+
+
 async def test_without_a_closest_line_evidence_is_chosen_by_shared_words_as_before() -> None:
     model = FakeModel(["质量问题退货的运费由商店承担。"])
     brain = LLMBrain(model)  # type: ignore[arg-type]
