@@ -464,15 +464,13 @@ async def test_the_spoken_answer_starts_with_the_source() -> None:
 
 
 async def test_the_english_answer_starts_with_the_source_too() -> None:
-    model = FakeModel(["returns are accepted ", "within 7 days. ", "Opened items too"])
+    model = FakeModel(["returns are accepted ", "within 7 days ", "of delivery."])
     brain = LLMBrain(model)  # type: ignore[arg-type]
     request = turn("how many days do I have for returns?", language="en", results=(EN_EVIDENCE,))
 
     text = await spoken(brain, request)
 
-    assert text == (
-        "According to Shop returns, returns are accepted within 7 days. Opened items too"
-    )
+    assert text == ("According to Shop returns, returns are accepted within 7 days of delivery.")
     assert model.payloads[0]["messages"][-1] == {
         "role": "assistant",
         "content": "According to Shop returns, ",
@@ -897,6 +895,21 @@ async def test_a_sentence_sharing_more_of_the_question_goes_before_the_closest_i
     final = model.payloads[-1]["messages"][-2]["content"]
     # The shop's name is in both; the conditions are asked for.
     assert final.index("退货条件") < final.index("退货期限为")
+
+
+async def test_the_model_sees_the_one_best_sentence_not_a_second_to_answer_with() -> None:
+    meals = (
+        "[source: Travel Expense Policy]\n<untrusted_knowledge>The daily meal allowance is 45 "
+        "euros. Alcohol is never reimbursed.</untrusted_knowledge>"
+    )
+    model = FakeModel(["the daily meal allowance is 45 euros."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    await spoken(brain, turn("What's the daily meal allowance?", language="en", results=(meals,)))
+
+    final = model.payloads[-1]["messages"][-2]["content"]
+    assert "45 euros" in final
+    assert "Alcohol" not in final  # the 0.5B model answered with the second sentence
 
 
 async def test_without_a_closest_line_evidence_is_chosen_by_shared_words_as_before() -> None:
