@@ -105,7 +105,7 @@ def _en(pattern: str) -> re.Pattern[str]:
 _EN_RULES: tuple[_Rule, ...] = (
     _Rule("correction", _en(r"(?:please\s+)?(?:remember|keep in mind|note)\s*(?:that\s*)?[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
     _Rule("correction", _en(r"(?:correction|to correct myself|let me correct (?:that|myself)|i misspoke)\s*[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
-    _Rule("fact", _en(r"(?:my name is|call me|i'm called|i am called|my name's)\s+(?P<rest>.+)"), key="name"),  # noqa: E501
+    _Rule("fact", _en(r"(?:my name is|(?:please |you can |just )?call me|i'm called|i am called|my name's)\s+(?P<rest>.+)"), key="name"),  # noqa: E501
     _Rule("fact", _en(r"(?:my birthday is|my birthday's|i was born on)\s+(?P<rest>.+)"), key="birthday"),  # noqa: E501
     _Rule("fact", _en(r"(?:i (?:currently |now |still )?live in|i'm (?:currently |now )?living in|i am (?:currently |now )?living in|i (?:just |recently )?moved to|i(?:'m| am) based in|my (?:current )?city is|my home is in)\s+(?P<rest>.+)"), key="current_city"),  # noqa: E501
     _Rule("fact", _en(r"(?:i(?:'m| am) (?:originally )?from|i come from|my hometown is|i grew up in)\s+(?P<rest>.+)"), key="hometown"),  # noqa: E501

@@ -33,8 +33,9 @@ Rule 6. Memory in other words: what a question asks of the person and what an en
         entry about that subject. When the question asks for an attribute no entry has, no
         entry answers it (the "don't remember" sentence), rather than the newest one. A
         first-person question about no subject is about the person: their own entries come
-        before a pet's or a child's that share its attribute ("what should you call me?" is
-        not answered with "my cat is called Mochi").
+        before a pet's or a child's, and one that shares only a name, an age, a birthday or a
+        liking with it is not theirs ("what should you call me?" is not answered with "my cat
+        is called Mochi", even when no entry has the person's name).
         ``asks_about_me`` is a first-person question whose attribute some entry has: when it
         asks *for* something ("what should you call me?", 「我是做哪一行的」) it is a memory
         question whatever its words; any other ("can I bring my dog?") is searched in the
@@ -745,6 +746,9 @@ _ANYTHING_ABOUT_ME = re.compile(
 """A question for whatever memory holds, not for one thing (Rule 6)."""
 _SUBJECTS = frozenset({"pet", "family"})
 """Attributes that name *who* a question is about (Rule 6): "my dog's name" is the dog's."""
+_OF_A_SUBJECT = frozenset({"name", "age", "birthday", "likes"})
+"""Attributes an entry about a pet or a family member says of *them* ("my cat is called
+Mochi"): such an entry never answers a question about the person's own (Rule 6)."""
 _FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|i'm|i've)\b|我", re.I)
 
 
@@ -784,10 +788,12 @@ def relevant_memories(
         has = attributes(entry)
         if subjects and not subjects & has:
             continue  # about someone else
+        about_subject = own_first and bool(has & _SUBJECTS)
+        if about_subject and asked & has and asked & has <= _OF_A_SUBJECT:
+            continue  # "what should you call me?" is not the cat's name
         shared = len(asked & has) * 2 + len(wanted & terms(entry))
         if shared:
-            own = not (own_first and has & _SUBJECTS)
-            scored.append((own, shared, -i, entry))
+            scored.append((not about_subject, shared, -i, entry))
     if not scored:
         return list(entries[:limit]) if by_words and _ANYTHING_ABOUT_ME.search(question) else []
     scored.sort(reverse=True)

@@ -70,6 +70,7 @@ REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
         [("relation", None, "I work with my brother every weekend")],
     ),  # noqa: E501
     ("I'm allergic to peanuts", [("fact", None, "I'm allergic to peanuts")]),
+    ("And please call me Sam.", [("fact", "name", "please call me Sam")]),
     # Chinese ways of saying one's pet, child and workplace
     ("我家狗叫豆豆，是一只柯基。", [("relation", "relation:狗", "我家狗叫豆豆，是一只柯基")]),
     ("我养了一只猫，叫咪咪。", [("relation", None, "我养了一只猫，叫咪咪")]),

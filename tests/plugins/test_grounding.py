@@ -508,6 +508,12 @@ def test_a_question_about_me_is_answered_with_my_entry_before_my_pets() -> None:
     assert relevant_memories("What's my cat called?", entries, limit=1) == [
         "My cat is called Mochi"
     ]
+    # Nobody said their own name: the cat's is no answer, nor the daughter's age mine.
+    assert relevant_memories("What should you call me?", entries[:2]) == []
+    assert relevant_memories("How old am I?", ["My daughter is four years old"]) == []
+    assert relevant_memories("Where do I live?", ["I live in Porto with my dog"]) == [
+        "I live in Porto with my dog"
+    ]
 
 
 def test_a_question_for_an_attribute_no_entry_has_gets_no_entry() -> None:
