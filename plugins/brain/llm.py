@@ -454,8 +454,11 @@ class LLMBrain:
             return None
         if rewritten:
             return evidence if rewrite_covered(rewritten, evidence) else None
-        if self.check_weak_evidence and needs_check(reading, evidence):
-            if not await self._evidence_answers(session, reading, evidence):
+        # Rule 4 judges the best two sentences whatever the model is shown (one, Rule 5): fewer
+        # words would send more answerable questions to the model's check.
+        checked = evidence if len(evidence) >= 2 else evidence_for(reading.text, found, limit=2)
+        if self.check_weak_evidence and needs_check(reading, checked):
+            if not await self._evidence_answers(session, reading, checked):
                 return None
         return evidence
 

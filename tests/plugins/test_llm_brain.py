@@ -626,6 +626,21 @@ async def test_strong_evidence_is_answered_without_a_quote_check() -> None:
     assert len(model.calls) == 1
 
 
+async def test_the_check_judges_two_sentences_though_the_model_is_shown_one() -> None:
+    # Each sentence covers under half the question's words, the two together over half.
+    rules = (
+        "[source: Gym rules]\n<untrusted_knowledge>Guests get a locker. The sauna and pool "
+        "are open until nine.</untrusted_knowledge>"
+    )
+    model = FakeModel(["guests get a locker."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    question = "Can guests use the lockers, towels, sauna and pool?"
+
+    await deltas(brain, turn(question, language="en", results=(rules,)))
+
+    assert len(model.calls) == 1  # no quote check, only the answer
+
+
 # ---------------------------------------------------------------- memory and statements (Rule 5)
 
 
