@@ -35,11 +35,11 @@ Rule 4. Weak evidence is checked before any answer: when the passages share less
         it), else the turn gets the fixed "documents don't say" answer. A question in one
         language about a passage in the other, and a follow-up (searched together with the
         previous message), are left to the retrieval's own decision.
-Rule 5. With evidence the model sees only the best sentences of the passages — the best
+Rule 5. With evidence the model sees only the best sentence of the passages, or two — the best
         passage's sentence the search found closest in meaning first (``closest_sentence``: a
         paraphrase shares no word with it), then the best by shared words (``best_sentences``:
         a sentence holding the kind of answer asked for — a time, a duration, a number — ranks
-        first; the documents' names do not count) — but the best by words goes first when it
+        first; the documents' names count for little) — but the best by words goes first when it
         shares at least two of the question's words and more than the closest does, or when
         the closest lacks the kind of answer asked for and it has one (inside
         ``<untrusted_knowledge>``, after a note that they are data). The answer starts with the
