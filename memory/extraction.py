@@ -8,11 +8,16 @@ first-person start). Each clause, with leading fillers and discourse markers ("w
 ("I actually live…", "我其实住在…") removed, is matched against one table of anchored patterns
 per language (Chinese when the clause has CJK characters). A pattern only matches at the start
 of the clause, in the first person, so statements about third parties ("my friend likes…",
-"他喜欢…") and reported speech never match. The first matching rule gives the kind
-(preference, goal, correction, relation, fact) and, for stable facts, a key (``name``,
-``birthday``, ``current_city``, ``hometown``, ``job``, ``employer``, ``native_language``,
-``favorite:<thing>``, ``relation:<who>``): a newer statement with the same key replaces the
-older one in the store.
+"他喜欢…") and reported speech never match. The first person includes "we"/"our"/"我们" ("we
+moved to Bristol", "at home we speak Portuguese", "our cat is called Mochi"): what a person says
+of their household is theirs to have remembered. "I'm a/an …" is a job only when what follows
+ends in a job word and is not one of the words that only look like one ("a pharmacist", "a bus
+driver"; not "a member", "a big fan"). "My <relative or pet> …" and "我妈妈的生日是…" are
+relations, said as they were said: never the person's own name, age or birthday. The first
+matching rule gives the kind (preference, goal, correction, relation, fact) and, for stable
+facts, a key (``name``, ``birthday``, ``current_city``, ``hometown``, ``job``, ``employer``,
+``native_language``, ``favorite:<thing>``, ``relation:<who>``): a newer statement with the same
+key replaces the older one in the store.
 
 A clause is *not* stored when it is a question (ends with ``?``/``？``, or is a Chinese question
 by its particles and question words), hypothetical (if/suppose/would…, 如果/假如/要是…),
@@ -48,6 +53,7 @@ from dataclasses import dataclass
 
 from memory.entries import MAX_ENTRY_CHARS, MemoryKind, is_sensitive
 from plugins.language import has_cjk
+from plugins.text import PET_WORDS, ZH_PET_WORDS
 
 MAX_MESSAGE_CHARS = 2_000
 """Longer messages are not scanned at all (bounded work per message)."""
@@ -72,6 +78,11 @@ class _Rule:
     """The rest of the clause must contain this (weak stems)."""
     inner: bool = False
     """Store what follows the stem (remember/correction commands)."""
+    refuse: re.Pattern[str] | None = None
+    """The rest of the clause must not contain this ("I'm a member" is no job)."""
+    says: str | None = None
+    """The entry in words that name what it is ("I'm a pharmacist, so…" → "I work as a
+    pharmacist"), ``{rest}`` filled from the match; None: the clause as said."""
 
 
 _EN_GOAL_WORDS = re.compile(
@@ -82,14 +93,31 @@ _EN_GOAL_WORDS = re.compile(
 )
 _ZH_GOAL_WORDS = re.compile(r"学|成为|考|坚持|长期|每天|每周|将来|以后|明年|今年|练|提高|掌握|减肥")
 
-_EN_RELATIONS = (
+EN_RELATIONS = (
     r"wife|husband|partner|boyfriend|girlfriend|son|daughter|mother|mom|mum|father|dad|"
-    r"brother|sister|boss|manager|dog|cat|baby|kid|child"
+    r"brother|sister|boss|manager|dog|cat|baby|kid|child|children|kids|twins|parents|"
+    r"grandmother|grandma|grandfather|grandpa|fianc[eé]e?|puppy|kitten"
 )
-_ZH_RELATIONS = (
+ZH_RELATIONS = (
     r"妻子|老婆|丈夫|老公|儿子|女儿|妈妈|母亲|爸爸|父亲|哥哥|姐姐|弟弟|妹妹|男朋友|女朋友|"
-    r"老板|领导|狗|猫|孩子|宝宝"
+    r"老板|领导|狗|猫|孩子|宝宝|爷爷|奶奶|外公|外婆|姥姥|姥爷|未婚妻|未婚夫|爱人|对象"
 )
+_EN_JOB_WORDS = re.compile(
+    r"^(?:[a-z-]+ ){0,3}(?:[a-z-]*(?:ist|ian|eer|ant|ent|or|er|man|woman|person)|nurse|chef"
+    r"|cook|doctor|lawyer|judge|pilot|clerk|barista|midwife|vet|surgeon|medic|tutor|coach"
+    r"|nanny|(?:un)?employed|retired|freelance|self-employed)\b",
+    re.I,
+)
+"""The rest of "I'm a/an …" names a job: it ends in a job word (a pharmacist, a bus driver)."""
+_EN_NOT_JOBS = re.compile(
+    r"\b(?:member|customer|user|beginner|fan|newcomer|subscriber|owner|holder|passenger"
+    r"|travell?er|visitor|caller|buyer|player|runner|swimmer|lover|person|patient|student"
+    r"|resident|tenant|parent|mother|father|bit|lot|little|big|huge|regular|first|second"
+    r"|last|other|number|order|letter|winner|loser|sucker|dreamer|talker|worrier|vegetarian"
+    r"|vegan|early|late)\b",
+    re.I,
+)
+"""Words that end like jobs but say something else ("I'm a member", "I'm a big fan")."""
 _ZH_PEOPLE = (
     r"同事|朋友|家人|妻子|老婆|丈夫|老公|孩子|儿子|女儿|父母|妈妈|爸爸|男朋友|女朋友|室友|"
     r"同学|老板|领导|团队|队友|邻居|哥哥|姐姐|弟弟|妹妹"
@@ -105,18 +133,23 @@ def _en(pattern: str) -> re.Pattern[str]:
 _EN_RULES: tuple[_Rule, ...] = (
     _Rule("correction", _en(r"(?:please\s+)?(?:remember|keep in mind|note)\s*(?:that\s*)?[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
     _Rule("correction", _en(r"(?:correction|to correct myself|let me correct (?:that|myself)|i misspoke)\s*[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
-    _Rule("fact", _en(r"(?:my name is|(?:please |you can |just )?call me|i'm called|i am called|my name's)\s+(?P<rest>.+)"), key="name"),  # noqa: E501
+    _Rule("fact", _en(r"(?:my name is|(?:please |you can |just )?call me|i'm called|i am called|my name's|i go by|the name's|(?:people|everyone|friends|my friends|most people) (?:usually |just |all )?calls? me)\s+(?P<rest>.+)"), key="name"),  # noqa: E501
     _Rule("fact", _en(r"(?:my birthday is|my birthday's|i was born on)\s+(?P<rest>.+)"), key="birthday"),  # noqa: E501
-    _Rule("fact", _en(r"(?:i (?:currently |now |still )?live in|i'm (?:currently |now )?living in|i am (?:currently |now )?living in|i (?:just |recently )?moved to|i(?:'m| am) based in|my (?:current )?city is|my home is in)\s+(?P<rest>.+)"), key="current_city"),  # noqa: E501
-    _Rule("fact", _en(r"(?:i(?:'m| am) (?:originally )?from|i come from|my hometown is|i grew up in)\s+(?P<rest>.+)"), key="hometown"),  # noqa: E501
-    _Rule("fact", _en(r"(?:i work as|i(?:'m| am) working as|my job is|my profession is|my occupation is|i(?:'m| am) employed as)\s+(?P<rest>.+)"), key="job"),  # noqa: E501
+    _Rule("fact", _en(r"(?:(?:i|we) (?:currently |now |still )?live in|(?:i'm|i am|we're|we are) (?:currently |now )?living in|(?:i|we)(?:'ve| have)? (?:just |recently |finally )?(?:moved|relocated) (?:to|over to)|(?:i'm|i am|we're|we are) (?:now )?based in|my (?:current )?city is|(?:my|our) home is(?: in| now in|(?: now)?)?)\s+(?P<rest>.+)"), key="current_city"),  # noqa: E501
+    _Rule("fact", _en(r"(?:i(?:'m| am) (?:originally )?from|i come from|my hometown is|i grew up in|i was (?:born and )?(?:born|raised) in|i(?:'m| am) a native of)\s+(?P<rest>.+)"), key="hometown"),  # noqa: E501
+    _Rule("fact", _en(r"(?:i work as|i(?:'m| am) working as|my job is|my profession is|my occupation is|i(?:'m| am) employed as|i do (?:[a-z]+ ){1,3}for a living)\s*(?P<rest>.*)"), key="job"),  # noqa: E501
+    _Rule("fact", _en(r"i(?:'m| am) (?P<rest>an? [a-z -]{2,40})"), key="job", gate=_EN_JOB_WORDS, refuse=_EN_NOT_JOBS, says="I work as {rest}"),  # noqa: E501
     _Rule("fact", _en(r"(?:i work (?:at|for)|my employer is|my company is)\s+(?P<rest>.+)"), key="employer"),  # noqa: E501
     _Rule("fact", _en(r"(?:my (?:native|first|mother) (?:language|tongue) is|i(?:'m| am) a native speaker of)\s+(?P<rest>.+)"), key="native_language"),  # noqa: E501
-    _Rule("fact", _en(r"(?:i(?:'m| am) allergic to|i(?:'m| am) (?:a )?(?:vegetarian|vegan)|i (?:don't|do not) eat)(?P<rest>.*)")),  # noqa: E501
+    _Rule("fact", _en(r"(?:(?:at home|at work|with my [a-z]+),? )?(?:i|we) (?:mostly |usually |mainly |only |also )?speak\s+(?P<rest>.+)")),  # noqa: E501
+    _Rule("fact", _en(r"(?:i(?:'m| am) allergic to|i(?:'m| am) (?:a )?(?:vegetarian|vegan)|i (?:don't|do not|can't|cannot|can not) eat|i have an? (?:[a-z]+ )?allergy)(?P<rest>.*)")),  # noqa: E501
     _Rule("preference", _en(r"my (?:favou?rite) (?P<what>[a-z][a-z ]{0,28}?) is\s+(?P<rest>.+)"), key="favorite:{what}"),  # noqa: E501
-    _Rule("relation", _en(rf"my (?P<rel>{_EN_RELATIONS})(?:'s name is| is called| is named)\s+(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
-    _Rule("relation", _en(rf"(?:i have (?:an? |one |two |three |four |\d+ )?(?:{_EN_RELATIONS})s?\b|i (?:work|live|study|train|play|meet|travel|cook|run) with my\b|i(?:'m| am) married\b)(?P<rest>.*)")),  # noqa: E501
+    _Rule("relation", _en(rf"my (?P<rel>{EN_RELATIONS})(?:'s name is| is called| is named)\s+(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
+    _Rule("relation", _en(rf"(?:(?:i|we) (?:have|'ve got|have got|own) (?:an? |one |two |three |four |\d+ )?(?:{EN_RELATIONS}|{PET_WORDS})s?\b|i (?:work|live|study|train|play|meet|travel|cook|run) with my\b|i(?:'m| am) married\b)(?P<rest>.*)")),  # noqa: E501
+    _Rule("relation", _en(r"(?:i|we)(?:'ve| have)?(?: got| own| have)? (?:an? |one |two |\d+ )(?P<rest>[a-z -]{2,40}? (?:called|named) .+)")),  # noqa: E501
+    _Rule("relation", _en(rf"(?:my|our) (?P<rel>{EN_RELATIONS}|{PET_WORDS})\b(?P<rest>.+)")),  # noqa: E501
     _Rule("goal", _en(r"my (?:main |long[- ]term |big |biggest |personal )?(?:goal|aim|dream|objective|plan) is\s+(?P<rest>.+)")),  # noqa: E501
+    _Rule("goal", _en(r"(?:i(?:'m| am)|we(?:'re| are)) (?:training|preparing|saving(?: up)?|studying|practi[cs]ing) for\s+(?P<rest>.+)")),  # noqa: E501
     _Rule("goal", _en(r"(?:i(?:'m| am) (?:planning|trying|hoping|aiming|working) to|i plan to|i intend to|i want to|i hope to|i(?:'m| am) learning|i(?:'m| am) studying)\s+(?P<rest>.+)"), gate=_EN_GOAL_WORDS),  # noqa: E501
     _Rule("preference", _en(r"i (?:really |much |also |generally |usually |always |strongly |definitely |honestly |still |actually )?(?:prefer|like|love|enjoy|hate|dislike|can't stand|cannot stand|don't like|do not like|don't enjoy|do not enjoy|am a fan of)\s+(?P<rest>.+)")),  # noqa: E501
     _Rule("preference", _en(r"i'm a fan of\s+(?P<rest>.+)")),
@@ -125,22 +158,25 @@ _EN_RULES: tuple[_Rule, ...] = (
 _ZH_RULES: tuple[_Rule, ...] = (
     _Rule("correction", re.compile(r"(?:请|麻烦)?(?:你)?(?:帮我)?(?:记住|要记住|记下|记一下)(?:一下)?[,，:：]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
     _Rule("correction", re.compile(r"(?:纠正一下|更正一下|我纠正一下|我更正一下|更正|纠正)[,，:：]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
-    _Rule("fact", re.compile(r"(?:我的名字是|我的名字叫|我叫|你可以叫我|叫我|我的名字)(?P<rest>.+)"), key="name"),  # noqa: E501
+    _Rule("fact", re.compile(r"(?:我的名字是|我的名字叫|我叫|你可以叫我|叫我|我的名字|(?:大家|朋友们?|别人|同事们?)(?:都|一般|平时)?(?:叫我|喊我|称呼我)|我姓)(?P<rest>.+)"), key="name"),  # noqa: E501
     _Rule("fact", re.compile(r"我的?生日(?:是|在)(?P<rest>.+)"), key="birthday"),
-    _Rule("fact", re.compile(r"我(?:现在|目前|如今|已经)?(?:住在|生活在|定居在|居住在|常住在|搬到了|搬到|搬去了|搬去)(?P<rest>.+)"), key="current_city"),  # noqa: E501
-    _Rule("fact", re.compile(r"(?:我来自|我老家是|我老家在|我的家乡是|我的老家是|我是在)(?P<rest>.+?)(?:长大的?)?$"), key="hometown"),  # noqa: E501
+    _Rule("fact", re.compile(r"我们?(?:一家|全家)?(?:现在|目前|如今|已经|上个月|去年|刚)?(?:住在|生活在|定居在|居住在|常住在|搬到了|搬到|搬去了|搬去|搬家到)(?P<rest>.+)"), key="current_city"),  # noqa: E501
+    _Rule("fact", re.compile(r"(?:我来自|我老家是|我老家在|我的家乡是|我的老家是)(?P<rest>.+?)(?:长大的?)?$"), key="hometown"),  # noqa: E501
+    _Rule("fact", re.compile(r"我是在(?P<rest>.+?)(?:长大|出生)的?$"), key="hometown"),
     _Rule("fact", re.compile(r"(?:我的工作是|我的职业是|我从事|我是一名|我是一位|我的工作是做)(?P<rest>.+)"), key="job"),  # noqa: E501
-    _Rule("fact", re.compile(r"我(?:现在|目前)?在(?P<rest>[^，,]+?)(?:工作|上班)(?:[，,].*)?$"), key="employer"),  # noqa: E501
+    _Rule("fact", re.compile(r"我(?:现在|目前)?(?:是)?在(?P<rest>[^，,]+?)(?:工作|上班|上班的|工作的)(?:[，,].*)?$"), key="employer"),  # noqa: E501
     _Rule("fact", re.compile(r"我的母语是(?P<rest>.+)"), key="native_language"),
+    _Rule("fact", re.compile(r"我们?(?:在)?(?:家里?|平时)(?:一般|都|主要)?(?:说|讲)(?P<rest>.+)")),
     _Rule("fact", re.compile(r"我(?:对)(?P<rest>.+?)过敏|我(?:是)?吃素的?(?P<rest2>.*)")),
     _Rule("preference", re.compile(r"我最喜欢的(?P<what>.{1,8}?)是(?P<rest>.+)"), key="favorite:{what}"),  # noqa: E501
-    _Rule("relation", re.compile(rf"我(?:的|家的?)?(?P<rel>{_ZH_RELATIONS})(?:的名字)?叫(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
-    _Rule("relation", re.compile(r"我(?:家)?养了?(?:一只|一条|一个|两只|[0-9]+只)?(?:小)?(?:狗|猫)(?P<rest>.*)")),  # noqa: E501
-    _Rule("relation", re.compile(rf"我(?:的|家的?)?(?P<rel>{_ZH_RELATIONS})(?P<rest>(?:今年|已经|现在|刚)?[0-9零一二两三四五六七八九十]+(?:岁|个月)(?:大)?.*)"), key="relation:{rel}:age"),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:的|家的?)?(?P<rel>{ZH_RELATIONS})(?:的名字)?叫(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:们)?(?:家)?(?:里)?(?:养了?|有)(?:一只|一条|一个|两只|只|条|[0-9]+只)?(?:小)?(?:{ZH_PET_WORDS})(?P<rest>.*)")),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:的|家的?)?(?P<rel>{ZH_RELATIONS})(?P<rest>(?:今年|已经|现在|刚)?[0-9零一二两三四五六七八九十]+(?:岁|个月)(?:大)?.*)"), key="relation:{rel}:age"),  # noqa: E501
     _Rule("relation", re.compile(rf"我(?:和|跟|与)(?:我的)?(?:{_ZH_PEOPLE})(?P<rest>.+)")),
-    _Rule("relation", re.compile(rf"我有(?:一个|两个|三个|四个|[0-9]+个)?(?:{_ZH_RELATIONS}|{_ZH_PEOPLE})(?P<rest>.*)")),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:的|家的?|们家的?)?(?P<rel>{ZH_RELATIONS}|{ZH_PET_WORDS})的?(?P<rest>(?:生日|名字|工作|职业|今年|是|叫|在|喜欢|爱|住|过敏|不能|会|读|上).+)")),  # noqa: E501
+    _Rule("relation", re.compile(rf"我有(?:一个|两个|三个|四个|[0-9]+个)?(?:{ZH_RELATIONS}|{_ZH_PEOPLE})(?P<rest>.*)")),  # noqa: E501
     _Rule("goal", re.compile(r"我的(?:目标|梦想|计划|愿望|长期目标|学习目标)是(?P<rest>.+)")),
-    _Rule("goal", re.compile(r"我(?:打算|计划|准备|想要|希望|正在)(?P<rest>.+)"), gate=_ZH_GOAL_WORDS),  # noqa: E501
+    _Rule("goal", re.compile(r"我(?:打算|计划|准备|想要|希望|正在|在准备|正在准备|在备考)(?P<rest>.+)"), gate=_ZH_GOAL_WORDS),  # noqa: E501
     _Rule("preference", re.compile(r"我(?:很|也|最|比较|更|真的|一直|特别|非常|还是|平时|一般|向来)?(?:喜欢|爱吃|爱喝|爱看|爱听|偏好|偏爱|讨厌|不喜欢|不太喜欢|不爱|习惯|倾向于|更倾向于)(?P<rest>.+)")),  # noqa: E501
 )
 _COMMAND_ONLY = re.compile(
@@ -219,7 +255,9 @@ _ZH_REPORTED = re.compile(r"(?:他|她|他们|她们|别人|朋友|同事)(?:说
 _EN_NEGATION = re.compile(r"\b(?:not|never|no longer|nothing|none|no)\b|n't\b", re.I)
 _ZH_NEGATION = re.compile(r"不是|没有|并不|不再|从不|从来不|从没|不会|不想|不叫|不在|不住|没")
 _FIRST_PERSON = re.compile(
-    r"我|\bi\b|\bi'|\bmy\b|\bremember\b|\bcall me\b|\bcorrection\b|记住|纠正|更正", re.I
+    r"我|\bi\b|\bi'|\bmy\b|\bwe\b|\bwe'|\bour\b|\bremember\b|\bcalls? me\b|\bcorrection\b"
+    r"|记住|纠正|更正",
+    re.I,
 )
 
 
@@ -298,12 +336,15 @@ def _match_rules(clause: str, zh: bool, *, nested: bool, contrast: bool) -> Extr
             return None
         if rule.gate is not None and not rule.gate.search(rest):
             continue
+        if rule.refuse is not None and rule.refuse.search(rest):
+            continue
         key = rule.key
         if key is not None:
             what = (groups.get("what") or "").strip().lower()
             rel = (groups.get("rel") or "").strip().lower()
             key = key.format(what=what, rel=rel)
-        return Extracted(rule.kind, clause, key)
+        content = rule.says.format(rest=rest.strip(_TRAILING)) if rule.says else clause
+        return Extracted(rule.kind, content, key)
     return None
 
 

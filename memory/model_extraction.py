@@ -22,6 +22,9 @@ Rule 4. Code writes the entry, in the statement's language, from a template per 
         it by attribute (``plugins.brain.grounding`` Rule 6). Attributes a person has one of
         (name, city, job, birthday, age…) carry the patterns' key, so a later statement of the
         same attribute replaces the older one — a correction replaces what it corrects.
+        A statement about a family member or a pet ("我妈妈的生日是十月一号") is kept as it
+        was said, as theirs, whatever attribute the model names; a pet or a relative whose
+        value lost what they are ("团团" of "我家有只猫，叫团团") is kept whole too.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ import re
 from typing import Any
 
 from memory.entries import MAX_ENTRY_CHARS, MemoryKind, is_sensitive
-from memory.extraction import Extracted, stated_clauses
+from memory.extraction import EN_RELATIONS, ZH_RELATIONS, Extracted, stated_clauses
 from plugins.language import has_cjk
+from plugins.text import PET_WORDS, ZH_PET_WORDS
 
 MAX_VALUE_CHARS = 60
 MAX_TOKENS = 48
@@ -161,11 +165,23 @@ def read_answer(answer: str, stated: str) -> Extracted | None:
         return None
     if not attribute.cue.search(stated):
         return None  # "我下个月要去日本旅游" is no city the person lives in
+    if attribute.kind != "relation" and _OF_SOMEONE.search(stated):
+        # "我妈妈的生日是十月一号" is the mother's birthday: said as it was said, as theirs.
+        return Extracted("relation", stated) if len(stated) <= MAX_ENTRY_CHARS else None
     template = attribute.zh if has_cjk(stated) else attribute.en
     content = template.format(value)
+    if attribute.kind == "relation" and not attribute.cue.search(value):
+        content = stated  # "我的宠物：团团" would lose that 团团 is a cat
     if len(content) > MAX_ENTRY_CHARS:
         return None
     return Extracted(attribute.kind, content, attribute.key)
+
+
+_OF_SOMEONE = re.compile(
+    rf"\b(?:my|our)\s+(?:{EN_RELATIONS}|{PET_WORDS})\b|我(?:的|家的?|们家的?)?(?:{ZH_RELATIONS}|{ZH_PET_WORDS})",
+    re.I,
+)
+"""A statement about a family member or a pet (Rule 4: theirs, not the person's)."""
 
 
 def _fold(text: str) -> str:

@@ -448,3 +448,19 @@ def sentence_units(chunk: str) -> list[str]:
     (``plugins.embedding``), in order; none when it has fewer than two."""
     found = [s for s in sentences(chunk) if len(s) >= MIN_SENTENCE_CHARS]
     return found if len(found) > 1 else []
+
+
+PET_WORDS = (
+    r"dogs?|cats?|pets?|pupp(?:y|ies)|kittens?|parrots?|rabbits?|bunn(?:y|ies)|hamsters?"
+    r"|guinea pigs?|goldfish|fish|turtles?|tortoises?|lizards?|snakes?|horses?|ponies|pony"
+    r"|budgies?|canar(?:y|ies)|ferrets?|retrievers?|labradors?|labs?|poodles?|beagles?"
+    r"|terriers?|spaniels?|collies?|huskies|husky|corgis?|dachshunds?|bulldogs?|chihuahuas?"
+    r"|pugs?|schnauzers?|shepherds?|greyhounds?|whippets?|tabby|tabbies|siamese|ragdolls?"
+)
+"""Animals and the commonest breeds a person says they have: ``memory.extraction`` stores "we've
+got a golden retriever called Biscuit" as a pet, and ``plugins.brain.grounding`` Rule 6 reads it
+as one for "what's my dog called?"."""
+ZH_PET_WORDS = (
+    r"狗|猫|宠物|鹦鹉|兔|仓鼠|金鱼|乌龟|蜥蜴|荷兰猪|金毛|拉布拉多|泰迪|柯基|哈士奇|柴犬"
+    r"|边牧|比熊|博美|萨摩|德牧|布偶|英短|美短|暹罗|橘猫|狸花"
+)

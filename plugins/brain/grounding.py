@@ -64,7 +64,7 @@ from plugins.language import CJK_IDEOGRAPHS, dominant_language, zh_or_en
 
 # Part of reading a turn (Rule 1), so readers of a turn (the benchmarks) take it from here too.
 from plugins.language import detect_language as detect_language
-from plugins.text import answer_type, holds_answer, parse_query, stem
+from plugins.text import PET_WORDS, ZH_PET_WORDS, answer_type, holds_answer, parse_query, stem
 from plugins.text import terms as index_terms
 
 KNOWLEDGE_TOOL = "knowledge_search"
@@ -217,7 +217,9 @@ _ABOUT_ME = {
         r"|\bwhat('?s| is| was| were| are) my\b|\bwho am i\b|\bwhere do i (live|work|come from)\b"
         r"|\bwhat do i (like|prefer|do|study|want)\b|\bwhat am i (learning|studying|doing)\b"
         r"|\bwhen is my\b|\bhow (do|did) i (like|prefer)\b|\bmy preferences\b"
-        r"|\bwhat (do|did) you know about me\b|\babout me\b.*\?",
+        r"|\bwhat (do|did) you know about me\b|\babout me\b.*\?"
+        r"|\bhow old am i\b|\bwhat am i allergic\b|\bwhere am i from\b"
+        r"|\b(?:what|how) (?:should|do|will|would) you (?:call|address) me\b",
         re.I,
     ),
     "zh": re.compile(
@@ -226,6 +228,8 @@ _ABOUT_ME = {
         r"|我.{0,2}(住|生活|工作)在哪|我.{0,2}(喜欢|爱|偏好)什么|我在学什么|我(想|要)学什么"
         r"|我.{0,4}(打算|计划|目标|梦想)"
         rf"|我的[{CJK_IDEOGRAPHS}]{{1,6}}(是什么|是哪|叫什么|在哪|是多少|是几)"
+        r"|我是?(?:做什么|干什么|做哪一?行)|我是哪(?:里|儿)的?人|我(?:今年)?(?:多大|几岁)"
+        r"|我对什么过敏|怎么(?:叫|称呼|喊)我"
     ),
 }
 _MY_THING = {
@@ -237,8 +241,8 @@ _QUESTION = {
     "en": re.compile(
         r"\?|^\W*(what|what's|whats|how|when|where|which|who|whom|whose|why|is|are|am|was|"
         r"were|can|could|do|does|did|will|would|should|shall|may|might|have|has|any)\b"
-        r"|\b(tell me|explain|i('d| would) like to know|i want to know|i wonder|let me know|"
-        r"look up|find out|please check)\b"
+        r"|\b(tell me|remind me|explain|i('d| would) like to know|i want to know|i wonder|"
+        r"let me know|look up|find out|please check)\b"
         # a request in the imperative ("Check the status of order 123.", "Book a table.")
         r"|^\W*(please\s+)?(check|book|find|show|give|cancel|reserve|schedule|order|search|"
         r"list|get|send|call(?!\s+me\b)|help me|compare|describe|summari[sz]e)\b",
@@ -706,35 +710,42 @@ def quote_is_from(quote: str, evidence: Sequence[Passage], *, at_least: float = 
 _ATTRIBUTES: dict[str, re.Pattern[str]] = {
     name: re.compile(pattern, re.I)
     for name, pattern in {
-        "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bgo by\b|\bnickname|叫|名字|称呼|姓",
+        "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bgo by\b|\bnickname|\baddress me\b"
+        r"|\bwho am i\b|叫|名字|称呼|姓|我是谁",
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
-        r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come) from\b|\baddress\b"
+        r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come) from\b|\baddress\b(?! me\b)"
         r"|住|搬|城市|老家|家乡|哪里人|生活在",
         "job": r"\bjob\b|\bwork(?:s|ed|ing)?\b|\bfor a living\b|\bprofession|\boccupation"
         r"|\bemploy|\bcareer|工作|职业|上班|做什么的|哪一行|公司",
-        "pet": r"\bdogs?\b|\bcats?\b|\bpets?\b|\bpupp(?:y|ies)\b|\bkitten|\bparrot|\brabbit"
-        r"|狗|猫|宠物|鹦鹉|兔子",
+        "pet": rf"\b(?:{PET_WORDS})\b|{ZH_PET_WORDS}",
         "family": r"\bfamily\b|\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
         r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bfather\b|\bdad\b"
+        r"|\bboy\b|\bgirl\b|\bgrand(?:ma|pa|mother|father|son|daughter|kids?|children)\b"
+        r"|爷爷|奶奶|外公|外婆|孙子|孙女"
         r"|家人|妻子|老婆|丈夫|老公|儿子|女儿|孩子|姐姐|妹妹|哥哥|弟弟|妈妈|爸爸|母亲|父亲",
         "birthday": r"\bbirthday|\bborn\b|生日|出生",
         "age": r"\bage\b|\bhow old\b|\byears? old\b|\bi(?:'m| am)(?: actually| now)? \d{1,3}\b"
         r"|岁|年纪|多大",
-        "allergy": r"\ballerg|\bmedic(?:ine|ation)s?\b|\bdrugs?\b|过敏|药",
+        "allergy": r"\ballerg|\bmedic(?:ine|ation)s?\b|\bdrugs?\b"
+        r"|\b(?:can'?t|cannot|shouldn'?t|should not|mustn'?t|not allowed to) eat\b"
+        r"|过敏|药|不能吃|不可以吃|忌口",
         "goal": r"\bgoals?\b|\blearn|\bstudy|\bstudying\b|\bplan(?:s|ning)?\b|\btraining\b"
         r"|\bhop(?:e|ed|ing) to\b|\bpick up\b|\baim"
         r"|目标|学|打算|计划",
         "likes": r"\blikes?\b|\bloves?\b|\bfavou?rite|\bprefer|\benjoy|喜欢|爱|最爱|偏好",
-        "language": r"\blanguages?\b|\bspeak\b|\bnative\b|语言|母语",
+        "language": r"\blanguages?\b|\bspeak\b|\bnative\b|语言|母语|(?:说|讲)什么话",
     }.items()
 }
 _ASKS_FOR = {
     "en": re.compile(
         r"\b(?:what|which|where|who|when|how old)\b.*\b(?:i|me|my|i'm)\b"
+        r"|^\W*(?:is there|are there|do i have|have i got)\b.*\b(?:i|me|my)\b"
         r"|\bremember\b|\bremind me\b|\bdo you know (?:what|where|who|when|which|how|my)\b",
         re.I,
     ),
-    "zh": re.compile(r"我.*(?:什么|哪|几|谁|多大)|(?:什么|哪|几|谁).*我|记得|还记|知道我"),
+    "zh": re.compile(
+        r"我.*(?:什么|哪|几|谁|多大)|(?:什么|哪|几|谁).*我|记得|还记|知道我|怎么(?:叫|称呼|喊)我"
+    ),
 }
 """A question that asks for something of the person (Rule 6), in any words."""
 _ANYTHING_ABOUT_ME = re.compile(
@@ -750,6 +761,22 @@ _OF_A_SUBJECT = frozenset({"name", "age", "birthday", "likes"})
 """Attributes an entry about a pet or a family member says of *them* ("my cat is called
 Mochi"): such an entry never answers a question about the person's own (Rule 6)."""
 _FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|i'm|i've)\b|我", re.I)
+
+
+_POSSESSIVE = re.compile(r"^\W*(?:(?:my|our)\s+|我(?:的|家的?|们家的?)?)", re.I)
+_ONE_WORD = re.compile(r"[a-z]+\s+", re.I)
+
+
+def _theirs(entry: str) -> bool:
+    """The entry's subject is a relative or a pet ("My sister lives in Munich", "我妈妈的生日
+    是…"), not the person ("I live with my wife in Leeds"): it says nothing of their own."""
+    head = _POSSESSIVE.match(entry)
+    if head is None:
+        return False
+    rest = entry[head.end() :]
+    word = _ONE_WORD.match(rest)  # "my little sister", "our old cat"
+    heads = [rest, rest[word.end() :]] if word else [rest]
+    return any(_ATTRIBUTES[name].match(h) is not None for name in _SUBJECTS for h in heads)
 
 
 def attributes(text: str) -> set[str]:
@@ -789,7 +816,7 @@ def relevant_memories(
         if subjects and not subjects & has:
             continue  # about someone else
         about_subject = own_first and bool(has & _SUBJECTS)
-        if about_subject and asked & has and asked & has <= _OF_A_SUBJECT:
+        if about_subject and asked & has and (asked & has <= _OF_A_SUBJECT or _theirs(entry)):
             continue  # "what should you call me?" is not the cat's name
         shared = len(asked & has) * 2 + len(wanted & terms(entry))
         if shared:

@@ -76,6 +76,29 @@ REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
     ("我养了一只猫，叫咪咪。", [("relation", None, "我养了一只猫，叫咪咪")]),
     ("我女儿今年五岁了", [("relation", "relation:女儿:age", "我女儿今年五岁了")]),
     ("我在杭州上班，是一名护士。", [("fact", "employer", "我在杭州上班，是一名护士")]),
+    # a household ("we", "our", 我们), jobs said as "I'm a …", relatives and pets as theirs
+    (
+        "Actually we moved to Bristol last month.",
+        [("fact", "current_city", "we moved to Bristol last month")],
+    ),  # noqa: E501
+    ("At home we speak Portuguese.", [("fact", None, "At home we speak Portuguese")]),
+    (
+        "We've got a golden retriever called Biscuit.",
+        [("relation", None, "We've got a golden retriever called Biscuit")],
+    ),  # noqa: E501
+    ("Our cat sleeps all day.", [("relation", None, "Our cat sleeps all day")]),
+    ("My son Leo is seven.", [("relation", None, "My son Leo is seven")]),
+    ("I'm a pharmacist, so my shifts are long.", [("fact", "job", "I work as a pharmacist")]),
+    ("I am an electrician.", [("fact", "job", "I work as an electrician")]),
+    ("I'm training for a half marathon.", [("goal", None, "I'm training for a half marathon")]),  # noqa: E501
+    ("Everyone calls me Jojo.", [("fact", "name", "Everyone calls me Jojo")]),
+    ("I was born in Lyon.", [("fact", "hometown", "I was born in Lyon")]),
+    ("我家有只猫，叫团团。", [("relation", None, "我家有只猫，叫团团")]),
+    ("我妈妈的生日是十月一号。", [("relation", None, "我妈妈的生日是十月一号")]),
+    ("我是在保险公司上班。", [("fact", "employer", "我是在保险公司上班")]),
+    ("我是在重庆长大的。", [("fact", "hometown", "我是在重庆长大的")]),
+    ("我们上个月搬到了苏州。", [("fact", "current_city", "我们上个月搬到了苏州")]),
+    ("我们家里说粤语。", [("fact", None, "我们家里说粤语")]),
 ]
 
 NOT_REMEMBERED = [
@@ -118,6 +141,10 @@ NOT_REMEMBERED = [
     "退货期限是多少？",
     "我家的狗可以带进去吗？",
     "我女儿五岁能参加吗",
+    # "I'm a …" that names no job
+    "I'm a member of your gym",
+    "I'm a big fan of your shop",
+    "I'm a bit tired today",
 ]
 
 

@@ -94,7 +94,6 @@ STILL_NOT_REMEMBERED = [
     "Maybe I live in Munich now, not Berlin",
     "如果我住在上海，不是北京就好了",
     # third parties and reported speech
-    "My sister lives in Munich, not Berlin",
     "Actually, my friend's name is Anna, not Anne",
     "他住在上海，不是北京",
     "不对，我朋友住在上海，不是北京",
@@ -149,3 +148,10 @@ async def test_a_spoken_correction_replaces_the_earlier_keyed_fact(
     assert (entry.source_thread_id, entry.source_seq) == ("th_b", 3)
     assert [r["entries"][0]["action"] for r in reports] == ["created", "updated"]
     assert [c.action for c in await store.changes("t", "u1", "r1")].count("updated") == 1
+
+
+def test_a_relatives_corrected_city_is_kept_as_theirs() -> None:
+    # A relative's home is remembered as said, as a relation: never the person's own city.
+    assert extract("My sister lives in Munich, not Berlin") == [
+        Extracted("relation", "My sister lives in Munich")
+    ]

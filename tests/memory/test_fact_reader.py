@@ -71,10 +71,10 @@ async def test_a_later_value_of_the_same_attribute_replaces_the_older(store: Mem
     reader = FactReader(model, store)
     memory = session(store, reader)
 
-    await memory.on_user_final("My home is Porto these days.", thread_id="th", seq=1, at=AT)
+    await memory.on_user_final("These days my home base is Porto.", thread_id="th", seq=1, at=AT)
     await reader.drained()
     await memory.on_user_final(
-        "Scratch that, my home is Valencia now.", thread_id="th", seq=2, at=AT
+        "Scratch that, my home base is Valencia now.", thread_id="th", seq=2, at=AT
     )
     await reader.drained()
 

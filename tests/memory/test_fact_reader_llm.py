@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
     ("text", "value", "attribute"),
     [
         ("Peanuts make me really sick, I'm allergic.", "peanuts", "allergy"),
-        ("我们家的狗叫豆豆。", "豆豆", "pet"),
+        ("豆豆是我们家的狗。", "豆豆", "pet"),
     ],
 )
 async def test_the_local_model_reads_a_fact_the_patterns_miss(

@@ -516,6 +516,50 @@ def test_a_question_about_me_is_answered_with_my_entry_before_my_pets() -> None:
     ]
 
 
+def test_a_relatives_or_pets_entry_is_theirs_and_a_breed_is_a_pet() -> None:
+    # "My sister lives in Munich" is her home, not the person's; "I live with my wife" is theirs.
+    assert relevant_memories("Where do I live?", ["My sister lives in Munich"]) == []
+    assert relevant_memories("Where do I live?", ["I live with my wife in Leeds"]) == [
+        "I live with my wife in Leeds"
+    ]
+    assert relevant_memories(
+        "我妈妈哪天过生日？", ["我儿子今年八岁", "我妈妈的生日是十月一号"], limit=1
+    ) == [  # noqa: E501
+        "我妈妈的生日是十月一号"
+    ]
+    assert relevant_memories("When is my birthday?", ["我妈妈的生日是十月一号"]) == []
+    biscuit = "We've got a golden retriever called Biscuit"
+    assert relevant_memories("What's my dog called?", [biscuit, "My name is Priya"], limit=1) == [
+        biscuit
+    ]
+    assert relevant_memories("How old is my boy?", ["My son Leo is seven"]) == [
+        "My son Leo is seven"
+    ]  # noqa: E501
+
+
+@pytest.mark.parametrize(
+    ("text", "entry"),
+    [
+        ("Who am I, do you remember?", "You can call me Priya"),
+        ("How should you address me?", "My name is Priya"),
+        ("Remind me what I'm allergic to.", "I'm allergic to shellfish"),
+        ("Is there any food I can't eat?", "I'm allergic to shellfish"),
+        ("我有什么东西不能吃？", "我对花生过敏"),
+        ("你平时怎么叫我？", "你可以叫我小周"),
+    ],
+)
+def test_questions_about_the_person_in_other_words_are_memory(text: str, entry: str) -> None:
+    assert read_turn(brain_input(text, memory=memory(entry))).intent is Intent.MEMORY
+    assert relevant_memories(text, [entry, "I like tea"], limit=1) == [entry]
+
+
+def test_a_personal_question_is_memory_even_with_nothing_remembered() -> None:
+    for text in ("我是做什么工作的？", "我是哪里人？", "How old am I?"):
+        assert read_turn(brain_input(text)).intent is Intent.MEMORY
+    for text in ("我想取消团体课，要提前多久？", "Is there anything I should bring?"):
+        assert read_turn(brain_input(text)).intent is Intent.QUESTION
+
+
 def test_a_question_for_an_attribute_no_entry_has_gets_no_entry() -> None:
     entries = ["I moved to Valencia", "My name is Priya"]
     # Not the city (the newest entry) and not the person's own name: the dog's.
