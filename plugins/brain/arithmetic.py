@@ -25,8 +25,10 @@ Rule 3. Code parses the expression with ``ast`` (numbers and the four operators,
         minutes). An expression with no operator is not a combination; a question that only
         its own numbers made one (no cue of combination) must have one of them used; and a
         negative amount answers no question asked ("how much more", "what is left" are
-        differences taken the right way round). Any failure: no result, and the turn is
-        answered as any other.
+        differences taken the right way round); a product or quotient by one combines
+        nothing ("How much are my 100 points worth?" over "每 100 积分抵扣 1 元" is no
+        "100 × 1": the rate is the answer, said as the evidence says it). Any failure: no
+        result, and the turn is answered as any other.
 Rule 3a. A number that *names* something is no amount (``NAMES``): an age ("10岁",
         "a 10-year-old"), a weight or a speed ("12公斤", "300M", "500 Mbps"), a time of day
         ("10:30", "9点", "7 pm"), a date or a year ("3月5日", "2025年", "May 5"), a room, floor,
@@ -284,6 +286,8 @@ def computation(
             raise NotAComputation(f"operand {_format(operand)} is stated nowhere")
     if uses_one_of and not uses_one_of & set(operands):
         raise NotAComputation("none of the question's numbers is used")
+    if _by_one(tree):
+        raise NotAComputation("a product or quotient by one")
     value = _evaluate(tree)
     if value < 0:
         raise NotAComputation("a negative amount")  # the model took the operands the wrong way
@@ -316,6 +320,17 @@ def _operands(node: ast.expr) -> Iterable[Fraction]:
         yield from _operands(node.right)
     else:
         yield _number(node)
+
+
+def _by_one(node: ast.expr) -> bool:
+    """A product or quotient by one anywhere in the expression (Rule 3)."""
+    if not isinstance(node, ast.BinOp):
+        return False
+    if isinstance(node.op, ast.Mult | ast.Div):
+        sides = (node.left, node.right) if isinstance(node.op, ast.Mult) else (node.right,)
+        if any(isinstance(n, ast.Constant) and n.value == 1 for n in sides):
+            return True
+    return _by_one(node.left) or _by_one(node.right)
 
 
 def _number(node: ast.expr) -> Fraction:

@@ -263,6 +263,9 @@ class LLMBrain:
         "don't know" (0.197 → 0.135) but answered more unanswerable questions (0.364 → 0.481);
         again on dev at ``d1dc4e9`` with the rewrite's coverage check: false "don't know"
         0.08 → 0.06, unanswerable answered 0.179 → 0.286, dev 0.831 → 0.815."""
+        self.rewrite_other_language_only = False
+        """Rule 9 searches only the rewrite in the other language than the question's (a
+        translation for documents in the other language), not the paraphrase in its own."""
         self.context_tokens = model.settings.context_tokens
         """The model's window: the session budgets the history to fit it."""
         self.reserved_output_tokens = 4 * max_answer_tokens + 512
@@ -501,7 +504,9 @@ class LLMBrain:
         answer = "".join([p async for p in self.model.chat(payload, lane=request.session)])
         number = len(request.tool_calls) + 1
         calls: list[ToolCall] = []
-        for query in rewritten_queries(answer, searched):
+        for query in rewritten_queries(
+            answer, searched, other_language_only=self.rewrite_other_language_only
+        ):
             calls.append(
                 ToolCall(
                     call_id=f"llm_{KNOWLEDGE_TOOL}_{number + len(calls)}",

@@ -60,8 +60,11 @@ def rewrite_messages(question: str) -> list[dict[str, str]]:
     return messages
 
 
-def rewritten_queries(answer: str, searched: str) -> list[str]:
-    """Rule 2: the model's queries worth a search, English first."""
+def rewritten_queries(
+    answer: str, searched: str, *, other_language_only: bool = False
+) -> list[str]:
+    """Rule 2: the model's queries worth a search, English first; ``other_language_only``:
+    only the one in the language the question is not in (a translation, not a paraphrase)."""
     try:
         data = json.loads(answer)
     except ValueError:
@@ -74,6 +77,8 @@ def rewritten_queries(answer: str, searched: str) -> list[str]:
         if not query or len(query) > MAX_QUERY_CHARS or query == searched.strip():
             continue
         if detect_language(query) != language or query in out:
+            continue
+        if other_language_only and language == detect_language(searched):
             continue
         out.append(query)
     return out

@@ -164,6 +164,8 @@ def test_decimals_and_percentages_are_exact() -> None:
         ("1+1+1+1+1+1+1", "too many operands"),
         ("2 ** 20", "only numbers"),
         ("20 - 39", "a negative amount"),
+        ("20 * 1", "a product or quotient by one"),
+        ("(20 + 39) / 1", "a product or quotient by one"),
     ],
 )
 def test_anything_code_cannot_check_is_refused(expression: str, reason: str) -> None:

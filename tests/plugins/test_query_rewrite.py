@@ -12,6 +12,13 @@ def test_both_languages_are_kept_english_first() -> None:
     assert rewritten_queries(answer, "Can I test-drive it?") == ["free trial period", "免费试用期"]
 
 
+def test_only_the_translation_is_kept_when_asked() -> None:
+    answer = '{"chinese": "免费试用期", "english": "free trial period"}'
+    only = {"other_language_only": True}
+    assert rewritten_queries(answer, "Can I test-drive it?", **only) == ["免费试用期"]
+    assert rewritten_queries(answer, "能先试用吗？", **only) == ["free trial period"]
+
+
 @pytest.mark.parametrize(
     ("answer", "kept"),
     [
