@@ -102,6 +102,23 @@ ZH_RELATIONS = (
     r"妻子|老婆|丈夫|老公|儿子|女儿|妈妈|母亲|爸爸|父亲|哥哥|姐姐|弟弟|妹妹|男朋友|女朋友|"
     r"老板|领导|狗|猫|孩子|宝宝|爷爷|奶奶|外公|外婆|姥姥|姥爷|未婚妻|未婚夫|爱人|对象"
 )
+_ZH_SURNAMES = (
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁"
+    "任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴"
+    "莫孔向汤欧"
+)
+_NOT_NAMES = (
+    r"Sorry|Fine|Good|Okay|Ok|Back|Here|Done|Ready|Happy|Glad|Sure|New|Not|Just|So|Very|Really"
+    r"|Still|Also|Calling|Looking|Trying|Going|Interested|Curious|Afraid|Thinking|Wondering"
+    r"|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|January|February|March|April"
+    r"|May|June|July|August|September|October|November|December|Christmas|Today|Tomorrow"
+)
+_EN_INTRODUCTION = re.compile(
+    rf"(?i:i'm|i am|this is|it's|it is)\s+(?!(?:{_NOT_NAMES})\b)"
+    r"(?P<rest>[A-Z][a-z]+(?:[ -][A-Z][a-z]+)?)(?i:\s+(?:here|speaking|again|calling))?$"
+)
+"""An introduction by name alone ("I'm Sam", "This is Ana Lopez speaking"): a capitalised word
+that is not one of the few that follow "I'm" as adjectives."""
 _EN_JOB_WORDS = re.compile(
     r"^(?:[a-z-]+ ){0,3}(?:[a-z-]*(?:ist|ian|eer|ant|ent|or|er|man|woman|person)|nurse|chef"
     r"|cook|doctor|lawyer|judge|pilot|clerk|barista|midwife|vet|surgeon|medic|tutor|coach"
@@ -134,6 +151,7 @@ _EN_RULES: tuple[_Rule, ...] = (
     _Rule("correction", _en(r"(?:please\s+)?(?:remember|keep in mind|note)\s*(?:that\s*)?[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
     _Rule("correction", _en(r"(?:correction|to correct myself|let me correct (?:that|myself)|i misspoke)\s*[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
     _Rule("fact", _en(r"(?:my name is|(?:please |you can |just )?call me|i'm called|i am called|my name's|i go by|the name's|(?:people|everyone|friends|my friends|most people) (?:usually |just |all )?calls? me)\s+(?P<rest>.+)"), key="name"),  # noqa: E501
+    _Rule("fact", _EN_INTRODUCTION, key="name", says="My name is {rest}"),
     _Rule("fact", _en(r"(?:my birthday is|my birthday's|i was born on)\s+(?P<rest>.+)"), key="birthday"),  # noqa: E501
     _Rule("fact", _en(r"(?:(?:i|we) (?:currently |now |still )?live in|(?:i'm|i am|we're|we are) (?:currently |now )?living in|(?:i|we)(?:'ve| have)? (?:just |recently |finally )?(?:moved|relocated) (?:to|over to)|(?:i'm|i am|we're|we are) (?:now )?based in|my (?:current )?city is|(?:my|our) home is(?: in| now in|(?: now)?)?)\s+(?P<rest>.+)"), key="current_city"),  # noqa: E501
     _Rule("fact", _en(r"(?:i(?:'m| am) (?:originally )?from|i come from|my hometown is|i grew up in|i was (?:born and )?(?:born|raised) in|i(?:'m| am) a native of)\s+(?P<rest>.+)"), key="hometown"),  # noqa: E501
@@ -159,6 +177,7 @@ _ZH_RULES: tuple[_Rule, ...] = (
     _Rule("correction", re.compile(r"(?:请|麻烦)?(?:你)?(?:帮我)?(?:记住|要记住|记下|记一下)(?:一下)?[,，:：]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
     _Rule("correction", re.compile(r"(?:纠正一下|更正一下|我纠正一下|我更正一下|更正|纠正)[,，:：]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
     _Rule("fact", re.compile(r"(?:我的名字是|我的名字叫|我叫|你可以叫我|叫我|我的名字|(?:大家|朋友们?|别人|同事们?)(?:都|一般|平时)?(?:叫我|喊我|称呼我)|我姓)(?P<rest>.+)"), key="name"),  # noqa: E501
+    _Rule("fact", re.compile(rf"我是(?P<rest>(?:小|老|大)?[{_ZH_SURNAMES}][\u4e00-\u9fff]{{0,2}})$"), key="name", says="我叫{rest}"),  # noqa: E501
     _Rule("fact", re.compile(r"我的?生日(?:是|在)(?P<rest>.+)"), key="birthday"),
     _Rule("fact", re.compile(r"我们?(?:一家|全家)?(?:现在|目前|如今|已经|上个月|去年|刚)?(?:住在|生活在|定居在|居住在|常住在|搬到了|搬到|搬去了|搬去|搬家到)(?P<rest>.+)"), key="current_city"),  # noqa: E501
     _Rule("fact", re.compile(r"(?:我来自|我老家是|我老家在|我的家乡是|我的老家是)(?P<rest>.+?)(?:长大的?)?$"), key="hometown"),  # noqa: E501
@@ -256,7 +275,7 @@ _EN_NEGATION = re.compile(r"\b(?:not|never|no longer|nothing|none|no)\b|n't\b", 
 _ZH_NEGATION = re.compile(r"不是|没有|并不|不再|从不|从来不|从没|不会|不想|不叫|不在|不住|没")
 _FIRST_PERSON = re.compile(
     r"我|\bi\b|\bi'|\bmy\b|\bwe\b|\bwe'|\bour\b|\bremember\b|\bcalls? me\b|\bcorrection\b"
-    r"|记住|纠正|更正",
+    r"|\b(?:this is|it's|it is) \w+(?: \w+)? (?:here|speaking|again|calling)\b|记住|纠正|更正",
     re.I,
 )
 

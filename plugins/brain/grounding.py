@@ -35,7 +35,13 @@ Rule 6. Memory in other words: what a question asks of the person and what an en
         first-person question about no subject is about the person: their own entries come
         before a pet's or a child's, and one that shares only a name, an age, a birthday or a
         liking with it is not theirs ("what should you call me?" is not answered with "my cat
-        is called Mochi", even when no entry has the person's name).
+        is called Mochi", even when no entry has the person's name), and nor is one whose
+        subject is a relative or a pet ("My sister lives in Munich" for "where do I live?";
+        "I live with my wife in Leeds" is the person's own). A breed is a pet ("a golden
+        retriever called Biscuit" answers "what's my dog called?": ``plugins.text.PET_WORDS``).
+        A question that plainly asks about the person ("who am I", "how old am I", 「我是
+        做什么工作的」, 「我是哪里人」) is a memory question even when nothing is remembered:
+        the answer is that they have not said, never a document's sentence.
         ``asks_about_me`` is a first-person question whose attribute some entry has: when it
         asks *for* something ("what should you call me?", 「我是做哪一行的」) it is a memory
         question whatever its words; any other ("can I bring my dog?") is searched in the
@@ -710,7 +716,7 @@ def quote_is_from(quote: str, evidence: Sequence[Passage], *, at_least: float = 
 _ATTRIBUTES: dict[str, re.Pattern[str]] = {
     name: re.compile(pattern, re.I)
     for name, pattern in {
-        "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bgo by\b|\bnickname|\baddress me\b"
+        "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bgo by\b|\bnickname|\b(?:address|greet) me\b"
         r"|\bwho am i\b|叫|名字|称呼|姓|我是谁",
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
         r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come) from\b|\baddress\b(?! me\b)"

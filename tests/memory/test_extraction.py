@@ -99,6 +99,11 @@ REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
     ("我是在重庆长大的。", [("fact", "hometown", "我是在重庆长大的")]),
     ("我们上个月搬到了苏州。", [("fact", "current_city", "我们上个月搬到了苏州")]),
     ("我们家里说粤语。", [("fact", None, "我们家里说粤语")]),
+    # an introduction by name alone
+    ("Hi, I'm Sam.", [("fact", "name", "My name is Sam")]),
+    ("This is Ana Lopez speaking.", [("fact", "name", "My name is Ana Lopez")]),
+    ("我是小王。", [("fact", "name", "我叫小王")]),
+    ("我是王小明", [("fact", "name", "我叫王小明")]),
 ]
 
 NOT_REMEMBERED = [
@@ -145,6 +150,13 @@ NOT_REMEMBERED = [
     "I'm a member of your gym",
     "I'm a big fan of your shop",
     "I'm a bit tired today",
+    # "I'm …" / 我是… that names no one
+    "I'm Sorry",
+    "I'm fine, thanks",
+    "It is Monday again",
+    "我是老师",
+    "我是新会员",
+    "我是黄金会员",
 ]
 
 

@@ -542,6 +542,7 @@ def test_a_relatives_or_pets_entry_is_theirs_and_a_breed_is_a_pet() -> None:
     [
         ("Who am I, do you remember?", "You can call me Priya"),
         ("How should you address me?", "My name is Priya"),
+        ("How should you greet me?", "My name is Marco"),
         ("Remind me what I'm allergic to.", "I'm allergic to shellfish"),
         ("Is there any food I can't eat?", "I'm allergic to shellfish"),
         ("我有什么东西不能吃？", "我对花生过敏"),
