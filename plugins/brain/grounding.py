@@ -225,7 +225,7 @@ _ABOUT_ME = {
         r"|\bwhen is my\b|\bhow (do|did) i (like|prefer)\b|\bmy preferences\b"
         r"|\bwhat (do|did) you know about me\b|\babout me\b.*\?"
         r"|\bhow old am i\b|\bwhat am i allergic\b|\bwhere am i from\b"
-        r"|\b(?:what|how) (?:should|do|will|would) you (?:call|address) me\b",
+        r"|\b(?:what|how) (?:should|do|will|would) you (?:call|address|greet) me\b",
         re.I,
     ),
     "zh": re.compile(
