@@ -265,7 +265,10 @@ class LLMBrain:
         0.08 → 0.06, unanswerable answered 0.179 → 0.286, dev 0.831 → 0.815."""
         self.rewrite_other_language_only = False
         """Rule 9 searches only the rewrite in the other language than the question's (a
-        translation for documents in the other language), not the paraphrase in its own."""
+        translation for documents in the other language), not the paraphrase in its own.
+        Measured on dev at ``5e49d73`` with ``rewrite_queries`` on, one run: 0.872 → 0.880,
+        false "don't know" 0.059 → 0.050, unanswerable answered 0.156 → 0.188, cross-language
+        0.412 → 0.471 — one or two turns each way, within the noise: Rule 9 stays off."""
         self.context_tokens = model.settings.context_tokens
         """The model's window: the session budgets the history to fit it."""
         self.reserved_output_tokens = 4 * max_answer_tokens + 512
