@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from runtime.telephony.sip_message import (
 log = logging.getLogger(__name__)
 
 T1, T2, TIMER_B = 0.5, 4.0, 32.0
+PORT_ATTEMPTS = 8  # a free UDP port whose TCP twin is taken: pick again
 ANSWERED_KEPT = 4096
 MANDATORY = ("Via", "From", "To", "Call-ID", "CSeq")
 
@@ -69,11 +71,25 @@ class SipTransport:
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> None:
+        """Listen on UDP and TCP at one port. With port 0 the system picks the UDP port, and
+        that port can be taken for TCP (another server's, or an outbound connection's own
+        port): then both are given up and another port is picked, a few times at most."""
         loop = asyncio.get_running_loop()
-        udp, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), local_addr=(host, port))
-        self._udp = udp
-        self.port = int(udp.get_extra_info("sockname")[1])
-        self._tcp = await asyncio.start_server(self._tcp_client, host, self.port)
+        for attempt in range(1 if port else PORT_ATTEMPTS):
+            udp, protocol = await loop.create_datagram_endpoint(
+                lambda: _Udp(self), local_addr=(host, port)
+            )
+            chosen = int(udp.get_extra_info("sockname")[1])
+            try:
+                self._tcp = await asyncio.start_server(self._tcp_client, host, chosen)
+            except OSError as error:
+                udp.close()
+                await protocol.closed.wait()  # the socket is shut when this returns
+                if port or error.errno != errno.EADDRINUSE or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                continue
+            self._udp, self.port = udp, chosen
+            return
 
     async def close(self) -> None:
         """Let the tasks (BYEs being answered, calls winding up) end, 5 s at most; then cut."""
@@ -229,6 +245,10 @@ class SipTransport:
 class _Udp(asyncio.DatagramProtocol):
     def __init__(self, transport: SipTransport) -> None:
         self.transport = transport
+        self.closed = asyncio.Event()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         self.transport.datagram(data, addr)

@@ -4,7 +4,9 @@ credentials, RTP packets, the jitter buffer and RFC 4733 keypad events."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
+import socket
 
 import pytest
 from hypothesis import given
@@ -123,6 +125,48 @@ async def test_an_ack_read_before_the_answers_retransmission_task_runs_ends_it()
     (waiting,) = transport.tasks
     await asyncio.wait_for(waiting, 5)  # over at once: the ACK was there (else 32 s)
     assert len(sent) == 1 and not no_ack
+
+
+async def test_a_free_udp_port_whose_tcp_twin_is_taken_is_given_up_for_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With port 0 the system picks the UDP port; that port could be taken for TCP (the CI run
+    that failed with EADDRINUSE). Both are given up and another is picked."""
+    real_start_server = asyncio.start_server
+    tried: list[int] = []
+
+    async def taken_once(callback: object, host: str, port: int) -> asyncio.Server:
+        tried.append(port)
+        if len(tried) == 1:
+            raise OSError(errno.EADDRINUSE, "address already in use")
+        return await real_start_server(callback, host, port)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncio, "start_server", taken_once)
+    transport = SipTransport(on_request=lambda request, peer: None)
+    await transport.start("127.0.0.1", 0)
+    try:
+        assert len(tried) == 2 and transport.port == tried[1] != 0
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(("127.0.0.1", tried[0]))  # the first UDP socket was closed
+        probe.close()
+    finally:
+        await transport.close()
+
+
+async def test_a_configured_port_taken_for_tcp_is_an_error_and_leaves_no_udp_socket() -> None:
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        with pytest.raises(OSError) as raised:
+            await SipTransport(on_request=lambda request, peer: None).start("127.0.0.1", port)
+        assert raised.value.errno == errno.EADDRINUSE
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(("127.0.0.1", port))  # the UDP socket was not left open
+        probe.close()
+    finally:
+        holder.close()
 
 
 def test_the_answer_takes_the_first_g711_codec_of_the_offer_and_its_telephone_events() -> None:
