@@ -9,6 +9,7 @@ stays valid across restarts. That token carries the ``metrics`` scope too (one p
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 from accounts.errors import UserExists
@@ -43,13 +44,24 @@ async def ensure_local_token(store: AccountStore, data_dir: Path) -> str:
 
 
 def _local_token(data_dir: Path) -> str:
+    """Read, or made once. Processes of a fleet can start on one data directory together: the
+    token is written whole to a file of this process's own, then linked to its name, which
+    fails when another process linked first; then that one's is read. The file is never seen
+    half-written (two servers started at once: one read it empty, or failed with EEXIST)."""
     path = data_dir / "local-token"
     if path.exists():
-        token = path.read_text(encoding="utf-8").strip()
-    else:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        token = new_token()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        return path.read_text(encoding="utf-8").strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    token = new_token()
+    draft = data_dir / f".local-token.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(token + "\n")
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            return path.read_text(encoding="utf-8").strip()
+    finally:
+        draft.unlink(missing_ok=True)
     return token
