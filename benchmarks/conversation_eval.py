@@ -10,7 +10,7 @@ prints one JSON object::
      "followup_pass_rate", "cross_language_pass_rate", "combination_pass_rate",
      "ttft_ms": {"cold": {"p50", "p99"}, "warm": {"p50", "p99"}},
      "first_sentence_ms": {"warm": {"p50", "p99"}}, "queue_wait_ms": {"p50", "p99"},
-     "tokens_per_s", "rss_mb", "prefix_cache", "failures"}
+     "tokens_per_s", "rss_mb", "prefix_cache", "failures", "failures_by_cause"}
 
 The sets are scenario files (``benchmarks/data/conversations/``, the format of
 ``evals/scenario.py``); a scenario's ``split`` says which set it is in: ``dev`` (tuned on),
@@ -29,7 +29,9 @@ real server (uvicorn, the real stores, knowledge with semantic recall, memory ex
 the brain under test; only TTS is an instant fake (answers are checked as text). The checks are
 ``evals.checks``'. ``false_dont_know_rate``: turns that expect an answer (``dont_know: false``
 or text to contain) answered with a don't-know; ``unanswerable_answered_rate``: turns that
-expect a don't-know answered otherwise (``llm`` only, both splits).
+expect a don't-know answered otherwise (``llm`` only, both splits). Each failure carries
+``causes``, the brain's trail for that turn (``plugins.brain.llm.CAUSES``, its Rule 12), and
+``failures_by_cause`` counts the failures of the ``llm`` brain by the trail's last cause.
 
 Timing (``llm`` only; the model's own figures, from ``LocalModel``): ``ttft_ms.cold`` — the
 first model call of each session (its prompt's prefix not yet cached), ``ttft_ms.warm`` — the
@@ -96,8 +98,16 @@ class Timing:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self._model_turns: dict[tuple[str, int], int] = {}
+        self.causes: dict[tuple[str, int, int], list[str]] = {}
+        """Why each turn was answered as it was (``LLMBrain.decisions``, its Rule 12), by
+        (conversation, session, turn): turns run one at a time, so the brain's decisions
+        since the last turn are this one's."""
 
     def on_turn(self, scenario: Scenario, turn: Turn, result: TurnResult) -> None:
+        decisions = getattr(self.brain, "decisions", None)
+        if decisions is not None:
+            self.causes[(scenario.id, result.session, result.index)] = [c for _, c in decisions]
+            decisions.clear()
         generation = getattr(self.brain, "last_generation", None)
         if hasattr(self.brain, "last_generation"):
             self.brain.last_generation = None  # the next turn's, if it calls the model
@@ -203,6 +213,7 @@ async def main(
             if brain_name == "llm" or (result["pass_rate"][name] is None and "llm" not in brains):
                 result["pass_rate"][name] = figure
         answerable = unanswerable = false_dont_know = answered = timeouts = 0
+        by_cause: dict[str, int] = {}
         for outcome in outcomes:
             for turn, got in zip(turns[outcome.id], outcome.turns, strict=False):
                 if got.error is not None and "plugin_timeout" in got.error:
@@ -214,6 +225,9 @@ async def main(
                     unanswerable += 1
                     answered += bool(got.answer.strip()) and not says_dont_know(got.answer)
                 if not got.passed:
+                    trail = measured.causes.get((outcome.id, got.session, got.index), [])
+                    decisive = trail[-1] if trail else "error" if got.error else "unknown"
+                    by_cause[decisive] = by_cause.get(decisive, 0) + 1
                     result["failures"].append(
                         {
                             "brain": brain_name,
@@ -224,6 +238,7 @@ async def main(
                             "answer": got.answer or got.error,
                             "failed": [c.name for c in got.checks if c.status == "failed"]
                             + (["error"] if got.error else []),
+                            "causes": trail,
                         }
                     )
         if brain_name == "llm":
@@ -237,6 +252,7 @@ async def main(
                 round(answered / unanswerable, 3) if unanswerable else None
             )
             result["plugin_timeouts"] = timeouts
+            result["failures_by_cause"] = dict(sorted(by_cause.items(), key=lambda kv: -kv[1]))
     assert timing is not None
     result["ttft_ms"] = {"cold": p50_p99(timing.cold), "warm": p50_p99(timing.warm)}
     result["first_sentence_ms"] = {"warm": p50_p99(timing.first_sentence_warm)}

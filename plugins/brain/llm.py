@@ -89,6 +89,12 @@ Rule 11. Computed ahead (``prepare``, called while the person speaks): the start
         (``LocalModel.prepare``), so the question computes only its own tail. Measured on a
         phone line (``benchmarks.telephony``): the first question's two cold prompts (the
         decision's ~250 tokens, the answer's ~250) cost it 1.8 s + 2.6 s of model time.
+Rule 12. Every turn says why it was answered as it was, without its words: one cause from
+        ``CAUSES`` (a don't-know says which rule made it: no passage, no sentence sharing a
+        word, Rule 4's check, Rule 9's coverage; an answer whether the model's sentences were
+        spoken or code read the evidence because none held up), logged at DEBUG on
+        ``openrealtime.brain.decision`` with the session and kept in ``decisions`` (the last
+        ``DECISIONS_KEPT``), which the conversation eval reads to report failures by cause.
 """
 
 from __future__ import annotations
@@ -96,6 +102,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
 from plugins.brain.arithmetic import (
@@ -160,6 +167,30 @@ from plugins.embedding import Embedder
 from plugins.language import detect_language, zh_or_en
 
 log = logging.getLogger(__name__)
+decision_log = logging.getLogger("openrealtime.brain.decision")
+DECISIONS_KEPT = 64
+CAUSES = {
+    "function_output": "answered from a function's output (Rule 10)",
+    "call_control": "a phone line's call control (Rule 2)",
+    "function_call": "a function called (Rule 10)",
+    "social": "a social turn, code's reply (Rule 1)",
+    "recall": "what the person said, repeated (Rule 1)",
+    "confide": "confided a correction (Rule 2)",
+    "search": "the knowledge searched (Rule 2)",
+    "computed": "a combination computed (Rule 8)",
+    "no_passage": "don't know: the search found no passage (Rule 3)",
+    "no_sentence": "don't know: no sentence of the passages to show (Rule 5)",
+    "weak_evidence": "don't know: the model's quote did not hold (Rule 4)",
+    "rewrite_uncovered": "don't know: a rewritten search's words not in its passages (Rule 9)",
+    "search_again": "searched again, rewritten (Rule 9)",
+    "memory_instead": "the documents do not answer; a question about the person (Rule 3)",
+    "memory": "answered from memory (Rule 1)",
+    "memory_none": "don't remember: no entry answers it (Rule 3)",
+    "answered": "the model's sentences spoken (Rules 5-7)",
+    "evidence_read": "no sentence of the model's held up; code read the evidence (Rule 5)",
+    "acknowledged": "a statement acknowledged (Rule 1)",
+}
+"""Rule 12: the causes a turn is decided by; several in a turn make its trail."""
 
 
 _STYLE = {
@@ -275,6 +306,13 @@ class LLMBrain:
         """Room kept for the answer, this turn's evidence and the style rules."""
         self.last_generation: Generation | None = None
         """Timings of the latest model call (benchmarks read it)."""
+        self.decisions: deque[tuple[str, str]] = deque(maxlen=DECISIONS_KEPT)
+        """Rule 12: (session, cause) of the latest turns, the newest last."""
+
+    def _decided(self, session: str, cause: str) -> None:
+        """Rule 12."""
+        self.decisions.append((session, cause))
+        decision_log.debug("%s: %s", session, cause)
 
     async def warm_up(self) -> None:
         await self.model.warm_up()
@@ -295,12 +333,14 @@ class LLMBrain:
         lang = reading.language
         outputs = function_results(request)
         if outputs:  # Rule 10: a function ran this turn; its output is the answer's matter
+            self._decided(request.session, "function_output")
             async with contextlib.aclosing(self._answer_after(request, reading, outputs)) as ans:
                 async for delta in ans:
                     yield delta
             return
         line_call = _end_call(request, reading) or _line_call(request, reading)
         if line_call is not None:
+            self._decided(request.session, "call_control")
             yield BrainDelta(tool_call=line_call)
             return
         if forced(request) or (
@@ -309,27 +349,33 @@ class LLMBrain:
         ):
             function_call = await self.functions.call(request, reading.text)
             if function_call is not None:
+                self._decided(request.session, "function_call")
                 yield BrainDelta(tool_call=function_call)
                 return
         if reading.intent is Intent.SOCIAL and reading.reply is not None:
+            self._decided(request.session, "social")
             yield BrainDelta(text=reading.reply)
             return
         if reading.intent is Intent.RECALL:
+            self._decided(request.session, "recall")
             yield BrainDelta(text=_recall_answer(request, lang))
             return
         confide = _confide_call(request, reading)
         if confide is not None:
+            self._decided(request.session, "confide")
             yield BrainDelta(tool_call=confide)
             return
         if reading.intent is Intent.QUESTION:
             call = await self._route(request, reading)
             if call is not None:
+                self._decided(request.session, "search")
                 yield BrainDelta(tool_call=call)
                 return
             found = passages(knowledge_results(request))
             found = in_focus(reading.text, reading.language, request.history, found)
             computed = await self._computed(request, reading, found) if found else None
             if computed is not None:
+                self._decided(request.session, "computed")
                 source = next((p.source for p in found if p.source), "")
                 start = _FROM_SOURCE[lang].format(source) if source else ""
                 yield BrainDelta(text=start + computed.sentence(lang))
@@ -346,6 +392,7 @@ class LLMBrain:
                 # memory patterns missed is answered from memory (grounding Rule 6).
                 entries = memory_entries(request.system)
                 if asks_about_me(reading.text, entries):
+                    self._decided(request.session, "memory_instead")
                     async with contextlib.aclosing(
                         self._answer_from_memory(request, reading, entries)
                     ) as ans:
@@ -354,9 +401,12 @@ class LLMBrain:
                     return
                 searches = [] if found else await self._searched_again(request, reading)
                 if searches:
+                    self._decided(request.session, "search_again")
                     for call in searches:
                         yield BrainDelta(tool_call=call)
                     return
+                if not found:
+                    self._decided(request.session, "no_passage")
                 yield BrainDelta(text=NOT_IN_DOCUMENTS[lang])
                 return
             async with contextlib.aclosing(self._answer_from(request, reading, evidence)) as ans:
@@ -372,6 +422,7 @@ class LLMBrain:
             return
         # A statement: acknowledged by code (grounding Rule 2); the model, asked to, added
         # facts of its own ("Okay, 10 minutes!" to "My name is Marco.").
+        self._decided(request.session, "acknowledged")
         yield BrainDelta(text=ACKNOWLEDGED[lang])
 
     async def _answer_from_memory(
@@ -382,6 +433,7 @@ class LLMBrain:
         copied "I" for "you"; none: the fixed "don't remember" sentence (Rule 3)."""
         lang = reading.language
         chosen = relevant_memories(reading.text, entries, limit=2, best_only=True)
+        self._decided(request.session, "memory" if chosen else "memory_none")
         if not chosen:
             yield BrainDelta(text=NOT_REMEMBERED[lang])
             return
@@ -457,14 +509,19 @@ class LLMBrain:
                 evidence = [closest, *evidence]
             evidence = evidence[: max(self.max_evidence_sentences, 2)]
         if not evidence:
+            self._decided(session, "no_sentence")
             return None
         if rewritten:
-            return evidence if rewrite_covered(rewritten, evidence) else None
+            if rewrite_covered(rewritten, evidence):
+                return evidence
+            self._decided(session, "rewrite_uncovered")
+            return None
         # Rule 4 judges the best two sentences whatever the model is shown (one, Rule 5): fewer
         # words would send more answerable questions to the model's check.
         checked = evidence if len(evidence) >= 2 else evidence_for(reading.text, found, limit=2)
         if self.check_weak_evidence and needs_check(reading, checked):
             if not await self._evidence_answers(session, reading, checked):
+                self._decided(session, "weak_evidence")
                 return None
         return evidence
 
@@ -575,6 +632,7 @@ class LLMBrain:
             async for sentence in checked:
                 spoken = True
                 yield BrainDelta(text=sentence)
+        self._decided(request.session, "answered" if spoken else "evidence_read")
         if not spoken:  # code reads the best evidence sentence: one, never a whole passage
             said = [s for p in evidence for s in sentences(p.text) if not is_asked(s)]
             yield BrainDelta(text=said[0] if said else evidence[0].text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -17,7 +18,7 @@ from plugins.brain.grounding import (
     NOT_REMEMBERED,
     NOTHING_EARLIER,
 )
-from plugins.brain.llm import LLMBrain, Support, chat_messages
+from plugins.brain.llm import CAUSES, LLMBrain, Support, chat_messages
 from plugins.brain.local_model import Generation, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
 from plugins.contracts import BrainDelta, BrainInput, HistoryTurn, ToolCall, ToolResult, ToolSpec
@@ -143,6 +144,12 @@ async def spoken(brain: LLMBrain, request: BrainInput) -> str:
     return "".join(delta.text for delta in await deltas(brain, request))
 
 
+def causes(brain: LLMBrain) -> list[str]:
+    """Rule 12's trail of the turns so far, of session-1 (every turn here is that session's)."""
+    assert {session for session, _ in brain.decisions} <= {"session-1"}
+    return [cause for _, cause in brain.decisions]
+
+
 # ---------------------------------------------------------------- code answers (Rules 1, 3)
 
 
@@ -190,6 +197,7 @@ async def test_a_question_without_passages_gets_the_fixed_answer_and_no_model_ca
     assert await spoken(brain, zh) == NOT_IN_DOCUMENTS["zh"]
     assert await spoken(brain, en) == NOT_IN_DOCUMENTS["en"]
     assert model.calls == []
+    assert causes(brain) == ["no_passage", "no_passage"]  # Rule 12: why, in no words
 
 
 async def test_a_failed_knowledge_search_is_not_evidence() -> None:
@@ -213,6 +221,18 @@ async def test_a_memory_question_without_memory_data_is_not_remembered_without_t
     assert await spoken(brain, turn("我之前说过的学习目标是什么?")) == NOT_REMEMBERED["zh"]
     assert await spoken(brain, turn("what's my name?", language="en")) == NOT_REMEMBERED["en"]
     assert model.calls == []
+    assert causes(brain) == ["memory_none", "memory_none"]
+
+
+async def test_each_decision_is_logged_at_debug_with_its_session_and_never_the_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    brain = LLMBrain(FakeModel())  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG, logger="openrealtime.brain.decision"):
+        await spoken(brain, turn("星河商店的退货期限是多少?", results=("No documents matched.",)))
+    (record,) = [r for r in caplog.records if r.name == "openrealtime.brain.decision"]
+    assert record.getMessage() == "session-1: no_passage"
+    assert set(CAUSES) >= set(causes(brain))
 
 
 # ---------------------------------------------------------------- tool routing (Rule 2)
@@ -600,6 +620,7 @@ async def test_weak_evidence_is_quote_checked_before_the_answer() -> None:
     text = await spoken(brain, request)
 
     assert text == "根据《售后政策》，退货期限为签收后 7 天。"
+    assert causes(brain) == ["answered"]
     check, answer = model.payloads
     assert check["temperature"] == 0
     assert "Question: 买的东西几天内能退?" in check["messages"][-1]["content"]
@@ -615,6 +636,7 @@ async def test_weak_evidence_the_model_cannot_quote_gets_the_fixed_answer(quote:
 
     assert await spoken(brain, request) == NOT_IN_DOCUMENTS["zh"]
     assert len(model.calls) == 1  # the answer was never generated
+    assert causes(brain) == ["weak_evidence"]
 
 
 async def test_strong_evidence_is_answered_without_a_quote_check() -> None:
@@ -953,7 +975,8 @@ async def test_when_nothing_the_model_said_holds_code_reads_one_sentence_not_a_p
         "free for residents - the desk issues them. Fines stop at 10 dollars. Lost items are "
         "charged at list price.</untrusted_knowledge>"
     )
-    model = FakeModel(["It costs 99 dollars."])  # unsupported: code reads the evidence
+    # The quote check passes (Rule 4); the answer is unsupported: code reads the evidence.
+    model = FakeModel(["Cards are free for residents"], ["It costs 99 dollars."])
     brain = LLMBrain(model)  # type: ignore[arg-type]
 
     text = await spoken(
@@ -961,7 +984,11 @@ async def test_when_nothing_the_model_said_holds_code_reads_one_sentence_not_a_p
         turn("how much is a card for someone who lives here?", language="en", results=(rules,)),
     )  # noqa: E501
 
-    assert text.count(".") == 1  # the source's name, then one sentence of the passage
+    # The source's name, then one sentence of the passage. (Until Rule 12 named the cause,
+    # this test passed on the don't-know sentence: the quote check had refused the evidence.)
+    said = "According to Library rules, Cards are free for residents - the desk issues them."
+    assert text == said
+    assert causes(brain) == ["evidence_read"]
 
 
 # ---------------------------------------------------------------- combination in code (Rule 8)
