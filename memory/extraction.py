@@ -37,6 +37,13 @@ and the question, hypothetical, reported-speech and first-person checks apply to
 statement as to any other. Under a stable key the correction replaces the older value in the
 store; unkeyed corrections keep the kind of the statement they make.
 
+A pronoun at the start of a clause ("He's three", "She loves swimming", "它三岁了") stands for
+the relative or pet the person last spoke of (``Subject``: an earlier clause of the message, or
+the message before, ``next_subject``): "We've got a beagle called Max." then "He's three."
+stores "My beagle is three". "It" stands only for a pet; "he"/"she"/"他"/"她" for either;
+a message that neither names nor refers back to one ends the subject, so "It's too expensive"
+later is nobody's.
+
 Weak goal stems ("I plan to…", "我打算…") need a learning/long-term word after them, so "I plan
 to return this" is not a goal.
 
@@ -49,7 +56,7 @@ and fast (well under a millisecond for a normal message); saving is the store's 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memory.entries import MAX_ENTRY_CHARS, MemoryKind, is_sensitive
 from plugins.language import has_cjk
@@ -66,6 +73,18 @@ class Extracted:
     kind: MemoryKind
     content: str
     key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """A relative or a pet the person spoke of, whom a following "he"/"she"/"it" means."""
+
+    words: str
+    """How the clause is restarted: "My beagle Max", "我家的狗", "我女儿"."""
+    pet: bool
+    zh: bool
+    pronoun: str = ""
+    """The pronoun the person used for them so far: only that one means them after."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +209,9 @@ _ZH_RULES: tuple[_Rule, ...] = (
     _Rule("preference", re.compile(r"我最喜欢的(?P<what>.{1,8}?)是(?P<rest>.+)"), key="favorite:{what}"),  # noqa: E501
     _Rule("relation", re.compile(rf"我(?:的|家的?)?(?P<rel>{ZH_RELATIONS})(?:的名字)?叫(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
     _Rule("relation", re.compile(rf"我(?:们)?(?:家)?(?:里)?(?:养了?|有)(?:一只|一条|一个|两只|只|条|[0-9]+只)?(?:小)?(?:{ZH_PET_WORDS})(?P<rest>.*)")),  # noqa: E501
-    _Rule("relation", re.compile(rf"我(?:的|家的?)?(?P<rel>{ZH_RELATIONS})(?P<rest>(?:今年|已经|现在|刚)?[0-9零一二两三四五六七八九十]+(?:岁|个月)(?:大)?.*)"), key="relation:{rel}:age"),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:的|家的?|们家的?)?(?P<rel>{ZH_RELATIONS}|{ZH_PET_WORDS})(?P<rest>(?:今年|已经|现在|刚)?[0-9零一二两三四五六七八九十]+(?:岁|个月)(?:大)?.*)"), key="relation:{rel}:age"),  # noqa: E501
     _Rule("relation", re.compile(rf"我(?:和|跟|与)(?:我的)?(?:{_ZH_PEOPLE})(?P<rest>.+)")),
-    _Rule("relation", re.compile(rf"我(?:的|家的?|们家的?)?(?P<rel>{ZH_RELATIONS}|{ZH_PET_WORDS})的?(?P<rest>(?:生日|名字|工作|职业|今年|是|叫|在|喜欢|爱|住|过敏|不能|会|读|上).+)")),  # noqa: E501
+    _Rule("relation", re.compile(rf"我(?:的|家的?|们家的?)?(?P<rel>{ZH_RELATIONS}|{ZH_PET_WORDS})的?(?P<rest>(?:很|也|最|特别|非常|比较|一直|总是)?(?:生日|名字|工作|职业|今年|是|叫|在|喜欢|爱|住|过敏|对|不能|会|读|上).+)")),  # noqa: E501
     _Rule("relation", re.compile(rf"我有(?:一个|两个|三个|四个|[0-9]+个)?(?:{ZH_RELATIONS}|{_ZH_PEOPLE})(?P<rest>.*)")),  # noqa: E501
     _Rule("goal", re.compile(r"我的(?:目标|梦想|计划|愿望|长期目标|学习目标)是(?P<rest>.+)")),
     _Rule("goal", re.compile(r"我(?:打算|计划|准备|想要|希望|正在|在准备|正在准备|在备考)(?P<rest>.+)"), gate=_ZH_GOAL_WORDS),  # noqa: E501
@@ -271,6 +290,12 @@ _EN_HYPOTHETICAL = re.compile(
 _ZH_HYPOTHETICAL = re.compile(r"如果|假如|假设|要是|万一|假装|想象|也许|可能|或许|的话|假若|倘若")
 _EN_REPORTED = re.compile(r"\b(?:said|says|told|tells|thinks|claims)\b", re.I)
 _ZH_REPORTED = re.compile(r"(?:他|她|他们|她们|别人|朋友|同事)(?:说|认为|觉得|告诉)")
+_DIET = re.compile(
+    r"\b(?:can't|cannot|can not|doesn't|does not|don't|do not|shouldn't|should not|mustn't)"
+    r" (?:eat|have|drink|digest|tolerate)\b|不能吃|不可以吃|不能喝",
+    re.I,
+)
+"""What someone may not eat is a fact, not a negation of one ("my cat can't eat chicken")."""
 _EN_NEGATION = re.compile(r"\b(?:not|never|no longer|nothing|none|no)\b|n't\b", re.I)
 _ZH_NEGATION = re.compile(r"不是|没有|并不|不再|从不|从来不|从没|不会|不想|不叫|不在|不住|没")
 _FIRST_PERSON = re.compile(
@@ -351,7 +376,7 @@ def _match_rules(clause: str, zh: bool, *, nested: bool, contrast: bool) -> Extr
             return Extracted("correction", found.content if found is not None else inner)
         if contrast and rest and _ZH_EMPTY_REST.fullmatch(rest):
             return None  # "我喜欢的｜不是咖啡": the contrast is the whole statement
-        if (_ZH_NEGATION if zh else _EN_NEGATION).search(rest):
+        if (_ZH_NEGATION if zh else _EN_NEGATION).search(_DIET.sub("", rest)):
             return None
         if rule.gate is not None and not rule.gate.search(rest):
             continue
@@ -383,9 +408,80 @@ def stated_clauses(text: str) -> list[str]:
     return out
 
 
-def extract(text: str) -> list[Extracted]:
-    """The memories a final user message states (see the module docstring), in order."""
-    if not text or len(text) > MAX_MESSAGE_CHARS or not _FIRST_PERSON.search(text):
+_EN_PRONOUN = re.compile(r"(?P<who>he|she|it)(?:'s\b(?P<be>)|\s+(?=\S))", re.I)
+_ZH_PRONOUN = re.compile(r"(?P<who>他|她|它)(?![们的])")
+_EN_SUBJECT = re.compile(
+    rf"\b(?:[Mm]y|[Oo]ur|[Aa]n?|[Oo]ne)\s+(?:[a-z]+\s+)?(?P<who>(?i:{EN_RELATIONS}|{PET_WORDS}))\b"
+    r"(?:,?\s+(?:(?:who is |who's |that is |that's )?(?:called|named)\s+)?(?P<name>[A-Z][a-z]+)\b)?"
+)
+_ZH_SUBJECT = re.compile(
+    rf"我(?:们)?(?:家)?(?:的|里)?(?:养了?|有)?(?:一只|一条|一个|只|条|个)?(?:小)?"
+    rf"(?P<who>{ZH_RELATIONS}|{ZH_PET_WORDS})"
+)
+_EN_PET = re.compile(PET_WORDS, re.I)
+_ZH_PET = re.compile(ZH_PET_WORDS)
+
+
+def _subject_in(clause: str) -> Subject | None:
+    """The last relative or pet a clause speaks of as the person's, if any."""
+    zh = has_cjk(clause)
+    found = list((_ZH_SUBJECT if zh else _EN_SUBJECT).finditer(clause))
+    if not found:
+        return None
+    who = found[-1]["who"]
+    if zh:
+        pet = bool(_ZH_PET.fullmatch(who))
+        return Subject(f"我家的{who}" if pet else f"我{who}", pet, zh)
+    name = found[-1]["name"]
+    words = f"My {who.lower()}" + (f" {name}" if name else "")
+    return Subject(words, bool(_EN_PET.fullmatch(who)), zh)
+
+
+def _referred(clause: str, subject: Subject | None, zh: bool) -> tuple[str, Subject] | None:
+    """The clause with its leading pronoun replaced by the subject it stands for, and the
+    subject with that pronoun; None when it starts with no pronoun that can stand for it."""
+    if subject is None or subject.zh != zh:
+        return None
+    match = (_ZH_PRONOUN if zh else _EN_PRONOUN).match(clause)
+    if match is None:
+        return None
+    pronoun = match["who"].lower()
+    if pronoun in ("it", "它") and not subject.pet or subject.pronoun not in ("", pronoun):
+        return None
+    if zh:
+        said = subject.words + clause[match.end() :]
+    else:
+        said = subject.words + (" is" if match["be"] is not None else " ") + clause[match.end() :]
+    return said, replace(subject, pronoun=pronoun)
+
+
+def _follow(clause: str, subject: Subject | None, zh: bool) -> tuple[str, Subject | None, bool]:
+    """The clause as matched (a leading pronoun replaced by whom it means), the subject after
+    it, and whether the clause named or referred to one."""
+    referred = _referred(clause, subject, zh)
+    if referred is not None:
+        return referred[0], referred[1], True
+    named = _subject_in(clause)
+    return clause, named or subject, named is not None
+
+
+def next_subject(text: str, subject: Subject | None) -> Subject | None:
+    """Whom a pronoun in the message after ``text`` means: the last relative or pet ``text``
+    names or refers to by a pronoun (``subject``, whom the message before left); else none."""
+    touched = False
+    for raw in _clauses(text) if text and len(text) <= MAX_MESSAGE_CHARS else []:
+        zh = has_cjk(raw)
+        _, subject, touching = _follow(_strip(raw, zh).strip(_TRAILING), subject, zh)
+        touched = touched or touching
+    return subject if touched else None
+
+
+def extract(text: str, subject: Subject | None = None) -> list[Extracted]:
+    """The memories a final user message states (see the module docstring), in order;
+    ``subject``: whom a leading pronoun means (``next_subject`` of the message before)."""
+    if not text or len(text) > MAX_MESSAGE_CHARS:
+        return []
+    if subject is None and not _FIRST_PERSON.search(text):
         return []
     found: list[Extracted] = []
     seen: set[str] = set()
@@ -393,7 +489,7 @@ def extract(text: str) -> list[Extracted]:
         zh = has_cjk(raw)
         if _refused(raw, zh):
             continue
-        clause = _strip(raw, zh).strip(_TRAILING)
+        clause, subject, _ = _follow(_strip(raw, zh).strip(_TRAILING), subject, zh)
         if not clause or len(clause) > MAX_ENTRY_CHARS or is_sensitive(clause):
             continue
         item = _match(clause, zh)

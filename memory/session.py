@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from memory.entries import MemoryDraft, MemorySource, SaveOutcome
-from memory.extraction import extract
+from memory.extraction import Subject, extract, next_subject
 from memory.fact_reader import FactRead, FactReader
 from memory.injection import DEFAULT_BUDGET_CHARS, DEFAULT_MAX_ENTRIES, render_memory_block
 from memory.model_extraction import statement
@@ -83,6 +83,9 @@ class SessionMemory:
         self.counters = MemoryCounters()
         self.facts = facts
         """Reads, in the background, what the patterns found nothing in (``fact_reader``)."""
+        self._subject: Subject | None = None
+        """The relative or pet the person's last message spoke of: whom "he"/"she"/"it" at
+        the start of the next means (``memory.extraction.next_subject``)."""
 
     async def read(self) -> str | None:
         """The ``<memory_data>`` block for this turn, or None (disabled, empty, failed)."""
@@ -144,7 +147,8 @@ class SessionMemory:
     async def _extract(self, text: str, source: MemorySource) -> list[SaveOutcome]:
         if not await self.is_enabled():
             return []
-        found = extract(text)
+        subject, self._subject = self._subject, next_subject(text, self._subject)
+        found = extract(text, subject)
         if not found:
             stated = statement(text) if self.facts is not None else ""
             if stated and self.facts is not None:

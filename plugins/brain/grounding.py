@@ -730,8 +730,10 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|爷爷|奶奶|外公|外婆|孙子|孙女"
         r"|家人|妻子|老婆|丈夫|老公|儿子|女儿|孩子|姐姐|妹妹|哥哥|弟弟|妈妈|爸爸|母亲|父亲",
         "birthday": r"\bbirthday|\bborn\b|生日|出生",
-        "age": r"\bage\b|\bhow old\b|\byears? old\b|\bi(?:'m| am)(?: actually| now)? \d{1,3}\b"
-        r"|岁|年纪|多大",
+        "age": r"\bage\b|\bhow old\b|\b(?:years?|months?|weeks?) old\b"
+        r"|\bi(?:'m| am)(?: actually| now)? \d{1,3}\b|岁|年纪|多大"
+        r"|\b(?:is|'s|turned|turns) (?:\d{1,2}|one|two|three|four|five|six|seven|eight|nine|ten"
+        r"|eleven|twelve|thirteen|fourteen|fifteen)(?: (?:now|already|this year))?\W*$",
         "allergy": r"\ballerg|\bmedic(?:ine|ation)s?\b|\bdrugs?\b"
         r"|\b(?:can'?t|cannot|shouldn'?t|should not|mustn'?t|not allowed to) eat\b"
         r"|过敏|药|不能吃|不可以吃|忌口",

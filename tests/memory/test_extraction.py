@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from memory.extraction import MAX_MESSAGE_CHARS, Extracted, extract
+from memory.extraction import MAX_MESSAGE_CHARS, Extracted, extract, next_subject
 
 REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
     # Chinese (the product guide's examples first)
@@ -191,3 +191,47 @@ def test_pattern_extraction_is_fast() -> None:
             extract(message)
             timings.append((time.perf_counter() - start) * 1000)
     assert statistics.median(timings) < 1.0
+
+
+# ---------------------------------------------------------------- pronouns: whom "he"/"it" means
+
+PRONOUN_CONVERSATIONS = [
+    (
+        ["We've got a beagle called Max.", "He's three.", "He weighs about 12 kilos.",
+         "It's too expensive though."],
+        [["We've got a beagle called Max"], ["My beagle Max is three"],
+         ["My beagle Max weighs about 12 kilos"], []],
+    ),
+    (
+        ["My daughter Emma just started school.", "She's allergic to peanuts."],
+        [["My daughter Emma just started school"], ["My daughter Emma is allergic to peanuts"]],
+    ),
+    (["我家有只猫叫团团", "它三岁了"], [["我家有只猫叫团团"], ["我家的猫三岁了"]]),
+    (["我有一个女儿", "她很喜欢画画"], [["我有一个女儿"], ["我女儿很喜欢画画"]]),
+    # "it" never means a person; a message that names or refers to nobody ends the subject.
+    (["My brother lives in Oslo.", "It is raining there.", "He is a pilot."],
+     [["My brother lives in Oslo"], [], []]),
+    # No one named before: a pronoun is nobody's, and "it" is the product.
+    (["What's the price of the plan?", "It's too expensive.", "She is seven."], [[], [], []]),
+    # Within one message, an earlier clause names them.
+    (["We have a dog. He is three."], [["We have a dog", "My dog is three"]]),
+    # A question can name them ("Is my dog allowed in the cabin?"); it is never stored itself.
+    (["Is my dog allowed in the cabin?", "He is small."], [[], ["My dog is small"]]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("messages", "stored"), PRONOUN_CONVERSATIONS)
+def test_a_leading_pronoun_means_the_relative_or_pet_spoken_of_last(
+    messages: list[str], stored: list[list[str]]
+) -> None:
+    subject = None
+    for message, expected in zip(messages, stored, strict=True):
+        assert [e.content for e in extract(message, subject)] == expected, message
+        subject = next_subject(message, subject)
+
+
+def test_a_pets_age_is_kept_under_its_own_key_and_never_as_the_persons() -> None:
+    subject = next_subject("我家有只猫叫团团", None)
+    aged = Extracted("relation", "我家的猫三岁了", "relation:猫:age")
+    assert extract("它三岁了", subject) == [aged]
+    assert extract("它三岁了") == []

@@ -155,3 +155,17 @@ def test_a_relatives_corrected_city_is_kept_as_theirs() -> None:
     assert extract("My sister lives in Munich, not Berlin") == [
         Extracted("relation", "My sister lives in Munich")
     ]
+
+
+async def test_a_session_remembers_whom_he_means_from_the_message_before(
+    store: MemoryStore,
+) -> None:
+    memory = SessionMemory(
+        store, tenant="t", user="u1", role_id="r1", language=None, is_enabled=_enabled
+    )
+    for seq, said in enumerate(["We've got a beagle called Max.", "He's three.", "Thanks!",
+                                "He is a good boy."], 1):  # fmt: skip
+        await memory.on_user_final(said, thread_id="th_a", seq=seq, at=T0)
+    contents = {entry.content for entry in await store.list_entries("t", "u1", "r1")}
+    # "Thanks!" named nobody: "he" after it means no one remembered.
+    assert contents == {"We've got a beagle called Max", "My beagle Max is three"}

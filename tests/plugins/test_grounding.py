@@ -478,6 +478,11 @@ def test_relevant_memories_prefer_shared_terms_else_the_first_entries() -> None:
         ("Where am I living now?", {"home"}),
         ("How old am I?", {"age"}),
         ("What is the refund period?", set()),
+        # An age said without its unit, at the end of what was said ("He's three" stored).
+        ("My beagle Max is three", {"pet", "age"}),
+        ("My son just turned 7.", {"family", "age"}),
+        ("My beagle Max is 12 kilos", {"pet"}),
+        ("The shop is open until 9", set()),
     ],
 )
 def test_attributes_read_what_a_question_or_statement_is_about(
@@ -514,6 +519,14 @@ def test_a_question_about_me_is_answered_with_my_entry_before_my_pets() -> None:
     assert relevant_memories("Where do I live?", ["I live in Porto with my dog"]) == [
         "I live in Porto with my dog"
     ]
+
+
+def test_a_pets_age_said_as_a_bare_number_answers_how_old_it_is() -> None:
+    entries = ["We've got a beagle called Max", "My beagle Max is three", "My name is Ana"]
+    assert relevant_memories("How old is my dog?", entries, best_only=True) == [
+        "My beagle Max is three"
+    ]
+    assert relevant_memories("How old am I?", entries) == []
 
 
 def test_a_relatives_or_pets_entry_is_theirs_and_a_breed_is_a_pet() -> None:
