@@ -265,11 +265,16 @@ _QUESTION = {
 _FOLLOW_UP = {
     "en": re.compile(
         r"^\W*(and|what about|how about|then|so|also|but|what if|or)\b"
-        r"|\b(it|its|that|this|they|them|those|these|there)\b",
+        r"|\b(its|that|this|they|them|those|these)\b"
+        # "there" and "it" point back, but not as a dummy subject: "Is there an app for…?",
+        # "Are there charging spots…?", "Is it possible to…?", "How long does it take to…?"
+        r"|(?<!\bis )(?<!\bare )(?<!\bwas )(?<!\bwere )\bthere\b(?! (?:is|are|'s|was|were)\b)"
+        r"|\bit\b(?! (?:possible|allowed|okay|ok|necessary|required|mandatory|true|worth"
+        r"|free to|safe to|normal to|takes?|cost to|costs? to)\b)",
         re.I,
     ),
     "zh": re.compile(
-        r"^\W*(那|那么|那如果|还有|另外|而且|如果|要是|它)|它|这个|那个|这样|那样|呢\W*$"
+        r"^\W*(那|那么|那如果|还有|另外|而且|如果|要是|它)|它|这个|那个|这样|那样|这种|那种|呢\W*$"
     ),
 }
 
@@ -378,12 +383,18 @@ def _is_about_me(text: str, lang: str, entries: Sequence[str]) -> bool:
 def knowledge_query(request: BrainInput, text: str, lang: str) -> str:
     """The current input, with the person's previous message in front when it is a follow-up
     (Rule 3)."""
+    if not is_follow_up(text, lang):
+        return text
+    return with_previous(request, text) or text
+
+
+def with_previous(request: BrainInput, text: str) -> str | None:
+    """``text`` with the person's previous message (not a greeting or thanks) in front; None
+    when there is none."""
     earlier = [
         message for message in earlier_user_inputs(request.history) if not _is_social(message)
     ]
-    if not earlier or not is_follow_up(text, lang):
-        return text
-    return f"{earlier[-1]} {text}"
+    return f"{earlier[-1]} {text}" if earlier else None
 
 
 _FAREWELLS = (
@@ -473,6 +484,23 @@ def keypad_request(text: str) -> str | None:
 def _is_social(text: str) -> bool:
     lang = detect_language(text)
     return any(rule_lang == lang and p.search(text) for rule_lang, p, _ in _SOCIAL)
+
+
+_ZH_PARTICLES = re.compile(r"[吗呢吧啊呀么的了]")
+_ELLIPTICAL_SIZE = {"zh": 8, "en": 3}
+"""Most Chinese characters (particles aside) or English content words of a question short
+enough to leave its subject to the turn before ("周末有人吗?", "晚上几点关门?")."""
+
+
+def is_elliptical(text: str, lang: str) -> bool:
+    """A question short enough that its subject may be the previous turn's (``llm`` Rule 3
+    searches it again with the previous message when it found nothing alone); one that
+    names its own ("阳光健身中心有游泳池吗?") is longer."""
+    if lang == "zh":
+        size = len(_ZH_PARTICLES.sub("", "".join(_CJK.findall(text))))
+    else:
+        size = len(terms(text))
+    return size <= _ELLIPTICAL_SIZE.get(lang, 3)
 
 
 def is_follow_up(text: str, lang: str) -> bool:

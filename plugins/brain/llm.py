@@ -22,12 +22,16 @@ Rule 2. Tool routing. Code routes the knowledge search: every question is search
         (``keypad_request``). Offered to the model beside every question, they were called
         for questions that asked for neither (measured: keys pressed for "My name is Sam",
         a transfer for "What is my name?"), and each question paid the model's decision.
-Rule 3. No evidence, no model: a question whose search returned no passage gets the fixed "my
-        documents don't say" answer — unless it asks about the person in words the memory
-        patterns missed and an entry has what it asks (``grounding.asks_about_me``: "what
-        should you call me?"), then memory answers it; a memory question no entry answers
-        (``grounding.relevant_memories``, Rule 6 there) gets "I don't remember". The model is
-        never asked to abstain.
+Rule 3. No evidence, no model: a short question searched alone that found nothing
+        (``is_elliptical``) is searched once more with the person's previous message in front
+        ("周末有人吗?" after "客服几点开始上班?": a follow-up in words ``is_follow_up`` does
+        not know), and what that finds is judged as a follow-up's (Rule 4); a longer one
+        names its own subject ("阳光健身中心有游泳池吗?") and is not. A question whose search
+        returned no passage gets the fixed "my documents don't say" answer — unless it asks
+        about the person in words the memory patterns missed and an entry has what it asks
+        (``grounding.asks_about_me``: "what should you call me?"), then memory answers it; a
+        memory question no entry answers (``grounding.relevant_memories``, Rule 6 there) gets
+        "I don't remember". The model is never asked to abstain.
 Rule 4. Weak evidence is checked before any answer: when the passages share less than half of
         the question's content words (same language: the retrieval matched by meaning alone), the
         model is asked to copy the words of the passages that answer the question, or NONE; the
@@ -100,6 +104,7 @@ Rule 12. Every turn says why it was answered as it was, without its words: one c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 from collections import deque
@@ -147,6 +152,7 @@ from plugins.brain.grounding import (
     fits_answer,
     in_focus,
     is_asked,
+    is_elliptical,
     is_farewell,
     keypad_request,
     knowledge_results,
@@ -158,6 +164,7 @@ from plugins.brain.grounding import (
     second_person,
     sentences,
     terms,
+    with_previous,
 )
 from plugins.brain.json_model import json_payload
 from plugins.brain.local_model import Generation, LocalModel
@@ -183,6 +190,7 @@ CAUSES = {
     "weak_evidence": "don't know: the model's quote did not hold (Rule 4)",
     "rewrite_uncovered": "don't know: a rewritten search's words not in its passages (Rule 9)",
     "search_again": "searched again, rewritten (Rule 9)",
+    "search_with_previous": "found nothing alone; searched with the previous message (Rule 3)",
     "memory_instead": "the documents do not answer; a question about the person (Rule 3)",
     "memory": "answered from memory (Rule 1)",
     "memory_none": "don't remember: no entry answers it (Rule 3)",
@@ -294,6 +302,9 @@ class LLMBrain:
         "don't know" (0.197 → 0.135) but answered more unanswerable questions (0.364 → 0.481);
         again on dev at ``d1dc4e9`` with the rewrite's coverage check: false "don't know"
         0.08 → 0.06, unanswerable answered 0.179 → 0.286, dev 0.831 → 0.815."""
+        self.search_with_previous = True
+        """Rule 3: a question that found nothing alone is searched again with the person's
+        previous message in front (measured: see the module's Rule 3)."""
         self.rewrite_other_language_only = False
         """Rule 9 searches only the rewrite in the other language than the question's (a
         translation for documents in the other language), not the paraphrase in its own.
@@ -373,6 +384,9 @@ class LLMBrain:
                 return
             found = passages(knowledge_results(request))
             found = in_focus(reading.text, reading.language, request.history, found)
+            searched = _searched_with_previous(request)
+            if searched is not None:  # judged as a follow-up, searched so (Rules 3, 4)
+                reading = dataclasses.replace(reading, query=searched)
             computed = await self._computed(request, reading, found) if found else None
             if computed is not None:
                 self._decided(request.session, "computed")
@@ -398,6 +412,11 @@ class LLMBrain:
                     ) as ans:
                         async for delta in ans:
                             yield delta
+                    return
+                context = None if found else self._with_previous_call(request, reading)
+                if context is not None:
+                    self._decided(request.session, "search_with_previous")
+                    yield BrainDelta(tool_call=context)
                     return
                 searches = [] if found else await self._searched_again(request, reading)
                 if searches:
@@ -546,7 +565,27 @@ class LLMBrain:
             return False
         return quote_is_from(quote, evidence)
 
-    # ------------------------------------------------------------ search again (Rule 9)
+    # ------------------------------------------------------------ search again (Rules 3, 9)
+
+    def _with_previous_call(self, request: BrainInput, reading: Reading) -> ToolCall | None:
+        """Rule 3: a question searched alone that found nothing is searched once more with
+        the person's previous message in front ("周末有人吗?" after the service hours), unless
+        it was searched so already (a follow-up) or no round with tools is left."""
+        if not self.search_with_previous or (reading.query and reading.query != reading.text):
+            return None
+        if not is_elliptical(reading.text, reading.language):
+            return None  # it names its own subject: a new question, not the last one's
+        if KNOWLEDGE_TOOL not in {tool.name for tool in request.tools}:
+            return None
+        if sum(call.name == KNOWLEDGE_TOOL for call in request.tool_calls) != 1:
+            return None
+        query = with_previous(request, reading.text)
+        if query is None:
+            return None
+        number = len(request.tool_calls) + 1
+        return ToolCall(
+            call_id=f"{_WITH_PREVIOUS}{number}", name=KNOWLEDGE_TOOL, arguments={"query": query}
+        )
 
     async def _searched_again(self, request: BrainInput, reading: Reading) -> list[ToolCall]:
         """Rule 9: the question rewritten as search queries in English and in Chinese, once,
@@ -716,6 +755,7 @@ def _confide_call(request: BrainInput, reading: Reading) -> ToolCall | None:
 
 
 _WORDS_OVER_MEANING = 2
+_WITH_PREVIOUS = "llm_knowledge_search_with_previous_"
 """Rule 5: the question's words a sentence must share (more than the sentence closest in
 meaning shares) to go before it."""
 
@@ -729,10 +769,23 @@ def closest_sentence(found: Sequence[Passage]) -> Passage | None:
     return None
 
 
+def _searched_with_previous(request: BrainInput) -> str | None:
+    """The query this turn was searched again with, the previous message in front (Rule 3)."""
+    for call in request.tool_calls:
+        if call.name == KNOWLEDGE_TOOL and call.call_id.startswith(_WITH_PREVIOUS):
+            return str(call.arguments.get("query", ""))
+    return None
+
+
 def _rewritten(request: BrainInput) -> list[str]:
-    """The queries this turn was searched again with (Rule 9); empty before."""
+    """The queries this turn was searched again with (Rule 9); empty before, and when it was
+    searched again with the previous message (Rule 3), whose evidence Rule 4 judges."""
     calls = [call for call in request.tool_calls if call.name == KNOWLEDGE_TOOL]
-    return [str(call.arguments.get("query", "")) for call in calls[1:]]
+    return [
+        str(call.arguments.get("query", ""))
+        for call in calls[1:]
+        if not call.call_id.startswith(_WITH_PREVIOUS)
+    ]
 
 
 def rewrite_covered(queries: Sequence[str], evidence: Sequence[Passage]) -> bool:

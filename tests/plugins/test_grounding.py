@@ -23,6 +23,7 @@ from plugins.brain.grounding import (
     earlier_user_inputs,
     fits_answer,
     in_focus,
+    is_elliptical,
     is_farewell,
     keypad_request,
     knowledge_query,
@@ -270,12 +271,38 @@ def test_only_the_latest_user_message_is_put_in_front() -> None:
         ("请查知识库,星河商店的退货期限是多少?", ZH_RETURNS),
         ("how long does shipping to Germany take?", EN_HOURS),
         ("How long is the warranty for the Nova headphones?", EN_HOURS),
+        # "there" and "it" as dummy subjects point back to nothing.
+        ("Is there an app for firmware updates?", EN_HOURS),
+        ("Are there charging spots for electric cars in the garage?", EN_HOURS),
+        ("Is it possible to pay by card at the front desk?", EN_HOURS),
     ],
 )
 def test_a_self_contained_question_is_searched_alone(
     text: str, history: tuple[HistoryTurn, ...]
 ) -> None:
     assert read_turn(brain_input(text, history)).query == text
+
+
+@pytest.mark.parametrize("text", ["Can I park there?", "Can I return it?", "And is there a fee?"])
+def test_there_and_it_that_point_back_make_a_follow_up(text: str) -> None:
+    assert read_turn(brain_input(text, EN_HOURS)).query == f"what are your opening hours? {text}"
+
+
+@pytest.mark.parametrize(
+    ("text", "language", "elliptical"),
+    [
+        ("周末有人吗?", "zh", True),
+        ("晚上几点关门?", "zh", True),
+        ("阳光健身中心有游泳池吗?", "zh", False),
+        ("买了以后降价,有价格保护吗?", "zh", False),
+        ("Who do I ask for a permit?", "en", True),
+        ("Can I bring my bicycle into the office on weekends?", "en", False),
+    ],
+)
+def test_a_short_question_may_leave_its_subject_to_the_turn_before(
+    text: str, language: str, elliptical: bool
+) -> None:
+    assert is_elliptical(text, language) is elliptical
 
 
 def test_a_follow_up_with_no_history_is_searched_alone() -> None:

@@ -1048,6 +1048,73 @@ async def test_the_previous_message_s_numbers_count_as_stated() -> None:
     assert said.endswith("等于139元。")
 
 
+# ---------------------------------------------------------------- search with the previous message
+
+HOURS_EVIDENCE = (
+    "[source: 售后政策]\n<untrusted_knowledge>客服服务时间为工作日 09:00—18:00。"
+    "</untrusted_knowledge>"
+)
+ASKED_HOURS = (
+    HistoryTurn("user", "客服几点开始上班?"),
+    HistoryTurn("assistant", "根据《售后政策》，客服服务时间为工作日 09:00—18:00。"),
+)
+
+
+async def test_a_question_that_found_nothing_alone_is_searched_with_the_previous_message() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    nothing = ("No documents matched.",)
+    request = turn("周末有人吗?", ASKED_HOURS, tools=(KNOWLEDGE,), results=nothing)
+
+    out = await deltas(brain, request)
+
+    query = "客服几点开始上班? 周末有人吗?"
+    assert [delta.tool_call for delta in out] == [
+        ToolCall("llm_knowledge_search_with_previous_2", "knowledge_search", {"query": query})
+    ]
+    assert model.calls == [] and causes(brain) == ["search_with_previous"]
+
+
+async def test_what_the_search_with_the_previous_message_finds_is_judged_as_a_follow_ups() -> None:
+    model = FakeModel(["周末不上班，客服服务时间为工作日 09:00—18:00。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("周末有人吗?", ASKED_HOURS, tools=(KNOWLEDGE,))
+    query = "客服几点开始上班? 周末有人吗?"
+    calls = (
+        ToolCall("llm_knowledge_search_1", "knowledge_search", {"query": "周末有人吗?"}),
+        ToolCall("llm_knowledge_search_with_previous_2", "knowledge_search", {"query": query}),
+    )
+    results = (
+        ToolResult(calls[0].call_id, "knowledge_search", "No documents matched."),
+        ToolResult(calls[1].call_id, "knowledge_search", HOURS_EVIDENCE),
+    )
+    request = dataclasses.replace(request, tool_calls=calls, tool_results=results)
+
+    said = await spoken(brain, request)
+
+    # No quote check (Rule 4 leaves follow-ups to the retrieval): the answer is the one call.
+    assert said.startswith("根据《售后政策》，") and "09:00—18:00" in said
+    assert len(model.calls) == 1 and causes(brain) == ["answered"]
+
+
+@pytest.mark.parametrize(
+    ("text", "history", "tools"),
+    [
+        ("周末有人吗?", (), (KNOWLEDGE,)),  # nothing said before
+        ("那周末呢?", ASKED_HOURS, (KNOWLEDGE,)),  # a follow-up: searched so already
+        ("阳光健身中心有游泳池吗?", ASKED_HOURS, (KNOWLEDGE,)),  # names its own subject
+        ("周末有人吗?", ASKED_HOURS, ()),  # the last round: it must answer in words
+    ],
+)
+async def test_no_search_with_the_previous_message_when_it_cannot_add_anything(
+    text: str, history: tuple[HistoryTurn, ...], tools: tuple[ToolSpec, ...]
+) -> None:
+    brain = LLMBrain(FakeModel())  # type: ignore[arg-type]
+    request = turn(text, history, tools=tools, results=("No documents matched.",))
+    assert await spoken(brain, request) == NOT_IN_DOCUMENTS["zh"]
+    assert causes(brain) == ["no_passage"]
+
+
 # ---------------------------------------------------------------- search again (Rule 9)
 
 TRIAL_EVIDENCE = (
