@@ -10,7 +10,7 @@ prints one JSON object::
      "followup_pass_rate", "cross_language_pass_rate", "combination_pass_rate",
      "ttft_ms": {"cold": {"p50", "p99"}, "warm": {"p50", "p99"}},
      "first_sentence_ms": {"warm": {"p50", "p99"}}, "queue_wait_ms": {"p50", "p99"},
-     "tokens_per_s", "rss_mb", "prefix_cache", "failures", "failures_by_cause"}
+     "tokens_per_s", "rss_mb", "prefix_cache", "failures", "failures_by_cause", "decisions"}
 
 The sets are scenario files (``benchmarks/data/conversations/``, the format of
 ``evals/scenario.py``); a scenario's ``split`` says which set it is in: ``dev`` (tuned on),
@@ -31,7 +31,9 @@ the brain under test; only TTS is an instant fake (answers are checked as text).
 or text to contain) answered with a don't-know; ``unanswerable_answered_rate``: turns that
 expect a don't-know answered otherwise (``llm`` only, both splits). Each failure carries
 ``causes``, the brain's trail for that turn (``plugins.brain.llm.CAUSES``, its Rule 12), and
-``failures_by_cause`` counts the failures of the ``llm`` brain by the trail's last cause.
+``failures_by_cause`` counts the failures of the ``llm`` brain by the trail's last cause;
+``decisions`` counts every turn's last cause, passed and failed, by what the turn expects
+(``answerable``, ``unanswerable``, ``other``): how often a rule decided right, not only wrong.
 
 Timing (``llm`` only; the model's own figures, from ``LocalModel``): ``ttft_ms.cold`` — the
 first model call of each session (its prompt's prefix not yet cached), ``ttft_ms.warm`` — the
@@ -214,10 +216,22 @@ async def main(
                 result["pass_rate"][name] = figure
         answerable = unanswerable = false_dont_know = answered = timeouts = 0
         by_cause: dict[str, int] = {}
+        decided: dict[str, dict[str, dict[str, int]]] = {}
         for outcome in outcomes:
             for turn, got in zip(turns[outcome.id], outcome.turns, strict=False):
                 if got.error is not None and "plugin_timeout" in got.error:
                     timeouts += 1
+                trail = measured.causes.get((outcome.id, got.session, got.index), [])
+                kind = (
+                    "answerable"
+                    if expects_answer(turn)
+                    else "unanswerable"
+                    if turn.expect.dont_know is True
+                    else "other"
+                )
+                last = trail[-1] if trail else "none"
+                counts = decided.setdefault(kind, {}).setdefault(last, {"passed": 0, "failed": 0})
+                counts["passed" if got.passed else "failed"] += 1
                 if expects_answer(turn):
                     answerable += 1
                     false_dont_know += says_dont_know(got.answer)
@@ -225,7 +239,6 @@ async def main(
                     unanswerable += 1
                     answered += bool(got.answer.strip()) and not says_dont_know(got.answer)
                 if not got.passed:
-                    trail = measured.causes.get((outcome.id, got.session, got.index), [])
                     decisive = trail[-1] if trail else "error" if got.error else "unknown"
                     by_cause[decisive] = by_cause.get(decisive, 0) + 1
                     result["failures"].append(
@@ -253,6 +266,7 @@ async def main(
             )
             result["plugin_timeouts"] = timeouts
             result["failures_by_cause"] = dict(sorted(by_cause.items(), key=lambda kv: -kv[1]))
+            result["decisions"] = decided
     assert timing is not None
     result["ttft_ms"] = {"cold": p50_p99(timing.cold), "warm": p50_p99(timing.warm)}
     result["first_sentence_ms"] = {"warm": p50_p99(timing.first_sentence_warm)}
