@@ -40,9 +40,9 @@ store; unkeyed corrections keep the kind of the statement they make.
 A pronoun at the start of a clause ("He's three", "She loves swimming", "它三岁了") stands for
 the relative or pet the person last spoke of (``Subject``: an earlier clause of the message, or
 the message before, ``next_subject``): "We've got a beagle called Max." then "He's three."
-stores "My beagle is three". "It" stands only for a pet; "he"/"she"/"他"/"她" for either;
-a message that neither names nor refers back to one ends the subject, so "It's too expensive"
-later is nobody's.
+stores "My beagle Max is three". "It" stands only for a pet; "he"/"she"/"他"/"她" for either;
+once "he" was used, "it" means someone else; a message that neither names nor refers back to
+one ends the subject, so "It's too expensive" later is nobody's.
 
 Weak goal stems ("I plan to…", "我打算…") need a learning/long-term word after them, so "I plan
 to return this" is not a goal.

@@ -303,8 +303,11 @@ class LLMBrain:
         again on dev at ``d1dc4e9`` with the rewrite's coverage check: false "don't know"
         0.08 → 0.06, unanswerable answered 0.179 → 0.286, dev 0.831 → 0.815."""
         self.search_with_previous = True
-        """Rule 3: a question that found nothing alone is searched again with the person's
-        previous message in front (measured: see the module's Rule 3)."""
+        """Rule 3: a short question that found nothing alone is searched again with the
+        person's previous message in front. Measured on dev at ``c891e43`` (with "is there" no
+        longer a follow-up word), one run: 0.892 → 0.912, false "don't know" 0.053 → 0.039,
+        unanswerable answered 0.156 → 0.062; on every question, not only short ones, it
+        answered new questions from the previous topic (unanswerable answered 0.219)."""
         self.rewrite_other_language_only = False
         """Rule 9 searches only the rewrite in the other language than the question's (a
         translation for documents in the other language), not the paraphrase in its own.
