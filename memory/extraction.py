@@ -41,7 +41,9 @@ A pronoun at the start of a clause ("He's three", "She loves swimming", "它三�
 the relative or pet the person last spoke of (``Subject``: an earlier clause of the message, or
 the message before, ``next_subject``): "We've got a beagle called Max." then "He's three."
 stores "My beagle Max is three". "It" stands only for a pet; "he"/"she"/"他"/"她" for either;
-once "he" was used, "it" means someone else; a message that neither names nor refers back to
+once "he" was used, "it" means someone else. Their name, when it was said, stands for them
+too ("Max loves the beach" → "My beagle Max loves the beach"; 「团团三岁了」 after 「我家有只猫叫
+团团」 → 「我家的猫三岁了」). A message that neither names nor refers back to
 one ends the subject, so "It's too expensive" later is nobody's.
 
 Weak goal stems ("I plan to…", "我打算…") need a learning/long-term word after them, so "I plan
@@ -59,7 +61,7 @@ import re
 from dataclasses import dataclass, replace
 
 from memory.entries import MAX_ENTRY_CHARS, MemoryKind, is_sensitive
-from plugins.language import has_cjk
+from plugins.language import CJK_IDEOGRAPHS, has_cjk
 from plugins.text import PET_WORDS, ZH_PET_WORDS
 
 MAX_MESSAGE_CHARS = 2_000
@@ -85,6 +87,8 @@ class Subject:
     zh: bool
     pronoun: str = ""
     """The pronoun the person used for them so far: only that one means them after."""
+    name: str = ""
+    """Their name, when it was said ("…called Max", "…叫团团"): a clause may start with it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +186,7 @@ _EN_RULES: tuple[_Rule, ...] = (
     _Rule("fact", _en(r"(?:i(?:'m| am) allergic to|i(?:'m| am) (?:a )?(?:vegetarian|vegan)|i (?:don't|do not|can't|cannot|can not) eat|i have an? (?:[a-z]+ )?allergy)(?P<rest>.*)")),  # noqa: E501
     _Rule("preference", _en(r"my (?:favou?rite) (?P<what>[a-z][a-z ]{0,28}?) is\s+(?P<rest>.+)"), key="favorite:{what}"),  # noqa: E501
     _Rule("relation", _en(rf"my (?P<rel>{EN_RELATIONS})(?:'s name is| is called| is named)\s+(?P<rest>.+)"), key="relation:{rel}"),  # noqa: E501
-    _Rule("relation", _en(rf"(?:(?:i|we) (?:have|'ve got|have got|own) (?:an? |one |two |three |four |\d+ )?(?:{EN_RELATIONS}|{PET_WORDS})s?\b|i (?:work|live|study|train|play|meet|travel|cook|run) with my\b|i(?:'m| am) married\b)(?P<rest>.*)")),  # noqa: E501
+    _Rule("relation", _en(rf"(?:(?:(?:i|we) (?:have|'ve got|have got|own|(?:just |recently )?adopted|'ve adopted|have adopted)|(?:my|our) family (?:has|owns)) (?:an? |one |two |three |four |\d+ )?(?:{EN_RELATIONS}|{PET_WORDS})s?\b|i (?:work|live|study|train|play|meet|travel|cook|run) with my\b|i(?:'m| am) married\b)(?P<rest>.*)")),  # noqa: E501
     _Rule("relation", _en(r"(?:i|we)(?:'ve| have)?(?: got| own| have)? (?:an? |one |two |\d+ )(?P<rest>[a-z -]{2,40}? (?:called|named) .+)")),  # noqa: E501
     _Rule("relation", _en(rf"(?:my|our) (?P<rel>{EN_RELATIONS}|{PET_WORDS})\b(?P<rest>.+)")),  # noqa: E501
     _Rule("goal", _en(r"my (?:main |long[- ]term |big |biggest |personal )?(?:goal|aim|dream|objective|plan) is\s+(?P<rest>.+)")),  # noqa: E501
@@ -412,11 +416,13 @@ _EN_PRONOUN = re.compile(r"(?P<who>he|she|it)(?:'s\b(?P<be>)|\s+(?=\S))", re.I)
 _ZH_PRONOUN = re.compile(r"(?P<who>他|她|它)(?![们的])")
 _EN_SUBJECT = re.compile(
     rf"\b(?:[Mm]y|[Oo]ur|[Aa]n?|[Oo]ne)\s+(?:[a-z]+\s+)?(?P<who>(?i:{EN_RELATIONS}|{PET_WORDS}))\b"
-    r"(?:,?\s+(?:(?:who is |who's |that is |that's )?(?:called|named)\s+)?(?P<name>[A-Z][a-z]+)\b)?"
+    r"(?:(?:,?\s+(?:(?:who is |who's |that is |that's |is )?(?:called|named)\s+)?|'s name is\s+)"
+    r"(?P<name>[A-Z][a-z]+)\b)?"
 )
 _ZH_SUBJECT = re.compile(
     rf"我(?:们)?(?:家)?(?:的|里)?(?:养了?|有)?(?:一只|一条|一个|只|条|个)?(?:小)?"
     rf"(?P<who>{ZH_RELATIONS}|{ZH_PET_WORDS})"
+    rf"(?:[，,]?(?:它|他|她)?(?:的名字)?(?:叫|名叫|叫做)(?P<name>[{CJK_IDEOGRAPHS}]{{1,3}}?)(?=[，,。.!！\s]|$))?"
 )
 _EN_PET = re.compile(PET_WORDS, re.I)
 _ZH_PET = re.compile(ZH_PET_WORDS)
@@ -428,13 +434,12 @@ def _subject_in(clause: str) -> Subject | None:
     found = list((_ZH_SUBJECT if zh else _EN_SUBJECT).finditer(clause))
     if not found:
         return None
-    who = found[-1]["who"]
+    who, name = found[-1]["who"], found[-1]["name"] or ""
     if zh:
         pet = bool(_ZH_PET.fullmatch(who))
-        return Subject(f"我家的{who}" if pet else f"我{who}", pet, zh)
-    name = found[-1]["name"]
+        return Subject(f"我家的{who}" if pet else f"我{who}", pet, zh, name=name)
     words = f"My {who.lower()}" + (f" {name}" if name else "")
-    return Subject(words, bool(_EN_PET.fullmatch(who)), zh)
+    return Subject(words, bool(_EN_PET.fullmatch(who)), zh, name=name)
 
 
 def _referred(clause: str, subject: Subject | None, zh: bool) -> tuple[str, Subject] | None:
@@ -442,6 +447,10 @@ def _referred(clause: str, subject: Subject | None, zh: bool) -> tuple[str, Subj
     subject with that pronoun; None when it starts with no pronoun that can stand for it."""
     if subject is None or subject.zh != zh:
         return None
+    if subject.name and clause.startswith(subject.name):
+        rest = clause[len(subject.name) :]
+        if zh or re.match(r"(?:'s\b|\s)", rest):  # "Max is three", "Max's bowl"; not "Maxine"
+            return subject.words + rest, subject
     match = (_ZH_PRONOUN if zh else _EN_PRONOUN).match(clause)
     if match is None:
         return None

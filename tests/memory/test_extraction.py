@@ -13,6 +13,11 @@ from memory.extraction import MAX_MESSAGE_CHARS, Extracted, extract, next_subjec
 REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
     # Chinese (the product guide's examples first)
     ("我喜欢简洁回答", [("preference", None, "我喜欢简洁回答")]),
+    (
+        "Our family has a dachshund named Pretzel.",
+        [("relation", None, "Our family has a dachshund named Pretzel")],
+    ),
+    ("We just adopted two kittens.", [("relation", None, "We just adopted two kittens")]),
     ("我不喜欢太长的解释", [("preference", None, "我不喜欢太长的解释")]),
     ("我偏好中文交流。", [("preference", None, "我偏好中文交流")]),
     ("我的目标是学会日语", [("goal", None, "我的目标是学会日语")]),
@@ -215,6 +220,11 @@ PRONOUN_CONVERSATIONS = [
     (["What's the price of the plan?", "It's too expensive.", "She is seven."], [[], [], []]),
     # Within one message, an earlier clause names them.
     (["We have a dog. He is three."], [["We have a dog", "My dog is three"]]),
+    # Their name, once said, stands for them too; a longer word that starts like it does not.
+    (["We've got a beagle called Max.", "Max is three.", "Maxine lives next door."],
+     [["We've got a beagle called Max"], ["My beagle Max is three"], []]),
+    (["My son's name is Leo.", "Leo is nine."], [["My son's name is Leo"], ["My son Leo is nine"]]),
+    (["我家有只猫叫团团", "团团三岁了"], [["我家有只猫叫团团"], ["我家的猫三岁了"]]),
     # A question can name them ("Is my dog allowed in the cabin?"); it is never stored itself.
     (["Is my dog allowed in the cabin?", "He is small."], [[], ["My dog is small"]]),
 ]  # fmt: skip
