@@ -578,9 +578,7 @@ class LLMBrain:
             return None
         if not is_elliptical(reading.text, reading.language):
             return None  # it names its own subject: a new question, not the last one's
-        if KNOWLEDGE_TOOL not in {tool.name for tool in request.tools}:
-            return None
-        if sum(call.name == KNOWLEDGE_TOOL for call in request.tool_calls) != 1:
+        if not _one_search_so_far(request):
             return None
         query = with_previous(request, reading.text)
         if query is None:
@@ -595,9 +593,7 @@ class LLMBrain:
         when code's own search found no passage at all and a round with tools is left."""
         if not self.rewrite_queries:
             return []
-        if KNOWLEDGE_TOOL not in {tool.name for tool in request.tools}:
-            return []  # the last round: it must answer in words
-        if sum(call.name == KNOWLEDGE_TOOL for call in request.tool_calls) != 1:
+        if not _one_search_so_far(request):
             return []
         # The question alone: with a follow-up's previous message in front, the small model
         # rewrites that one ("退款多久到账" after a return became "退货时间").
@@ -770,6 +766,14 @@ def closest_sentence(found: Sequence[Passage]) -> Passage | None:
         if passage.closest:
             return Passage(passage.source, passage.closest, passage.topic)
     return None
+
+
+def _one_search_so_far(request: BrainInput) -> bool:
+    """This turn searched once and a round with tools is left (not the last round, which must
+    answer in words): it may search once more (Rules 3, 9)."""
+    if KNOWLEDGE_TOOL not in {tool.name for tool in request.tools}:
+        return False
+    return sum(call.name == KNOWLEDGE_TOOL for call in request.tool_calls) == 1
 
 
 def _searched_with_previous(request: BrainInput) -> str | None:
