@@ -236,7 +236,9 @@ _QUOTE_PROMPT = (
     "Copy the words of the text that answer the question, or write NONE if the text does not "
     "answer it."
 )
-_WEAK_COVERAGE = 0.5
+WEAK_COVERAGE = 0.5
+"""Rule 4: the share of the question's words under which the evidence is checked. The trade-off
+of other shares: ``benchmarks.evidence_check`` (``docs/reports/evidence_check.md``)."""
 _COMPUTE_PASSAGES = 2
 _COMPUTE_CHARS = 900
 CONFIDE_TOOL = "confide"
@@ -542,14 +544,16 @@ class LLMBrain:
         # words would send more answerable questions to the model's check.
         checked = evidence if len(evidence) >= 2 else evidence_for(reading.text, found, limit=2)
         if self.check_weak_evidence and needs_check(reading, checked):
-            if not await self._evidence_answers(session, reading, checked):
+            if not await self.evidence_answers(session, reading, checked):
                 self._decided(session, "weak_evidence")
                 return None
         return evidence
 
-    async def _evidence_answers(
+    async def evidence_answers(
         self, session: str, reading: Reading, evidence: Sequence[Passage]
     ) -> bool:
+        """Rule 4: the model copies the words of ``evidence`` that answer the question (or
+        NONE); True when the copy is really made of the evidence's words."""
         text = " ".join(p.text for p in evidence)
         payload = {
             "messages": [
@@ -801,21 +805,26 @@ def rewrite_covered(queries: Sequence[str], evidence: Sequence[Passage]) -> bool
     match, as Rule 4 does for the person's own words)."""
     language = detect_language(" ".join(p.text for p in evidence))
     return any(
-        coverage(query, evidence) >= _WEAK_COVERAGE
+        coverage(query, evidence) >= WEAK_COVERAGE
         for query in queries
         if detect_language(query) == language
     )
 
 
 def needs_check(reading: Reading, evidence: Sequence[Passage]) -> bool:
-    """Rule 4: same language, not a follow-up (searched with the previous message, it is too
-    partial to be judged alone), and the evidence covers under half the question's words."""
-    text = " ".join(p.text for p in evidence)
-    if detect_language(text) != reading.language:
+    """Rule 4: the check may judge it (``may_check``) and the evidence covers under half the
+    question's words."""
+    if not may_check(reading, evidence):
         return False
-    if reading.query and reading.query != reading.text:
+    return coverage(reading.query or reading.text, evidence) < WEAK_COVERAGE
+
+
+def may_check(reading: Reading, evidence: Sequence[Passage]) -> bool:
+    """Rule 4: same language and not a follow-up (searched with the previous message, it is
+    too partial to be judged alone)."""
+    if detect_language(" ".join(p.text for p in evidence)) != reading.language:
         return False
-    return coverage(reading.query or reading.text, evidence) < _WEAK_COVERAGE
+    return not (reading.query and reading.query != reading.text)
 
 
 def evidence_for(question: str, found: Sequence[Passage], *, limit: int) -> list[Passage]:
