@@ -667,17 +667,26 @@ class LLMBrain:
         spoken = False
         prefill = start if self.source_prefill else ""
         generated = self._generate(request, lang, final, prefill=prefill)
-        checked = _checked_sentences(
-            generated, Support(evidence_text, reading.query or reading.text).faithful
-        )
+        support = Support(evidence_text, reading.query or reading.text)
+        dropped: list[str] = []
+
+        def faithful(sentence: str) -> bool:
+            if support.faithful(sentence):
+                return True
+            dropped.append(sentence)
+            return False
+
+        checked = _checked_sentences(generated, faithful)
         async with contextlib.aclosing(checked):
             async for sentence in checked:
                 spoken = True
                 yield BrainDelta(text=sentence)
         self._decided(request.session, "answered" if spoken else "evidence_read")
-        if not spoken:  # code reads the best evidence sentence: one, never a whole passage
+        if not spoken:  # code reads one evidence sentence, never a whole passage
             said = [s for p in evidence for s in sentences(p.text) if not is_asked(s)]
-            yield BrainDelta(text=said[0] if said else evidence[0].text)
+            yield BrainDelta(
+                text=drawn_from(said, dropped, reading.text, source) or evidence[0].text
+            )
 
     async def _generate(
         self, request: BrainInput, lang: str, final: str, *, prefill: str = ""
@@ -880,6 +889,16 @@ async def _checked_sentences(
     rest = buffer.strip()
     if rest and faithful(rest):
         yield rest
+
+
+def drawn_from(said: Sequence[str], dropped: Sequence[str], question: str, source: str) -> str:
+    """Rule 5: the evidence sentence the model's dropped answer drew on — the one sharing the
+    most of its words that are neither the question's nor the source's ("Employees may fly
+    business class…" after the economy rule and the business-class rule) — else the first."""
+    if not said:
+        return ""
+    drew = terms(" ".join(dropped)) - terms(question) - terms(source)
+    return max(said, key=lambda sentence: (len(terms(sentence) & drew), -said.index(sentence)))
 
 
 class Support:

@@ -18,7 +18,7 @@ from plugins.brain.grounding import (
     NOT_REMEMBERED,
     NOTHING_EARLIER,
 )
-from plugins.brain.llm import CAUSES, LLMBrain, Support, chat_messages
+from plugins.brain.llm import CAUSES, LLMBrain, Support, chat_messages, drawn_from
 from plugins.brain.local_model import Generation, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
 from plugins.contracts import BrainDelta, BrainInput, HistoryTurn, ToolCall, ToolResult, ToolSpec
@@ -989,6 +989,41 @@ async def test_when_nothing_the_model_said_holds_code_reads_one_sentence_not_a_p
     said = "According to Library rules, Cards are free for residents - the desk issues them."
     assert text == said
     assert causes(brain) == ["evidence_read"]
+
+
+async def test_code_reads_the_evidence_sentence_the_model_s_dropped_answer_drew_on() -> None:
+    policy = (
+        "[source: Travel Policy]\n<untrusted_knowledge>Employees book economy class for flights "
+        "shorter than six hours. Business class cabins are allowed for trips of six hours or "
+        "more.</untrusted_knowledge>\n"
+        "[closest: Employees book economy class for flights shorter than six hours.]"
+    )
+    business = "Business class cabins are allowed for trips of six hours or more."
+    # The quote check passes; the answer holds a number the evidence does not (dropped), but
+    # its words are the business-class sentence's, shown second.
+    model = FakeModel([business], ["Yes, business class cabins are allowed for your 9-hour trip."])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    text = await spoken(
+        brain,
+        turn("Can I sit in a better cabin when I travel far?", language="en", results=(policy,)),
+    )
+
+    final = model.payloads[-1]["messages"][-2]["content"]
+    assert final.index("economy") < final.index("Business")  # the closest in meaning first
+    assert text == f"According to Travel Policy, {business}"
+    assert causes(brain) == ["evidence_read"]
+
+
+def test_the_sentence_drawn_on_is_the_first_when_the_dropped_answer_shares_no_word() -> None:
+    said = ["Open at nine.", "Closed on Sundays."]
+    assert drawn_from(said, ["Perhaps 99."], "when do you open?", "Shop") == "Open at nine."
+    assert drawn_from(said, ["Sundays are 100 % closed."], "when?", "Shop") == "Closed on Sundays."
+    # The question's and the source's words say nothing of which sentence it drew on.
+    assert drawn_from(said, ["The shop is open on Sundays."], "open?", "Shop") == (
+        "Closed on Sundays."
+    )
+    assert drawn_from([], ["x"], "q", "s") == ""
 
 
 # ---------------------------------------------------------------- combination in code (Rule 8)
