@@ -51,7 +51,9 @@ Rule 5. With evidence the model sees only the best sentence of the passages, or 
         prefilled start, which the model continues. A sentence of the answer is dropped before
         it is spoken when it holds a number found neither in the evidence nor in the question,
         when under 70 % of its content words come from them, or when it only echoes the
-        question (``Support``); if nothing is left, code reads the best evidence sentence.
+        question (``Support``); if nothing is left, code reads the evidence sentence the
+        dropped answer drew on (``drawn_from``: the most of its words that are neither the
+        question's nor the source's), else the first shown.
 Rule 6. Voice style: one or two short sentences in the person's language, at most
         ``max_answer_tokens`` tokens (fewer when memory says the person prefers brevity).
 Rule 7. Prompt layout for the prefix cache: the system message holds only what is stable in a
