@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import emit
-from benchmarks.relevance_calibration import SETS, TENANT, USER
+from benchmarks.relevance_calibration import TENANT, USER, bound_sets
 from evals.checks import text_checks
-from evals.scenario import Expect, Scenario, load_file
+from evals.scenario import Expect, Scenario
 from knowledge.base import KnowledgeBase, KnowledgeLimits
 from knowledge.store import InMemoryKnowledgeStore
 from knowledge.tool import TOOL_NAME, format_hits
@@ -240,16 +240,8 @@ async def main(splits: set[str] | None, show: bool) -> dict[str, Any]:
     knowledge = KnowledgeBase(
         InMemoryKnowledgeStore(), embedder=embedder, limits=KnowledgeLimits(max_documents=1000)
     )
-    questions: list[Asked] = []
-    documents: dict[str, tuple[str, list[str]]] = {}
-    for number, path in enumerate(sorted(SETS.glob("*.json"))):
-        scenarios = [s for s in load_file(path) if splits is None or s.split in splits]
-        role = f"role_{number}"
-        for document in {d.name: d for s in scenarios for d in s.documents}.values():
-            documents.setdefault(document.name, (document.text, []))[1].append(role)
-        questions += asked(scenarios, role)
-    for name, (text, roles) in documents.items():
-        await knowledge.add_document(TENANT, USER, name=name, text=text, role_ids=roles)
+    sets = await bound_sets(knowledge, splits)
+    questions = [q for role, scenarios in sets for q in asked(scenarios, role)]
     brain = LLMBrain(
         LocalModel(LocalModelSettings(start_deadline_s=60.0)), check_weak_evidence=False
     )

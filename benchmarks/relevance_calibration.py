@@ -114,21 +114,32 @@ def rates(hit: dict[Question, bool], asked: list[Question]) -> dict[str, Any]:
     }
 
 
+async def bound_sets(
+    knowledge: KnowledgeBase, splits: set[str] | None = None
+) -> list[tuple[str, list[Scenario]]]:
+    """Every data file's scenarios (those of ``splits``; all when None), each file with the role
+    its documents are bound to, as the eval binds them; every document is added to
+    ``knowledge`` once, bound to each role whose file uses it."""
+    out = []
+    documents: dict[str, tuple[str, list[str]]] = {}  # name → text, the roles bound to it
+    for number, path in enumerate(sorted(SETS.glob("*.json"))):
+        scenarios = [s for s in load_file(path) if splits is None or s.split in splits]
+        role = f"role_{number}"
+        for document in {d.name: d for s in scenarios for d in s.documents}.values():
+            documents.setdefault(document.name, (document.text, []))[1].append(role)
+        out.append((role, scenarios))
+    for name, (text, roles) in documents.items():
+        await knowledge.add_document(TENANT, USER, name=name, text=text, role_ids=roles)
+    return out
+
+
 async def main() -> dict[str, Any]:
     embedder = E5Embedder.shared()
     knowledge = KnowledgeBase(
         InMemoryKnowledgeStore(), embedder=embedder, limits=KnowledgeLimits(max_documents=1000)
     )
-    asked: list[Question] = []
-    documents: dict[str, tuple[str, list[str]]] = {}  # name → text, the roles bound to it
-    for number, path in enumerate(sorted(SETS.glob("*.json"))):
-        scenarios = load_file(path)
-        role = f"role_{number}"
-        for document in {d.name: d for s in scenarios for d in s.documents}.values():
-            documents.setdefault(document.name, (document.text, []))[1].append(role)
-        asked += questions(scenarios, role)
-    for name, (text, roles) in documents.items():
-        await knowledge.add_document(TENANT, USER, name=name, text=text, role_ids=roles)
+    sets = await bound_sets(knowledge)
+    asked = [q for role, scenarios in sets for q in questions(scenarios, role)]
     index = await knowledge.index(TENANT, USER)
     reference = await embedder.reference()
     vectors = {q.query: await embedder.query(q.query) for q in asked}
