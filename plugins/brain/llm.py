@@ -900,7 +900,8 @@ def drawn_from(said: Sequence[str], dropped: Sequence[str], question: str, sourc
     if not said:
         return ""
     drew = terms(" ".join(dropped)) - terms(question) - terms(source)
-    return max(said, key=lambda sentence: (len(terms(sentence) & drew), -said.index(sentence)))
+    shared = [len(terms(sentence) & drew) for sentence in said]
+    return said[shared.index(max(shared))]  # the first of the best
 
 
 class Support:
