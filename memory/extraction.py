@@ -250,6 +250,10 @@ _ZH_FILLER = re.compile(
     r"所以|你好|您好|不对|不是的|我刚才说错了|刚才说错了|我说错了|说错了|错了|准确地说|确切地说|嗯|啊|哦|呃|对)"
     r"[\s,，!！。:：]*|不是[\s,，!！。:：]+)+"
 )
+# Trailing asides say nothing of the fact ("I'm Priya, by the way.").
+_EN_TRAILING_FILLER = re.compile(
+    r"[\s,]+(?:by the way|btw|fyi|just so you know|for the record)[\s.!]*$", re.I
+)
 # "actually"/"其实" inside a clause only stress it: "I actually live in…" reads "I live in…".
 _EN_ADVERB = re.compile(r"\s+(?:actually|in fact)\b,?(?=\s)", re.I)
 _ZH_ADVERB = re.compile(r"其实|实际上|事实上")
@@ -331,6 +335,7 @@ def _strip(clause: str, zh: bool) -> str:
         rewrite = _ZH_NOT_BUT.fullmatch(body.strip(_TRAILING))
         return f"{rewrite['stem']}是{rewrite['new']}" if rewrite else body
     body = _EN_ADVERB.sub("", _EN_FILLER.sub("", clause.strip())).strip()
+    body = _EN_TRAILING_FILLER.sub("", body)
     rewrite = _EN_NOT_BUT.fullmatch(body.strip(_TRAILING))
     return f"{rewrite['stem']} is {rewrite['new']}" if rewrite else body
 
@@ -464,9 +469,35 @@ def _referred(clause: str, subject: Subject | None, zh: bool) -> tuple[str, Subj
     return said, replace(subject, pronoun=pronoun)
 
 
+_EN_RENAMED = re.compile(r"(?P<new>[A-Z][a-z]+),?\s+not\s+(?P<old>[A-Z][a-z]+)")
+_ZH_RENAMED = re.compile(
+    rf"(?:是)?(?P<new>[{CJK_IDEOGRAPHS}]{{1,3}})[，,]?\s*不是(?P<old>[{CJK_IDEOGRAPHS}]{{1,3}})"
+)
+
+
+def _renamed(clause: str, subject: Subject | None, zh: bool) -> tuple[str, Subject] | None:
+    """A bare name put right ("Sorry, I meant Ellie, not Ella" after "My daughter's name is
+    Ella"; "是圆圆，不是团团"): the subject's name restated, so the entry under the same key
+    replaces the old one; None when the old name is not the subject's."""
+    if subject is None or not subject.name or subject.zh != zh:
+        return None
+    match = (_ZH_RENAMED if zh else _EN_RENAMED).fullmatch(clause)
+    if match is None or match["old"].lower() != subject.name.lower():
+        return None
+    new = match["new"]
+    if zh:
+        return f"{subject.words}叫{new}", replace(subject, name=new)
+    who = subject.words.removesuffix(f" {subject.name}")
+    return f"{who}'s name is {new}", replace(subject, words=f"{who} {new}", name=new)
+
+
 def _follow(clause: str, subject: Subject | None, zh: bool) -> tuple[str, Subject | None, bool]:
-    """The clause as matched (a leading pronoun replaced by whom it means), the subject after
-    it, and whether the clause named or referred to one."""
+    """The clause as matched (a leading pronoun replaced by whom it means; a bare name put
+    right restated, ``_renamed``), the subject after it, and whether the clause named or
+    referred to one."""
+    renamed = _renamed(clause, subject, zh)
+    if renamed is not None:
+        return renamed[0], renamed[1], True
     referred = _referred(clause, subject, zh)
     if referred is not None:
         return referred[0], referred[1], True

@@ -40,7 +40,8 @@ from plugins.language import (
 _TOKEN = re.compile(rf"[{CJK_IDEOGRAPHS}]+|[^\W_]+", re.UNICODE)
 # Sentence ends: CJK punctuation always; ASCII . ! ? ; only before whitespace, the end or CJK
 # text (so 3.5, e.g. and URLs stay whole).
-_SENTENCE_END = re.compile(rf"[。！？；!?;…]+[”’」』)）]*|\.(?=\s|$|[{CJK_IDEOGRAPHS}])")
+# No cut at a semicolon: its clauses belong to one sentence (``grounding._SENTENCE`` too).
+_SENTENCE_END = re.compile(rf"[。！？!?…]+[”’」』)）]*|\.(?=\s|$|[{CJK_IDEOGRAPHS}])")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _HEADING_MARK = "\x00h"  # marks a heading among a chunk's parts while it is being built
 

@@ -27,7 +27,10 @@ Rule 3. Code parses the expression with ``ast`` (numbers and the four operators,
         negative amount answers no question asked ("how much more", "what is left" are
         differences taken the right way round); a product or quotient by one combines
         nothing ("How much are my 100 points worth?" over "每 100 积分抵扣 1 元" is no
-        "100 × 1": the rate is the answer, said as the evidence says it). Any failure: no
+        "100 × 1": the rate is the answer, said as the evidence says it); and a number of the
+        evidence is used no more often than the evidence states it ("2 乘 50 加 50" for two
+        bottles at 50 each, "30×12 + 45×12 + 60×12" over one "12 weekly lessons": a count the
+        question gives may apply to several rates, a rate is one amount). Any failure: no
         result, and the turn is answered as any other.
 Rule 3a. A number that *names* something is no amount (``NAMES``): an age ("10岁",
         "a 10-year-old"), a weight or a speed ("12公斤", "300M", "500 Mbps"), a time of day
@@ -48,6 +51,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -201,15 +205,20 @@ def stated_numbers(text: str) -> set[Fraction]:
     """Every number ``text`` states as an amount: digits, a percentage as its fraction too,
     Chinese numerals before a measure word, English number words (Rule 3) — not those that
     name a thing (Rule 3a)."""
+    return set(stated_counts(text))
+
+
+def stated_counts(text: str) -> Counter[Fraction]:
+    """``stated_numbers`` with how many times each is stated."""
     text = NAMES.sub(" ", text)
-    found = {Fraction(match) for match in _DIGITS.findall(text.replace(",", ""))}
-    found |= {Fraction(match) / 100 for match in _PERCENT.findall(text)}
+    found = Counter(Fraction(match) for match in _DIGITS.findall(text.replace(",", "")))
+    found.update(Fraction(match) / 100 for match in _PERCENT.findall(text))
     for match in _ZH_NUMERAL.findall(text):
         value = _zh_number(match)
         if value is not None:
-            found.add(Fraction(value))
+            found[Fraction(value)] += 1
     for word in _EN_WORD.findall(text):
-        found.add(Fraction(_EN_NUMBER[word.lower()]))
+        found[Fraction(_EN_NUMBER[word.lower()])] += 1
     return found
 
 
@@ -277,13 +286,18 @@ def computation(
         raise NotAComputation("unparsable expression") from e
     if not isinstance(tree, ast.BinOp):
         raise NotAComputation("no operator")
-    allowed = stated_numbers(evidence) | stated_numbers(question) | implied(question)
+    in_evidence = stated_counts(evidence)
+    reusable = stated_numbers(question) | implied(question)
     operands = list(_operands(tree))
     if len(operands) > MAX_OPERANDS:
         raise NotAComputation("too many operands")
-    for operand in operands:
-        if operand not in allowed:
+    for operand, used in Counter(operands).items():
+        if operand in reusable:
+            continue
+        if operand not in in_evidence:
             raise NotAComputation(f"operand {_format(operand)} is stated nowhere")
+        if used > in_evidence[operand]:
+            raise NotAComputation(f"operand {_format(operand)} used more often than stated")
     if uses_one_of and not uses_one_of & set(operands):
         raise NotAComputation("none of the question's numbers is used")
     if _by_one(tree):

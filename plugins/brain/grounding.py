@@ -296,7 +296,9 @@ _KNOWLEDGE_BLOCK = re.compile(
     r"(?:[ \t]*\n?[ \t]*\[closest:\s*(?P<closest>[^\]\n]*)\])?",
     re.S,
 )
-_SENTENCE = re.compile(r".+?(?:[.!?](?=\s|$)|[。!?！？;；]|$)", re.S)
+# A semicolon joins the clauses of one sentence: "…free until 48 hours before arrival; after
+# that, the first night is charged" cut there leaves a fragment to quote (issue 31 item 7).
+_SENTENCE = re.compile(r".+?(?:[.!?](?=\s|$)|[。!?！？]|$)", re.S)
 _ENDS_SENTENCE = re.compile(r"[.!?。！？;；:：]\s*$|[.!?。！？;；]\s")
 _MEMORY_BLOCK = re.compile(r"<memory_data>(.*?)</memory_data>", re.S)
 
@@ -749,7 +751,7 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
         r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come) from\b|\baddress\b(?! me\b)"
         r"|住|搬|城市|老家|家乡|哪里人|生活在",
-        "job": r"\bjob\b|\bwork(?:s|ed|ing)?\b|\bfor a living\b|\bprofession|\boccupation"
+        "job": r"\bjob\b|\bwork(?:s|ed|ing)?\b|\bfor a living\b|\bprofession|\boccupation|\bteach"
         r"|\bemploy|\bcareer|工作|职业|上班|做什么的|哪一行|公司",
         "pet": rf"\b(?:{PET_WORDS})\b|{ZH_PET_WORDS}",
         "family": r"\bfamily\b|\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
@@ -768,6 +770,8 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         "goal": r"\bgoals?\b|\blearn|\bstudy|\bstudying\b|\bplan(?:s|ning)?\b|\btraining\b"
         r"|\bhop(?:e|ed|ing) to\b|\bpick up\b|\baim"
         r"|目标|学|打算|计划",
+        "diet": r"\bdiet(?:ary)?\b|\bvegetarian|\bvegan|\bpescatarian|\bhalal\b|\bkosher\b"
+        r"|\b(?:don'?t|do not|never) eat\b|\bmeat\b|吃素|素食|饮食|清真|不吃",
         "likes": r"\blikes?\b|\bloves?\b|\bfavou?rite|\bprefer|\benjoy|喜欢|爱|最爱|偏好",
         "language": r"\blanguages?\b|\bspeak\b|\bnative\b|语言|母语|(?:说|讲)什么话",
     }.items()

@@ -50,8 +50,10 @@ Rule 5. With evidence the model sees only the best sentence of the passages, or 
         source's name written by code ("根据《…》，" / "According to …,") as the assistant's
         prefilled start, which the model continues. A sentence of the answer is dropped before
         it is spoken when it holds a number found neither in the evidence nor in the question,
-        when under 70 % of its content words come from them, or when it only echoes the
-        question (``Support``); if nothing is left, code reads the evidence sentence the
+        when under 70 % of its content words come from them, when it only echoes the
+        question or is a bare "无"/"None" (``Support``); the prompt's markup the model may
+        copy with a passage (its tags, its source label) is never spoken (``unmarked``); if
+        nothing is left, code reads the evidence sentence the
         dropped answer drew on (``drawn_from``: the most of its words that are neither the
         question's nor the source's), else the first shown.
 Rule 6. Voice style: one or two short sentences in the person's language, at most
@@ -885,12 +887,23 @@ async def _checked_sentences(
             done = sentences_done(buffer)
             if done:
                 ready, buffer = buffer[:done], buffer[done:]
-                for sentence in sentences(ready):
+                for sentence in sentences(unmarked(ready)):
                     if faithful(sentence):
                         yield sentence + (" " if sentence[-1] in ".!?" else "")
-    rest = buffer.strip()
+    rest = unmarked(buffer).strip()
     if rest and faithful(rest):
         yield rest
+
+
+_MARKUP = re.compile(
+    r"</?\s*(?:untrusted_knowledge|memory_data|thread_memory)\s*>|\[source:[^\]]*\]", re.I
+)
+
+
+def unmarked(text: str) -> str:
+    """``text`` without the prompt's markup the model copied with the evidence (Rule 5): the
+    ``<untrusted_knowledge>`` tags around a passage, its ``[source: …]`` label — never spoken."""
+    return _MARKUP.sub("", text)
 
 
 def drawn_from(said: Sequence[str], dropped: Sequence[str], question: str, source: str) -> str:
@@ -904,10 +917,14 @@ def drawn_from(said: Sequence[str], dropped: Sequence[str], question: str, sourc
     return said[shared.index(max(shared))]  # the first of the best
 
 
+_NOTHING = re.compile(r"\W*(?:none|n/?a|null|nothing|无|暂无)\W*", re.I)
+
+
 class Support:
     """What an answer sentence may say (Rule 5): every number it holds is in the evidence or
     the question; at least ``min_supported`` of its content words are; and it says something
-    of the evidence the question did not (an echo of the question answers nothing)."""
+    of the evidence the question did not (an echo of the question, or a bare "无"/"None",
+    answers nothing)."""
 
     min_supported = 0.7
 
@@ -920,6 +937,8 @@ class Support:
     def faithful(self, sentence: str) -> bool:
         if is_asked(sentence):
             return False  # a question is no answer (an FAQ's question line, copied)
+        if _NOTHING.fullmatch(sentence):
+            return False  # "无。", "None." — the model saying it has nothing is no answer
         if not all(number in self.numbers for number in _NUMBER.findall(sentence)):
             return False
         if detect_language(sentence) != self.language:

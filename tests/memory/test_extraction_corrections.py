@@ -169,3 +169,35 @@ async def test_a_session_remembers_whom_he_means_from_the_message_before(
     contents = {entry.content for entry in await store.list_entries("t", "u1", "r1")}
     # "Thanks!" named nobody: "he" after it means no one remembered.
     assert contents == {"We've got a beagle called Max", "My beagle Max is three"}
+
+
+async def test_a_bare_name_put_right_replaces_the_relatives_name(store: MemoryStore) -> None:
+    # The second dev set: "Sorry, I meant Ellie, not Ella." after the daughter's name kept Ella.
+    memory = SessionMemory(
+        store, tenant="t", user="u1", role_id="r1", language=None, is_enabled=_enabled
+    )
+    for seq, said in enumerate(
+        ["My daughter's name is Ella.", "Sorry, I meant Ellie, not Ella."], 1
+    ):
+        await memory.on_user_final(said, thread_id="th_a", seq=seq, at=T0)
+    contents = {entry.content for entry in await store.list_entries("t", "u1", "r1")}
+    assert contents == {"My daughter's name is Ellie"}
+
+
+def test_a_bare_name_put_right_needs_the_old_name_to_be_the_subjects() -> None:
+    from memory.extraction import next_subject
+
+    cat = next_subject("我家的猫叫团团。", None)
+    assert extract("不对，是圆圆，不是团团。", cat) == [
+        Extracted("relation", "我家的猫叫圆圆", "relation:猫")
+    ]
+    assert extract("Ellie, not Ella.", None) == []
+    daughter = next_subject("My daughter's name is Ella.", None)
+    assert extract("I meant Rome, not Paris.", daughter) == []
+
+
+def test_a_trailing_aside_leaves_the_introduction() -> None:
+    assert extract("I'm Priya, by the way.") == [Extracted("fact", "My name is Priya", "name")]
+    assert extract("I live in Leeds, btw.") == [
+        Extracted("fact", "I live in Leeds", "current_city")
+    ]

@@ -191,6 +191,27 @@ def test_a_question_made_a_combination_by_its_numbers_must_have_one_used() -> No
     assert used.value == 900
 
 
+def test_a_number_of_the_evidence_is_used_no_more_often_than_it_is_stated() -> None:
+    # The second dev set: "2 乘 50 加 50，等于150元" for two bottles' corkage at 50 each.
+    corkage = "欢迎自带葡萄酒,每瓶收取 50 元开瓶费;白酒与啤酒不收开瓶费。"
+    with pytest.raises(NotAComputation, match="more often than stated"):
+        computation(answer("2 * 50 + 50"), evidence=corkage, question="带两瓶红酒,一共多少?")
+    assert (
+        computation(answer("2 * 50"), evidence=corkage, question="带两瓶红酒,一共多少?").value
+        == 100
+    )
+    # A count the question gives may apply to several rates; a rate stated twice, twice.
+    rooms = "A room is $120 a night and breakfast is $18 a night."
+    both = computation(answer("3 * 120 + 3 * 18"), evidence=rooms, question="3 nights in total?")
+    assert both.value == 414
+    twice = computation(
+        answer("50 + 50"),
+        evidence="Lunch is $50. Dinner is $50.",
+        question="Lunch and dinner: how much in total?",
+    )
+    assert twice.value == 100
+
+
 @pytest.mark.parametrize("raw", ["", "[1]", "not json", '{"unit": "元"}'])
 def test_a_malformed_answer_is_refused(raw: str) -> None:
     with pytest.raises(NotAComputation):

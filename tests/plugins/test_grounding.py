@@ -456,10 +456,11 @@ def test_sentences_split_on_chinese_and_english_ends_but_not_decimals() -> None:
         "Really?",
         "yes",
     ]
+    # A semicolon joins clauses of one sentence ("…free until 48 hours before arrival; after
+    # that, the first night is charged"): split there, the second clause is a fragment.
     assert sentences("退货期限为7天。运费由商店承担；请保留收据") == [
         "退货期限为7天。",
-        "运费由商店承担；",
-        "请保留收据",
+        "运费由商店承担；请保留收据",
     ]
 
 
@@ -587,6 +588,9 @@ def test_a_relatives_or_pets_entry_is_theirs_and_a_breed_is_a_pet() -> None:
         ("Is there any food I can't eat?", "I'm allergic to shellfish"),
         ("我有什么东西不能吃？", "我对花生过敏"),
         ("你平时怎么叫我？", "你可以叫我小周"),
+        ("Is there anything about my diet you know?", "I'm vegetarian"),
+        ("你知道我的饮食习惯吗？", "我是素食主义者"),
+        ("What do I do for a living?", "I teach chemistry at a secondary school"),
     ],
 )
 def test_questions_about_the_person_in_other_words_are_memory(text: str, entry: str) -> None:

@@ -540,6 +540,28 @@ async def test_an_faq_question_line_is_never_the_answer() -> None:
     assert said.startswith("根据《套餐问答》，") and "？" not in said
 
 
+async def test_the_prompt_s_markup_copied_with_the_evidence_is_never_spoken() -> None:
+    # Found in the second dev set: the model copied the passage with its tags around it.
+    model = FakeModel(["<untrusted_knowledge>退货期限为签收后 7 天。", "</untrusted_knowledge>"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    said = await spoken(brain, turn("退货期限是几天?", results=(ZH_EVIDENCE,)))
+
+    assert said == "根据《售后政策》，退货期限为签收后 7 天。"
+
+
+async def test_a_bare_none_is_no_answer_and_code_reads_the_evidence() -> None:
+    # "According to 松间小馆用餐须知,无。" was said for an English question about a Chinese
+    # document: the model's "nothing" is dropped like any unsupported sentence.
+    model = FakeModel(["无。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    out = await deltas(brain, turn("退货期限是几天?", results=(ZH_EVIDENCE,)))
+
+    assert [d.text for d in out] == ["根据《售后政策》，", "退货期限为签收后 7 天。"]
+    assert not Support("Returns are accepted within 7 days.", "Returns?").faithful("None.")
+
+
 async def test_a_number_from_the_question_may_be_repeated() -> None:
     model = FakeModel(["returns after 10 days are not accepted."])
     brain = LLMBrain(model)  # type: ignore[arg-type]
