@@ -281,12 +281,24 @@ _ASKS_UNIT = re.compile(
 )
 _ASKS_DURATION = re.compile(r"how long|多久|多长时间|多长|多少时间|多少天", re.IGNORECASE)
 _ASKS_NUMBER = re.compile(r"how many|how much|多少|几(?:次|个|张|份|件|位|名|倍)", re.IGNORECASE)
+_ASKS_PRICE = re.compile(
+    r"\bwhat (?:do|does|did|will|would|should) (?:i|we|you|they|he|she|it) (?:pay|owe)\b"
+    r"|\bwhat(?:'s| is| are| was) (?:the |their |its |your )?(?:price|cost|fee|charge|rate)s?\b"
+    r"|\bhow much (?:does|do|did|will|would|is|are)\b.*\b(?:cost|charge|pay)\b"
+    r"|多少钱|什么价|啥价|收多少|交多少|付多少",
+    re.IGNORECASE,
+)
+_PRICE_IN = re.compile(
+    r"[$€£¥]\s*\d|\d+(?:[.,]\d+)?\s*(?:元|块|角|(?:dollars?|euros?|pounds?|yuan|rmb|usd|eur|gbp)(?![a-z]))"
+    r"|\bfree\b|\bno (?:extra )?charge\b|免费|不收费|不收",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class AnswerType:
     kind: str
-    """"duration", "clock" or "number"."""
+    """"duration", "clock", "price" (an amount of money, or free) or "number"."""
     unit_class: str = "any"
     """For a duration: "long" (days…years), "short" (hours, minutes) or "any"."""
 
@@ -303,6 +315,8 @@ def answer_type(question: str) -> AnswerType | None:
         return AnswerType("duration", "long" if long else "short")
     if _ASKS_DURATION.search(text):
         return AnswerType("duration")
+    if _ASKS_PRICE.search(text):
+        return AnswerType("price")
     if _ASKS_NUMBER.search(text):
         return AnswerType("number")
     return None
@@ -315,6 +329,8 @@ def holds_answer(text: str, answer: AnswerType) -> bool:
         return _CLOCK_IN.search(text) is not None
     if answer.kind == "duration":
         return _DURATION_IN[answer.unit_class].search(text) is not None
+    if answer.kind == "price":
+        return _PRICE_IN.search(text) is not None
     return _NUMBER_IN.search(text) is not None
 
 

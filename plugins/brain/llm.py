@@ -240,6 +240,11 @@ _QUOTE_PROMPT = (
     "Copy the words of the text that answer the question, or write NONE if the text does not "
     "answer it."
 )
+_VERDICT = re.compile(
+    r"\W*(?:yes|no|是|是的|否|可以|不可以|能|不能|会|不会|需要|不需要|要|不要|收|不收)\W*", re.I
+)
+"""Rule 4: a yes/no question's answer, which the model gives instead of a copy: it read the
+text as answering the question ("开车过去停车要钱吗?" → "否")."""
 WEAK_COVERAGE = 0.5
 """Rule 4: the share of the question's words under which the evidence is checked. The trade-off
 of other shares: ``benchmarks.evidence_check`` (``docs/reports/evidence_check.md``)."""
@@ -574,6 +579,8 @@ class LLMBrain:
         quote = quote.strip()
         if not quote or "NONE" in quote.upper() or quote in ("无", "没有"):
             return False
+        if _VERDICT.fullmatch(quote):
+            return True  # a yes/no question answered yes or no: the text answers it
         return quote_is_from(quote, evidence)
 
     # ------------------------------------------------------------ search again (Rules 3, 9)

@@ -661,6 +661,18 @@ async def test_weak_evidence_the_model_cannot_quote_gets_the_fixed_answer(quote:
     assert causes(brain) == ["weak_evidence"]
 
 
+@pytest.mark.parametrize("verdict", ["否", "可以。", "Yes"])
+async def test_a_yes_or_no_instead_of_a_quote_says_the_text_answers(verdict: str) -> None:
+    # "开车过去停车要钱吗?" → "否": the model answered the yes/no question from the text.
+    model = FakeModel([verdict], ["质量问题退货的运费由商店承担。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = turn("我退货的话要自己出钱寄回去吗?", results=(ZH_EVIDENCE,))
+
+    assert await spoken(brain, request) == "根据《售后政策》，质量问题退货的运费由商店承担。"
+    assert causes(brain) == ["answered"]
+    assert len(model.calls) == 2
+
+
 async def test_strong_evidence_is_answered_without_a_quote_check() -> None:
     model = FakeModel(["质量问题退货的运费由商店承担。"])
     brain = LLMBrain(model)  # type: ignore[arg-type]

@@ -118,7 +118,12 @@ def test_answer_types_of_questions() -> None:
     assert answer_type("几个小时能充满?") == AnswerType("duration", "short")
     assert answer_type("How long is the warranty?") == AnswerType("duration")
     assert answer_type("积分的有效期是多久?") == AnswerType("duration")
-    assert answer_type("How much does a pass cost?") == AnswerType("number")
+    assert answer_type("How much does a pass cost?") == AnswerType("price")
+    assert answer_type("My kids are 3 and 8. What do they pay for breakfast?") == (
+        AnswerType("price")
+    )
+    assert answer_type("停车费收多少?") == AnswerType("price")
+    assert answer_type("How much luggage can I take?") == AnswerType("number")
     assert answer_type("单笔订单最多可以使用多少积分?") == AnswerType("number")
     assert answer_type("Is alcohol reimbursed?") is None
     assert parse_query("How long is the warranty?").answer == AnswerType("duration")
@@ -138,3 +143,10 @@ def test_a_text_holds_an_answer_of_the_kind_asked() -> None:
     assert holds_answer("Permits cost 30 euros.", AnswerType("number"))
     assert holds_answer("每个订单最多换货一次。", AnswerType("number"))
     assert not holds_answer("Visitors wear a badge.", AnswerType("number"))
+    # A price is an amount of money, or free: breakfast hours hold numbers and no price.
+    price = AnswerType("price")
+    assert holds_answer("It costs $18 per adult and $9 per child.", price)
+    assert holds_answer("每瓶收取 50 元开瓶费。", price)
+    assert holds_answer("Chargers are available at no extra charge.", price)
+    assert holds_answer("驿站提供免费纸箱。", price)
+    assert not holds_answer("Breakfast is served from 7:00 to 10:30 am.", price)
