@@ -30,8 +30,10 @@ Rule 3. Code parses the expression with ``ast`` (numbers and the four operators,
         "100 × 1": the rate is the answer, said as the evidence says it); and a number of the
         evidence is used no more often than the evidence states it ("2 乘 50 加 50" for two
         bottles at 50 each, "30×12 + 45×12 + 60×12" over one "12 weekly lessons": a count the
-        question gives may apply to several rates, a rate is one amount). Any failure: no
-        result, and the turn is answered as any other.
+        question gives may apply to several rates, a rate is one amount), and at least one
+        operand is the evidence's ("30 times 2 plus 30 times 2" from the question's "30-minute"
+        and "both" combines nothing the documents say). Any failure: no result, and the turn
+        is answered as any other.
 Rule 3a. A number that *names* something is no amount (``NAMES``): an age ("10岁",
         "a 10-year-old"), a weight or a speed ("12公斤", "300M", "500 Mbps"), a time of day
         ("10:30", "9点", "7 pm"), a date or a year ("3月5日", "2025年", "May 5"), a room, floor,
@@ -300,6 +302,8 @@ def computation(
             raise NotAComputation(f"operand {_format(operand)} used more often than stated")
     if uses_one_of and not uses_one_of & set(operands):
         raise NotAComputation("none of the question's numbers is used")
+    if not any(operand in in_evidence for operand in operands):
+        raise NotAComputation("no number of the evidence is used")
     if _by_one(tree):
         raise NotAComputation("a product or quotient by one")
     value = _evaluate(tree)

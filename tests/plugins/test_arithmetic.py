@@ -204,6 +204,12 @@ def test_a_number_of_the_evidence_is_used_no_more_often_than_it_is_stated() -> N
     rooms = "A room is $120 a night and breakfast is $18 a night."
     both = computation(answer("3 * 120 + 3 * 18"), evidence=rooms, question="3 nights in total?")
     assert both.value == 414
+    with pytest.raises(NotAComputation, match="no number of the evidence"):
+        computation(
+            answer("30 * 2 + 30 * 2"),
+            evidence="A term of lessons costs $420.",
+            question="Both my daughters want 30-minute lessons. What's the total?",
+        )
     twice = computation(
         answer("50 + 50"),
         evidence="Lunch is $50. Dinner is $50.",
