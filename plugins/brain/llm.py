@@ -34,9 +34,12 @@ Rule 3. No evidence, no model: a short question searched alone that found nothin
         "I don't remember". The model is never asked to abstain.
 Rule 4. Weak evidence is checked before any answer: when the passages share less than half of
         the question's content words (same language: the retrieval matched by meaning alone), the
-        model is asked to copy the words of the passages that answer the question, or NONE; the
+        model is asked to copy the words of the passages that answer the question, or NONE
+        (shown once how, ``_QUOTE_EXAMPLES``: a rule that decides the question is copied — "six
+        or more pay a deposit" for "we are eight" — and a text silent on it gets NONE); the
         answer goes on only when the copy is really made of the passages' words (code checks
-        it), else the turn gets the fixed "documents don't say" answer. A question in one
+        it) or is a bare yes/no (``_VERDICT``), else the turn gets the fixed "documents don't
+        say" answer. A question in one
         language about a passage in the other, and a follow-up (searched together with the
         previous message), are left to the retrieval's own decision.
 Rule 5. With evidence the model sees only the best sentence of the passages, or two — the best
@@ -245,6 +248,22 @@ _VERDICT = re.compile(
 )
 """Rule 4: a yes/no question's answer, which the model gives instead of a copy: it read the
 text as answering the question ("开车过去停车要钱吗?" → "否")."""
+_QUOTE_EXAMPLES = (
+    {
+        "role": "user",
+        "content": "Text: Towels are free for members. Swimmers under 16 must come with an "
+        "adult.\nQuestion: My son is twelve. Can he swim on his own?",
+    },
+    {"role": "assistant", "content": "Swimmers under 16 must come with an adult."},
+    {
+        "role": "user",
+        "content": "Text: Towels are free for members. Swimmers under 16 must come with an "
+        "adult.\nQuestion: Is there a sauna?",
+    },
+    {"role": "assistant", "content": "NONE"},
+)
+"""Rule 4: the check shown once (not from any eval's documents): a question a rule of the text
+decides is answered by copying the rule; one the text does not speak of, NONE."""
 WEAK_COVERAGE = 0.5
 """Rule 4: the share of the question's words under which the evidence is checked. The trade-off
 of other shares: ``benchmarks.evidence_check`` (``docs/reports/evidence_check.md``)."""
@@ -567,6 +586,7 @@ class LLMBrain:
         payload = {
             "messages": [
                 {"role": "system", "content": _QUOTE_PROMPT},
+                *_QUOTE_EXAMPLES,
                 {
                     "role": "user",
                     "content": f"Text: {text}\nQuestion: {reading.query or reading.text}",

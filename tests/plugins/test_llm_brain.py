@@ -646,6 +646,11 @@ async def test_weak_evidence_is_quote_checked_before_the_answer() -> None:
     check, answer = model.payloads
     assert check["temperature"] == 0
     assert "Question: 买的东西几天内能退?" in check["messages"][-1]["content"]
+    # Shown once how: a rule that decides the question is copied; a text silent on it, NONE.
+    assert [m["content"] for m in check["messages"][1:-1]][1::2] == [
+        "Swimmers under 16 must come with an adult.",
+        "NONE",
+    ]
     assert "退货期限为签收后 7 天。" in check["messages"][-1]["content"]
     assert answer["messages"][-1] == {"role": "assistant", "content": "根据《售后政策》，"}
 
