@@ -575,7 +575,7 @@ class LLMBrain:
             if not await self.evidence_answers(session, reading, checked):
                 self._decided(session, "weak_evidence")
                 return None
-        return evidence
+        return of_the_kind_asked(reading.text, evidence)
 
     async def evidence_answers(
         self, session: str, reading: Reading, evidence: Sequence[Passage]
@@ -865,6 +865,15 @@ def may_check(reading: Reading, evidence: Sequence[Passage]) -> bool:
     if detect_language(" ".join(p.text for p in evidence)) != reading.language:
         return False
     return not (reading.query and reading.query != reading.text)
+
+
+def of_the_kind_asked(question: str, evidence: list[Passage]) -> list[Passage]:
+    """Rule 5: of the sentences shown, those holding the kind of answer the question asks for
+    (a price, a clock time, a duration, a number), when some do: the breakfast hours beside
+    the breakfast prices answer no "what do they pay for breakfast?", and a small model
+    quotes the first it is shown. All of them when none does or no kind is asked."""
+    fitting = [p for p in evidence if fits_answer(question, p.text)]
+    return fitting or evidence
 
 
 def evidence_for(question: str, found: Sequence[Passage], *, limit: int) -> list[Passage]:

@@ -17,8 +17,16 @@ from plugins.brain.grounding import (
     NOT_IN_DOCUMENTS,
     NOT_REMEMBERED,
     NOTHING_EARLIER,
+    Passage,
 )
-from plugins.brain.llm import CAUSES, LLMBrain, Support, chat_messages, drawn_from
+from plugins.brain.llm import (
+    CAUSES,
+    LLMBrain,
+    Support,
+    chat_messages,
+    drawn_from,
+    of_the_kind_asked,
+)
 from plugins.brain.local_model import Generation, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
 from plugins.contracts import BrainDelta, BrainInput, HistoryTurn, ToolCall, ToolResult, ToolSpec
@@ -562,6 +570,15 @@ async def test_a_bare_none_is_no_answer_and_code_reads_the_evidence() -> None:
     assert not Support("Returns are accepted within 7 days.", "Returns?").faithful("None.")
 
 
+def test_only_sentences_holding_the_kind_of_answer_asked_are_shown() -> None:
+    hours = Passage("Inn", "Breakfast is served from 7:00 to 10:30 am.")
+    prices = Passage("Inn", "Breakfast costs $18 per adult and $9 per child.")
+    asked = "My kids are 3 and 8. What do they pay for breakfast?"
+    assert of_the_kind_asked(asked, [hours, prices]) == [prices]
+    assert of_the_kind_asked("When is breakfast?", [hours, prices]) == [hours, prices]
+    assert of_the_kind_asked("What time does it open?", [prices]) == [prices]  # none fits
+
+
 async def test_a_number_from_the_question_may_be_repeated() -> None:
     model = FakeModel(["returns after 10 days are not accepted."])
     brain = LLMBrain(model)  # type: ignore[arg-type]
@@ -952,7 +969,9 @@ async def test_the_sentence_the_search_found_closest_in_meaning_is_evidence_firs
 
     assert text == "根据《售后说明》，客户服务时间为工作日 09:00—18:00。"
     final = model.payloads[-1]["messages"][-2]["content"]
-    assert final.index("服务时间") < final.index("节假日")  # the closest sentence first
+    # The closest sentence first; the holiday line, holding no clock time, is not shown at all
+    # to a question for one (of_the_kind_asked).
+    assert "服务时间" in final and "节假日" not in final
 
 
 async def test_a_sentence_sharing_more_of_the_question_goes_before_the_closest_in_meaning() -> None:
