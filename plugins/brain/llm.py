@@ -35,13 +35,13 @@ Rule 3. No evidence, no model: a short question searched alone that found nothin
 Rule 4. Weak evidence is checked before any answer: when the passages share less than half of
         the question's content words (same language: the retrieval matched by meaning alone), the
         model is asked to copy the words of the passages that answer the question, or NONE
-        (shown once how, ``_QUOTE_EXAMPLES``: a rule that decides the question is copied — "six
-        or more pay a deposit" for "we are eight" — and a text silent on it gets NONE); the
-        answer goes on only when the copy is really made of the passages' words (code checks
-        it) or is a bare yes/no (``_VERDICT``), else the turn gets the fixed "documents don't
-        say" answer. A question in one
-        language about a passage in the other, and a follow-up (searched together with the
-        previous message), are left to the retrieval's own decision.
+        (shown once how, ``_QUOTE_EXAMPLES``: a rule that decides the question is copied —
+        "under 16 must come with an adult" for "my son is twelve" — and a text silent on it
+        gets NONE); the answer goes on only when the copy is really made of the passages'
+        words (code checks it) or is a bare yes/no (``_VERDICT``), else the turn gets the
+        fixed "documents don't say" answer. A question in one language about a passage in the
+        other, and a follow-up (searched together with the previous message), are left to the
+        retrieval's own decision.
 Rule 5. With evidence the model sees only the best sentence of the passages, or two — the best
         passage's sentence the search found closest in meaning first (``closest_sentence``: a
         paraphrase shares no word with it), then the best by shared words (``best_sentences``:
@@ -56,9 +56,10 @@ Rule 5. With evidence the model sees only the best sentence of the passages, or 
         when under 70 % of its content words come from them, when it only echoes the
         question or is a bare "无"/"None" (``Support``); the prompt's markup the model may
         copy with a passage (its tags, its source label) is never spoken (``unmarked``); if
-        nothing is left, code reads the evidence sentence the
-        dropped answer drew on (``drawn_from``: the most of its words that are neither the
-        question's nor the source's), else the first shown.
+        nothing is left, code reads the evidence sentence the dropped answer drew on
+        (``drawn_from``: the most of its words that are neither the question's nor the
+        source's), else the first shown. Of the sentences shown, only those holding the kind
+        of answer asked for, when some do (``of_the_kind_asked``).
 Rule 6. Voice style: one or two short sentences in the person's language, at most
         ``max_answer_tokens`` tokens (fewer when memory says the person prefers brevity).
 Rule 7. Prompt layout for the prefix cache: the system message holds only what is stable in a
