@@ -54,7 +54,8 @@ Rule 5. With evidence the model sees only the best sentence of the passages, or 
         prefilled start, which the model continues. A sentence of the answer is dropped before
         it is spoken when it holds a number found neither in the evidence nor in the question,
         when under 70 % of its content words come from them, when it only echoes the
-        question or is a bare "无"/"None" (``Support``); the prompt's markup the model may
+        question or is a bare "无"/"None" (``Support``, in ``plugins.brain.answer_check``
+        with ``unmarked`` and ``drawn_from``); the prompt's markup the model may
         copy with a passage (its tags, its source label) is never spoken (``unmarked``); if
         nothing is left, code reads the evidence sentence the dropped answer drew on
         (``drawn_from``: the most of its words that are neither the question's nor the
@@ -116,8 +117,9 @@ import dataclasses
 import logging
 import re
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
+from plugins.brain.answer_check import Support, checked_sentences, drawn_from
 from plugins.brain.arithmetic import (
     EXPRESSION_SCHEMA,
     Computation,
@@ -239,7 +241,6 @@ _FROM_SOURCE = {"zh": "根据《{}》，", "en": "According to {}, "}
 _RECALL = {"en": 'You said: "{}"', "zh": "你刚才说：“{}”"}
 _BRIEF = re.compile(r"简洁|简短|简单点|短一点|别太长|\b(short|brief|concise)\b", re.I)
 _PASSAGE_CHARS = 300
-_NUMBER = re.compile(r"\d+(?:[.:：]\d+)?")
 _QUOTE_PROMPT = (
     "Copy the words of the text that answer the question, or write NONE if the text does not "
     "answer it."
@@ -517,7 +518,7 @@ class LLMBrain:
         question = reading.text or request.current_input
         final = output_prompt(question, outputs, lang)
         generated = self._generate(request, lang, final)
-        checked = _checked_sentences(
+        checked = checked_sentences(
             generated, lambda sentence: output_supports(sentence, outputs, question)
         )
         said = ""
@@ -708,7 +709,7 @@ class LLMBrain:
             dropped.append(sentence)
             return False
 
-        checked = _checked_sentences(generated, faithful)
+        checked = checked_sentences(generated, faithful)
         async with contextlib.aclosing(checked):
             async for sentence in checked:
                 spoken = True
@@ -909,92 +910,6 @@ def chat_messages(request: BrainInput, lang: str, final: str) -> list[dict[str, 
         messages.append({"role": "assistant", "content": "…"})
     messages.append({"role": "user", "content": final})
     return messages
-
-
-async def _checked_sentences(
-    pieces: AsyncGenerator[str, None], faithful: Callable[[str], bool]
-) -> AsyncGenerator[str, None]:
-    """Release the model's text a sentence at a time, dropping what ``faithful`` refuses (the
-    evidence does not support it: Rule 5, ``Support``). The first sentence is released as
-    soon as it ends. Closing this generator closes ``pieces`` (and so stops the model)."""
-    buffer = ""
-    async with contextlib.aclosing(pieces):
-        async for piece in pieces:
-            buffer += piece
-            done = sentences_done(buffer)
-            if done:
-                ready, buffer = buffer[:done], buffer[done:]
-                for sentence in sentences(unmarked(ready)):
-                    if faithful(sentence):
-                        yield sentence + (" " if sentence[-1] in ".!?" else "")
-    rest = unmarked(buffer).strip()
-    if rest and faithful(rest):
-        yield rest
-
-
-_MARKUP = re.compile(
-    r"</?\s*(?:untrusted_knowledge|memory_data|thread_memory)\s*>|\[source:[^\]]*\]", re.I
-)
-
-
-def unmarked(text: str) -> str:
-    """``text`` without the prompt's markup the model copied with the evidence (Rule 5): the
-    ``<untrusted_knowledge>`` tags around a passage, its ``[source: …]`` label — never spoken."""
-    return _MARKUP.sub("", text)
-
-
-def drawn_from(said: Sequence[str], dropped: Sequence[str], question: str, source: str) -> str:
-    """Rule 5: the evidence sentence the model's dropped answer drew on — the one sharing the
-    most of its words that are neither the question's nor the source's ("Employees may fly
-    business class…" after the economy rule and the business-class rule) — else the first."""
-    if not said:
-        return ""
-    drew = terms(" ".join(dropped)) - terms(question) - terms(source)
-    shared = [len(terms(sentence) & drew) for sentence in said]
-    return said[shared.index(max(shared))]  # the first of the best
-
-
-_NOTHING = re.compile(r"\W*(?:none|n/?a|null|nothing|无|暂无)\W*", re.I)
-
-
-class Support:
-    """What an answer sentence may say (Rule 5): every number it holds is in the evidence or
-    the question; at least ``min_supported`` of its content words are; and it says something
-    of the evidence the question did not (an echo of the question, or a bare "无"/"None",
-    answers nothing)."""
-
-    min_supported = 0.7
-
-    def __init__(self, evidence_text: str, question: str) -> None:
-        self.numbers = set(_NUMBER.findall(f"{evidence_text} {question}"))
-        self.evidence = terms(evidence_text)
-        self.question = terms(question)
-        self.language = detect_language(evidence_text)
-
-    def faithful(self, sentence: str) -> bool:
-        if is_asked(sentence):
-            return False  # a question is no answer (an FAQ's question line, copied)
-        if _NOTHING.fullmatch(sentence):
-            return False  # "无。", "None." — the model saying it has nothing is no answer
-        if not all(number in self.numbers for number in _NUMBER.findall(sentence)):
-            return False
-        if detect_language(sentence) != self.language:
-            return True  # words cannot be compared across languages; the numbers were
-        said = terms(sentence)
-        if not said:
-            return True
-        supported = said & (self.evidence | self.question)
-        if len(supported) / len(said) < self.min_supported:
-            return False
-        return bool((said & self.evidence) - self.question)
-
-
-def sentences_done(text: str) -> int:
-    """Length of the prefix of ``text`` made of whole sentences."""
-    end = 0
-    for match in re.finditer(r"[。！？!?；;]|[.](?=\s)", text):
-        end = match.end()
-    return end
 
 
 def _knowledge_call(reading: Reading, number: int) -> ToolCall:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pipeline.content import TurnContent
+from plugins.brain.answer_check import Support, drawn_from
 from plugins.brain.grounding import (
     ACKNOWLEDGED,
     NOT_IN_DOCUMENTS,
@@ -19,14 +20,7 @@ from plugins.brain.grounding import (
     NOTHING_EARLIER,
     Passage,
 )
-from plugins.brain.llm import (
-    CAUSES,
-    LLMBrain,
-    Support,
-    chat_messages,
-    drawn_from,
-    of_the_kind_asked,
-)
+from plugins.brain.llm import CAUSES, LLMBrain, chat_messages, of_the_kind_asked
 from plugins.brain.local_model import Generation, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
 from plugins.contracts import BrainDelta, BrainInput, HistoryTurn, ToolCall, ToolResult, ToolSpec
