@@ -68,7 +68,7 @@ from plugins.brain.grounding import (
     passages,
     read_turn,
 )
-from plugins.brain.llm import WEAK_COVERAGE, LLMBrain, evidence_for, may_check
+from plugins.brain.llm import WEAK_COVERAGE, LLMBrain, evidence_for, judged_question, may_check
 from plugins.brain.local_model import LocalModel, LocalModelSettings
 from plugins.contracts import BrainInput, HistoryTurn, ToolResult
 from plugins.embedding import E5Embedder
@@ -160,7 +160,7 @@ async def decide(brain: LLMBrain, knowledge: KnowledgeBase, question: Asked) -> 
     checked = evidence if len(evidence) >= 2 else evidence_for(reading.text, found, limit=2)
     if not may_check(reading, checked):
         return Decision("admitted", [p.text for p in evidence], found)
-    covered = coverage(reading.query or reading.text, checked)
+    covered = coverage(judged_question(reading), checked)
     holds_up = await brain.evidence_answers(session, reading, checked)
     decision = Decision("admitted", [p.text for p in evidence], found, covered, holds_up)
     if decision.refused_at(WEAK_COVERAGE):

@@ -19,9 +19,10 @@ Text
 ----
 - ``has_cjk`` / ``detect_language``: a person's turn is Chinese ("zh") when it has any Chinese
   character, else English ("en"): "Nova 耳机" is Chinese.
-- ``dominant_language``: a passage is Chinese when Chinese characters make up at least a third
-  of its letters, English when Latin letters do more, "" without letters: an English sentence
-  naming 星河 stays English. The knowledge base labels its passages by it.
+- ``dominant_language``: a text is Chinese when it has at least as many Chinese characters as
+  Latin words, English when it has more words, "" without letters: an English sentence naming
+  星河 stays English, 「Tidewater Inn 几点退房?」 is Chinese. The knowledge base labels its
+  passages by it; the brain reads the person's turn by it.
 
 Codes
 -----
@@ -50,7 +51,7 @@ CJK_IDEOGRAPHS = "".join(f"{chr(low)}-{chr(high)}" for low, high in _IDEOGRAPH_R
 """The ranges of ``is_cjk_ideograph`` as the inside of a regex character class."""
 
 _IDEOGRAPH = re.compile(f"[{CJK_IDEOGRAPHS}]")
-_LATIN_LETTER = re.compile(r"[A-Za-z]")
+_LATIN_WORD = re.compile(r"[A-Za-z]+")
 _ALIASES = {"cmn": "zh", "zho": "zh", "chi": "zh", "eng": "en"}
 
 
@@ -81,15 +82,16 @@ def detect_language(text: str) -> ProductLanguage:
 
 
 def dominant_language(text: str) -> Literal["zh", "en", ""]:
-    """``zh`` when Chinese characters make up at least a third of ``text``'s letters (a
-    Chinese character says about as much as two or three Latin letters), else ``en``; empty
-    for no letters. So "Nova X2 耳机充满电要多长时间?" is Chinese, and an English sentence
-    naming 星河 is English."""
+    """``zh`` when ``text`` has at least as many Chinese characters as Latin words (a Chinese
+    word is one or two characters), else ``en``; empty for no letters. So "Nova X2 耳机充满电要
+    多长时间?" and 「Tidewater Inn 几点退房?」 are Chinese, and an English sentence naming 星河 is
+    English. Letters were counted before: the two English words of an inn's name outweighed
+    the four characters of the question."""
     chinese = len(_IDEOGRAPH.findall(text))
-    latin = len(_LATIN_LETTER.findall(text))
+    latin = len(_LATIN_WORD.findall(text))
     if not chinese and not latin:
         return ""
-    return "zh" if 2 * chinese >= latin else "en"
+    return "zh" if chinese >= latin else "en"
 
 
 def normalise_language(code: str | None) -> str | None:

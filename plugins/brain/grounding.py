@@ -304,9 +304,9 @@ _MEMORY_BLOCK = re.compile(r"<memory_data>(.*?)</memory_data>", re.S)
 
 
 def turn_language(request: BrainInput) -> str:
-    """The language the person spoke this turn: Chinese when its characters make up a third of
-    the letters (``dominant_language``: an English question naming 星河商店 is English, a
-    Chinese one naming Northwind Chinese), else English; the role's for no letters."""
+    """The language the person spoke this turn: Chinese when it has at least as many Chinese
+    characters as Latin words (``dominant_language``: an English question naming 星河商店 is
+    English, 「Tidewater Inn 几点退房?」 Chinese), else English; the role's for no letters."""
     return dominant_language(request.current_input) or zh_or_en(request.language)
 
 
@@ -505,8 +505,16 @@ def is_elliptical(text: str, lang: str) -> bool:
     return size <= _ELLIPTICAL_SIZE.get(lang, 3)
 
 
+def points_back(text: str, lang: str) -> bool:
+    """The question's words point back at an earlier turn ("what about…", "that", 「那…呢」):
+    it is a follow-up whatever its length."""
+    return _FOLLOW_UP[lang].search(text) is not None
+
+
 def is_follow_up(text: str, lang: str) -> bool:
-    if _FOLLOW_UP[lang].search(text):
+    """A follow-up, searched with the previous message (Rule 3): its words point back, or it
+    is too short to name its own subject."""
+    if points_back(text, lang):
         return True
     content = terms(text)
     return len(content) <= (2 if lang == "en" else 3)
@@ -723,12 +731,17 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
 def coverage(question: str, evidence: Sequence[Passage]) -> float:
     """The share of ``question``'s content units (``plugins.text.parse_query``: English
     words and Chinese characters, filler left out, synonyms counted) that the evidence's
-    terms cover; 1.0 when the question has none."""
+    terms cover (its sentences and their section's heading); 1.0 when the question has none.
+    A unit only the document's name covers is left out of the count: it says the question is
+    on the document's topic ("Is there a gym at the inn?" of the Tidewater Inn's guide), not
+    that these sentences answer it."""
     units = parse_query(question).units
-    if not units:
+    body = set(index_terms(" ".join(f"{p.topic} {p.text}" for p in evidence)))
+    names = set(index_terms(" ".join(p.source for p in evidence)))
+    counted = [unit for unit in units if unit & body or not unit & names]
+    if not counted:
         return 1.0
-    found = set(index_terms(" ".join(f"{p.source} {p.topic} {p.text}" for p in evidence)))
-    return sum(1 for unit in units if unit & found) / len(units)
+    return sum(1 for unit in counted if unit & body) / len(counted)
 
 
 def quote_is_from(quote: str, evidence: Sequence[Passage], *, at_least: float = 0.8) -> bool:

@@ -39,9 +39,12 @@ Rule 4. Weak evidence is checked before any answer: when the passages share less
         "under 16 must come with an adult" for "my son is twelve" — and a text silent on it
         gets NONE); the answer goes on only when the copy is really made of the passages'
         words (code checks it) or is a bare yes/no (``_VERDICT``), else the turn gets the
-        fixed "documents don't say" answer. A question in one language about a passage in the
-        other, and a follow-up (searched together with the previous message), are left to the
-        retrieval's own decision.
+        fixed "documents don't say" answer. The words only the document's name covers are not
+        counted ("Is there a gym at the inn?" of the inn's guide shares "inn" with no sentence).
+        A question in one language about a passage in the other, and a follow-up whose words
+        point back ("what about…", 「那…呢」, searched with the previous message), are left to
+        the retrieval's own decision; one searched so only for being short ("Is there a gym at
+        the inn?", 「可以寄到国外吗?」) is judged on its own words (``judged_question``).
 Rule 5. With evidence the model sees only the best sentence of the passages, or two — the best
         passage's sentence the search found closest in meaning first (``closest_sentence``: a
         paraphrase shares no word with it), then the best by shared words (``best_sentences``:
@@ -168,6 +171,7 @@ from plugins.brain.grounding import (
     knowledge_results,
     memory_entries,
     passages,
+    points_back,
     quote_is_from,
     read_turn,
     relevant_memories,
@@ -591,7 +595,7 @@ class LLMBrain:
                 *_QUOTE_EXAMPLES,
                 {
                     "role": "user",
-                    "content": f"Text: {text}\nQuestion: {reading.query or reading.text}",
+                    "content": f"Text: {text}\nQuestion: {judged_question(reading)}",
                 },
             ],
             "temperature": 0,
@@ -858,15 +862,26 @@ def needs_check(reading: Reading, evidence: Sequence[Passage]) -> bool:
     question's words."""
     if not may_check(reading, evidence):
         return False
-    return coverage(reading.query or reading.text, evidence) < WEAK_COVERAGE
+    return coverage(judged_question(reading), evidence) < WEAK_COVERAGE
 
 
 def may_check(reading: Reading, evidence: Sequence[Passage]) -> bool:
-    """Rule 4: same language and not a follow-up (searched with the previous message, it is
-    too partial to be judged alone)."""
+    """Rule 4: same language, and not a follow-up whose words point back ("what about…",
+    「那…呢」: searched with the previous message, it is too partial to be judged alone)."""
     if detect_language(" ".join(p.text for p in evidence)) != reading.language:
         return False
-    return not (reading.query and reading.query != reading.text)
+    searched_with_previous = bool(reading.query) and reading.query != reading.text
+    return not (searched_with_previous and points_back(reading.text, reading.language))
+
+
+def judged_question(reading: Reading) -> str:
+    """The question Rule 4 judges: the person's own words when they were searched with the
+    previous message only for being short ("Is there a gym at the inn?", 「店里有 Wi-Fi 吗?」
+    name their own subject; with the previous question in front, the check copied that
+    one's answer), else the query searched."""
+    if reading.query and reading.query != reading.text:
+        return reading.text
+    return reading.query or reading.text
 
 
 def of_the_kind_asked(question: str, evidence: list[Passage]) -> list[Passage]:

@@ -19,6 +19,7 @@ from plugins.brain.grounding import (
     attributes,
     best_sentences,
     brand,
+    coverage,
     detect_language,
     earlier_user_inputs,
     fits_answer,
@@ -805,3 +806,14 @@ def test_a_request_for_a_person_is_read_from_the_words(text: str, asked: bool) -
 )
 def test_keys_to_press_are_read_from_the_words(text: str, keys: str | None) -> None:
     assert keypad_request(text) == keys
+
+
+def test_coverage_leaves_out_what_only_the_documents_name_covers() -> None:
+    inn = "Tidewater Inn — Guest Information"
+    breakfast = [Passage(inn, "It is included in Bed & Breakfast rates.", "Breakfast")]
+    # "inn" is the document's name, not what these sentences say: only "gym" is counted.
+    assert coverage("Is there a gym at the inn?", breakfast) == 0.0
+    # The heading counts as the sentences' own words.
+    assert coverage("Is breakfast included at the inn?", breakfast) == 1.0
+    # A question naming only the document is on its topic.
+    assert coverage("The Tidewater Inn?", breakfast) == 1.0

@@ -59,12 +59,13 @@ def test_any_chinese_character_makes_a_text_chinese() -> None:
     assert detect_language("ひらがな") == "en"  # kana alone is not Chinese
 
 
-def test_the_dominant_language_weighs_characters_against_letters() -> None:
+def test_the_dominant_language_weighs_characters_against_words() -> None:
     assert dominant_language("Nova X2 耳机充满电要多长时间?") == "zh"
     assert dominant_language("How many days do I have to return an item to the 星河 shop?") == "en"
     assert dominant_language("12:30") == ""
-    assert dominant_language("ab中") == "zh"  # one character against two letters
-    assert dominant_language("abc中") == "en"
+    assert dominant_language("Tidewater Inn 几点退房?") == "zh"  # four characters, two words
+    assert dominant_language("Tidewater Inn 退房") == "zh"
+    assert dominant_language("Tidewater Inn 房") == "en"
 
 
 # ---------------------------------------------------------------- codes

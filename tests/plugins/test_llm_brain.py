@@ -1162,24 +1162,60 @@ async def test_a_question_that_found_nothing_alone_is_searched_with_the_previous
     assert model.calls == [] and causes(brain) == ["search_with_previous"]
 
 
-async def test_what_the_search_with_the_previous_message_finds_is_judged_as_a_follow_ups() -> None:
-    model = FakeModel(["周末不上班，客服服务时间为工作日 09:00—18:00。"])
-    brain = LLMBrain(model)  # type: ignore[arg-type]
-    request = turn("周末有人吗?", ASKED_HOURS, tools=(KNOWLEDGE,))
-    query = "客服几点开始上班? 周末有人吗?"
+def _found_with_previous(request: BrainInput, text: str) -> BrainInput:
+    """``request`` after its search alone found nothing and the search with the previous
+    message found the hours (Rule 3)."""
+    query = f"客服几点开始上班? {text}"
     calls = (
-        ToolCall("llm_knowledge_search_1", "knowledge_search", {"query": "周末有人吗?"}),
+        ToolCall("llm_knowledge_search_1", "knowledge_search", {"query": text}),
         ToolCall("llm_knowledge_search_with_previous_2", "knowledge_search", {"query": query}),
     )
     results = (
         ToolResult(calls[0].call_id, "knowledge_search", "No documents matched."),
         ToolResult(calls[1].call_id, "knowledge_search", HOURS_EVIDENCE),
     )
-    request = dataclasses.replace(request, tool_calls=calls, tool_results=results)
+    return dataclasses.replace(request, tool_calls=calls, tool_results=results)
+
+
+async def test_the_search_with_the_previous_message_is_checked_on_the_persons_words() -> None:
+    model = FakeModel(
+        ["客服服务时间为工作日 09:00—18:00"], ["周末不上班，客服服务时间为工作日 09:00—18:00。"]
+    )
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    request = _found_with_previous(
+        turn("周末有人吗?", ASKED_HOURS, tools=(KNOWLEDGE,)), "周末有人吗?"
+    )
 
     said = await spoken(brain, request)
 
-    # No quote check (Rule 4 leaves follow-ups to the retrieval): the answer is the one call.
+    # Short, but its words do not point back: Rule 4 judges the person's own question, not the
+    # previous one in front of it (whose answer the evidence holds).
+    assert model.payloads[0]["messages"][-1]["content"].endswith("Question: 周末有人吗?")
+    assert said.startswith("根据《售后政策》，") and "09:00—18:00" in said
+    assert len(model.calls) == 2 and causes(brain) == ["answered"]
+
+
+async def test_a_short_question_naming_its_own_subject_is_refused_on_a_none() -> None:
+    model = FakeModel(["NONE"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    text = "可以寄到国外吗?"
+    request = _found_with_previous(turn(text, ASKED_HOURS, tools=(KNOWLEDGE,)), text)
+
+    said = await spoken(brain, request)
+
+    assert said == "抱歉,我不知道:资料里没有提到这一点。"
+    assert len(model.calls) == 1 and causes(brain) == ["weak_evidence"]
+
+
+async def test_a_follow_up_whose_words_point_back_is_left_to_the_retrieval() -> None:
+    model = FakeModel(["周末不上班，客服服务时间为工作日 09:00—18:00。"])
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    text = "那周末呢?"
+    request = _found_with_previous(turn(text, ASKED_HOURS, tools=(KNOWLEDGE,)), text)
+
+    said = await spoken(brain, request)
+
+    # No quote check (「那…呢」 points back; too partial to be judged alone): one model call.
     assert said.startswith("根据《售后政策》，") and "09:00—18:00" in said
     assert len(model.calls) == 1 and causes(brain) == ["answered"]
 
