@@ -68,7 +68,13 @@ from plugins.brain.grounding import (
     passages,
     read_turn,
 )
-from plugins.brain.llm import WEAK_COVERAGE, LLMBrain, evidence_for, judged_question, may_check
+from plugins.brain.llm import (
+    WEAK_COVERAGE,
+    LLMBrain,
+    checked_evidence,
+    judged_question,
+    may_check,
+)
 from plugins.brain.local_model import LocalModel, LocalModelSettings
 from plugins.contracts import BrainInput, HistoryTurn, ToolResult
 from plugins.embedding import E5Embedder
@@ -157,7 +163,7 @@ async def decide(brain: LLMBrain, knowledge: KnowledgeBase, question: Asked) -> 
     evidence = await brain.admitted_evidence(reading, found, session=session)
     if evidence is None:
         return Decision("no_sentence", [], found)
-    checked = evidence if len(evidence) >= 2 else evidence_for(reading.text, found, limit=2)
+    checked = checked_evidence(reading.text, evidence, found)
     if not may_check(reading, checked):
         return Decision("admitted", [p.text for p in evidence], found)
     covered = coverage(judged_question(reading), checked)

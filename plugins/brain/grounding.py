@@ -725,7 +725,26 @@ def best_sentences(question: str, found: Sequence[Passage], *, limit: int = 3) -
         first = [sentence for sentence in sentences(found[0].text) if not is_asked(sentence)]
         return [Passage(found[0].source, first[0] if first else found[0].text)]
     scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
-    return [item[2] for item in scored[:limit]]
+    return distinct([item[2] for item in scored])[:limit]
+
+
+def distinct(evidence: Sequence[Passage]) -> list[Passage]:
+    """``evidence`` without repeats: a sentence found again (two hits holding it, or the
+    passage it came from) is shown once, where it first came. The weak-evidence check was
+    shown "The daily meal allowance is 45 euros." twice and nothing else."""
+    kept: list[Passage] = []
+    for passage in evidence:
+        text = passage.text.strip()
+        if any(text in other.text for other in kept):
+            continue
+        inside = [other for other in kept if other.text.strip() in text]
+        if inside:
+            at = kept.index(inside[0])
+            kept = [other for other in kept if other not in inside]
+            kept.insert(min(at, len(kept)), passage)
+            continue
+        kept.append(passage)
+    return kept
 
 
 def coverage(question: str, evidence: Sequence[Passage]) -> float:

@@ -161,6 +161,7 @@ from plugins.brain.grounding import (
     asks_for_transfer,
     best_sentences,
     coverage,
+    distinct,
     earlier_user_inputs,
     fits_answer,
     in_focus,
@@ -574,9 +575,7 @@ class LLMBrain:
                 return evidence
             self._decided(session, "rewrite_uncovered")
             return None
-        # Rule 4 judges the best two sentences whatever the model is shown (one, Rule 5): fewer
-        # words would send more answerable questions to the model's check.
-        checked = evidence if len(evidence) >= 2 else evidence_for(reading.text, found, limit=2)
+        checked = checked_evidence(reading.text, evidence, found)
         if self.check_weak_evidence and needs_check(reading, checked):
             if not await self.evidence_answers(session, reading, checked):
                 self._decided(session, "weak_evidence")
@@ -882,6 +881,15 @@ def judged_question(reading: Reading) -> str:
     if reading.query and reading.query != reading.text:
         return reading.text
     return reading.query or reading.text
+
+
+def checked_evidence(
+    question: str, evidence: Sequence[Passage], found: Sequence[Passage]
+) -> list[Passage]:
+    """What Rule 4 judges: the best two sentences whatever the model is shown (one, Rule 5:
+    fewer words would send more answerable questions to the model's check), each once."""
+    checked = evidence if len(evidence) >= 2 else evidence_for(question, found, limit=2)
+    return distinct(checked)
 
 
 def of_the_kind_asked(question: str, evidence: list[Passage]) -> list[Passage]:

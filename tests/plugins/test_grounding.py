@@ -21,6 +21,7 @@ from plugins.brain.grounding import (
     brand,
     coverage,
     detect_language,
+    distinct,
     earlier_user_inputs,
     fits_answer,
     in_focus,
@@ -817,3 +818,15 @@ def test_coverage_leaves_out_what_only_the_documents_name_covers() -> None:
     assert coverage("Is breakfast included at the inn?", breakfast) == 1.0
     # A question naming only the document is on its topic.
     assert coverage("The Tidewater Inn?", breakfast) == 1.0
+
+
+def test_distinct_shows_a_sentence_once_where_it_first_came() -> None:
+    meal = Passage("Travel policy", "The daily meal allowance is 45 euros.")
+    whole = Passage(
+        "Travel policy", "The daily meal allowance is 45 euros. Alcohol is never reimbursed."
+    )
+    other = Passage("Travel policy", "Claims are paid within 30 days.")
+    assert distinct([meal, meal]) == [meal]
+    # The passage it came from holds more: it takes the sentence's place.
+    assert distinct([meal, other, whole]) == [whole, other]
+    assert distinct([whole, meal]) == [whole]
