@@ -111,9 +111,11 @@ _DIGITS = re.compile(r"(?<![A-Za-z\d.])\d+(?:\.\d+)?")
 """A number, not a model's name's digits ("Nova X2", "A4")."""
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
 _ZH_NUMERAL = re.compile(
-    r"[零一二两三四五六七八九十百千]+(?=[个张天次颗份人页件本周年小元块台只位名晚])"
+    r"[零一二两三四五六七八九十百千]+"
+    r"(?=[个张天次颗份人页件本周年小元块台只位名晚夜瓶杯箱盒袋间节堂门辆双套碗条趟])"
 )
-"""A Chinese numeral before a measure word ("两张"; not "三月", March, nor "十岁", an age)."""
+"""A Chinese numeral before a measure word ("两张", "两瓶红酒", "三节课"; not "三月", March, nor
+"十岁", an age)."""
 _MONTHS_EN = (
     r"(?:january|february|march|april|may|june|july|august|september|october|november|"
     r"december|(?:jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\b\.?)"

@@ -569,11 +569,14 @@ def in_focus(
     question says, else, for a follow-up (Rule 3), those named like the document the last
     answers quoted ("And on Sundays?" stays with the library it asked about). A passage of
     another business's document, however close in words, answers no question about this one;
-    a new question that names none may turn to any of the person's documents."""
+    a new question that names none may turn to any of the person's documents. A short one
+    naming no subject (``is_elliptical``: "最多会收多少?") keeps to the quoted document's
+    passages when the search found some."""
     names = {brand(p.source) for p in found if p.source}
     named = {name for name in names if _names(question, name)}
     if not named:
-        if not is_follow_up(question, language):
+        follow_up = is_follow_up(question, language)
+        if not follow_up and not is_elliptical(question, language):
             return found  # a new question may turn to another of the person's documents
         cited = cited_source(history)
         if cited is None:
@@ -581,6 +584,11 @@ def in_focus(
         named = {brand(cited)} - {""}
         if not named:
             return found
+        if not follow_up:
+            # Short, naming no subject ("最多会收多少?" after the parcel station's fee): the
+            # document the last answers quoted when the search found it too, else any.
+            kept = [p for p in found if brand(p.source) in named]
+            return kept or found
     return [p for p in found if brand(p.source) in named]
 
 

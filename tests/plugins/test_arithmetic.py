@@ -60,6 +60,7 @@ def test_a_single_lookup_costs_nothing(question: str, language: str) -> None:
 def test_numbers_are_read_in_every_way_a_question_writes_them() -> None:
     assert stated_numbers("加两张，住三晚，12个月") >= {Fraction(2), Fraction(3), Fraction(12)}
     assert Fraction(20) in stated_numbers("二十天")
+    assert stated_numbers("带两瓶红酒,上三节课,订两间房") == {Fraction(2), Fraction(3)}
     assert Fraction(1, 5) in stated_numbers("退还20%")
     assert Fraction(2) in stated_numbers("My twins both go there")
     assert Fraction(1500) in stated_numbers("It costs 1,500 yuan")

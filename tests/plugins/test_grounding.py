@@ -708,6 +708,19 @@ def test_a_follow_up_stays_with_the_document_the_last_answer_quoted() -> None:
     assert in_focus("Is there a gym?", "en", history, [FLATS]) == []
 
 
+def test_a_short_question_naming_no_subject_prefers_the_quoted_document() -> None:
+    history = (
+        HistoryTurn("user", "快递放了 6 天没拿,要收多少钱?"),
+        HistoryTurn("assistant", "根据《城东快递驿站服务说明》，从第 4 天起每天收取 1 元保管费。"),
+    )
+    restaurant = Passage("松间小馆用餐须知", "最多可提前 14 天预订。")
+    parcels = Passage("城东快递驿站服务说明", "最高收取 10 元。")
+
+    assert in_focus("最多会收多少?", "zh", history, [restaurant, parcels]) == [parcels]
+    # Not a follow-up in words: when the quoted document was not found, any document may answer.
+    assert in_focus("最多会收多少?", "zh", history, [restaurant]) == [restaurant]
+
+
 def test_the_local_brains_opening_names_the_document_too() -> None:
     history = (HistoryTurn("assistant", 'According to "Maple Hollow Public Library": 9 to 5.'),)
 
