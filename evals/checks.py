@@ -6,7 +6,8 @@ Rule 1. A check is ``CheckResult(name, status, detail)``; ``status`` is ``passed
         or ``skipped`` (a judge check with no judge). A turn passes when none failed; a skipped
         check is reported, never counted as passed.
 Rule 2. Text matching ignores case and white space (Chinese has none to ignore, English answers
-        differ in spacing around numbers): "7 days" matches "7days" and "7 Days".
+        differ in spacing around numbers): "7 days" matches "7days" and "7 Days". A number is
+        matched whole: "2 元" is not found in "12 元", nor "90" in "190" or "9.5" in "19.5".
 Rule 3. ``tool`` passes when some function call of the turn has that name and its arguments
         include every expected one: strings compared like text (Rule 2), other values equal.
         Arguments that are not a JSON object count as none.
@@ -60,7 +61,23 @@ def _norm(text: str) -> str:
 
 
 def _has(answer: str, needle: str) -> bool:
-    return _norm(needle) in _norm(answer)
+    """Rule 2: ``needle`` in ``answer``, case and spaces aside, a number not inside a longer one."""
+    text, wanted = _norm(answer), _norm(needle)
+    if not wanted:
+        return True
+    start = text.find(wanted)
+    while start >= 0:
+        end = start + len(wanted)
+        before = wanted[0].isdigit() and start > 0 and _in_number(text[start - 1])
+        after = wanted[-1].isdigit() and end < len(text) and text[end].isdigit()
+        if not before and not after:
+            return True
+        start = text.find(wanted, start + 1)
+    return False
+
+
+def _in_number(char: str) -> bool:
+    return char.isdigit() or char == "."
 
 
 def _same(expected: Any, actual: Any) -> bool:

@@ -77,3 +77,18 @@ def test_a_verdict_is_parsed_strictly() -> None:
     assert parse_verdict('{"reason": "names Priya", "pass": true}') == (True, "names Priya")
     assert parse_verdict('{"reason": "no", "pass": "true"}') == (False, "no")
     assert parse_verdict("yes")[0] is False
+
+
+def test_a_number_is_matched_whole() -> None:
+    def has(answer: str, needle: str) -> str:
+        return statuses(text_checks(Expect(contains_any=[needle]), answer, [], None))[
+            "contains_any"
+        ]
+
+    assert has("一共 12 元。", "2 元") == "failed"
+    assert has("It costs 190 euros.", "90") == "failed"
+    assert has("About 19.5 hours.", "9.5") == "failed"
+    assert has("It costs 1900.", "190") == "failed"
+    assert has("一共 2 元。", "2 元") == "passed"
+    assert has("Costs 90, or 190 with breakfast.", "90") == "passed"
+    assert has("Room 12B", "12b") == "passed"
