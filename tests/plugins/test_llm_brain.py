@@ -1162,9 +1162,10 @@ async def test_a_question_that_found_nothing_alone_is_searched_with_the_previous
     assert model.calls == [] and causes(brain) == ["search_with_previous"]
 
 
-def _found_with_previous(request: BrainInput, text: str) -> BrainInput:
-    """``request`` after its search alone found nothing and the search with the previous
-    message found the hours (Rule 3)."""
+async def _said_after_previous(model: FakeModel, text: str) -> tuple[LLMBrain, str]:
+    """What the brain says to ``text`` after its search alone found nothing and the search
+    with the previous message ("客服几点开始上班?") found the hours (Rule 3)."""
+    brain = LLMBrain(model)  # type: ignore[arg-type]
     query = f"客服几点开始上班? {text}"
     calls = (
         ToolCall("llm_knowledge_search_1", "knowledge_search", {"query": text}),
@@ -1174,19 +1175,16 @@ def _found_with_previous(request: BrainInput, text: str) -> BrainInput:
         ToolResult(calls[0].call_id, "knowledge_search", "No documents matched."),
         ToolResult(calls[1].call_id, "knowledge_search", HOURS_EVIDENCE),
     )
-    return dataclasses.replace(request, tool_calls=calls, tool_results=results)
+    request = turn(text, ASKED_HOURS, tools=(KNOWLEDGE,))
+    request = dataclasses.replace(request, tool_calls=calls, tool_results=results)
+    return brain, await spoken(brain, request)
 
 
 async def test_the_search_with_the_previous_message_is_checked_on_the_persons_words() -> None:
     model = FakeModel(
         ["客服服务时间为工作日 09:00—18:00"], ["周末不上班，客服服务时间为工作日 09:00—18:00。"]
     )
-    brain = LLMBrain(model)  # type: ignore[arg-type]
-    request = _found_with_previous(
-        turn("周末有人吗?", ASKED_HOURS, tools=(KNOWLEDGE,)), "周末有人吗?"
-    )
-
-    said = await spoken(brain, request)
+    brain, said = await _said_after_previous(model, "周末有人吗?")
 
     # Short, but its words do not point back: Rule 4 judges the person's own question, not the
     # previous one in front of it (whose answer the evidence holds).
@@ -1197,11 +1195,7 @@ async def test_the_search_with_the_previous_message_is_checked_on_the_persons_wo
 
 async def test_a_short_question_naming_its_own_subject_is_refused_on_a_none() -> None:
     model = FakeModel(["NONE"])
-    brain = LLMBrain(model)  # type: ignore[arg-type]
-    text = "可以寄到国外吗?"
-    request = _found_with_previous(turn(text, ASKED_HOURS, tools=(KNOWLEDGE,)), text)
-
-    said = await spoken(brain, request)
+    brain, said = await _said_after_previous(model, "可以寄到国外吗?")
 
     assert said == "抱歉,我不知道:资料里没有提到这一点。"
     assert len(model.calls) == 1 and causes(brain) == ["weak_evidence"]
@@ -1209,11 +1203,7 @@ async def test_a_short_question_naming_its_own_subject_is_refused_on_a_none() ->
 
 async def test_a_follow_up_whose_words_point_back_is_left_to_the_retrieval() -> None:
     model = FakeModel(["周末不上班，客服服务时间为工作日 09:00—18:00。"])
-    brain = LLMBrain(model)  # type: ignore[arg-type]
-    text = "那周末呢?"
-    request = _found_with_previous(turn(text, ASKED_HOURS, tools=(KNOWLEDGE,)), text)
-
-    said = await spoken(brain, request)
+    brain, said = await _said_after_previous(model, "那周末呢?")
 
     # No quote check (「那…呢」 points back; too partial to be judged alone): one model call.
     assert said.startswith("根据《售后政策》，") and "09:00—18:00" in said
