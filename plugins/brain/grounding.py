@@ -749,7 +749,7 @@ def distinct(evidence: Sequence[Passage]) -> list[Passage]:
         if inside:
             at = kept.index(inside[0])
             kept = [other for other in kept if other not in inside]
-            kept.insert(min(at, len(kept)), passage)
+            kept.insert(at, passage)  # every item before ``at`` stays
             continue
         kept.append(passage)
     return kept
