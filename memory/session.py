@@ -26,10 +26,10 @@ from datetime import datetime
 from typing import Any
 
 from memory.entries import MemoryDraft, MemorySource, SaveOutcome
-from memory.extraction import Subject, extract, next_subject
+from memory.extraction import Extracted, Subject, extract, next_subject
 from memory.fact_reader import FactRead, FactReader
 from memory.injection import DEFAULT_BUDGET_CHARS, DEFAULT_MAX_ENTRIES, render_memory_block
-from memory.model_extraction import statement
+from memory.model_extraction import put_right, statement
 from memory.store import MemoryStore
 from pipeline.events import MemoryStatus, ServerEvent
 
@@ -86,6 +86,9 @@ class SessionMemory:
         self._subject: Subject | None = None
         """The relative or pet the person's last message spoke of: whom "he"/"she"/"it" at
         the start of the next means (``memory.extraction.next_subject``)."""
+        self._keyed: Extracted | None = None
+        """The last attribute-with-a-key the person's last message stated: what a bare
+        value put right in the next one corrects (``memory.model_extraction.put_right``)."""
 
     async def read(self) -> str | None:
         """The ``<memory_data>`` block for this turn, or None (disabled, empty, failed)."""
@@ -149,6 +152,10 @@ class SessionMemory:
             return []
         subject, self._subject = self._subject, next_subject(text, self._subject)
         found = extract(text, subject)
+        if not found:
+            corrected = put_right(text, self._keyed)
+            found = [corrected] if corrected is not None else []
+        self._keyed = next((item for item in reversed(found) if item.key is not None), None)
         if not found:
             stated = statement(text) if self.facts is not None else ""
             if stated and self.facts is not None:

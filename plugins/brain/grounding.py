@@ -207,7 +207,10 @@ _SOCIAL: list[tuple[str, re.Pattern[str], str]] = [
 
 _RECALL = {
     "en": re.compile(
-        r"\bwhat did i (just )?(say|ask)\b|\bmy (last|previous) (question|message)\b", re.I
+        r"\bwhat did i (?:just )?(?:say|ask)(?: you)?"
+        r"(?: (?:before|earlier|last|just now|first))?\W*$"
+        r"|\bmy (last|previous) (question|message)\b",
+        re.I,
     ),
     "zh": re.compile(r"我(刚才|刚刚|上一句)(说|问)了?什么"),
 }
@@ -789,13 +792,15 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bgo by\b|\bnickname|\b(?:address|greet) me\b"
         r"|\bwho am i\b|叫|名字|称呼|姓|我是谁",
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
-        r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come) from\b|\baddress\b(?! me\b)"
+        r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come|am i) from\b|\baddress\b(?! me\b)"
         r"|住|搬|城市|老家|家乡|哪里人|生活在",
         "job": r"\bjob\b|\bwork(?:s|ed|ing)?\b|\bfor a living\b|\bprofession|\boccupation|\bteach"
-        r"|\bemploy|\bcareer|工作|职业|上班|做什么的|哪一行|公司",
+        r"|\bemploy|\bcareer|\bstudent\b|工作|职业|上班|做什么的|哪一行|公司|学生|研究生",
         "pet": rf"\b(?:{PET_WORDS})\b|{ZH_PET_WORDS}",
         "family": r"\bfamily\b|\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
         r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bfather\b|\bdad\b"
+        r"|\bmarried\b|\bspouse\b|\b(?:girl|boy)friend\b|\bfianc[ée]e?\b"
+        r"|结婚|伴侣|对象|女朋友|男朋友|未婚妻|未婚夫"
         r"|\bboy\b|\bgirl\b|\bgrand(?:ma|pa|mother|father|son|daughter|kids?|children)\b"
         r"|爷爷|奶奶|外公|外婆|孙子|孙女"
         r"|家人|妻子|老婆|丈夫|老公|儿子|女儿|孩子|姐姐|妹妹|哥哥|弟弟|妈妈|爸爸|母亲|父亲",
@@ -811,14 +816,21 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\bhop(?:e|ed|ing) to\b|\bpick up\b|\baim"
         r"|目标|学|打算|计划",
         "diet": r"\bdiet(?:ary)?\b|\bvegetarian|\bvegan|\bpescatarian|\bhalal\b|\bkosher\b"
-        r"|\b(?:don'?t|do not|never) eat\b|\bmeat\b|吃素|素食|饮食|清真|不吃",
+        r"|\b(?:don'?t|do not|never) eat\b|\bmeat\b|\bavoid\b|吃素|素食|饮食|清真|不吃|口味|吃辣",
         "likes": r"\blikes?\b|\bloves?\b|\bfavou?rite|\bprefer|\benjoy|喜欢|爱|最爱|偏好",
+        "vehicle": r"\bcars?\b|\bdriv(?:e|es|ing)\b|\bvehicle|\bmotor(?:bike|cycle)\b|车|辆",
+        "study": r"\bstud(?:y|ies|ying|ent)\b|\bmajor(?:ing)?\b|\bdegree\b|\buniversity|\bcollege\b"
+        r"|专业|学的|学什么|在读|读研|读博|大学|学生|研究生",
+        "hobby": r"\bhobb|\binstrument|\bplay(?:s|ing)?\b|\bsports?\b|\b(?:free|spare) time\b"
+        r"|\bfor fun\b|\borchestra|\bband\b|\bclub\b|爱好|乐器|运动|业余|弹|打球|踢球",
+        "habit": r"\busual(?:ly)?\b|\balways\b|\bnormally\b|\bregular(?:ly)?\b"
+        r"|平时|经常|总是|每次|每天|习惯",
         "language": r"\blanguages?\b|\bspeak\b|\bnative\b|语言|母语|(?:说|讲)什么话",
     }.items()
 }
 _ASKS_FOR = {
     "en": re.compile(
-        r"\b(?:what|which|where|who|when|how old)\b.*\b(?:i|me|my|i'm)\b"
+        r"\b(?:what|which|where|who|when|how old|how many|how much|how long)\b.*\b(?:i|me|my|i'm)\b"
         r"|^\W*(?:is there|are there|do i have|have i got)\b.*\b(?:i|me|my)\b"
         r"|\bremember\b|\bremind me\b|\bdo you know (?:what|where|who|when|which|how|my)\b",
         re.I,

@@ -201,3 +201,37 @@ def test_a_trailing_aside_leaves_the_introduction() -> None:
     assert extract("I live in Leeds, btw.") == [
         Extracted("fact", "I live in Leeds", "current_city")
     ]
+
+
+@pytest.mark.parametrize(
+    ("said", "corrected"),
+    [
+        (["My birthday is on the 3rd of May.", "Sorry, I got that wrong, it's the 13th of May."],
+         "My birthday is the 13th of May"),
+        (["I live in Leeds.", "Oops, I meant Bristol."], "I live in Bristol"),
+        (["我住在杭州。", "说错了，应该是苏州。"], "我住在苏州"),
+    ],
+)  # fmt: skip
+async def test_a_bare_value_put_right_replaces_the_attribute_just_stated(
+    store: MemoryStore, said: list[str], corrected: str
+) -> None:
+    # The new memory dev set: the correction gave only the date, and the 3rd of May stayed.
+    memory = SessionMemory(
+        store, tenant="t", user="u1", role_id="r1", language=None, is_enabled=_enabled
+    )
+    for seq, text in enumerate(said, 1):
+        await memory.on_user_final(text, thread_id="th_a", seq=seq, at=T0)
+    assert [entry.content for entry in await store.list_entries("t", "u1", "r1")] == [corrected]
+
+
+async def test_a_bare_value_corrects_only_the_message_right_before(store: MemoryStore) -> None:
+    memory = SessionMemory(
+        store, tenant="t", user="u1", role_id="r1", language=None, is_enabled=_enabled
+    )
+    for seq, text in enumerate(
+        ["My birthday is on the 3rd of May.", "What time is breakfast?",
+         "Sorry, I got that wrong, it's the 13th of May.", "It's a lovely day."], 1,
+    ):  # fmt: skip
+        await memory.on_user_final(text, thread_id="th_a", seq=seq, at=T0)
+    contents = [entry.content for entry in await store.list_entries("t", "u1", "r1")]
+    assert contents == ["My birthday is on the 3rd of May"]

@@ -8,7 +8,7 @@ import pytest
 
 from memory.extraction import extract
 from memory.model_extraction import SCHEMA, messages, read_answer, statement
-from plugins.brain.grounding import attributes
+from plugins.brain.grounding import attributes, relevant_memories
 
 
 def answer(attribute: str, value: str) -> str:
@@ -77,10 +77,41 @@ def test_what_the_model_reads_is_written_so_the_brain_finds_it_by_attribute(
         "[]",
     ],
 )
-def test_anything_but_a_listed_attribute_with_the_persons_own_words_is_refused(
+def test_a_statement_the_model_misreads_is_kept_in_the_persons_words_or_not_at_all(
     model_says: str,
 ) -> None:
-    assert read_answer(model_says, "I teach piano to kids") is None
+    # Rule 3b: never the model's value; the statement as said when a word shows what it is of.
+    said = read_answer(model_says, "I teach piano to kids")
+    if said is not None:
+        assert (said.content, said.key) == ("I teach piano to kids", None)
+    assert read_answer(model_says, "I missed the last train home") is None
+
+
+@pytest.mark.parametrize(
+    ("stated", "model_says", "asked"),
+    [
+        ("I always order an oat flat white", answer("none", ""), "What coffee do I usually get?"),
+        (
+            "I play the cello in a community orchestra",
+            answer("job", "play cello"),
+            "Which instrument do I play?",
+        ),  # fmt: skip
+        ("我开的是一辆白色的比亚迪", answer("vehicle", "白色比亚迪"), "我的车是什么颜色的？"),
+        ("我不吃辣", answer("none", ""), "你还记得我的口味吗？"),
+        ("我在读研究生，学的是化学", answer("job", "读研究生"), "我学的是什么专业？"),
+    ],
+)
+def test_a_misread_statement_kept_as_said_is_found_by_a_question_in_other_words(
+    stated: str, model_says: str, asked: str
+) -> None:
+    found = read_answer(model_says, stated)
+    assert found is not None and found.content == stated and found.key is None
+    assert relevant_memories(asked, ["My name is Sam", found.content]) == [found.content]
+
+
+def test_nothing_of_the_listed_attributes_stores_nothing() -> None:
+    assert read_answer(answer("none", ""), "I am a bit confused about the bill") is None
+    assert read_answer(answer("hobby", "room"), "I need a room for two nights") is None
 
 
 def test_an_attribute_a_person_has_one_of_replaces_the_older_value() -> None:

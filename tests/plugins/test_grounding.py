@@ -546,6 +546,8 @@ def test_a_question_about_me_is_answered_with_my_entry_before_my_pets() -> None:
     # Nobody said their own name: the cat's is no answer, nor the daughter's age mine.
     assert relevant_memories("What should you call me?", entries[:2]) == []
     assert relevant_memories("How old am I?", ["My daughter is four years old"]) == []
+    assert relevant_memories("我叫什么名字？", ["我女朋友叫小雨"]) == []
+    assert relevant_memories("What's my name?", ["My girlfriend is called Zoe"]) == []
     assert relevant_memories("Where do I live?", ["I live in Porto with my dog"]) == [
         "I live in Porto with my dog"
     ]
@@ -593,6 +595,14 @@ def test_a_relatives_or_pets_entry_is_theirs_and_a_breed_is_a_pet() -> None:
         ("Is there anything about my diet you know?", "I'm vegetarian"),
         ("你知道我的饮食习惯吗？", "我是素食主义者"),
         ("What do I do for a living?", "I teach chemistry at a secondary school"),
+        ("What kind of car have I got?", "My car: red Honda Civic"),
+        ("Which instrument did I say I play?", "I play the cello in a community orchestra"),
+        ("Who am I married to?", "My wife's name is Hannah"),
+        ("How many kids do I have?", "I have two daughters, Mia and Ella"),
+        ("What coffee do I usually get?", "I always order an oat flat white"),
+        ("What did I say my name was?", "My name is Tomasz"),
+        ("我的车是什么颜色的？", "我开的是一辆白色的比亚迪"),
+        ("我学的是什么专业？", "我在读研究生，学的是化学"),
     ],
 )
 def test_questions_about_the_person_in_other_words_are_memory(text: str, entry: str) -> None:
