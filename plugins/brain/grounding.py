@@ -929,8 +929,20 @@ _SECOND_PERSON_EN = [
 ]
 
 
+_LABELLED = re.compile(
+    r"^(?P<label>(?:my|我的)\s*[^:：()（）]{1,12}?)\s*[:：]\s*(?P<value>.+)$", re.I
+)
+_A_SENTENCE = re.compile(r"^(?:i|we|my|our)\b|^我", re.I)
+
+
 def second_person(entry: str) -> str:
-    """A remembered first-person sentence, as said back to its speaker."""
+    """A remembered first-person sentence, as said back to its speaker. An entry written as
+    a label and a value ("My job: nurse", 「我的车：白色比亚迪」, ``memory.model_extraction``)
+    is said as a sentence ("your job is nurse"): a colon is not spoken."""
+    labelled = _LABELLED.match(entry)
+    if labelled is not None and not _A_SENTENCE.match(labelled["value"]):
+        zh = detect_language(entry) == "zh"
+        entry = f"{labelled['label']}{'是' if zh else ' is '}{labelled['value']}"
     if detect_language(entry) == "zh":
         return entry.replace("我", "你")
     for pattern, replacement in _SECOND_PERSON_EN:

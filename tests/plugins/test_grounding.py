@@ -35,6 +35,7 @@ from plugins.brain.grounding import (
     read_turn,
     relevant_memories,
     says_dont_know,
+    second_person,
     sentences,
     terms,
 )
@@ -853,3 +854,11 @@ def test_distinct_shows_a_sentence_once_where_it_first_came() -> None:
     # The passage it came from holds more: it takes the sentence's place.
     assert distinct([meal, other, whole]) == [whole, other]
     assert distinct([whole, meal]) == [whole]
+
+
+def test_a_labelled_entry_is_said_back_as_a_sentence() -> None:
+    # "You told me that your job: nurse." was spoken with its colon (new memory dev set).
+    assert second_person("My job: nurse") == "your job is nurse"
+    assert second_person("我的车：白色比亚迪") == "你的车是白色比亚迪"
+    assert second_person("My family: I have two daughters") == "your family: you have two daughters"
+    assert second_person("I live in Leeds") == "you live in Leeds"
