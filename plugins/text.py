@@ -106,6 +106,11 @@ def normalize(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
+_SHORT_CVC = re.compile(r"[^aeiou]*[aeiou][^aeiouwxy]")
+"""A stem of one syllable ending consonant, vowel, consonant (not w, x, y): its word ends in a
+silent e that -ing and -ed dropped (smok-ing, vap-ing, clos-ed; not show-ing, fix-ed)."""
+
+
 def stem(word: str) -> str:
     """A light English stemmer: plurals, -ing, -ed. Short words and numbers stay as they are."""
     if len(word) <= 3 or not word.isalpha() or not word.isascii():
@@ -121,10 +126,12 @@ def stem(word: str) -> str:
             base = word[: -len(suffix)]
             if len(base) >= 2 and base[-1] == base[-2] and base[-1] not in "lsz":
                 base = base[:-1]  # stopped -> stop
-            elif base.endswith(("at", "iv", "ur", "bl", "pl")) or (
-                suffix == "ing" and base.endswith("c")
+            elif (
+                base.endswith(("at", "iv", "ur", "bl", "pl"))
+                or (suffix == "ing" and base.endswith("c"))
+                or _SHORT_CVC.fullmatch(base)
             ):
-                base += "e"  # rated -> rate, arriving -> arrive
+                base += "e"  # rated -> rate, arriving -> arrive, smoking -> smoke, vaping -> vape
             return base
     return word
 

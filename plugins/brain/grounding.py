@@ -223,9 +223,9 @@ _ABOUT_ME = {
         r"|\b(do|did) you (still )?(remember|recall|know) "
         r"(what|which|where|who|when|how|my|me|about me)\b"
         r"|\bremember (what|where|who|my)\b|\bwhat do you (know|remember) about me\b"
-        r"|\bwhat('?s| is| was| were| are) my\b|\bwho am i\b|\bwhere do i (live|work|come from)\b"
+        r"|\bwho am i\b|\bwhere do i (live|work|come from)\b"
         r"|\bwhat do i (like|prefer|do|study|want)\b|\bwhat am i (learning|studying|doing)\b"
-        r"|\bwhen is my\b|\bhow (do|did) i (like|prefer)\b|\bmy preferences\b"
+        r"|\bhow (do|did) i (like|prefer)\b|\bmy preferences\b"
         r"|\bwhat (do|did) you know about me\b|\babout me\b.*\?"
         r"|\bhow old am i\b|\bwhat am i allergic\b|\bwhere am i from\b"
         r"|\b(?:what|how) (?:should|do|will|would) you (?:call|address|greet) me\b",
@@ -236,11 +236,17 @@ _ABOUT_ME = {
         r"|(你|您)(还)?记(得|不记得)|记不记得|关于我|我是谁|我叫什么|我的名字"
         r"|我.{0,2}(住|生活|工作)在哪|我.{0,2}(喜欢|爱|偏好)什么|我在学什么|我(想|要)学什么"
         r"|我.{0,4}(打算|计划|目标|梦想)"
-        rf"|我的[{CJK_IDEOGRAPHS}]{{1,6}}(是什么|是哪|叫什么|在哪|是多少|是几)"
         r"|我是?(?:做什么|干什么|做哪一?行)|我是哪(?:里|儿)的?人|我(?:今年)?(?:多大|几岁)"
         r"|我对什么过敏|怎么(?:叫|称呼|喊)我"
     ),
 }
+_WHAT_IS_MY = {
+    "en": re.compile(r"\bwhat('?s| is| was| were| are) my\b|\bwhen is my\b", re.I),
+    "zh": re.compile(rf"我的[{CJK_IDEOGRAPHS}]{{1,6}}(是什么|是哪|叫什么|在哪|是多少|是几)"),
+}
+"""A question for something of the person's ("what's my name?", 「我的生日是哪天?」) — when it
+names an attribute of a person (``attributes``): "What are my options?" after a cancelled boat,
+「我的包裹在哪?」 ask the documents."""
 _MY_THING = {
     "en": re.compile(r"\bmy\s+\w+|\bi\s+(live|like|prefer|work|study)\b", re.I),
     "zh": re.compile(r"我的|我.{0,2}(住|喜欢|偏好|在学|想学|打算|计划)"),
@@ -378,6 +384,8 @@ def asked_part(text: str) -> str:
 
 def _is_about_me(text: str, lang: str, entries: Sequence[str]) -> bool:
     if _ABOUT_ME[lang].search(text):
+        return True
+    if _WHAT_IS_MY[lang].search(text) and attributes(text):
         return True
     if not _MY_THING[lang].search(text):
         return False
@@ -816,7 +824,8 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\bhop(?:e|ed|ing) to\b|\bpick up\b|\baim"
         r"|目标|学|打算|计划",
         "diet": r"\bdiet(?:ary)?\b|\bvegetarian|\bvegan|\bpescatarian|\bhalal\b|\bkosher\b"
-        r"|\b(?:don'?t|do not|never) eat\b|\bmeat\b|\bavoid\b|吃素|素食|饮食|清真|不吃|口味|吃辣",
+        r"|\b(?:don'?t|do not|never) eat\b|\bmeat\b|\bavoid\b"
+        r"|吃素|素食|饮食|清真|不吃|口味|吃辣|忌口",
         "likes": r"\blikes?\b|\bloves?\b|\bfavou?rite|\bprefer|\benjoy|喜欢|爱|最爱|偏好",
         "vehicle": r"\bcars?\b|\bdriv(?:e|es|ing)\b|\bvehicle|\bmotor(?:bike|cycle)\b|车|辆",
         "study": r"\bstud(?:y|ies|ying|ent)\b|\bmajor(?:ing)?\b|\bdegree\b|\buniversity|\bcollege\b"

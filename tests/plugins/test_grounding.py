@@ -614,7 +614,12 @@ def test_questions_about_the_person_in_other_words_are_memory(text: str, entry: 
 def test_a_personal_question_is_memory_even_with_nothing_remembered() -> None:
     for text in ("我是做什么工作的？", "我是哪里人？", "How old am I?"):
         assert read_turn(brain_input(text)).intent is Intent.MEMORY
-    for text in ("我想取消团体课，要提前多久？", "Is there anything I should bring?"):
+    for text in (
+        "我想取消团体课，要提前多久？",
+        "Is there anything I should bring?",
+        "The boat was cancelled because of a storm. What are my options?",  # new dev set
+        "我的包裹在哪?",
+    ):
         assert read_turn(brain_input(text)).intent is Intent.QUESTION
 
 

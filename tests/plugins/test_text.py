@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from plugins.text import (
     COMMON_WEIGHT,
     AnswerType,
@@ -68,6 +70,18 @@ def test_terms_are_bigrams_and_stemmed_words() -> None:
     assert terms("Parking permits, PARKED cars") == ["park", "permit", "park", "car"]
     assert terms("税") == ["税"]
     assert stem("policies") == "policy" and stem("boxes") == "box" and stem("bus") == "bus"
+
+
+@pytest.mark.parametrize(
+    ("word", "base"),
+    [("smoking", "smoke"), ("vaping", "vape"), ("closed", "close"), ("riding", "ride"),
+     ("shopping", "shop"), ("showing", "show"), ("fixed", "fix"), ("opening", "open"),
+     ("booking", "book")],
+)  # fmt: skip
+def test_a_silent_e_dropped_by_ing_or_ed_comes_back(word: str, base: str) -> None:
+    # The new ferry guide: "Can I vape on the deck?" found nothing in "Smoking and vaping are
+    # not allowed", and "smoke on my balcony" shared no word with "Smoking is not allowed".
+    assert stem(word) == base == stem(base)
 
 
 def test_filler_and_particles_do_not_count_in_a_query() -> None:
