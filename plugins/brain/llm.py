@@ -26,7 +26,10 @@ Rule 3. No evidence, no model: a short question searched alone that found nothin
         (``is_elliptical``) is searched once more with the person's previous message in front
         ("周末有人吗?" after "客服几点开始上班?": a follow-up in words ``is_follow_up`` does
         not know), and what that finds is judged as a follow-up's (Rule 4); a longer one
-        names its own subject ("阳光健身中心有游泳池吗?") and is not. A question whose search
+        names its own subject ("阳光健身中心有游泳池吗?") and is not. The other way round, a
+        short question searched with the previous message in front (``is_follow_up``: by its
+        length) that found nothing is searched once more alone unless its words point back
+        ("Can I vape on the deck?" after a refund question). A question whose search
         returned no passage gets the fixed "my documents don't say" answer — unless it asks
         about the person in words the memory patterns missed and an entry has what it asks
         (``grounding.asks_about_me``: "what should you call me?"), then memory answers it; a
@@ -78,6 +81,10 @@ Rule 8. Combination in code (``plugins.brain.arithmetic``): a question that asks
         Rule 4 (the total is in no passage's words, so a quote cannot show it); code checks
         every operand against the passages and the question, computes, and says the sum and
         its result after the source's name. Anything it cannot check is answered by Rule 5.
+        A question for the time before or after one clock time it names ("the boat leaves at
+        11:00 — by when must I be in the lane?") over a sentence tying a duration to before or
+        after ("30 minutes before departure") is computed first, by code alone
+        (``plugins.brain.clock``).
 Rule 9. Search again, rewritten (``plugins.brain.query_rewrite``; off by default, see
         ``rewrite_queries``): when code's query found no passage at all (Rule 3) and the
         person's memory does not answer it either, the model rewrites the question (alone,
@@ -134,6 +141,7 @@ from plugins.brain.arithmetic import (
     expression_messages,
     stated_numbers,
 )
+from plugins.brain.clock import clock_answer
 from plugins.brain.function_calls import (
     SHORTLIST,
     FunctionCaller,
@@ -206,6 +214,7 @@ CAUSES = {
     "rewrite_uncovered": "don't know: a rewritten search's words not in its passages (Rule 9)",
     "search_again": "searched again, rewritten (Rule 9)",
     "search_with_previous": "found nothing alone; searched with the previous message (Rule 3)",
+    "search_alone": "found nothing with the previous message; searched alone (Rule 3)",
     "memory_instead": "the documents do not answer; a question about the person (Rule 3)",
     "memory": "answered from memory (Rule 1)",
     "memory_none": "don't remember: no entry answers it (Rule 3)",
@@ -427,6 +436,13 @@ class LLMBrain:
             searched = _searched_with_previous(request)
             if searched is not None:  # judged as a follow-up, searched so (Rules 3, 4)
                 reading = dataclasses.replace(reading, query=searched)
+            timed = clock_answer(reading.text, lang, found) if found else None
+            if timed is not None:  # Rule 8: before or after a clock time, by code
+                self._decided(request.session, "computed")
+                source = next((p.source for p in found if p.source), "")
+                start = _FROM_SOURCE[lang].format(source) if source else ""
+                yield BrainDelta(text=start + timed.sentence(lang))
+                return
             computed = await self._computed(request, reading, found) if found else None
             if computed is not None:
                 self._decided(request.session, "computed")
@@ -457,6 +473,11 @@ class LLMBrain:
                 if context is not None:
                     self._decided(request.session, "search_with_previous")
                     yield BrainDelta(tool_call=context)
+                    return
+                alone = None if found else self._alone_call(request, reading)
+                if alone is not None:
+                    self._decided(request.session, "search_alone")
+                    yield BrainDelta(tool_call=alone)
                     return
                 searches = [] if found else await self._searched_again(request, reading)
                 if searches:
@@ -626,6 +647,20 @@ class LLMBrain:
         number = len(request.tool_calls) + 1
         return ToolCall(
             call_id=f"{_WITH_PREVIOUS}{number}", name=KNOWLEDGE_TOOL, arguments={"query": query}
+        )
+
+    def _alone_call(self, request: BrainInput, reading: Reading) -> ToolCall | None:
+        """Rule 3, the other way round: a short question searched with the person's previous
+        message in front (a follow-up by its length) that found nothing is searched once more
+        alone, unless its words point back ("what about…", 「那…呢」). "Can I vape on the
+        deck?" after a refund question found nothing with that question in front."""
+        if not self.search_with_previous or not reading.query or reading.query == reading.text:
+            return None
+        if points_back(reading.text, reading.language) or not _one_search_so_far(request):
+            return None
+        number = len(request.tool_calls) + 1
+        return ToolCall(
+            call_id=f"{_ALONE}{number}", name=KNOWLEDGE_TOOL, arguments={"query": reading.text}
         )
 
     async def _searched_again(self, request: BrainInput, reading: Reading) -> list[ToolCall]:
@@ -804,6 +839,7 @@ def _confide_call(request: BrainInput, reading: Reading) -> ToolCall | None:
 
 _WORDS_OVER_MEANING = 2
 _WITH_PREVIOUS = "llm_knowledge_search_with_previous_"
+_ALONE = "llm_knowledge_search_alone_"
 """Rule 5: the question's words a sentence must share (more than the sentence closest in
 meaning shares) to go before it."""
 
@@ -840,7 +876,7 @@ def _rewritten(request: BrainInput) -> list[str]:
     return [
         str(call.arguments.get("query", ""))
         for call in calls[1:]
-        if not call.call_id.startswith(_WITH_PREVIOUS)
+        if not call.call_id.startswith((_WITH_PREVIOUS, _ALONE))
     ]
 
 

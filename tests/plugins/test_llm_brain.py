@@ -1431,3 +1431,66 @@ async def test_no_transfer_without_a_target_or_when_the_caller_says_not_to() -> 
     ):
         out = await deltas(brain, turn(text, language="en", tools=tools))
         assert not any(d.tool_call and d.tool_call.name == "transfer_call" for d in out)
+
+
+FERRY_EVIDENCE = (
+    "[source: Northline Ferries]\n<untrusted_knowledge>A car with its driver costs £38 each "
+    "way. Vehicles must be in the check-in lane 30 minutes before departure, or the space may "
+    "be given away.</untrusted_knowledge>"
+)
+
+
+async def test_a_time_before_a_clock_time_is_computed_by_code_without_the_model() -> None:
+    # The new ferry guide: the answer (10:30) is in no passage, and the model copied the rule.
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+
+    said = await spoken(
+        brain,
+        turn("If the boat leaves at 11:00, by when must I be in the lane?", language="en",
+             results=(FERRY_EVIDENCE,)),
+    )  # fmt: skip
+
+    assert said == "According to Northline Ferries, it is 30 minutes before 11:00, so 10:30."
+    assert model.calls == [] and causes(brain)[-1] == "computed"
+
+
+ASKED_REFUND = (
+    HistoryTurn("user", "How long do I have to ask for a refund?"),
+    HistoryTurn("assistant", "According to Northline Ferries, within 14 days of the journey."),
+)
+
+
+async def test_a_short_question_searched_with_the_previous_message_is_searched_alone() -> None:
+    # The new ferry guide: "Can I vape on the deck?" is short, so it was searched with the
+    # refund question in front, found nothing, and was never searched as it was asked.
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    nothing = ("No documents matched.",)
+    request = turn(
+        "Can I vape on the deck?", ASKED_REFUND, language="en", tools=(KNOWLEDGE,),
+        results=nothing,
+    )  # fmt: skip
+
+    out = await deltas(brain, request)
+
+    assert [delta.tool_call for delta in out] == [
+        ToolCall("llm_knowledge_search_alone_2", "knowledge_search",
+                 {"query": "Can I vape on the deck?"})
+    ]  # fmt: skip
+    assert model.calls == [] and causes(brain) == ["search_alone"]
+
+
+async def test_a_question_pointing_back_is_not_searched_alone() -> None:
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    nothing = ("No documents matched.",)
+    request = turn(
+        "What about on the deck?", ASKED_REFUND, language="en", tools=(KNOWLEDGE,),
+        results=nothing,
+    )  # fmt: skip
+
+    said = await spoken(brain, request)
+
+    assert said == "I am sorry, I do not know: my documents do not say."
+    assert causes(brain) == ["no_passage"]
