@@ -49,6 +49,7 @@ so results prefer covering different sources. Rule 7: only documents bound to th
 role are eligible (``role_id=None``: all of the owner's documents). Rule 8: each hit names its
 sentence closest to the query by the sentence vectors stored at ingest (no embedding at query
 time): a paraphrase shares no word with the sentence that answers it, but is near it in meaning.
+The headings a chunk starts with (its document's title, its section's name) are never named.
 """
 
 from __future__ import annotations
@@ -534,7 +535,29 @@ class KnowledgeIndex:
         if not units or end - start != len(units) + 1:
             return None  # stored before sentence vectors, or by another splitter
         sims = self._matrix[start + 1 : end] @ query_vector
-        return units[int(np.argmax(sims))]
+        headings = _headings(self._chunks[index].text)
+        said = [i for i, unit in enumerate(units) if unit not in headings]
+        if not said:
+            return None
+        return units[max(said, key=lambda i: float(sims[i]))]
+
+
+_ENDS_SENTENCE = (".", "!", "?", "。", "！", "？", ":", "：", ";", "；")
+
+
+def _headings(chunk: str) -> frozenset[str]:
+    """The heading lines a chunk starts with (its document's title, its section's name —
+    ``plugins.text.chunk_text`` repeats them in each chunk): Rule 8 never names one as the
+    sentence closest to a question. "Northline Ferries — Passenger Guide" was closer to "How
+    long am I on the water?" than "The crossing takes 50 minutes." """
+    lines = chunk.split("\n")
+    out = []
+    for line in lines[:-1]:
+        line = line.strip()
+        if not line or line.endswith(_ENDS_SENTENCE):
+            break
+        out.append(line)
+    return frozenset(out)
 
 
 def _partial_similarity(

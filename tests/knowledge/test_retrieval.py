@@ -395,3 +395,22 @@ def test_a_chunk_stored_without_sentence_vectors_names_no_closest_sentence() -> 
     hits = index.search(parse_query("first sentence"), np.array(ON_TOPIC, dtype=np.float32),
                         role_id="r", semantic_floor=0.5)  # fmt: skip
     assert hits and hits[0].closest_sentence is None  # one vector: the whole chunk's only
+
+
+async def test_a_heading_is_never_the_closest_sentence(
+    store: KnowledgeStore, embedder: E5Embedder
+) -> None:
+    # The new ferry guide: the title each chunk starts with was closer to "How long am I on
+    # the water?" than any sentence of the chunk.
+    text = (
+        "# Northline Ferries — Passenger Guide\n\n## Timetable\n\n"
+        "The crossing takes 50 minutes. From November to March there is no sailing before 8 am."
+    )
+    semantic = KnowledgeBase(store, embedder=embedder)
+    await semantic.add_document(
+        T, ALICE, name="Northline Ferries — Passenger Guide", text=text, role_ids=["r"]
+    )
+    for question in ("How long am I on the water?", "When is the first sailing in winter?"):
+        hits = await semantic.search(T, ALICE, question, role_id="r")
+        assert hits and hits[0].closest_sentence is not None
+        assert hits[0].closest_sentence not in ("Northline Ferries — Passenger Guide", "Timetable")
