@@ -1147,13 +1147,19 @@ ASKED_HOURS = (
 )
 
 
-async def test_a_question_that_found_nothing_alone_is_searched_with_the_previous_message() -> None:
+async def _nothing_found(
+    text: str, history: tuple[HistoryTurn, ...], language: str = "zh"
+) -> tuple[LLMBrain, FakeModel, list[BrainDelta]]:
+    """The brain's turn after its first search for ``text`` found nothing (Rule 3)."""
     model = FakeModel()
     brain = LLMBrain(model)  # type: ignore[arg-type]
     nothing = ("No documents matched.",)
-    request = turn("周末有人吗?", ASKED_HOURS, tools=(KNOWLEDGE,), results=nothing)
+    request = turn(text, history, language=language, tools=(KNOWLEDGE,), results=nothing)
+    return brain, model, await deltas(brain, request)
 
-    out = await deltas(brain, request)
+
+async def test_a_question_that_found_nothing_alone_is_searched_with_the_previous_message() -> None:
+    brain, model, out = await _nothing_found("周末有人吗?", ASKED_HOURS)
 
     query = "客服几点开始上班? 周末有人吗?"
     assert [delta.tool_call for delta in out] == [
@@ -1464,15 +1470,7 @@ ASKED_REFUND = (
 async def test_a_short_question_searched_with_the_previous_message_is_searched_alone() -> None:
     # The new ferry guide: "Can I vape on the deck?" is short, so it was searched with the
     # refund question in front, found nothing, and was never searched as it was asked.
-    model = FakeModel()
-    brain = LLMBrain(model)  # type: ignore[arg-type]
-    nothing = ("No documents matched.",)
-    request = turn(
-        "Can I vape on the deck?", ASKED_REFUND, language="en", tools=(KNOWLEDGE,),
-        results=nothing,
-    )  # fmt: skip
-
-    out = await deltas(brain, request)
+    brain, model, out = await _nothing_found("Can I vape on the deck?", ASKED_REFUND, "en")
 
     assert [delta.tool_call for delta in out] == [
         ToolCall("llm_knowledge_search_alone_2", "knowledge_search",
@@ -1482,15 +1480,8 @@ async def test_a_short_question_searched_with_the_previous_message_is_searched_a
 
 
 async def test_a_question_pointing_back_is_not_searched_alone() -> None:
-    model = FakeModel()
-    brain = LLMBrain(model)  # type: ignore[arg-type]
-    nothing = ("No documents matched.",)
-    request = turn(
-        "What about on the deck?", ASKED_REFUND, language="en", tools=(KNOWLEDGE,),
-        results=nothing,
-    )  # fmt: skip
+    brain, _, out = await _nothing_found("What about on the deck?", ASKED_REFUND, "en")
 
-    said = await spoken(brain, request)
-
+    said = "".join(delta.text for delta in out)
     assert said == "I am sorry, I do not know: my documents do not say."
     assert causes(brain) == ["no_passage"]
