@@ -246,6 +246,8 @@ def _as_said(stated: str, attribute: _Attribute | None) -> Extracted | None:
         attribute = cued[0] if cued else None
     if attribute is None or len(stated) > MAX_ENTRY_CHARS or is_sensitive(stated):
         return None
+    if _OF_SOMEONE.search(stated):
+        return Extracted("relation", stated)  # "My mum always cooks fish" is hers (Rule 4)
     return Extracted(attribute.kind, stated)
 
 

@@ -806,7 +806,7 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\bemploy|\bcareer|\bstudent\b|工作|职业|上班|做什么的|哪一行|公司|学生|研究生",
         "pet": rf"\b(?:{PET_WORDS})\b|{ZH_PET_WORDS}",
         "family": r"\bfamily\b|\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
-        r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bfather\b|\bdad\b"
+        r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bmum\b|\bfather\b|\bdad\b"
         r"|\bmarried\b|\bspouse\b|\b(?:girl|boy)friend\b|\bfianc[ée]e?\b"
         r"|结婚|伴侣|对象|女朋友|男朋友|未婚妻|未婚夫"
         r"|\bboy\b|\bgirl\b|\bgrand(?:ma|pa|mother|father|son|daughter|kids?|children)\b"

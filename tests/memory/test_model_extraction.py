@@ -109,6 +109,12 @@ def test_a_misread_statement_kept_as_said_is_found_by_a_question_in_other_words(
     assert relevant_memories(asked, ["My name is Sam", found.content]) == [found.content]
 
 
+def test_a_misread_statement_about_a_relative_is_kept_as_theirs() -> None:
+    found = read_answer(answer("habit", "fish"), "My mum always cooks fish on Fridays")
+    assert found is not None and found.kind == "relation"
+    assert relevant_memories("What do I usually have?", [found.content]) == []
+
+
 def test_nothing_of_the_listed_attributes_stores_nothing() -> None:
     assert read_answer(answer("none", ""), "I am a bit confused about the bill") is None
     assert read_answer(answer("hobby", "room"), "I need a room for two nights") is None
