@@ -218,7 +218,7 @@ def stated_counts(text: str) -> Counter[Fraction]:
     found = Counter(Fraction(match) for match in _DIGITS.findall(text.replace(",", "")))
     found.update(Fraction(match) / 100 for match in _PERCENT.findall(text))
     for match in _ZH_NUMERAL.findall(text):
-        value = _zh_number(match)
+        value = zh_number(match)
         if value is not None:
             found[Fraction(value)] += 1
     for word in _EN_WORD.findall(text):
@@ -226,7 +226,7 @@ def stated_counts(text: str) -> Counter[Fraction]:
     return found
 
 
-def _zh_number(text: str) -> int | None:
+def zh_number(text: str) -> int | None:
     """一 … 九千九百九十九 (and 两), or None."""
     total, digit = 0, None
     for char in text:

@@ -26,10 +26,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from plugins.brain.arithmetic import zh_number
 from plugins.brain.grounding import Passage, best_sentences, sentences
 
-_ZH_DIGITS = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7}
-_ZH_DIGITS |= {"八": 8, "九": 9}
 _EN_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "ten": 10}
 _EN_NUMBERS |= {"fifteen": 15, "twenty": 20, "thirty": 30, "forty-five": 45, "an": 1, "a": 1}
 
@@ -153,14 +152,8 @@ def _durations(sentence: str) -> list[tuple[int, bool]]:
 
 
 def _zh_number(text: str) -> int:
-    if text.isdigit():
-        return int(text)
-    if text.startswith("十"):
-        return 10 + (_ZH_DIGITS.get(text[1:], 0) if len(text) > 1 else 0)
-    if "十" in text:
-        tens, _, ones = text.partition("十")
-        return _ZH_DIGITS.get(tens, 1) * 10 + (_ZH_DIGITS.get(ones, 0) if ones else 0)
-    return _ZH_DIGITS.get(text, 0)
+    """Digits or a Chinese numeral (``arithmetic.zh_number``); 0 when neither."""
+    return int(text) if text.isdigit() else (zh_number(text) or 0)
 
 
 def _said(minutes: int, twelve_hour: bool) -> str:
