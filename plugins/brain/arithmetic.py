@@ -16,31 +16,33 @@ Rule 1. Only a question that asks for an amount and gives one (``asks_to_compute
 Rule 2. The model answers by grammar-constrained JSON (``EXPRESSION_SCHEMA``):
         ``{"expression": "2*180", "unit": "元"}`` — digits, ``+ - * /``, parentheses and
         spaces only, from the question, the person's previous message and the passages.
-Rule 3. Code parses the expression with ``ast`` (numbers and the four operators, nothing
-        else), and checks every operand: it must be a number the evidence or the question
-        states (Chinese numerals and English number words in the question are read as
-        digits; "20%" also states 0.2) as an amount, or one it implies (``implied``: one, a
-        pair, a hundred; a week's days, a year's months, a day's hours or an hour's minutes
-        only when the question speaks of weeks, years or months, days or hours, hours or
-        minutes). An expression with no operator is not a combination; a question that only
-        its own numbers made one (no cue of combination) must have one of them used; and a
-        negative amount answers no question asked ("how much more", "what is left" are
-        differences taken the right way round); a product or quotient by one combines
-        nothing ("How much are my 100 points worth?" over "每 100 积分抵扣 1 元" is no
-        "100 × 1": the rate is the answer, said as the evidence says it); and a number of the
-        evidence is used no more often than the evidence states it ("2 乘 50 加 50" for two
-        bottles at 50 each, "30×12 + 45×12 + 60×12" over one "12 weekly lessons": a count the
-        question gives may apply to several rates, a rate is one amount), and at least one
-        operand is the evidence's ("30 times 2 plus 30 times 2" from the question's "30-minute"
-        and "both" combines nothing the documents say). Any failure: no result, and the turn
-        is answered as any other.
-Rule 3a. A number that *names* something is no amount (``NAMES``): an age ("10岁",
-        "a 10-year-old"), a weight or a speed ("12公斤", "300M", "500 Mbps"), a time of day
-        ("10:30", "9点", "7 pm"), a date or a year ("3月5日", "2025年", "May 5"), a room, floor,
-        gallery, line or phone number. Such a number is not "stated" for Rule 1 or Rule 3:
-        "300M的套餐每月多少钱？" asks for one price, not a product, and "12 乘 1100" over a
-        dog's weight band and a fee is refused. A count of a measure ("20G流量", "3 nights",
-        "12个月") stays an amount.
+Rule 3. Code parses the expression with ``ast`` (numbers and the four operators, nothing else), and
+        checks every operand: it must be a number the evidence or the question states (Chinese
+        numerals and English number words in the question are read as digits; "20%" also states 0.2)
+        as an amount, or one it implies (``implied``: one, a pair, a hundred; a week's days, a
+        year's months, a day's hours or an hour's minutes only when the question speaks of weeks,
+        years or months, days or hours, hours or minutes). An expression with no operator is not a
+        combination; a question that only its own numbers made one (no cue of combination) must have
+        one of them used; and a negative amount answers no question asked ("how much more", "what is
+        left" are differences taken the right way round); a product or quotient by one combines
+        nothing ("How much are my 100 points worth?" over "每 100 积分抵扣 1 元" is no "100 × 1":
+        the rate is the answer, said as the evidence says it) — inside a sum it is taken out ("2*120
+        + 1*180" for two of one thing and one of another); when the question states a count, every
+        product uses a number the question states or implies ("5*45 + 4*8" for five hours' cleaning
+        multiplies the minimum booking by the price per square metre: two of the evidence's numbers
+        that the question relates to nothing); and a number of the evidence is used no more often
+        than the evidence states it ("2 乘 50 加 50" for two bottles at 50 each, "30×12 + 45×12 +
+        60×12" over one "12 weekly lessons": a count the question gives may apply to several rates,
+        a rate is one amount), and at least one operand is the evidence's ("2 + 3" for two adults
+        and three children adds no price). Any failure: no result, and the turn is answered as any
+        other.
+Rule 3a. A number that *names* something is no amount (``NAMES``): an age ("10岁", "a 10-year-old"),
+        a weight or a speed ("12公斤", "300M", "500 Mbps"), a time of day ("10:30", "9点", "7 pm"),
+        a lesson's length ("a 30-minute lesson": its kind), a date or a year ("3月5日", "2025年",
+        "May 5"), a room, floor, gallery, line or phone number. Such a number is not "stated" for
+        Rule 1 or Rule 3: "300M的套餐每月多少钱？" asks for one price, not a product, and "12 乘
+        1100" over a dog's weight band and a fee is refused. A count of a measure ("20G流量", "3
+        nights", "12个月") stays an amount.
 Rule 4. The result is said by code, with the sum that made it, in the question's language:
         "2 乘 180，等于360元。" / "2 times 180 is 360 yuan." — or the result alone when the
         sum would need brackets to be heard right ("That comes to 210 dollars."). The unit is
@@ -112,10 +114,10 @@ _DIGITS = re.compile(r"(?<![A-Za-z\d.])\d+(?:\.\d+)?")
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
 _ZH_NUMERAL = re.compile(
     r"[零一二两三四五六七八九十百千]+"
-    r"(?=[个张天次颗份人页件本周年小元块台只位名晚夜瓶杯箱盒袋间节堂门辆双套碗条趟])"
+    r"(?=[个张天次颗份人页件本周年小元块台只位名晚夜瓶杯箱盒袋间节堂门辆双套碗条趟平扇包把罐盘副])"
 )
-"""A Chinese numeral before a measure word ("两张", "两瓶红酒", "三节课"; not "三月", March, nor
-"十岁", an age)."""
+"""A Chinese numeral before a measure word ("两张", "两瓶红酒", "三节课", "一百平"; not "三月",
+March, nor "十岁", an age)."""
 _MONTHS_EN = (
     r"(?:january|february|march|april|may|june|july|august|september|october|november|"
     r"december|(?:jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\b\.?)"
@@ -128,6 +130,7 @@ NAMES = re.compile(
             r"\d+(?:\.\d+)?\s*(?:周岁|岁|公斤|千克|斤|kg\b|kgs\b|kilos?\b|kilograms?\b|lbs?\b)",
             r"\d+\s*(?:M(?![a-z])|兆|mbps\b|mb/s\b|gbps\b|megabits?\b)",
             r"\d+\s*[-‐ ]?\s*(?:years?|months?|weeks?)[-‐ ]olds?\b",
+            r"\d+\s*[-‐]\s*minutes?\b",  # a 30-minute lesson: its kind, not a count
             r"\b(?:aged?|ages)\s+\d+(?:\s*(?:to|-|–|and)\s*\d+)?",
             r"\d{1,2}(?:\s*[-–]\s*\d{1,2})?\s*(?:a\.?m\.?|p\.?m\.?|o'clock)(?![a-z])",
             r"\d{1,2}\s*(?:点|时)(?!间)(?:\s*\d{1,2}\s*分|半)?",
@@ -306,8 +309,11 @@ def computation(
         raise NotAComputation("none of the question's numbers is used")
     if not any(operand in in_evidence for operand in operands):
         raise NotAComputation("no number of the evidence is used")
-    if _by_one(tree):
+    tree = _without_ones(tree)
+    if not isinstance(tree, ast.BinOp):
         raise NotAComputation("a product or quotient by one")
+    if counts(question) and any(not reusable & set(_operands(p)) for p in _products(tree)):
+        raise NotAComputation("a product of the evidence's numbers alone")
     value = _evaluate(tree)
     if value < 0:
         raise NotAComputation("a negative amount")  # the model took the operands the wrong way
@@ -342,15 +348,32 @@ def _operands(node: ast.expr) -> Iterable[Fraction]:
         yield _number(node)
 
 
-def _by_one(node: ast.expr) -> bool:
-    """A product or quotient by one anywhere in the expression (Rule 3)."""
+def _without_ones(node: ast.expr) -> ast.expr:
+    """The expression with every product or quotient by one taken out ("2*120 + 1*180" for
+    two of one thing and one of another is "2*120 + 180"; "100*1" is "100", no combination)."""
     if not isinstance(node, ast.BinOp):
-        return False
+        return node
+    left, right = _without_ones(node.left), _without_ones(node.right)
+    if isinstance(node.op, ast.Mult) and _is_one(left):
+        return right
+    if isinstance(node.op, ast.Mult | ast.Div) and _is_one(right):
+        return left
+    return ast.BinOp(left=left, op=node.op, right=right)
+
+
+def _is_one(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == 1
+
+
+def _products(node: ast.expr) -> Iterable[ast.BinOp]:
+    """The outermost products and quotients of a sum ("5*45 + 4*8": both)."""
+    if not isinstance(node, ast.BinOp):
+        return
     if isinstance(node.op, ast.Mult | ast.Div):
-        sides = (node.left, node.right) if isinstance(node.op, ast.Mult) else (node.right,)
-        if any(isinstance(n, ast.Constant) and n.value == 1 for n in sides):
-            return True
-    return _by_one(node.left) or _by_one(node.right)
+        yield node
+    else:
+        yield from _products(node.left)
+        yield from _products(node.right)
 
 
 def _number(node: ast.expr) -> Fraction:
