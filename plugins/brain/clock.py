@@ -18,6 +18,18 @@ Rule 3. Code adds or subtracts and says the result with the rule it came from, i
         question's language and clock style ("10:30 am" when the question said "am"/"pm"),
         after the source's name: "it is 30 minutes before 11:00, so 10:30." /
         「是 11:00 的 30 分钟前，也就是 10:30。」
+Rule 4. Whether one clock time is in time: a yes/no question naming exactly one clock time
+        ("Can I catch a 7 am boat?", 「晚上八点能来打扫吗?」, not asking for a time: Rule 1)
+        over a sentence holding one clock time ("no sailing before 8:00 am") or one span of
+        two ("每天 8:00 至 18:00", "from 7:00 to 10:30 am") — the first such sentence of the
+        candidates, best first; a sentence naming two times that make no span ("Check-in
+        starts at 3:00 pm and check-out is at 11:00 am") is passed over. Code says how the
+        two relate, then the sentence as the document writes it, so the person hears the rule
+        that decides: "7:00 am is before 8:00 am. From November to March there is no sailing
+        before 8:00 am." / 「20:00 不在 8:00 至 18:00 之内。服务时间为每天 8:00 至 18:00。」
+        The words the question and the rule share are not checked: the retrieval found the
+        passage, and a paraphrase shares none ("get in" for check-in). A small model asked
+        whether 6 pm is before 17:00 copies the rule or answers at random.
 """
 
 from __future__ import annotations
@@ -60,6 +72,16 @@ _ZH_DURATION = re.compile(
     r"\s*(?P<side>之前|以前|前|之后|以后|后)?"
 )
 _BEFORE_EN = ("before", "prior to", "ahead of")
+_YES_NO = {
+    "en": re.compile(
+        r"^\W*(?:(?:and|so|but|then|ok(?:ay)?|well),?\s+)?(?:can|could|may|is|are|am|will|would|do|does|"
+        r"did|shall|should|have|has)\b",
+        re.I,
+    ),
+    "zh": re.compile(r"吗\W*$|么\W*$|能不能|可不可以|行不行|来得及|赶得上|可以|能"),
+}
+_SPAN = re.compile(r"^\s*(?:to|until|till|and|through|-|–|—|~|～|至|到)\s*$", re.I)
+"""What joins two clock times into one span ("8:00 至 18:00", "from 7:00 to 10:30 am")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +121,78 @@ def clock_answer(question: str, language: str, found: Sequence[Passage]) -> Cloc
                 minutes = (given - duration if before else given + duration) % (24 * 60)
                 return ClockAnswer(minutes, given, duration, before, twelve_hour)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class TimeCompared:
+    """Rule 4: how the question's clock time relates to the rule's, and the rule."""
+
+    given: int
+    start: int
+    end: int | None
+    """None: the rule names one time; else the span's end."""
+    twelve_hour: bool
+    sentence: str
+
+    def said(self, language: str) -> str:
+        given, start = _said(self.given, self.twelve_hour), _said(self.start, self.twelve_hour)
+        zh = language == "zh"
+        if self.end is not None:
+            end = _said(self.end, self.twelve_hour)
+            inside = self.start <= self.given <= self.end
+            if zh:
+                where = "在" if inside else "不在"
+                return f"{given} {where} {start} 至 {end} 之内。{self.sentence}"
+            where = "within" if inside else "outside"
+            return f"{given} is {where} {start} to {end}. {self.sentence}"
+        if self.given == self.start:
+            relation = "正好是" if zh else "is exactly"
+            said = f"{given} {relation} {start}。" if zh else f"{given} {relation} {start}."
+        elif zh:
+            said = f"{given} 在 {start} {'之前' if self.given < self.start else '之后'}。"
+        else:
+            said = f"{given} is {'before' if self.given < self.start else 'after'} {start}."
+        return f"{said}{'' if zh else ' '}{self.sentence}"
+
+
+def time_compared(
+    question: str, language: str, candidates: Sequence[Passage]
+) -> TimeCompared | None:
+    """Rule 4: the question's one clock time against the first candidate sentence holding one
+    clock time or one span; None when the question asks for a time, is no yes/no question,
+    names no single clock time, or no sentence qualifies."""
+    lang = "zh" if language == "zh" else "en"
+    if _ASKS_WHEN[lang].search(question) or not _YES_NO[lang].search(question):
+        return None
+    times = _clock_times(question)
+    if len(times) != 1:
+        return None
+    given, twelve_hour = times[0]
+    for passage in candidates:
+        for sentence in sentences(passage.text):
+            found = _spans(sentence)
+            if found is not None:
+                start, end = found
+                return TimeCompared(given, start, end, twelve_hour, sentence)
+    return None
+
+
+def _spans(sentence: str) -> tuple[int, int | None] | None:
+    """The one clock time (end None) or the one span ``sentence`` names, else None."""
+    english = list(_EN_TIME.finditer(sentence))
+    spans = english or list(_ZH_TIME.finditer(sentence))
+    times = _clock_times(sentence)
+    if len(times) != len(spans) or not 1 <= len(times) <= 2:
+        return None
+    if len(times) == 1:
+        return times[0][0], None
+    if not _SPAN.match(sentence[spans[0].end() : spans[1].start()]):
+        return None
+    start, end = times[0][0], times[1][0]
+    first, second = (spans[0]["half"], spans[1]["half"]) if english else (None, None)
+    if first is None and second and second.lower().startswith("p") and start + 720 < end:
+        start += 720  # "from 1:00 to 5:00 pm": the first time is in the second's half of the day
+    return (start, end) if start < end else None
 
 
 def _clock_times(text: str) -> list[tuple[int, bool]]:

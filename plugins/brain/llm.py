@@ -84,7 +84,10 @@ Rule 8. Combination in code (``plugins.brain.arithmetic``): a question that asks
         A question for the time before or after one clock time it names ("the boat leaves at
         11:00 — by when must I be in the lane?") over a sentence tying a duration to before or
         after ("30 minutes before departure") is computed first, by code alone
-        (``plugins.brain.clock``).
+        (``plugins.brain.clock``); so is a yes/no question naming one clock time over a rule
+        naming one time or one span ("Can I catch a 7 am boat?" over "no sailing before
+        8:00 am"): code says how the two relate, then the rule (``clock`` Rule 4), where the
+        small model's quote check refused it or the model guessed.
 Rule 9. Search again, rewritten (``plugins.brain.query_rewrite``; off by default, see
         ``rewrite_queries``): when code's query found no passage at all (Rule 3) and the
         person's memory does not answer it either, the model rewrites the question (alone,
@@ -141,7 +144,7 @@ from plugins.brain.arithmetic import (
     expression_messages,
     stated_numbers,
 )
-from plugins.brain.clock import clock_answer
+from plugins.brain.clock import TimeCompared, clock_answer, time_compared
 from plugins.brain.function_calls import (
     SHORTLIST,
     FunctionCaller,
@@ -195,6 +198,7 @@ from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewrit
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
 from plugins.embedding import Embedder
 from plugins.language import detect_language, zh_or_en
+from plugins.text import AnswerType, answer_type, holds_answer
 
 log = logging.getLogger(__name__)
 decision_log = logging.getLogger("openrealtime.brain.decision")
@@ -210,6 +214,7 @@ CAUSES = {
     "computed": "a combination computed (Rule 8)",
     "no_passage": "don't know: the search found no passage (Rule 3)",
     "no_sentence": "don't know: no sentence of the passages to show (Rule 5)",
+    "no_kind": "don't know: no sentence holds the kind of answer asked (Rule 5)",
     "weak_evidence": "don't know: the model's quote did not hold (Rule 4)",
     "rewrite_uncovered": "don't know: a rewritten search's words not in its passages (Rule 9)",
     "search_again": "searched again, rewritten (Rule 9)",
@@ -450,6 +455,13 @@ class LLMBrain:
                 start = _FROM_SOURCE[lang].format(source) if source else ""
                 yield BrainDelta(text=start + computed.sentence(lang))
                 return
+            compared = _time_compared(reading, found) if found else None
+            if compared is not None:  # Rule 8: one clock time against the rule's, by code
+                self._decided(request.session, "computed")
+                source = next((p.source for p in found if p.source), "")
+                start = _FROM_SOURCE[lang].format(source) if source else ""
+                yield BrainDelta(text=start + compared.said(lang))
+                return
             evidence = (
                 await self.admitted_evidence(
                     reading, found, session=request.session, rewritten=_rewritten(request)
@@ -590,6 +602,9 @@ class LLMBrain:
             evidence = evidence[: max(self.max_evidence_sentences, 2)]
         if not evidence:
             self._decided(session, "no_sentence")
+            return None
+        if lacks_the_kind(reading.text, evidence, found):
+            self._decided(session, "no_kind")
             return None
         if rewritten:
             if rewrite_covered(rewritten, evidence):
@@ -844,6 +859,17 @@ _ALONE = "llm_knowledge_search_alone_"
 meaning shares) to go before it."""
 
 
+def _time_compared(reading: Reading, found: Sequence[Passage]) -> TimeCompared | None:
+    """Rule 8: the question's one clock time against a rule's (``clock.time_compared``); the
+    sentences tried are the closest in meaning, then the best by the words searched (a
+    follow-up's previous message names what "get in at 1 pm" is about), then the rest of the
+    best passage (the rule may share no word: "no sailing before 8:00 am" for a 7 am boat)."""
+    closest = closest_sentence(found)
+    searched = best_sentences(reading.query or reading.text, found, limit=3)
+    candidates = [*([closest] if closest is not None else []), *searched, *found[:1]]
+    return time_compared(reading.text, reading.language, candidates)
+
+
 def closest_sentence(found: Sequence[Passage]) -> Passage | None:
     """The best passage's sentence the search found closest in meaning to the question
     (Rule 5; ``knowledge.retrieval`` Rule 8), or None."""
@@ -926,6 +952,22 @@ def checked_evidence(
     fewer words would send more answerable questions to the model's check), each once."""
     checked = evidence if len(evidence) >= 2 else evidence_for(question, found, limit=2)
     return distinct(checked)
+
+
+def lacks_the_kind(question: str, evidence: Sequence[Passage], found: Sequence[Passage]) -> bool:
+    """Rule 5: the question asks for a kind of answer (a clock time, a duration, an amount)
+    that no sentence shown holds, nor any of the best passage's (a clock time may be said as
+    a time before or after another: "闭馆前 30 分钟"): "How much is the exam
+    board's entry fee?" over "the exam board's entry fee is paid by the family" — the
+    document names the fee and not its amount."""
+    kind = answer_type(question)
+    if kind is None:
+        return False
+    kinds = [kind, AnswerType("duration")] if kind.kind == "clock" else [kind]
+    # A clock time may be said as a time before or after another ("闭馆前 30 分钟").
+    best = sentences(found[0].text) if found else []
+    said = [p.text for p in evidence] + best
+    return not any(holds_answer(text, k) for text in said for k in kinds)
 
 
 def of_the_kind_asked(question: str, evidence: list[Passage]) -> list[Passage]:

@@ -20,7 +20,13 @@ from plugins.brain.grounding import (
     NOTHING_EARLIER,
     Passage,
 )
-from plugins.brain.llm import CAUSES, LLMBrain, chat_messages, of_the_kind_asked
+from plugins.brain.llm import (
+    CAUSES,
+    LLMBrain,
+    chat_messages,
+    lacks_the_kind,
+    of_the_kind_asked,
+)
 from plugins.brain.local_model import Generation, LocalModelSettings
 from plugins.brain.tool_loop import run_brain_with_tools
 from plugins.contracts import BrainDelta, BrainInput, HistoryTurn, ToolCall, ToolResult, ToolSpec
@@ -1459,6 +1465,53 @@ async def test_a_time_before_a_clock_time_is_computed_by_code_without_the_model(
 
     assert said == "According to Northline Ferries, it is 30 minutes before 11:00, so 10:30."
     assert model.calls == [] and causes(brain)[-1] == "computed"
+
+
+async def test_one_clock_time_against_a_rules_time_is_said_by_code_with_the_rule() -> None:
+    # The new ferry guide: the quote check refused "Can I catch a 7 am boat in January?"
+    # (the rule shares no word with it).
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    winter = (
+        "[source: Northline Ferries]\n<untrusted_knowledge>The crossing takes 50 minutes. From "
+        "November to March there is no sailing before 8:00 am.</untrusted_knowledge>"
+    )
+
+    said = await spoken(
+        brain, turn("Can I catch a 7 am boat in January?", language="en", results=(winter,))
+    )
+
+    assert said == (
+        "According to Northline Ferries, 7:00 am is before 8:00 am. From November to March "
+        "there is no sailing before 8:00 am."
+    )
+    assert model.calls == [] and causes(brain)[-1] == "computed"
+
+
+async def test_a_kind_of_answer_no_sentence_holds_is_not_known() -> None:
+    # The near-miss dev set: the document names the fee, not its amount; the model read
+    # "paid by the family" as the answer.
+    model = FakeModel()
+    brain = LLMBrain(model)  # type: ignore[arg-type]
+    exams = (
+        "[source: Evergreen Piano School]\n<untrusted_knowledge>The school prepares students "
+        "for graded exams; the exam board's entry fee is paid by the family. Every enrolled "
+        "student may perform at the recital.</untrusted_knowledge>"
+    )
+
+    said = await spoken(
+        brain, turn("How much is the exam board's entry fee?", language="en", results=(exams,))
+    )
+
+    assert said == "I am sorry, I do not know: my documents do not say."
+    assert model.calls == [] and causes(brain)[-1] == "no_kind"
+
+
+def test_a_clock_time_may_be_said_as_a_time_before_another() -> None:
+    showers = [Passage("健身中心", "淋浴间在闭馆前 30 分钟停止使用。")]
+    assert not lacks_the_kind("淋浴间开到几点?", showers, showers)
+    assert lacks_the_kind("淋浴间几点开?", [Passage("健身中心", "淋浴间免费。")], showers[:0])
+    assert not lacks_the_kind("淋浴间收费吗?", showers, showers)  # no kind asked
 
 
 ASKED_REFUND = (
