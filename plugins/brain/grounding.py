@@ -802,8 +802,8 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
         r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come|am i) from\b|\baddress\b(?! me\b)"
         r"|住|搬|城市|老家|家乡|哪里人|生活在",
-        "job": r"\bjob\b|\bwork(?:s|ed|ing)?\b|\bfor a living\b|\bprofession|\boccupation|\bteach"
-        r"|\bemploy|\bcareer|\bstudent\b|工作|职业|上班|做什么的|哪一行|公司|学生|研究生",
+        "job": r"\bjob\b|\bwork(?:s|ed|ing)?\b(?!\s+out\b)|\bfor a living\b|\bprofession"
+        r"|\boccupation|\bteach|\bemploy|\bcareer|\bstudent\b|工作|职业|上班|做什么的|哪一行|公司|学生|研究生",
         "pet": rf"\b(?:{PET_WORDS})\b|{ZH_PET_WORDS}",
         "family": r"\bfamily\b|\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
         r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bmum\b|\bfather\b|\bdad\b"
@@ -880,6 +880,27 @@ def _theirs(entry: str) -> bool:
     return any(_ATTRIBUTES[name].match(h) is not None for name in _SUBJECTS for h in heads)
 
 
+_KINDS = {
+    "dog": r"\b(?:dogs?|pupp(?:y|ies)|retrievers?|labradors?|labs?|poodles?|beagles?|terriers?"
+    r"|spaniels?|collies?|huskies|husky|corgis?|dachshunds?|bulldogs?|chihuahuas?|pugs?"
+    r"|schnauzers?|shepherds?|greyhounds?|whippets?)\b"
+    r"|狗|犬|金毛|拉布拉多|泰迪|柯基|哈士奇|边牧|比熊|博美|萨摩|德牧",
+    "cat": r"\b(?:cats?|kittens?|tabby|tabbies|siamese|ragdolls?)\b|猫|布偶|英短|美短|暹罗|狸花",
+    "bird": r"\b(?:parrots?|budgies?|canar(?:y|ies)|birds?)\b|鹦鹉|鸟",
+    "rabbit": r"\b(?:rabbits?|bunn(?:y|ies))\b|兔",
+    "rodent": r"\b(?:hamsters?|guinea pigs?)\b|仓鼠|荷兰猪",
+    "fish": r"\b(?:goldfish|fish)\b|金鱼|鱼",
+    "reptile": r"\b(?:turtles?|tortoises?|lizards?|snakes?)\b|乌龟|蜥蜴|蛇",
+    "horse": r"\b(?:horses?|ponies|pony)\b|马",
+}
+_KIND_PATTERNS = {kind: re.compile(pattern, re.I) for kind, pattern in _KINDS.items()}
+
+
+def _kinds(text: str) -> set[str]:
+    """The kinds of animal ``text`` names (a breed as its kind; "pet" names none)."""
+    return {kind for kind, pattern in _KIND_PATTERNS.items() if pattern.search(text)}
+
+
 def attributes(text: str) -> set[str]:
     """What ``text`` asks or says of a person (Rule 6)."""
     return {name for name, pattern in _ATTRIBUTES.items() if pattern.search(text)}
@@ -902,20 +923,28 @@ def relevant_memories(
 ) -> list[str]:
     """The memory entries that answer ``question`` (Rule 6), best first: sharing its subject,
     then most attributes and words (newest first among equals). A question for an attribute
-    no entry has gets none; one that shares no attribute or word with any entry gets the
-    newest entries only when it asks for anything memory holds ("what do you know about
-    me?"), else none ("what's my blood type?"). ``by_words=False``: attributes only;
-    ``best_only``: only the entries that share the most ("what do I do for a living?" is the
-    job, not the city that shares a word)."""
+    of the person's own that no entry has gets none, whatever words it shares ("which
+    hospital was I born in?" and the job's hospital), nor one naming a kind of animal an
+    entry's pet is not ("what's my dog called?" and the cat); one that shares no attribute
+    or word with any entry gets the newest entries only when it asks for anything memory
+    holds ("what do you know about me?"), else none ("what's my blood type?").
+    ``by_words=False``: attributes only; ``best_only``: only the entries that share the most
+    ("what do I do for a living?" is the job, not the city that shares a word)."""
     wanted = terms(question) if by_words else set()
     asked = attributes(question)
     subjects = asked & _SUBJECTS
+    own = asked - _SUBJECTS
+    if own and not subjects and not any(own & attributes(entry) for entry in entries):
+        return []  # "which hospital was I born in?" is not the job's hospital
+    kinds = _kinds(question)
     own_first = bool(asked) and not subjects and _FIRST_PERSON.search(question) is not None
     scored = []
     for i, entry in enumerate(entries):
         has = attributes(entry)
         if subjects and not subjects & has:
             continue  # about someone else
+        if kinds and _kinds(entry) and not kinds & _kinds(entry):
+            continue  # "what's my dog called?" is not the cat's name
         about_subject = own_first and bool(has & _SUBJECTS)
         if about_subject and asked & has and (asked & has <= _OF_A_SUBJECT or _theirs(entry)):
             continue  # "what should you call me?" is not the cat's name

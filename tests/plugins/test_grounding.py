@@ -554,6 +554,16 @@ def test_a_question_about_me_is_answered_with_my_entry_before_my_pets() -> None:
     ]
 
 
+def test_an_attribute_no_entry_holds_is_not_answered_by_a_shared_word() -> None:
+    entries = ["I work as a nurse at the city hospital", "My cat is called Mochi"]
+    assert relevant_memories("Which hospital was I born in?", entries) == []
+    assert relevant_memories("What's my dog called?", entries) == []  # the cat is no dog
+    retriever = "We've got a golden retriever called Biscuit"
+    assert relevant_memories("What's my dog called?", [*entries, retriever]) == [retriever]
+    assert relevant_memories("我家狗叫什么?", [retriever]) == [retriever]
+    assert relevant_memories("What's my pet's name?", entries) == ["My cat is called Mochi"]
+
+
 def test_a_pets_age_said_as_a_bare_number_answers_how_old_it_is() -> None:
     entries = ["We've got a beagle called Max", "My beagle Max is three", "My name is Ana"]
     assert relevant_memories("How old is my dog?", entries, best_only=True) == [
