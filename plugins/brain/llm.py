@@ -441,26 +441,12 @@ class LLMBrain:
             searched = _searched_with_previous(request)
             if searched is not None:  # judged as a follow-up, searched so (Rules 3, 4)
                 reading = dataclasses.replace(reading, query=searched)
-            timed = clock_answer(reading.text, lang, found) if found else None
-            if timed is not None:  # Rule 8: before or after a clock time, by code
+            by_code = await self._by_code(request, reading, found, lang) if found else None
+            if by_code is not None:  # Rule 8: a combination or a clock time, by code
                 self._decided(request.session, "computed")
                 source = next((p.source for p in found if p.source), "")
                 start = _FROM_SOURCE[lang].format(source) if source else ""
-                yield BrainDelta(text=start + timed.sentence(lang))
-                return
-            computed = await self._computed(request, reading, found) if found else None
-            if computed is not None:
-                self._decided(request.session, "computed")
-                source = next((p.source for p in found if p.source), "")
-                start = _FROM_SOURCE[lang].format(source) if source else ""
-                yield BrainDelta(text=start + computed.sentence(lang))
-                return
-            compared = _time_compared(reading, found) if found else None
-            if compared is not None:  # Rule 8: one clock time against the rule's, by code
-                self._decided(request.session, "computed")
-                source = next((p.source for p in found if p.source), "")
-                start = _FROM_SOURCE[lang].format(source) if source else ""
-                yield BrainDelta(text=start + compared.said(lang))
+                yield BrainDelta(text=start + by_code)
                 return
             evidence = (
                 await self.admitted_evidence(
@@ -705,6 +691,21 @@ class LLMBrain:
         return calls
 
     # ------------------------------------------------------------ combination (Rule 8)
+
+    async def _by_code(
+        self, request: BrainInput, reading: Reading, found: Sequence[Passage], lang: str
+    ) -> str | None:
+        """Rule 8's answer, said after the source's name: a time before or after a clock
+        time, else a sum over the evidence, else one clock time against a rule's; None when
+        none applies."""
+        timed = clock_answer(reading.text, lang, found)
+        if timed is not None:
+            return timed.sentence(lang)
+        computed = await self._computed(request, reading, found)
+        if computed is not None:
+            return computed.sentence(lang)
+        compared = _time_compared(reading, found)
+        return None if compared is None else compared.said(lang)
 
     async def _computed(
         self, request: BrainInput, reading: Reading, found: Sequence[Passage]
