@@ -145,7 +145,9 @@ async def test_a_free_udp_port_whose_tcp_twin_is_taken_is_given_up_for_another(
     transport = SipTransport(on_request=lambda request, peer: None)
     await transport.start("127.0.0.1", 0)
     try:
-        assert len(tried) == 2 and transport.port == tried[1] != 0
+        # Beside other tests a later system-picked port's TCP twin may really be taken too
+        # (the full suite: three tries); the port kept is the last one tried.
+        assert len(tried) >= 2 and transport.port == tried[-1] != 0
         probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         probe.bind(("127.0.0.1", tried[0]))  # the first UDP socket was closed
         probe.close()
