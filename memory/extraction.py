@@ -236,6 +236,11 @@ _CLAUSE_SPLIT = re.compile(
     r"|\s+(?:and|but)\s+(?=I\b|I'|[Mm]y\b)"
     r"|[,，]\s*(?=(?:但是|可是|不过|其实|实际上|事实上|而且|所以)?我)"
     r"|(?:而且|并且|但是|可是|不过)(?=我)"
+    # A question after a statement in one sentence: "I'm coming with my husband Jakob next
+    # week, is there parking?" states something before it asks (the question is refused).
+    r"|,\s*(?=(?i:is|are|do|does|can|could|will|would|should|what|where|when|how|which|who)\b"
+    r"[^,]*\?\s*$)"
+    r"|[，,](?=[^，,]*[\u4e00-\u9fff][^，,]*(?:[吗呢][？?]?|[？?])\s*$)"
 )
 # Leading fillers and discourse markers, corrective ones included ("no,", "sorry, I mean",
 # "不对", "我说错了"): what follows them is matched as an ordinary statement.

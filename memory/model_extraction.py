@@ -44,12 +44,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from memory.entries import MAX_ENTRY_CHARS, MemoryKind, is_sensitive
-from memory.extraction import EN_RELATIONS, ZH_RELATIONS, Extracted, stated_clauses
+from memory.extraction import EN_RELATIONS, ZH_RELATIONS, Extracted, extract, stated_clauses
 from plugins.language import has_cjk
-from plugins.text import PET_WORDS, ZH_PET_WORDS
+from plugins.text import PET_WORDS, ZH_PET_WORDS, background_weight, terms
 
 MAX_VALUE_CHARS = 60
 MAX_TOKENS = 48
@@ -126,7 +127,8 @@ ATTRIBUTES: dict[str, _Attribute] = {
         None,
         "I don't eat {}",
         "我不吃{}",
-        r"\b(?:don'?t|do not|never|can'?t|cannot) eat\b|不吃|忌口",
+        r"\b(?:don'?t|do not|never|can'?t|cannot) eat\b|\bvegetarian|\bvegan\b|\bpescatarian"
+        r"|\bhalal\b|\bkosher\b|不吃|忌口|吃素|素食",
     ),
     "hobby": _Attribute(
         "preference",
@@ -187,6 +189,34 @@ def statement(text: str) -> str:
     return " ".join(stated_clauses(text))
 
 
+MAX_READS_PER_MESSAGE = 3
+_HELD_WEIGHT = 0.7
+"""Rule 1b: a clause shares a word at least this rare (``plugins.text.background_weight``: a
+name, a value — not "call", "my", "school") with an entry the patterns wrote: it is theirs."""
+_PRONOUN_START = re.compile(r"^(?:he|she|it|they|his|her|its|their)\b|^[他她它]", re.I)
+
+
+def unread(text: str, found: Sequence[Extracted]) -> list[str]:
+    """Rule 1b: what the model reads of a message. Its whole statement when the patterns found
+    nothing in it; else each stated clause they left ("I'm Priya and I teach maths at a
+    secondary school": the name is the patterns', the job the model's), but for a clause that
+    shares a rare word with their entries ("He's called Max" after "I have a dog") or starts
+    with a pronoun (whom it means is the patterns' to know); at most ``MAX_READS_PER_MESSAGE``."""
+    clauses = stated_clauses(text)
+    if not found:
+        whole = " ".join(clauses)
+        return [whole] if whole else []
+    held = {t for e in found for t in terms(e.content) if background_weight(t) >= _HELD_WEIGHT}
+    out = [
+        clause
+        for clause in clauses
+        if not _PRONOUN_START.match(clause)
+        and not extract(clause)
+        and not held & set(terms(clause))
+    ]
+    return out[:MAX_READS_PER_MESSAGE]
+
+
 def messages(stated: str) -> list[dict[str, str]]:
     """Rule 2's prompt: three worked examples, then the statement."""
     out = [{"role": "system", "content": _PROMPT}]
@@ -241,10 +271,17 @@ def _as_said(stated: str, attribute: _Attribute | None) -> Extracted | None:
     checks but the statement holds a word of the attribute it named (or, for none, of one of
     ``_AS_SAID``); None when it holds neither. It carries no key: the model's value was not
     read, so it replaces nothing."""
+    if len(stated) > MAX_ENTRY_CHARS or is_sensitive(stated):
+        return None
     if attribute is None:
+        changed = _job_now(stated)
+        if changed is not None:
+            return changed
         cued = [ATTRIBUTES[name] for name in _AS_SAID if ATTRIBUTES[name].cue.search(stated)]
         attribute = cued[0] if cued else None
-    if attribute is None or len(stated) > MAX_ENTRY_CHARS or is_sensitive(stated):
+        if attribute is None and _NAMED_SOMEONE.search(stated):
+            return Extracted("relation", stated)  # "I'm coming with my husband Jakob"
+    if attribute is None:
         return None
     if _OF_SOMEONE.search(stated):
         return Extracted("relation", stated)  # "My mum always cooks fish" is hers (Rule 4)
@@ -256,6 +293,42 @@ _OF_SOMEONE = re.compile(
     re.I,
 )
 """A statement about a family member or a pet (Rule 4: theirs, not the person's)."""
+_NAMED_SOMEONE = re.compile(
+    rf"\b(?:my|our)\s+(?:{EN_RELATIONS}|{PET_WORDS}),?\s+(?-i:[A-Z][a-z]+)\b"
+    rf"|我(?:的|家的?|们家的?)?(?:{ZH_RELATIONS}|{ZH_PET_WORDS})(?:的名字)?(?:叫|名叫)",
+    re.I,
+)
+"""Rule 3b: a relative or a pet named by name ("my husband Jakob", 「我老公叫小李」)."""
+_LEFT = {
+    False: re.compile(
+        r"\b(?:no longer|not\b.*\bany ?more|quit|left|stopped|retired from|gave up)\b", re.I
+    ),
+    True: re.compile(r"不再|不(?:做|当|干)|辞(?:职|掉|了)|退休了|转行"),
+}
+_NOW = {
+    False: re.compile(
+        r"(?:\bnow,?\s+)?\bI(?:'m| am)?\s+(?:now\s+)?(?P<now>(?:run|own|work|manage|teach|opened|"
+        r"an?\s)[^,.;!?]{1,40}?)(?:\s+now)?\W*$",
+        re.I,
+    ),
+    True: re.compile(r"(?:现在|目前|如今)(?P<now>[^，,。！!？?]{2,20}?)(?:了)?\W*$"),
+}
+
+
+def _job_now(stated: str) -> Extracted | None:
+    """Rule 3c: a job given up and the one done now, in one statement ("I'm not a teacher
+    any more, I run a bakery now", 「我已经不做会计了，现在开咖啡店」), which the model reads as
+    none: the job now, under the job's key, so it replaces the one given up."""
+    zh = has_cjk(stated)
+    left = _LEFT[zh].search(stated)
+    now = _NOW[zh].search(stated, left.end()) if left is not None else None
+    if now is None:
+        return None
+    value = now["now"].strip()
+    if zh and not re.search(r"开|做|当|干|在|是", value):
+        return None
+    job = ATTRIBUTES["job"]
+    return Extracted(job.kind, (job.zh if zh else job.en).format(value), job.key)
 
 
 _PUT_RIGHT = {

@@ -29,7 +29,7 @@ from memory.entries import MemoryDraft, MemorySource, SaveOutcome
 from memory.extraction import Extracted, Subject, extract, next_subject
 from memory.fact_reader import FactRead, FactReader
 from memory.injection import DEFAULT_BUDGET_CHARS, DEFAULT_MAX_ENTRIES, render_memory_block
-from memory.model_extraction import put_right, statement
+from memory.model_extraction import put_right, unread
 from memory.store import MemoryStore
 from pipeline.events import MemoryStatus, ServerEvent
 
@@ -156,13 +156,13 @@ class SessionMemory:
             corrected = put_right(text, self._keyed)
             found = [corrected] if corrected is not None else []
         self._keyed = next((item for item in reversed(found) if item.key is not None), None)
-        if not found:
-            stated = statement(text) if self.facts is not None else ""
-            if stated and self.facts is not None:
+        if self.facts is not None:
+            for stated in unread(text, found):
                 read = FactRead(
                     self.tenant, self.user, self.role_id, stated, source, self.is_enabled
                 )
                 self.facts.offer(read)
+        if not found:
             return []
         self.counters.extractions += 1
         outcomes: list[SaveOutcome] = []

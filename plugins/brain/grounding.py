@@ -801,13 +801,17 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\bwho am i\b|叫|名字|称呼|姓|我是谁",
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
         r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come|am i) from\b|\baddress\b(?! me\b)"
-        r"|住|搬|城市|老家|家乡|哪里人|生活在",
+        r"|\bgr[eo]w(?:s|n|ing)? up\b|\braised\b"
+        r"|住|搬|城市|老家|家乡|哪里人|生活在|长大",
         "job": r"\bjob\b|\bwork(?:s|ed|ing)?\b(?!\s+out\b)|\bfor a living\b|\bprofession"
-        r"|\boccupation|\bteach|\bemploy|\bcareer|\bstudent\b|工作|职业|上班|做什么的|哪一行|公司|学生|研究生",
+        r"|\boccupation|\bteach|\bemploy|\bcareer|\bstudent\b|工作|职业|上班|做什么的|哪一行|公司|学生|研究生"
+        r"|^\W*i(?:'m| am) an? (?!(?:vegetarian|vegan|big|huge|little|bit)\b)[a-z]+\W*$"
+        r"|我是一[名位]|开了?(?:一家|家|个)?.{0,6}店",
         "pet": rf"\b(?:{PET_WORDS})\b|{ZH_PET_WORDS}",
         "family": r"\bfamily\b|\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
         r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bmum\b|\bfather\b|\bdad\b"
         r"|\bmarried\b|\bspouse\b|\b(?:girl|boy)friend\b|\bfianc[ée]e?\b"
+        r"|\bwho\b.*\b(?:travel\w*|liv(?:e|ing)|com(?:e|ing)|stay\w*)\s+with\b"
         r"|结婚|伴侣|对象|女朋友|男朋友|未婚妻|未婚夫"
         r"|\bboy\b|\bgirl\b|\bgrand(?:ma|pa|mother|father|son|daughter|kids?|children)\b"
         r"|爷爷|奶奶|外公|外婆|孙子|孙女"
@@ -819,12 +823,13 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|eleven|twelve|thirteen|fourteen|fifteen)(?: (?:now|already|this year))?\W*$",
         "allergy": r"\ballerg|\bmedic(?:ine|ation)s?\b|\bdrugs?\b"
         r"|\b(?:can'?t|cannot|shouldn'?t|should not|mustn'?t|not allowed to) eat\b"
-        r"|过敏|药|不能吃|不可以吃|忌口",
+        r"|\b(?:food|eat|drink)s?\b.*\b(?:stay|keep) away from\b|过敏|药|不能吃|不可以吃|忌口",
         "goal": r"\bgoals?\b|\blearn|\bstudy|\bstudying\b|\bplan(?:s|ning)?\b|\btraining\b"
         r"|\bhop(?:e|ed|ing) to\b|\bpick up\b|\baim"
         r"|目标|学|打算|计划",
         "diet": r"\bdiet(?:ary)?\b|\bvegetarian|\bvegan|\bpescatarian|\bhalal\b|\bkosher\b"
         r"|\b(?:don'?t|do not|never) eat\b|\bmeat\b|\bavoid\b"
+        r"|\b(?:food|eat|drink)s?\b.*\b(?:stay|keep) away from\b"
         r"|吃素|素食|饮食|清真|不吃|口味|吃辣|忌口",
         "likes": r"\blikes?\b|\bloves?\b|\bfavou?rite|\bprefer|\benjoy|喜欢|爱|最爱|偏好",
         "vehicle": r"\bcars?\b|\bdriv(?:e|es|ing)\b|\bvehicle|\bmotor(?:bike|cycle)\b|车|辆",
@@ -907,10 +912,23 @@ def attributes(text: str) -> set[str]:
 
 
 def asks_about_me(question: str, entries: Sequence[str]) -> bool:
-    """A first-person question asking for an attribute that some entry has (Rule 6)."""
-    if not entries or not _FIRST_PERSON.search(question):
+    """A first-person question asking for an attribute that some entry has, or one naming
+    someone an entry names ("When is Mia's birthday?" after "my daughter Mia's birthday is…")
+    (Rule 6)."""
+    if not entries:
+        return False
+    if not _FIRST_PERSON.search(question) and not _named_in(question, entries):
         return False
     return bool(relevant_memories(question, entries, limit=1, by_words=False))
+
+
+_PROPER_NAME = re.compile(r"(?<=[a-z,]\s)(?-i:[A-Z][a-z]+)\b")
+
+
+def _named_in(question: str, entries: Sequence[str]) -> bool:
+    """The question names, not at its start, someone or something an entry names."""
+    names = set(_PROPER_NAME.findall(question))
+    return any(re.search(rf"\b{name}\b", entry) for name in names for entry in entries)
 
 
 def relevant_memories(

@@ -66,6 +66,20 @@ async def test_what_the_patterns_found_is_not_read_again(store: MemoryStore) -> 
     await reader.close()
 
 
+async def test_a_clause_the_patterns_left_beside_one_they_found_is_read(store: MemoryStore) -> None:
+    model = ScriptedMemoryModel([said("job", "teach maths")])
+    reader = FactReader(model, store)
+
+    text = "I'm Priya and I teach maths at a secondary school."
+    await session(store, reader).on_user_final(text, thread_id="th", seq=1, at=AT)
+    await reader.drained()
+
+    (call,) = model.calls
+    assert call["messages"][-1]["content"] == "I teach maths at a secondary school"
+    assert sorted(await contents(store)) == ["My job: teach maths", "My name is Priya"]
+    await reader.close()
+
+
 async def test_a_later_value_of_the_same_attribute_replaces_the_older(store: MemoryStore) -> None:
     model = ScriptedMemoryModel([said("current_city", "Porto"), said("current_city", "Valencia")])
     reader = FactReader(model, store)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from memory.extraction import extract
-from memory.model_extraction import SCHEMA, messages, read_answer, statement
+from memory.model_extraction import SCHEMA, messages, read_answer, statement, unread
 from plugins.brain.grounding import attributes, relevant_memories
 
 
@@ -139,3 +139,50 @@ def test_the_prompt_and_schema() -> None:
     said = messages("I teach piano")
     assert said[0]["role"] == "system" and said[-1] == {"role": "user", "content": "I teach piano"}
     assert "none" in SCHEMA["properties"]["attribute"]["enum"]
+
+
+@pytest.mark.parametrize(
+    ("stated", "content"),
+    [
+        ("我已经不做会计了，现在开咖啡店", "我的工作：开咖啡店"),
+        ("I'm not a teacher any more I run a bakery now", "My job: run a bakery"),
+    ],
+)
+def test_a_job_given_up_for_another_replaces_the_job(stated: str, content: str) -> None:
+    # Rule 3c: the model read these as none; the job now, under the job's key.
+    found = read_answer(answer("none", ""), stated)
+    assert found is not None and (found.content, found.key) == (content, "job")
+    old = "我是一名会计" if "会计" in stated else "I'm a teacher."
+    assert relevant_memories("我现在是做什么工作的？" if "会计" in stated else "What's my job?",
+                             [found.content, "My name is Sam"]) == [found.content]  # fmt: skip
+    assert attributes(old) == {"job"}
+    assert read_answer(answer("none", ""), "I left work early today, now I am tired") is None
+
+
+def test_a_relative_named_and_a_diet_are_kept_as_said_when_the_model_reads_none() -> None:
+    husband = read_answer(answer("none", ""), "I'm coming with my husband Jakob next week")
+    assert husband is not None and husband.kind == "relation" and husband.key is None
+    assert relevant_memories("Who am I travelling with?", [husband.content]) == [husband.content]
+    diet = read_answer(answer("none", ""), "I've been vegetarian for ten years")
+    assert diet is not None and diet.content == "I've been vegetarian for ten years"
+    assert relevant_memories("Do I eat meat?", ["My name is Sam", diet.content]) == [diet.content]
+    assert read_answer(answer("none", ""), "My husband is tired today") is None
+
+
+def test_each_clause_the_patterns_left_is_read_alone() -> None:
+    # Rule 1b: the name is the patterns'; the job is the model's to read, on its own.
+    text = "I'm Priya and I teach maths at a secondary school."
+    assert unread(text, extract(text)) == ["I teach maths at a secondary school"]
+    # A clause the patterns' entry holds ("Max"), or one starting with a pronoun, is theirs.
+    text = "I have a dog. He's called Max."
+    assert unread(text, extract(text)) == []
+    # Nothing found: the whole statement, as before; a question is never read.
+    assert unread("Peanuts make me ill, I'm allergic.", []) == ["Peanuts make me ill I'm allergic"]
+    assert unread("What's my name?", []) == []
+
+
+def test_a_statement_before_a_question_in_one_sentence_is_read_and_the_question_is_not() -> None:
+    text = "I'm coming with my husband Jakob next week, is there parking at the inn?"
+    assert unread(text, extract(text)) == ["I'm coming with my husband Jakob next week"]
+    assert unread("我下周和老公一起来，有停车位吗？", []) == ["我下周和老公一起来"]
+    assert unread("If I bring my dog, can he stay?", []) == []

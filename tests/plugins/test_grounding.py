@@ -514,6 +514,15 @@ def test_relevant_memories_prefer_shared_terms_else_the_first_entries() -> None:
         ("My son just turned 7.", {"family", "age"}),
         ("My beagle Max is 12 kilos", {"pet"}),
         ("The shop is open until 9", set()),
+        # Where one grew up is a home; what to stay away from a diet or an allergy; who one
+        # travels with, family; "I'm a nurse" and 「我是一名会计」 (the patterns' words) a job.
+        ("Where did I grow up?", {"home"}),
+        ("Is there any food I should stay away from?", {"allergy", "diet"}),
+        ("Who am I travelling with?", {"name", "family"}),
+        ("I'm a nurse.", {"job"}),
+        ("I'm a vegetarian", {"diet"}),
+        ("我是一名会计", {"job"}),
+        ("我的工作：开咖啡店", {"job"}),
     ],
 )
 def test_attributes_read_what_a_question_or_statement_is_about(
@@ -653,6 +662,11 @@ def test_asks_about_me_needs_the_first_person_and_an_entry_with_the_attribute() 
     assert not asks_about_me("What name should you use for me?", [])
     assert not asks_about_me("What is the shop's name?", entries)  # not about me
     assert not asks_about_me("Where do I live?", entries)  # no entry says where
+    # Someone an entry names, asked after by name: memory, though not in the first person.
+    daughter = ["My daughter Mia's birthday is the 12th of June"]
+    assert asks_about_me("When is Mia's birthday?", daughter)
+    assert not asks_about_me("When is Tom's birthday?", daughter)
+    assert not asks_about_me("When does the Harbour Room open?", daughter)
 
 
 # ---------------------------------------------------------------- "I don't know"
