@@ -139,6 +139,7 @@ _NOT_NAMES = (
 _EN_INTRODUCTION = re.compile(
     rf"(?i:i'm|i am|this is|it's|it is)\s+(?!(?:{_NOT_NAMES})\b)"
     r"(?P<rest>[A-Z][a-z]+(?:[ -][A-Z][a-z]+)?)(?i:\s+(?:here|speaking|again|calling))?$"
+    rf"|(?!(?:{_NOT_NAMES})\b)(?P<rest2>[A-Z][a-z]+)(?i:\s+(?:here|speaking))$"
 )
 """An introduction by name alone ("I'm Sam", "This is Ana Lopez speaking"): a capitalised word
 that is not one of the few that follow "I'm" as adjectives."""
@@ -241,6 +242,8 @@ _CLAUSE_SPLIT = re.compile(
     r"|,\s*(?=(?i:is|are|do|does|can|could|will|would|should|what|where|when|how|which|who)\b"
     r"[^,]*\?\s*$)"
     r"|[，,](?=[^，,]*[\u4e00-\u9fff][^，,]*(?:[吗呢][？?]?|[？?])\s*$)"
+    # 「我是张伟，在一家医院当护士」: the speaker goes on with a new verb — a clause of its own.
+    r"|[，,](?=(?:在|当|做|从事)[\u4e00-\u9fff])"
 )
 # Leading fillers and discourse markers, corrective ones included ("no,", "sorry, I mean",
 # "不对", "我说错了"): what follows them is matched as an ordinary statement.

@@ -127,7 +127,8 @@ ATTRIBUTES: dict[str, _Attribute] = {
         None,
         "I don't eat {}",
         "我不吃{}",
-        r"\b(?:don'?t|do not|never|can'?t|cannot) eat\b|\bvegetarian|\bvegan\b|\bpescatarian"
+        r"\b(?:don'?t|do not|never|can'?t|cannot) (?:eat|have)\b|\bvegetarian|\bvegan\b"
+        r"|\bpescatarian|\bco?eliac|\bintoleran"
         r"|\bhalal\b|\bkosher\b|不吃|忌口|吃素|素食",
     ),
     "hobby": _Attribute(

@@ -227,7 +227,7 @@ _ABOUT_ME = {
         r"|\bwhat do i (like|prefer|do|study|want)\b|\bwhat am i (learning|studying|doing)\b"
         r"|\bhow (do|did) i (like|prefer)\b|\bmy preferences\b"
         r"|\bwhat (do|did) you know about me\b|\babout me\b.*\?"
-        r"|\bhow old am i\b|\bwhat am i allergic\b|\bwhere am i from\b"
+        r"|\bhow old am i\b|\bwhat am i allergic\b|\bwhere am i (?:calling )?from\b"
         r"|\b(?:what|how) (?:should|do|will|would) you (?:call|address|greet) me\b",
         re.I,
     ),
@@ -237,7 +237,7 @@ _ABOUT_ME = {
         r"|我.{0,2}(住|生活|工作)在哪|我.{0,2}(喜欢|爱|偏好)什么|我在学什么|我(想|要)学什么"
         r"|我.{0,4}(打算|计划|目标|梦想)"
         r"|我是?(?:做什么|干什么|做哪一?行)|我是哪(?:里|儿)的?人|我(?:今年)?(?:多大|几岁)"
-        r"|我对什么过敏|怎么(?:叫|称呼|喊)我"
+        r"|我对什么过敏|怎么(?:叫|称呼|喊)我|我(?:家)?养(?:的是|了|的)?(?:什么|哪种|几只)"
     ),
 }
 _WHAT_IS_MY = {
@@ -801,8 +801,8 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\bwho am i\b|叫|名字|称呼|姓|我是谁",
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
         r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come|am i) from\b|\baddress\b(?! me\b)"
-        r"|\bgr[eo]w(?:s|n|ing)? up\b|\braised\b"
-        r"|住|搬|城市|老家|家乡|哪里人|生活在|长大",
+        r"|\bgr[eo]w(?:s|n|ing)? up\b|\braised\b|\bcalling from\b"
+        r"|住|搬|城市|老家|家乡|哪里人|生活在|长大|家在",
         "job": r"\bjob\b|\bwork(?:s|ed|ing)?\b(?!\s+out\b)|\bfor a living\b|\bprofession"
         r"|\boccupation|\bteach|\bemploy|\bcareer|\bstudent\b|工作|职业|上班|做什么的|哪一行|公司|学生|研究生"
         r"|^\W*i(?:'m| am) an? (?!(?:vegetarian|vegan|big|huge|little|bit)\b)[a-z]+\W*$"
@@ -810,7 +810,7 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         "pet": rf"\b(?:{PET_WORDS})\b|{ZH_PET_WORDS}",
         "family": r"\bfamily\b|\bwife\b|\bhusband\b|\bsons?\b|\bdaughters?\b|\bkids?\b|\bchild"
         r"|\bpartner\b|\bsister|\bbrother|\bmother\b|\bmom\b|\bmum\b|\bfather\b|\bdad\b"
-        r"|\bmarried\b|\bspouse\b|\b(?:girl|boy)friend\b|\bfianc[ée]e?\b"
+        r"|\btwins?\b|双胞胎|\bmarried\b|\bspouse\b|\b(?:girl|boy)friend\b|\bfianc[ée]e?\b"
         r"|\bwho\b.*\b(?:travel\w*|liv(?:e|ing)|com(?:e|ing)|stay\w*)\s+with\b"
         r"|结婚|伴侣|对象|女朋友|男朋友|未婚妻|未婚夫"
         r"|\bboy\b|\bgirl\b|\bgrand(?:ma|pa|mother|father|son|daughter|kids?|children)\b"
@@ -823,7 +823,8 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|eleven|twelve|thirteen|fourteen|fifteen)(?: (?:now|already|this year))?\W*$",
         "allergy": r"\ballerg|\bmedic(?:ine|ation)s?\b|\bdrugs?\b"
         r"|\b(?:can'?t|cannot|shouldn'?t|should not|mustn'?t|not allowed to) eat\b"
-        r"|\b(?:food|eat|drink)s?\b.*\b(?:stay|keep) away from\b|过敏|药|不能吃|不可以吃|忌口",
+        r"|\b(?:food|eat|drink)s?\b.*\b(?:stay|keep) away from\b|\bcan'?t i (?:eat|have)\b"
+        r"|\bco?eliac|\bintoleran|过敏|药|不能吃|不可以吃|忌口",
         "goal": r"\bgoals?\b|\blearn|\bstudy|\bstudying\b|\bplan(?:s|ning)?\b|\btraining\b"
         r"|\bhop(?:e|ed|ing) to\b|\bpick up\b|\baim"
         r"|目标|学|打算|计划",

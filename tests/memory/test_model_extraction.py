@@ -186,3 +186,22 @@ def test_a_statement_before_a_question_in_one_sentence_is_read_and_the_question_
     assert unread(text, extract(text)) == ["I'm coming with my husband Jakob next week"]
     assert unread("我下周和老公一起来，有停车位吗？", []) == ["我下周和老公一起来"]
     assert unread("If I bring my dog, can he stay?", []) == []
+
+
+def test_an_introduction_and_a_job_in_one_message_are_two_clauses() -> None:
+    text = "Hi, Marco here, I'm calling from Turin."
+    assert [e.content for e in extract(text)] == ["My name is Marco"]
+    assert unread(text, extract(text)) == ["I'm calling from Turin"]
+    text = "你好，我是张伟，在一家医院当护士。"
+    assert [e.content for e in extract(text)] == ["我叫张伟"]
+    assert unread(text, extract(text)) == ["在一家医院当护士"]
+    # A comma before 叫 is no new clause: the daughter's name stays with her.
+    assert [e.content for e in extract("我女儿今年五岁，叫朵朵。")] == ["我女儿今年五岁，叫朵朵"]
+
+
+def test_what_one_cannot_have_is_kept_as_said() -> None:
+    found = read_answer(answer("none", ""), "I can't have gluten I'm coeliac")
+    assert found is not None and found.content == "I can't have gluten I'm coeliac"
+    assert relevant_memories("What can't I eat?", ["My name is Sam", found.content]) == [
+        found.content
+    ]

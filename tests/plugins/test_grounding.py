@@ -523,6 +523,12 @@ def test_relevant_memories_prefer_shared_terms_else_the_first_entries() -> None:
         ("I'm a vegetarian", {"diet"}),
         ("我是一名会计", {"job"}),
         ("我的工作：开咖啡店", {"job"}),
+        ("What are my kids' names?", {"name", "family"}),
+        ("We're bringing our twins, Noah and Lily", {"family"}),
+        ("What can't I eat?", {"allergy"}),
+        ("I can't have gluten I'm coeliac", {"allergy"}),
+        ("Where am I calling from?", {"home"}),
+        ("我现在家在哪？", {"home"}),
     ],
 )
 def test_attributes_read_what_a_question_or_statement_is_about(
@@ -631,7 +637,7 @@ def test_questions_about_the_person_in_other_words_are_memory(text: str, entry: 
 
 
 def test_a_personal_question_is_memory_even_with_nothing_remembered() -> None:
-    for text in ("我是做什么工作的？", "我是哪里人？", "How old am I?"):
+    for text in ("我是做什么工作的？", "我是哪里人？", "How old am I?", "我养的是什么宠物？"):
         assert read_turn(brain_input(text)).intent is Intent.MEMORY
     for text in (
         "我想取消团体课，要提前多久？",
