@@ -9,7 +9,14 @@ patterns found nothing; ``memory.fact_reader`` runs it in the background.
 
 Rule 1. Only a message with a first-person statement in it is read (``stated_clauses``: no
         question, hypothetical, reported speech or secret; the statement's clauses are what
-        the model sees). A question is never stored as a fact.
+        the model sees). A question is never stored as a fact; the statement before one in
+        the same sentence is read ("I'm coming with my husband Jakob next week, is there
+        parking?": ``memory.extraction`` makes it a clause of its own).
+Rule 1b. A message the patterns read only in part (``unread``): each stated clause they left
+        is read alone — "I'm Priya and I teach maths at a secondary school" gave the name to
+        the patterns and the job to no one (the model, shown both, answered "hometown") —
+        unless it shares a rare word with their entries or starts with a pronoun (whom "he"
+        means is theirs to know); at most ``MAX_READS_PER_MESSAGE``.
 Rule 2. The model answers by grammar-constrained JSON (``SCHEMA``): one ``attribute`` from a
         fixed list (or ``"none"``) and its ``value`` copied from the person's words.
 Rule 3. Code checks the answer: an attribute on the list, a value of at most
@@ -24,7 +31,13 @@ Rule 3b. A statement the model misread — "none" for "I drive a red Honda Civic
         failing that, of one of the attributes a word shows alone (a car, a study, what they
         do not eat, a hobby, a habit, an allergy: ``_AS_SAID``). Measured on a memory set
         written for it (``dev_memory_new.json``): the model named "none" for the car, the usual
-        coffee and 「我不吃辣」, "job" for the cello, and dropped 的 from 「白色的比亚迪」.
+        coffee and 「我不吃辣」, "job" for the cello, and dropped 的 from 「白色的比亚迪」. A
+        "none" for a relative named by name ("my husband Jakob") keeps it as theirs, and a diet
+        word (vegetarian, coeliac, "can't have") shows a diet (``dev_memory3.json``,
+        ``dev_memory4.json``).
+Rule 3c. A job given up and the one done now, in one statement ("I'm not a teacher any more,
+        I run a bakery now", 「我已经不做会计了，现在开咖啡店」), read as "none" by the model, is
+        stored by code as the job now under the job's key: it replaces the one given up.
 Rule 4. Code writes the entry, in the statement's language, from a template per attribute
         ("My job: nurse at the Royal Free" / "我的工作：护士"), so the brain's memory rules match
         it by attribute (``plugins.brain.grounding`` Rule 6). Attributes a person has one of
