@@ -216,14 +216,13 @@ def unread(text: str, found: Sequence[Extracted]) -> list[str]:
     secondary school": the name is the patterns', the job the model's), but for a clause that
     shares a rare word with their entries ("He's called Max" after "I have a dog") or starts
     with a pronoun (whom it means is the patterns' to know); at most ``MAX_READS_PER_MESSAGE``."""
-    clauses = stated_clauses(text)
     if not found:
-        whole = " ".join(clauses)
+        whole = statement(text)
         return [whole] if whole else []
     held = {t for e in found for t in terms(e.content) if background_weight(t) >= _HELD_WEIGHT}
     out = [
         clause
-        for clause in clauses
+        for clause in stated_clauses(text)
         if not _PRONOUN_START.match(clause)
         and not extract(clause)
         and not held & set(terms(clause))
