@@ -81,6 +81,10 @@ Rule 8. Combination in code (``plugins.brain.arithmetic``): a question that asks
         Rule 4 (the total is in no passage's words, so a quote cannot show it); code checks
         every operand against the passages and the question, computes, and says the sum and
         its result after the source's name. Anything it cannot check is answered by Rule 5.
+        First, with no model call, a count the question states times the evidence's price per
+        that unit ("three nights" and "$15 per night", 「5 天」 and 「免费保管 3 天,从第 4 天起
+        每件每天收取 1 元」: ``plugins.brain.rates``); the model's expression only where code
+        reads no such pairing.
         A question for the time before or after one clock time it names ("the boat leaves at
         11:00 — by when must I be in the lane?") over a sentence tying a duration to before or
         after ("30 minutes before departure") is computed first, by code alone
@@ -195,6 +199,7 @@ from plugins.brain.grounding import (
 from plugins.brain.json_model import json_payload
 from plugins.brain.local_model import Generation, LocalModel
 from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewritten_queries
+from plugins.brain.rates import fits, priced
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
 from plugins.embedding import Embedder
 from plugins.language import detect_language, zh_or_en
@@ -716,6 +721,9 @@ class LLMBrain:
         evidence = " ".join(p.text for p in found[:_COMPUTE_PASSAGES])[:_COMPUTE_CHARS]
         if not stated_numbers(evidence):
             return None
+        by_rate = priced(reading.text, evidence)
+        if by_rate is not None:  # a count times a price per that unit: no model call
+            return by_rate
         earlier = [m for m in earlier_user_inputs(request.history) if m != reading.text]
         previous = earlier[-1] if earlier else None
         messages = expression_messages(reading.text, evidence, previous)
@@ -728,10 +736,14 @@ class LLMBrain:
         question = f"{previous or ''} {reading.text}"
         own = frozenset(() if combines(reading.text, reading.language) else counts(reading.text))
         try:
-            return computation(answer, evidence=evidence, question=question, uses_one_of=own)
+            computed = computation(answer, evidence=evidence, question=question, uses_one_of=own)
         except NotAComputation as e:
             log.debug("no combination: %s", e)
             return None
+        if not fits(computed.expression, reading.text, evidence):
+            log.debug("no combination: a count times a price per another unit")
+            return None
+        return computed
 
     # ------------------------------------------------------------ answering (Rules 5–7)
 

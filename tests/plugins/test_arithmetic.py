@@ -277,3 +277,37 @@ def test_the_prompt_holds_the_earlier_message_when_there_is_one() -> None:
     assert messages[0]["role"] == "system"
     assert "Earlier message: 如果换成99的套餐" in messages[-1]["content"]
     assert "Earlier" not in expression_messages("一共多少？", PLANS, None)[-1]["content"]
+
+
+SCHOOL = (
+    "Lessons last 30, 45 or 60 minutes. A term of 30-minute lessons costs $420, a 45-minute "
+    "term $600 and a 60-minute term $780. Orders over $99 ship free; late fees are capped at $10."
+)
+STATION = (
+    "包裹免费保管 3 天,从第 4 天起每天收取 1 元,最高收取 10 元。"
+    "寄件省内 10 元、省外 12 元,续重每公斤加收 5 元。"
+)
+
+
+@pytest.mark.parametrize(
+    ("expression", "question", "evidence", "reason"),
+    [
+        ("600-420", "How much more is a 60-minute term than a 30-minute term?", SCHOOL, "kind"),
+        ("99+10", "What do I pay for the order and the late fee in total?", SCHOOL, "limit"),
+        ("5+5", "两个包裹都放了 5 天，一共要交多少保管费？", STATION, "no amount of money"),
+    ],
+)
+def test_an_operand_in_the_wrong_role_is_refused(
+    expression: str, question: str, evidence: str, reason: str
+) -> None:
+    with pytest.raises(NotAComputation, match=reason):
+        computation(answer(expression), evidence=evidence, question=question)
+
+
+def test_operands_in_their_roles_are_computed() -> None:
+    question = "How much more is a 60-minute term than a 30-minute term?"
+    assert computation(answer("780-420"), evidence=SCHOOL, question=question).value == 360
+    # a limit is the answer's operand where the question asks how far one is from it
+    cart = "I have $80 in my cart. How much more do I need to spend to ship free?"
+    assert computation(answer("99-80"), evidence=SCHOOL, question=cart).value == 19
+    assert computation(answer("10+12"), evidence=STATION, question="省内和省外各寄一件一共多少钱？")
