@@ -64,6 +64,7 @@ Rule 4. The result is said by code, with the sum that made it, in the question's
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -124,6 +125,7 @@ _AMOUNT_CUE = {
 _DIGITS = re.compile(r"(?<![A-Za-z\d.])\d+(?:\.\d+)?")
 """A number, not a model's name's digits ("Nova X2", "A4")."""
 _GROUPED_DIGITS = re.compile(r"(?<![A-Za-z\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?|" + _DIGITS.pattern)
+_DISCOUNT_ZH = re.compile(r"(\d(?:\.\d)?|[一二三四五六七八九][一二三四五六七八九]?)\s*折")
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
 _ZH_NUMERAL = re.compile(
     r"[零一二两三四五六七八九十百千]+"
@@ -263,6 +265,10 @@ def stated_counts(text: str) -> Counter[Fraction]:
     text = NAMES.sub(" ", text)
     found = Counter(Fraction(match) for match in _DIGITS.findall(text.replace(",", "")))
     found.update(Fraction(match) / 100 for match in _PERCENT.findall(text))
+    for match in _DISCOUNT_ZH.findall(text):  # 「8 折」, 「八五折」: what is paid of the price
+        rate = Fraction(match) if match[0].isdigit() else _zh_digits(match)
+        if rate is not None:
+            found[rate / 10 if rate < 10 else rate / 100] += 1
     for match in _ZH_NUMERAL.findall(text):
         value = zh_number(match)
         if value is not None:
@@ -270,6 +276,14 @@ def stated_counts(text: str) -> Counter[Fraction]:
     for word in _EN_WORD.findall(text):
         found[Fraction(_EN_NUMBER[word.lower()])] += 1
     return found
+
+
+def _zh_digits(text: str) -> Fraction | None:
+    """「八五」 as 85, 「八」 as 8 (a discount's digits read one by one)."""
+    digits = [_ZH_DIGIT.get(char) for char in text]
+    if not digits or None in digits:
+        return None
+    return Fraction(int("".join(str(d) for d in digits)))
 
 
 def zh_number(text: str) -> int | None:
@@ -296,9 +310,19 @@ class Computation:
     value: Fraction
     unit: str
     spoken_sum: dict[str, str | None]
+    said_before: dict[str, str] = dataclasses.field(default_factory=dict)
+    """What code says before the result, by language: the rule that shaped it ("The first 2
+    hours are free, ")."""
 
     def sentence(self, language: str) -> str:
         lang = "zh" if language == "zh" else "en"
+        before = self.said_before.get(lang, "")
+        result = self._result(lang)
+        if before and lang == "en":
+            result = result[0].lower() + result[1:]
+        return before + result
+
+    def _result(self, lang: str) -> str:
         unit = self.unit
         value = _format(self.value)
         if unit in _CURRENCY_BEFORE:

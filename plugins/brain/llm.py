@@ -716,14 +716,14 @@ class LLMBrain:
         self, request: BrainInput, reading: Reading, found: Sequence[Passage]
     ) -> Computation | None:
         """Rule 8: a sum, difference or product over the evidence's numbers, done by code."""
-        if not self.compute or not asks_to_compute(reading.text, reading.language):
+        if not self.compute:
             return None
         evidence = " ".join(p.text for p in found[:_COMPUTE_PASSAGES])[:_COMPUTE_CHARS]
-        if not stated_numbers(evidence):
-            return None
         by_rate = priced(reading.text, evidence)
         if by_rate is not None:  # a count times a price per that unit: no model call
             return by_rate
+        if not asks_to_compute(reading.text, reading.language) or not stated_numbers(evidence):
+            return None
         earlier = [m for m in earlier_user_inputs(request.history) if m != reading.text]
         previous = earlier[-1] if earlier else None
         messages = expression_messages(reading.text, evidence, previous)

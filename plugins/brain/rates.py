@@ -36,12 +36,13 @@ Rule 4. The total is each rate times its counts less the free units, capped per 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from plugins.brain.arithmetic import NAMES, Computation, spoken_sums, zh_number
+from plugins.brain.arithmetic import NAMES, Computation, spoken_sums, stated_numbers, zh_number
 from plugins.language import is_cjk_ideograph
 from plugins.text import STOP_WORDS, query_terms, sentences
 
@@ -102,6 +103,11 @@ _ZH_UNITS: dict[str, str] = {
     "包": "pack",
     "套": "set",
     "张票": "ticket",
+    "页": "page",
+    "课时": "lesson",
+    "桌": "table",
+    "场": "session",
+    "双": "pair",
 }
 _ZH_UNIT = "|".join(sorted(_ZH_UNITS, key=len, reverse=True))
 _EN_UNITS: dict[str, str] = {
@@ -129,6 +135,17 @@ _EN_RATE = re.compile(
     rf"(?:\s+per\s+([a-z-]+))?",
     re.I,
 )
+_EN_RATE_FOR_EVERY = re.compile(
+    rf"(?:({_CURRENCY_BEFORE})\s?({_NUMBER})|({_NUMBER})\s*({_CURRENCY_WORDS}))"
+    rf"[^.;$€£¥\d]{{0,40}}?\bfor (?:every|each)\s+([a-z-]+)(?:\s+([a-z-]+))?",
+    re.I,
+)
+_MINIMUMS = (
+    re.compile(rf"\b({_EN_NUM})[- ]([a-z]+) minimum\b", re.I),
+    re.compile(rf"\bminimum (?:of |booking of |rental of |stay of )?({_EN_NUM})\s+([a-z]+)", re.I),
+    re.compile(rf"({_NUMBER}|{_ZH_NUM})\s*({_ZH_UNIT})\s*起(?:订|租|售|约)"),
+    re.compile(rf"(?:起订|最少|至少)(?:预订|租|订)?\s*({_NUMBER}|{_ZH_NUM})\s*({_ZH_UNIT})"),
+)
 _ZH_RATE = re.compile(
     rf"每\s*(?:一\s*)?({_ZH_UNIT})(?:\s*每\s*(?:一\s*)?({_ZH_UNIT}))?"
     rf"[^\d。；;，,]{{0,8}}?({_NUMBER})\s*{_ZH_MONEY}"
@@ -136,7 +153,7 @@ _ZH_RATE = re.compile(
 _ZH_RATE_AFTER = re.compile(rf"({_NUMBER})\s*{_ZH_MONEY}\s*(?:/|每)\s*({_ZH_UNIT})")
 _ZH_FREE = (
     re.compile(rf"免费[\u4e00-\u9fff]{{0,4}}?\s*({_NUMBER}|{_ZH_NUM})\s*({_ZH_UNIT})"),
-    re.compile(rf"前\s*({_NUMBER}|{_ZH_NUM})\s*({_ZH_UNIT})(?:内|以内)?\s*免费"),
+    re.compile(rf"前\s*({_NUMBER}|{_ZH_NUM})\s*({_ZH_UNIT})[\u4e00-\u9fff]{{0,6}}?免费"),
     re.compile(rf"({_NUMBER}|{_ZH_NUM})\s*({_ZH_UNIT})\s*(?:内|以内)\s*免费"),
 )
 _ZH_FROM = re.compile(rf"从?第\s*({_NUMBER}|{_ZH_NUM})\s*({_ZH_UNIT})\s*(?:起|开始)")
@@ -162,10 +179,50 @@ _EN_COUNT = re.compile(rf"\b({_EN_NUM})\s+([a-z-]+)(?:\s+([a-z-]+))?", re.I)
 _BOTH_OF_US = re.compile(
     r"\b(?:both of us|the two of us|for two(?![ \t]+[a-z]))\b|我们(?:俩|两个)|两个人", re.I
 )
+_ASKS_AMOUNT = re.compile(
+    r"\bhow much\b|\bwhat (?:do|does|will|would) (?:i|we|it|that|this) (?:pay|owe|cost)\b|"
+    r"\bwhat(?:'s| is| are| will be| would be)\b[^?.]{0,30}\b(?:cost|price|fee|charge|deposit|"
+    r"total|bill|rate)s?\b|多少|几块",
+    re.I,
+)
 _COMPARES = re.compile(
     r"多多少|少多少|贵多少|便宜多少|差多少|相差|差价|比.{1,12}(?:多|少|贵|便宜)|"
     r"\b(?:more than|less than|cheaper|dearer|difference|compared|than)\b",
     re.I,
+)
+_TIME_UNITS = frozenset({"minute", "hour", "day", "night", "week", "month", "year"})
+_SAID_UNIT = {
+    "hour": ("hour", "小时"),
+    "day": ("day", "天"),
+    "night": ("night", "晚"),
+    "week": ("week", "周"),
+    "month": ("month", "个月"),
+    "page": ("page", "页"),
+}
+_SPAN_WORDS = {
+    "hour": "hour",
+    "hours": "hour",
+    "hourly": "hour",
+    "day": "day",
+    "days": "day",
+    "daily": "day",
+    "night": "night",
+    "nights": "night",
+    "nightly": "night",
+    "week": "week",
+    "weeks": "week",
+    "weekly": "week",
+    "month": "month",
+    "months": "month",
+    "monthly": "month",
+    "小时": "hour",
+    "天": "day",
+    "晚": "night",
+    "周": "week",
+    "月": "month",
+}
+_SPAN = re.compile(
+    r"\b(?:" + "|".join(w for w in _SPAN_WORDS if w.isascii()) + r")\b|小时|天|晚|周|月", re.I
 )
 _GENERIC_TERMS = frozenset(
     query_terms(
@@ -175,6 +232,14 @@ _GENERIC_TERMS = frozenset(
     )
 )
 """Words any price question or rate holds: they choose no rate (Rule 3)."""
+_DISCOUNT = re.compile(
+    r"免费|免收|折|优惠|减免|半价|\b(?:free|off|discount|discounted|half|waived|reduced)\b", re.I
+)
+_WHAT_I_AM = re.compile(
+    r"\b(?:i'm|i am|we're|we are|as)\s+(?:a|an|the)?\s*([a-z]+(?:\s+[a-z]+)?)|"
+    r"(?:我是|我们是|作为|凭)([\u4e00-\u9fff]{1,4})",
+    re.I,
+)
 _NOT_UNITS = STOP_WORDS | {"and", "or", "on", "in", "at", "for", "of", "the", "to", "with", "per"}
 _FREE_NOUN = r"(?:不收|免收|免费|不另收|free|no charge|at no (?:extra )?charge)"
 
@@ -188,10 +253,14 @@ class Rate:
     units: tuple[frozenset[str], ...]
     """Each unit the price is per, as the words that may name it (the first is the count's)."""
     sentence: str
+    label: str = ""
+    """The words between the previous rate of the sentence (or its start) and this one: what
+    it prices ("and double kayaks" in "Single kayaks cost $18 per hour and double kayaks $25
+    per hour")."""
     free: Fraction = Fraction(0)
-    free_unit: str = ""
     cap: Fraction | None = None
     needs_spend: Fraction | None = None
+    minimum: Fraction = Fraction(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +273,7 @@ class Count:
 
 def priced(question: str, evidence: str) -> Computation | None:
     """Rules 3–4: the question's counts times the evidence's rates, or None."""
-    if _COMPARES.search(question):
+    if not _ASKS_AMOUNT.search(question) or _COMPARES.search(question):
         return None  # a difference: the model's expression (``arithmetic``)
     found = counts(question)
     if not found:
@@ -212,14 +281,16 @@ def priced(question: str, evidence: str) -> Computation | None:
     rates = list(read_rates(evidence))
     if not rates:
         return None
-    asked = set(query_terms(question)) - _GENERIC_TERMS
+    found = _in_days(found, rates)
+    asked = {t for t in query_terms(question) if not t.isdigit()} - _GENERIC_TERMS
+    weight = _weights(evidence)
     used: set[int] = set()
     unpaired: list[int] = []
     terms: list[tuple[Rate, Fraction, Fraction]] = []  # rate, count, items
     for index, count in enumerate(found):
         if index in used:
             continue
-        choice = _best_rate(index, found, used, rates, asked)
+        choice = _best_rate(index, found, used, rates, asked, weight)
         if choice is None:
             unpaired.append(index)
             continue
@@ -233,13 +304,61 @@ def priced(question: str, evidence: str) -> Computation | None:
         for slot in rate.units[1:]:
             other = next((found[i] for i in filled if found[i].words & slot), None)
             items *= other.n if other is not None else 1
+        if rate.units[0] & _TIME_UNITS:  # "two city bikes" for "City bikes rent for $6 per hour"
+            for other_index in _things_priced(rate, found, used | {index}):
+                used.add(other_index)
+                items *= found[other_index].n
         terms.append((rate, count.n, items))
     for index in unpaired:
         if index not in used and not (found[index].n == 1 and _said_free(found[index], evidence)):
             return None
     if not terms or len({rate.currency for rate, _, _ in terms}) != 1:
         return None
+    if _changed_elsewhere(question, [rate for rate, _, _ in terms], evidence):
+        return None
+    if all(n == 1 and items == 1 and not (r.minimum > 1 or r.free) for r, n, items in terms):
+        return None  # one of a thing at its price: the sentence says it as the document does
     return _said(terms)
+
+
+def _changed_elsewhere(question: str, chosen: list[Rate], evidence: str) -> bool:
+    """The person says what they are ("I'm a member", 「我是学生」) and a sentence other than
+    the rate's gives that a discount or a free part ("Members get the first hour free"):
+    code's rate alone is not their price (Rule 3)."""
+    own = {rate.sentence for rate in chosen}
+    return any(sentence not in own for sentence in _conditions(question, evidence))
+
+
+def _conditions(question: str, evidence: str) -> Iterable[str]:
+    """The evidence's sentences giving a discount or a free part to what the person says they
+    are."""
+    said = " ".join(m.group(1) or m.group(2) for m in _WHAT_I_AM.finditer(question))
+    condition = set(query_terms(said)) - _GENERIC_TERMS
+    if not condition:
+        return
+    for sentence in sentences(evidence):
+        if sentence and _DISCOUNT.search(sentence) and condition & set(query_terms(sentence)):
+            yield sentence
+
+
+def _things_priced(rate: Rate, found: list[Count], used: set[int]) -> Iterable[int]:
+    """The counts of a thing the rate's label names (Rule 3: items of a time rate)."""
+    label = set(query_terms(rate.label)) - _GENERIC_TERMS
+    for index, count in enumerate(found):
+        if index in used or count.words & _TIME_UNITS:
+            continue
+        if label & set(query_terms(" ".join(count.words))):
+            yield index
+
+
+def _in_days(found: list[Count], rates: list[Rate]) -> list[Count]:
+    """A count of weeks as days where the evidence prices days and not weeks (「一周」)."""
+    per = {unit for rate in rates for unit in rate.units[0]}
+    if "week" in per or "day" not in per:
+        return found
+    return [
+        Count(c.n * 7, (c.words - {"week"}) | {"day"}) if "week" in c.words else c for c in found
+    ]
 
 
 def fits(expression: str, question: str, evidence: str) -> bool:
@@ -264,7 +383,44 @@ def fits(expression: str, question: str, evidence: str) -> bool:
             others = numbers - {count.n}
             if per_unit and others and not others & per_unit:
                 return False
-    return True
+    if _per_other_span(tree, question, rates):
+        return False
+    return not _condition_ignored(tree, question, evidence)
+
+
+def _condition_ignored(tree: ast.expr, question: str, evidence: str) -> bool:
+    """The person says what they are and a sentence gives that a discount or a free part,
+    but the expression uses none of that sentence's numbers ("I'm a member" and "4*6" over
+    "Members get the first hour of any bike rental free")."""
+    used = {
+        Fraction(str(node.value))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float)
+    }
+    for sentence in _conditions(question, evidence):
+        if not used & stated_numbers(sentence):
+            return True
+    return False
+
+
+def _per_other_span(tree: ast.expr, question: str, rates: list[Rate]) -> bool:
+    """An operand is a price only per a span of time the question does not speak of, while
+    the evidence prices the one it does ("for a day": not "$6 per hour" beside "$28 per
+    day")."""
+    spans = {_SPAN_WORDS[w.lower()] for w in _SPAN.findall(question)}
+    if not spans:
+        return False
+    priced_for = {r.amount for r in rates if r.units[0] & spans}
+    if not priced_for:
+        return False
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, int | float)):
+            continue
+        value = Fraction(str(node.value))
+        per = [r for r in rates if r.amount == value]
+        if per and value not in priced_for and all(r.units[0] & _TIME_UNITS for r in per):
+            return True
+    return False
 
 
 def counts(question: str) -> list[Count]:
@@ -300,68 +456,117 @@ def read_rates(evidence: str) -> Iterable[Rate]:
     for sentence in sentences(evidence):
         if not sentence:
             continue
-        cap = _first(_CAP, sentence)
-        spend = _ZH_THRESHOLD.search(sentence) or _EN_THRESHOLD.search(sentence)
-        free, free_unit = _free(sentence)
-        for match in _EN_RATE.finditer(sentence):
-            symbol, before, after, word, *per = match.groups()
-            amount = Fraction(before or after)
-            currency = symbol or _currency_symbol(word)
-            first = frozenset(_unit(w) for w in per[:2] if w and w.lower() not in _NOT_UNITS)
-            units = (first,) if not per[2] else (first, frozenset({_unit(per[2])}))
-            yield _rate(amount, currency, units, sentence, free, free_unit, cap, spend)
-        for match in _ZH_RATE.finditer(sentence):
-            first_unit, second_unit, number = match.groups()
-            slots = [frozenset({_ZH_UNITS[first_unit]})]
-            if second_unit:
-                slots.append(frozenset({_ZH_UNITS[second_unit]}))
-            # 「每件每天」: the thing is counted per day; the day is the count, the thing the items
-            if len(slots) == 2 and ITEM in slots[0]:
-                slots.reverse()
-            yield _rate(Fraction(number), "元", tuple(slots), sentence, free, free_unit, cap, spend)
-        for match in _ZH_RATE_AFTER.finditer(sentence):
-            number, unit = match.groups()
-            unit_of = (frozenset({_ZH_UNITS[unit]}),)
-            yield _rate(Fraction(number), "元", unit_of, sentence, free, free_unit, cap, spend)
+        terms = _Terms.of(sentence)
+        found = sorted(_rates_in(sentence))
+        free_unit = terms.free[1]
+        several = sum(1 for *_, units in found if free_unit in units[0]) > 1
+        previous_end = 0
+        for start, end, amount, currency, units in found:
+            label = sentence[previous_end:start]
+            previous_end = end
+            rate = terms.rate(amount, currency, units, sentence, label)
+            if several and not _free_for(label, sentence):
+                rate = dataclasses.replace(rate, free=Fraction(0), needs_spend=None)
+            yield rate
 
 
-def _rate(
-    amount: Fraction,
-    currency: str,
-    units: tuple[frozenset[str], ...],
+def _rates_in(
     sentence: str,
-    free: Fraction,
-    free_unit: str,
-    cap: Fraction | None,
-    spend: re.Match[str] | None,
-) -> Rate:
-    applies = free_unit in units[0]
-    return Rate(
-        amount,
-        currency,
-        units,
-        sentence,
-        free if applies else Fraction(0),
-        free_unit if applies else "",
-        cap if cap is not None and cap > amount else None,
-        Fraction(spend.group(1)) if applies and spend is not None else None,
-    )
+) -> Iterable[tuple[int, int, Fraction, str, tuple[frozenset[str], ...]]]:
+    """Each price tied to a unit in ``sentence``: where it is, amount, currency, units."""
+    taken: set[int] = set()
+    for pattern in (_EN_RATE, _EN_RATE_FOR_EVERY):
+        for match in pattern.finditer(sentence):
+            if match.start() in taken:
+                continue
+            taken.add(match.start())
+            symbol, before, after, word, *per = match.groups()
+            first = frozenset(_unit(w) for w in per[:2] if w and w.lower() not in _NOT_UNITS)
+            if not first:
+                continue
+            units = (first,) if len(per) < 3 or not per[2] else (first, frozenset({_unit(per[2])}))
+            amount = Fraction(before or after)
+            yield match.start(), match.end(), amount, symbol or _currency_symbol(word), units
+    for match in _ZH_RATE.finditer(sentence):
+        first_unit, second_unit, number = match.groups()
+        slots = [frozenset({_ZH_UNITS[first_unit]})]
+        if second_unit:
+            slots.append(frozenset({_ZH_UNITS[second_unit]}))
+        # 「每件每天」: the thing is counted per day; the day is the count, the thing the items
+        if len(slots) == 2 and ITEM in slots[0]:
+            slots.reverse()
+        yield match.start(), match.end(), Fraction(number), "元", tuple(slots)
+    for match in _ZH_RATE_AFTER.finditer(sentence):
+        number, unit = match.groups()
+        yield match.start(), match.end(), Fraction(number), "元", (frozenset({_ZH_UNITS[unit]}),)
+
+
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    """What a sentence says of every rate in it: units free, a cap, a spend, a minimum."""
+
+    free: tuple[Fraction, str]
+    cap: Fraction | None
+    spend: Fraction | None
+    minimum: tuple[Fraction, str]
+
+    @classmethod
+    def of(cls, sentence: str) -> _Terms:
+        spend = _ZH_THRESHOLD.search(sentence) or _EN_THRESHOLD.search(sentence)
+        return cls(
+            _free(sentence),
+            _first(_CAP, sentence),
+            Fraction(spend.group(1)) if spend is not None else None,
+            _minimum(sentence),
+        )
+
+    def rate(
+        self,
+        amount: Fraction,
+        currency: str,
+        units: tuple[frozenset[str], ...],
+        sentence: str,
+        label: str,
+    ) -> Rate:
+        free, free_unit = self.free
+        frees = free_unit in units[0]
+        minimum, minimum_unit = self.minimum
+        return Rate(
+            amount,
+            currency,
+            units,
+            sentence,
+            label,
+            free if frees else Fraction(0),
+            self.cap if self.cap is not None and self.cap > amount else None,
+            self.spend if frees else None,
+            minimum if minimum_unit in units[0] else Fraction(0),
+        )
 
 
 def _best_rate(
-    index: int, found: list[Count], used: set[int], rates: list[Rate], asked: set[str]
+    index: int,
+    found: list[Count],
+    used: set[int],
+    rates: list[Rate],
+    asked: set[str],
+    weight: dict[str, float],
 ) -> tuple[Rate, set[int]] | None:
     """Rule 3: the rate the count at ``index`` fills best, with the counts it takes; None on a
     tie or when none shares a word with the question."""
     count = found[index]
-    scored: list[tuple[int, Rate, set[int]]] = []
+    scored: list[tuple[float, Rate, set[int]]] = []
     for rate in rates:
-        if not count.words & rate.units[0]:
+        if not _same_unit(count.words, rate.units[0]):
             continue
         filled = {index}
         for slot in rate.units[1:]:
             other = next(
-                (i for i, c in enumerate(found) if i != index and i not in used and c.words & slot),
+                (
+                    i
+                    for i, c in enumerate(found)
+                    if i != index and i not in used and _same_unit(c.words, slot)
+                ),
                 None,
             )
             if other is None and ITEM not in slot:
@@ -371,22 +576,45 @@ def _best_rate(
         else:
             shared = asked & set(query_terms(rate.sentence))
             if shared:
-                scored.append((len(shared), rate, filled))
+                label = set(query_terms(rate.label)) - _GENERIC_TERMS
+                score = sum(weight.get(t, 1.0) for t in shared)
+                score += 2 * sum(weight.get(t, 1.0) for t in asked & label)
+                score -= 0.5 * sum(weight.get(t, 1.0) for t in label - asked)
+                scored.append((round(score, 6), rate, filled))
     if not scored:
         return None
     best = max(score for score, _, _ in scored)
-    top = {(r.amount, r.free, r.cap) for score, r, _ in scored if score == best}
+    top = {(r.amount, r.free, r.cap, r.minimum) for score, r, _ in scored if score == best}
     if len(top) != 1:
         return None
     _, rate, filled = next(s for s in scored if s[0] == best)
     return rate, filled
 
 
+def _same_unit(words: frozenset[str], unit: frozenset[str]) -> bool:
+    """A count's words name the rate's unit: they share one, and not each a word of its own
+    when both are two ("two city bikes" is not "for every electric bike")."""
+    if not words & unit:
+        return False
+    return not (len(words) > 1 and len(unit) > 1 and words - unit and unit - words)
+
+
+def _weights(evidence: str) -> dict[str, float]:
+    """A term's weight: one over the number of the evidence's sentences that hold it ("bike"
+    in every line of a bike shop's prices chooses no rate; "late" in one does)."""
+    held: dict[str, int] = {}
+    for sentence in sentences(evidence):
+        for term in set(query_terms(sentence)):
+            held[term] = held.get(term, 0) + 1
+    return {term: 1 / n for term, n in held.items()}
+
+
 def _said(terms: list[tuple[Rate, Fraction, Fraction]]) -> Computation:
     """Rule 4: the total, as ``arithmetic`` says a computation."""
     parts: list[str] = []
     value = Fraction(0)
-    for rate, n, items in terms:
+    for rate, asked, items in terms:
+        n = max(asked, rate.minimum)
         billed = max(n - rate.free, Fraction(0))
         per_item = billed * rate.amount
         count = _text(n) if not rate.free else f"({_text(n)}-{_text(rate.free)})"
@@ -404,7 +632,46 @@ def _said(terms: list[tuple[Rate, Fraction, Fraction]]) -> Computation:
     spoken: dict[str, str | None] = {"zh": None, "en": None}
     if isinstance(tree, ast.BinOp):
         spoken = spoken_sums(tree)
-    return Computation(expression, value, terms[0][0].currency, spoken)
+    said_before = _rule_said(*terms[0][:2]) if len(terms) == 1 else {}
+    return Computation(expression, value, terms[0][0].currency, spoken, said_before)
+
+
+def _rule_said(rate: Rate, asked: Fraction) -> dict[str, str]:
+    """The rule that shaped a one-rate total, said before it (Rule 4): a minimum, units free,
+    a cap — with the unit named only where code knows its words."""
+    unit = next(iter(rate.units[0] & _SAID_UNIT.keys()), None)
+    if unit is None:
+        return {}
+    en, zh = _SAID_UNIT[unit]
+    if rate.cap is not None and (max(asked, rate.minimum) - rate.free) * rate.amount > rate.cap:
+        cap = _text(rate.cap)
+        money = cap + " 元" if rate.currency == "元" else rate.currency + cap
+        return {"en": f"It is capped at {money}, so ", "zh": f"最高收取 {money}，"}
+    if rate.minimum > asked:
+        n = _text(rate.minimum)
+        return {"en": f"The minimum is {n} {en}s, so ", "zh": f"最少按 {n} {zh}计，"}
+    if rate.free and asked > rate.free:
+        n = _text(rate.free)
+        return {"en": f"The first {n} {en}s are free, so ", "zh": f"前 {n} {zh}免费，"}
+    return {}
+
+
+def _free_for(label: str, sentence: str) -> bool:
+    """The clause giving units free names what the label names (「每天前 10 页黑白打印免费」 for
+    「打印黑白每页 0.5 元」, not for 「彩色每页 2 元」)."""
+    clause = next((c for c in re.split(r"[,;，；]", sentence) if _DISCOUNT.search(c)), "")
+    return bool((set(query_terms(label)) - _GENERIC_TERMS) & set(query_terms(clause)))
+
+
+def _minimum(sentence: str) -> tuple[Fraction, str]:
+    for pattern in _MINIMUMS:
+        match = pattern.search(sentence)
+        if match is not None:
+            n = _value(match.group(1))
+            unit = _ZH_UNITS.get(match.group(2)) or _unit(match.group(2))
+            if n is not None:
+                return n, unit
+    return Fraction(0), ""
 
 
 def _free(sentence: str) -> tuple[Fraction, str]:

@@ -311,3 +311,8 @@ def test_operands_in_their_roles_are_computed() -> None:
     cart = "I have $80 in my cart. How much more do I need to spend to ship free?"
     assert computation(answer("99-80"), evidence=SCHOOL, question=cart).value == 19
     assert computation(answer("10+12"), evidence=STATION, question="省内和省外各寄一件一共多少钱？")
+
+
+def test_a_discount_in_zhe_states_what_is_paid() -> None:
+    assert Fraction(4, 5) in stated_numbers("学生凭学生证购买月卡享 8 折")
+    assert Fraction(17, 20) in stated_numbers("会员八五折")
