@@ -24,6 +24,7 @@ rest, weighing words the documents lack by how common they are in everyday langu
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import unicodedata
@@ -91,14 +92,183 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
 document). A query word in a group also looks for the other words of its group."""
 
 
-def _synonym_map() -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    for group in SYNONYMS:
+TRANSLATIONS: tuple[tuple[str, ...], ...] = (
+    # time
+    ("open", "开放", "营业", "开门"),
+    ("closed", "关门", "打烊", "店休", "闭馆"),
+    ("monday", "周一"),
+    ("tuesday", "周二"),
+    ("wednesday", "周三"),
+    ("thursday", "周四"),
+    ("friday", "周五"),
+    ("saturday", "周六"),
+    ("sunday", "周日"),
+    ("weekend", "周末"),
+    ("weekday", "平日"),
+    ("holiday", "假日", "节日"),
+    ("morning", "早上", "上午"),
+    ("afternoon", "下午"),
+    ("evening", "晚上"),
+    ("noon", "中午"),
+    ("winter", "冬季", "冬天"),
+    ("summer", "夏季", "夏天"),
+    ("early", "提前"),
+    ("late", "迟到", "逾期"),
+    ("delay", "延误", "延迟"),
+    ("schedule", "班次", "时刻"),
+    ("departure", "出发", "发车", "开船"),
+    ("arrival", "到达", "抵达"),
+    # money
+    ("price", "价格", "收费", "费用"),
+    ("free", "免费"),
+    ("discount", "优惠", "折扣"),
+    ("deposit", "押金", "订金"),
+    ("refund", "退款", "退还"),
+    ("pay", "付款", "支付"),
+    ("cash", "现金"),
+    ("credit", "信用"),
+    ("invoice", "发票"),
+    ("receipt", "收据"),
+    ("fine", "罚款"),
+    ("tip", "小费"),
+    ("tax", "税费"),
+    ("bill", "账单"),
+    ("tuition", "学费"),
+    # booking and service
+    ("book", "预约", "预订", "订位"),
+    ("cancel", "取消"),
+    ("reschedule", "改约", "改期"),
+    ("return", "退货", "归还"),
+    ("exchange", "换货"),
+    ("complaint", "投诉"),
+    ("warranty", "保修", "质保"),
+    ("repair", "维修", "修理"),
+    ("damage", "损坏"),
+    ("lost", "遗失", "丢失"),
+    ("insurance", "保险"),
+    ("contract", "合同"),
+    ("account", "账号", "账户"),
+    ("password", "密码"),
+    ("member", "会员"),
+    ("points", "积分"),
+    ("rent", "租赁", "出租", "租用", "租借"),
+    ("delivery", "配送", "送货"),
+    ("parcel", "包裹"),
+    ("storage", "保管", "存放", "寄存"),
+    ("locker", "储物"),
+    ("print", "打印"),
+    ("copy", "复印"),
+    ("appointment", "预约"),
+    # people
+    ("child", "儿童", "孩子", "小孩"),
+    ("adult", "成人", "大人"),
+    ("student", "学生"),
+    ("senior", "老人", "长者"),
+    ("baby", "婴儿", "宝宝"),
+    ("passenger", "乘客", "旅客"),
+    ("staff", "员工", "职员"),
+    ("teacher", "老师", "教师"),
+    ("coach", "教练"),
+    ("doctor", "医生"),
+    ("dentist", "牙医"),
+    ("guest", "客人", "住客"),
+    # places and things
+    ("parking", "停车"),
+    ("car", "汽车", "车辆"),
+    ("bicycle", "单车", "自行"),
+    ("bike", "单车", "自行"),
+    ("helmet", "头盔"),
+    ("boat", "船只"),
+    ("ferry", "渡轮", "轮渡"),
+    ("island", "海岛", "岛上"),
+    ("ticket", "门票", "车票", "船票", "机票"),
+    ("fare", "票价"),
+    ("luggage", "行李"),
+    ("baggage", "行李"),
+    ("suitcase", "箱子"),
+    ("wheelchair", "轮椅"),
+    ("elevator", "电梯"),
+    ("lift", "电梯"),
+    ("stairs", "楼梯"),
+    ("room", "房间", "客房", "包间"),
+    ("bed", "床位"),
+    ("shower", "淋浴"),
+    ("pool", "泳池"),
+    ("gym", "健身"),
+    ("library", "图书"),
+    ("museum", "博物"),
+    ("exhibition", "展览"),
+    ("clinic", "诊所"),
+    ("apartment", "公寓"),
+    ("address", "地址"),
+    ("window", "窗户", "玻璃"),
+    ("pet", "宠物"),
+    ("vaccine", "疫苗"),
+    ("phone", "手机", "电话"),
+    ("email", "邮件", "邮箱"),
+    ("internet", "网络", "宽带"),
+    ("router", "路由"),
+    ("data", "流量"),
+    ("plan", "套餐"),
+    ("lesson", "课程", "上课"),
+    ("class", "课程", "上课"),
+    ("trial", "试听", "试用", "体验"),
+    ("course", "课程"),
+    ("borrow", "借阅"),
+    ("renew", "续借", "续费"),
+    ("overdue", "逾期", "超期"),
+    # food and conduct
+    ("food", "食物", "饮食", "餐饮"),
+    ("eat", "用餐", "吃饭", "饮食"),
+    ("drink", "饮料", "饮品"),
+    ("alcohol", "酒水", "饮酒"),
+    ("wine", "红酒"),
+    ("beer", "啤酒"),
+    ("breakfast", "早餐", "早饭"),
+    ("lunch", "午餐", "午饭", "午市"),
+    ("dinner", "晚餐", "晚饭", "晚市"),
+    ("allergy", "过敏"),
+    ("vegetarian", "素食"),
+    ("smoking", "吸烟", "抽烟"),
+    ("noise", "噪音"),
+    ("clean", "清洁", "保洁", "打扫"),
+    ("wash", "清洗", "洗护"),
+    ("weather", "天气"),
+    ("wind", "大风", "风力"),
+    ("minimum", "最低", "起订", "最少"),
+    ("extra", "另外", "额外", "另收"),
+    ("charge", "收钱", "收取"),
+    ("return", "往返"),
+    ("kayak", "划艇"),
+    ("board", "上船", "登船"),
+    ("request", "申请"),
+    ("apply", "申请"),
+    ("allowed", "允许"),
+    ("bring", "携带", "自带"),
+    ("inside", "室内", "店内"),
+    ("outside", "室外", "户外"),
+    ("desk", "座位", "桌子"),
+    ("card", "卡片"),
+    ("maximum", "最高", "上限"),
+)
+"""Words and their everyday translations (English word, two-character Chinese words): a
+question in one language also looks for the other's words, so it can match a document in the
+other language (issue 31 item 3: "both languages are searched where the documents differ in
+language"). General service vocabulary, not fitted to one document."""
+
+
+def _synonym_map(groups: tuple[tuple[str, ...], ...]) -> dict[str, tuple[str, ...]]:
+    """Each term's other words in ``groups``; a term in two groups takes both groups' words."""
+    out: dict[str, dict[str, None]] = {}
+    for group in groups:
         keys = [terms(word)[0] for word in group]
-        assert all(terms(word) == [key] for word, key in zip(group, keys, strict=True))
+        assert all(terms(word) == [key] for word, key in zip(group, keys, strict=True)), group
         for key in keys:
-            out[key] = tuple(k for k in keys if k != key)
-    return out
+            known = out.setdefault(key, {})
+            for other in keys:
+                if other != key:
+                    known.setdefault(other, None)
+    return {key: tuple(others) for key, others in out.items()}
 
 
 def normalize(text: str) -> str:
@@ -238,6 +408,19 @@ def parse_query(text: str) -> ParsedQuery:
 
 def _content_gram(gram: str) -> bool:
     return gram not in FILLER_BIGRAMS and _STOP_CHARS.isdisjoint(gram)
+
+
+def translated(query: ParsedQuery) -> ParsedQuery:
+    """``query`` with each unit also covered by its terms' translations (``TRANSLATIONS``):
+    how it is matched against a passage in the other language."""
+    units = tuple(
+        frozenset(unit | {t for term in unit for t in _TRANSLATIONS.get(term, ())})
+        for unit in query.units
+    )
+    found = dict.fromkeys(query.terms)
+    for unit in units:
+        found.update(dict.fromkeys(sorted(unit)))
+    return dataclasses.replace(query, terms=tuple(found), units=units)
 
 
 def query_terms(text: str) -> list[str]:
@@ -431,7 +614,8 @@ def _cut_long(sentence: str, max_chars: int) -> list[str]:
     return pieces
 
 
-_SYNONYMS = _synonym_map()
+_SYNONYMS = _synonym_map(SYNONYMS)
+_TRANSLATIONS = _synonym_map(TRANSLATIONS)
 
 
 COMMON_ZIPF = 5.5

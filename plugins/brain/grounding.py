@@ -70,7 +70,15 @@ from plugins.language import CJK_IDEOGRAPHS, dominant_language, zh_or_en
 
 # Part of reading a turn (Rule 1), so readers of a turn (the benchmarks) take it from here too.
 from plugins.language import detect_language as detect_language
-from plugins.text import PET_WORDS, ZH_PET_WORDS, answer_type, holds_answer, parse_query, stem
+from plugins.text import (
+    PET_WORDS,
+    ZH_PET_WORDS,
+    answer_type,
+    holds_answer,
+    parse_query,
+    stem,
+    translated,
+)
 from plugins.text import terms as index_terms
 
 KNOWLEDGE_TOOL = "knowledge_search"
@@ -768,12 +776,13 @@ def distinct(evidence: Sequence[Passage]) -> list[Passage]:
 
 def coverage(question: str, evidence: Sequence[Passage]) -> float:
     """The share of ``question``'s content units (``plugins.text.parse_query``: English
-    words and Chinese characters, filler left out, synonyms counted) that the evidence's
+    words and Chinese characters, filler left out, synonyms and translations counted) that the
+    evidence's
     terms cover (its sentences and their section's heading); 1.0 when the question has none.
     A unit only the document's name covers is left out of the count: it says the question is
     on the document's topic ("Is there a gym at the inn?" of the Tidewater Inn's guide), not
     that these sentences answer it."""
-    units = parse_query(question).units
+    units = translated(parse_query(question)).units
     body = set(index_terms(" ".join(f"{p.topic} {p.text}" for p in evidence)))
     names = set(index_terms(" ".join(p.source for p in evidence)))
     counted = [unit for unit in units if unit & body or not unit & names]

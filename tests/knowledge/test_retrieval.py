@@ -24,7 +24,7 @@ from knowledge.store import (
     StoredChunk,
 )
 from plugins.embedding import REFERENCE_LANGUAGES, E5Embedder, to_bytes
-from plugins.text import background_weight, parse_query
+from plugins.text import background_weight, parse_query, translated
 
 T, ALICE, BOB = "t", "alice", "bob"
 SHOP = (
@@ -414,3 +414,48 @@ async def test_a_heading_is_never_the_closest_sentence(
         hits = await semantic.search(T, ALICE, question, role_id="r")
         assert hits and hits[0].closest_sentence is not None
         assert hits[0].closest_sentence not in ("Northline Ferries — Passenger Guide", "Timetable")
+
+
+def test_a_question_matches_a_chunk_in_the_other_language_by_its_translations() -> None:
+    # Rule 3c: lexical only (no vector), over a Chinese and an English document.
+    index = _snapshot_index(
+        {
+            "松间小馆用餐须知": [
+                ("营业时间\n午市 11:00 至 14:00。每周一店休。", AWAY),
+                ("停车\n商场停车场消费满 300 元可免费停车 2 小时。", AWAY),
+            ],
+            "Harbourview Rentals": [
+                ("Bikes\nHelmets and locks are included at no extra charge.", AWAY),
+                ("Kayaks\nKayaks are not rented when the wind is strong.", AWAY),
+            ],
+        },
+        {},
+    )
+
+    def found(query: str) -> list[str]:
+        return [index._chunks[h.chunk].text for h in index.lexical(parse_query(query))]
+
+    assert found("Is the restaurant closed on Mondays?")[0].endswith("每周一店休。")
+    assert found("头盔要另外收钱吗?")[0].startswith("Bikes")
+
+
+def test_a_translation_does_not_make_a_rare_word_common() -> None:
+    # "gym" is in no English chunk: it still sinks the office chunk, though the Chinese
+    # document holds its translation (weighed among the Chinese chunks only).
+    index = _snapshot_index(
+        {
+            "Office Handbook": [("Kitchen\nEmployees get free coffee in the kitchen.", AWAY)],
+            "阳光健身中心": [("营业时间\n健身房每天 06:00 至 23:00 营业。", AWAY)],
+        },
+        {},
+    )
+    hits = index.lexical(parse_query("Is there a gym for employees?"))
+    assert all(not index._chunks[h.chunk].text.startswith("Kitchen") for h in hits)
+
+
+def test_translations_widen_a_unit_and_leave_its_words() -> None:
+    query = parse_query("Do you accept cash?")
+    wider = translated(query)
+    assert "现金" in wider.terms and "现金" not in query.terms
+    assert wider.words == query.words and len(wider.units) == len(query.units)
+    assert "cash" in translated(parse_query("能付现金吗?")).terms
