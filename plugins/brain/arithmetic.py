@@ -168,7 +168,7 @@ NAMES = re.compile(
 _ZH_DIGIT = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7}
 _ZH_DIGIT |= {"八": 8, "九": 9}
 _ZH_UNIT = {"十": 10, "百": 100, "千": 1000}
-_EN_NUMBER: dict[str, Fraction | int] = {
+EN_NUMBER: dict[str, Fraction | int] = {
     "one": 1,
     "two": 2,
     "three": 3,
@@ -188,7 +188,7 @@ _EN_NUMBER: dict[str, Fraction | int] = {
     "double": 2,
     "half": Fraction(1, 2),
 }
-_EN_WORD = re.compile(r"\b(" + "|".join(_EN_NUMBER) + r")\b", re.I)
+_EN_WORD = re.compile(r"\b(" + "|".join(EN_NUMBER) + r")\b", re.I)
 _SPOKEN_OPERATOR: dict[str, dict[type[ast.operator], str]] = {
     "zh": {ast.Add: "加", ast.Sub: "减", ast.Mult: "乘", ast.Div: "除以"},
     "en": {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "divided by"},
@@ -274,7 +274,7 @@ def stated_counts(text: str) -> Counter[Fraction]:
         if value is not None:
             found[Fraction(value)] += 1
     for word in _EN_WORD.findall(text):
-        found[Fraction(_EN_NUMBER[word.lower()])] += 1
+        found[Fraction(EN_NUMBER[word.lower()])] += 1
     return found
 
 

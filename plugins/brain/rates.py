@@ -74,27 +74,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from plugins.brain.arithmetic import NAMES, Computation, spoken_sums, stated_numbers, zh_number
+from plugins.brain.arithmetic import (
+    EN_NUMBER,
+    NAMES,
+    Computation,
+    spoken_sums,
+    stated_numbers,
+    zh_number,
+)
 from plugins.language import is_cjk_ideograph
 from plugins.text import STOP_WORDS, query_terms, sentences
 
 _NUMBER = r"\d+(?:\.\d+)?"
 _ZH_NUM = r"[零一二两三四五六七八九十百]+"
 _EN_WORDS = {
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "eleven": 11,
-    "twelve": 12,
+    word: Fraction(n)
+    for word, n in EN_NUMBER.items()
+    if word not in ("twice", "twins", "both", "pair", "double", "half")
 }
-_EN_NUM = r"\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
+_EN_NUM = r"\d+|" + "|".join(_EN_WORDS)
 
 ITEM = "item"
 """The unit of things counted by a generic measure word (「个」, 「件」, "item", "piece")."""
@@ -688,6 +686,17 @@ def _rule_said(rate: Rate, asked: Fraction) -> dict[str, str]:
     return {}
 
 
+def _count_in(patterns: Iterable[re.Pattern[str]], sentence: str) -> tuple[Fraction, str]:
+    """The first count and unit one of ``patterns`` finds in ``sentence`` (none: 0, "")."""
+    for pattern in patterns:
+        match = pattern.search(sentence)
+        if match is not None:
+            n = _value(match.group(1))
+            if n is not None:
+                return n, _ZH_UNITS.get(match.group(2)) or _unit(match.group(2))
+    return Fraction(0), ""
+
+
 def _free_for(label: str, sentence: str) -> bool:
     """The clause giving units free names what the label names (「每天前 10 页黑白打印免费」 for
     「打印黑白每页 0.5 元」, not for 「彩色每页 2 元」)."""
@@ -696,24 +705,13 @@ def _free_for(label: str, sentence: str) -> bool:
 
 
 def _minimum(sentence: str) -> tuple[Fraction, str]:
-    for pattern in _MINIMUMS:
-        match = pattern.search(sentence)
-        if match is not None:
-            n = _value(match.group(1))
-            unit = _ZH_UNITS.get(match.group(2)) or _unit(match.group(2))
-            if n is not None:
-                return n, unit
-    return Fraction(0), ""
+    return _count_in(_MINIMUMS, sentence)
 
 
 def _free(sentence: str) -> tuple[Fraction, str]:
-    for pattern in (*_ZH_FREE, *_EN_FREE):
-        match = pattern.search(sentence)
-        if match is not None:
-            n = _value(match.group(1))
-            unit = _ZH_UNITS.get(match.group(2)) or _unit(match.group(2))
-            if n is not None:
-                return n, unit
+    found = _count_in((*_ZH_FREE, *_EN_FREE), sentence)
+    if found[0]:
+        return found
     match = _ZH_FROM.search(sentence)
     if match is not None:
         n = _value(match.group(1))

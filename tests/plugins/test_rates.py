@@ -24,6 +24,16 @@ LAUNDRY = (
 )
 
 
+BOATS = (
+    "Rowing boats cost $15 per hour and motor boats $40 per hour, with a two-hour minimum. "
+    "Paddle boards rent for $9 per hour or $35 per day. "
+    "Club members get the first hour of any rowing boat hire free. "
+    "Late returns are charged $20 per hour, up to $80. "
+    "A deposit of $50 is taken for every motor boat."
+)
+PRINT_SHOP = "复印黑白每页 0.3 元,彩色每页 1.5 元,每天前 20 页黑白复印免费。储物格每天 4 元。"
+
+
 @pytest.mark.parametrize(
     ("question", "evidence", "total", "said"),
     [
@@ -37,6 +47,14 @@ LAUNDRY = (
         ("衣服放了 30 天,存放费要多少?", LAUNDRY, 20, "20元"),
         ("消费满了 200 元,停车 3 个小时要付多少停车费?", LAUNDRY, 12, "12元"),
         ("两杯咖啡和一瓶矿泉水一共多少钱?", LAUNDRY, 30, "30元"),
+        ("How much for three paddle boards for 2 hours?", BOATS, 54, "$54"),
+        ("We'd like a motor boat for 3 hours. What's the cost?", BOATS, 120, "$120"),
+        ("How much is a rowing boat for just one hour?", BOATS, 30, "minimum is 2 hours"),
+        ("What's the deposit for two motor boats?", BOATS, 100, "$100"),
+        ("We came back 6 hours late. What's the late fee?", BOATS, 80, "capped at $80"),
+        ("彩色复印 10 页多少钱?", PRINT_SHOP, 15, "15元"),
+        ("黑白复印 50 页要多少钱?", PRINT_SHOP, 9, "前 20 页免费"),
+        ("储物格用一周要多少钱?", PRINT_SHOP, 28, "28元"),
     ],
 )
 def test_a_count_is_multiplied_by_the_price_per_its_unit(
@@ -89,38 +107,6 @@ def test_a_count_times_a_price_per_another_unit_does_not_fit() -> None:
     assert not fits("10*12", question, LAUNDRY)  # 12 is a garment's price, not a day's
     assert fits("(10-7)*2", question, LAUNDRY)
     assert fits("2*15", "点两杯咖啡多少钱?", LAUNDRY)
-
-
-BOATS = (
-    "Rowing boats cost $15 per hour and motor boats $40 per hour, with a two-hour minimum. "
-    "Paddle boards rent for $9 per hour or $35 per day. "
-    "Club members get the first hour of any rowing boat hire free. "
-    "Late returns are charged $20 per hour, up to $80. "
-    "A deposit of $50 is taken for every motor boat."
-)
-PRINT_SHOP = "复印黑白每页 0.3 元,彩色每页 1.5 元,每天前 20 页黑白复印免费。储物格每天 4 元。"
-
-
-@pytest.mark.parametrize(
-    ("question", "evidence", "total", "said"),
-    [
-        ("How much for three paddle boards for 2 hours?", BOATS, 54, "$54"),
-        ("We'd like a motor boat for 3 hours. What's the cost?", BOATS, 120, "$120"),
-        ("How much is a rowing boat for just one hour?", BOATS, 30, "minimum is 2 hours"),
-        ("What's the deposit for two motor boats?", BOATS, 100, "$100"),
-        ("We came back 6 hours late. What's the late fee?", BOATS, 80, "capped at $80"),
-        ("彩色复印 10 页多少钱?", PRINT_SHOP, 15, "15元"),
-        ("黑白复印 50 页要多少钱?", PRINT_SHOP, 9, "前 20 页免费"),
-        ("储物格用一周要多少钱?", PRINT_SHOP, 28, "28元"),
-    ],
-)
-def test_the_rate_is_the_one_its_own_words_name(
-    question: str, evidence: str, total: int, said: str
-) -> None:
-    computed = priced(question, evidence)
-    assert computed is not None
-    assert computed.value == total
-    assert said in computed.sentence("en" if question.isascii() else "zh")
 
 
 def test_a_discount_for_what_the_person_is_leaves_the_total_to_no_one() -> None:
