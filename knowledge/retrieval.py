@@ -27,16 +27,17 @@ words do not sink a Chinese question. Rule 3c (the other language): a chunk in a
 than the query's is also matched by the query with each unit widened by its words' everyday
 translations (``plugins.text.TRANSLATIONS``: cash ↔ 现金, open ↔ 开放/营业/开门), weighed among
 those chunks only, ranked after every chunk the query's own words match, and kept only when
-they cover ``TRANSLATED_SHARE`` of its units (ranked by score among the others and kept at any
+they cover ``TRANSLATED_SHARE`` of its units. Ranked by score among the others and kept at any
 coverage, they put an English inn's breakfast before a Chinese restaurant's children's meal for
-「小孩一米一,吃饭怎么算?」, and answered "What's my phone number?" from 「电话订位」: on 65 dev
-turns touched by the change, 0.585 without translations, 0.569 so, 0.631 and 0.615 ranked
-after, 0.631 with the share; unanswerable answered 0.182, 0.364, 0.364, 0.182). So "Do I have to pay cash?" finds 「不收现金」,
-while "gym", in no English chunk, still sinks an English chunk about employees though the
-Chinese gym's rules hold 健身. Measured on a cross-language dev probe (``dev_cross_language``,
-20 turns, written before the change; some of its failures named words of the list): 0.25 →
-0.45; on the 106 dev turns of every conversation with a cross-language turn or touched by the
-change 0.575 → 0.594 (within the noise). Rule 3b: a chunk that matches only through its
+「小孩一米一,吃饭怎么算?」 and answered "What's my phone number?" from 「电话订位」 (on 65 dev
+turns touched by the change: 0.585 without translations, 0.569 so, 0.631 and 0.615 ranked
+after, 0.631 with the share; unanswerable answered 0.182, 0.364, 0.364, 0.182). So "Do I have
+to pay cash?" finds 「不收现金」, while "gym", in no English chunk, still sinks an English chunk
+about employees though the Chinese gym's rules hold 健身. Measured on a cross-language dev
+probe (``dev_cross_language``, 20 turns, written before the change; some of its failures named
+words of the list): 0.25 → 0.35–0.45 (three runs: the model's answers vary); on the 106 dev
+turns of every conversation with a cross-language turn or touched by the change 0.575 →
+0.594 (within the noise). Rule 3b: a chunk that matches only through its
 document's name (no query term in its body) does not qualify unless it covers every unit —
 the name says the question is on the document's topic, not that this chunk answers it.
 
