@@ -332,7 +332,7 @@ def priced(question: str, evidence: str) -> Computation | None:
         used.update(filled)
         items = Fraction(1)
         for slot in rate.units[1:]:
-            other = next((found[i] for i in filled if found[i].words & slot), None)
+            other = next((found[i] for i in filled if _same_unit(found[i].words, slot)), None)
             items *= other.n if other is not None else 1
         if rate.units[0] & _TIME_UNITS:  # "two city bikes" for "City bikes rent for $6 per hour"
             for other_index in _things_priced(rate, found, used | {index}):
