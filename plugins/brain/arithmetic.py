@@ -398,27 +398,26 @@ def _check_roles(tree: ast.BinOp, *, evidence: str, question: str) -> None:
     """Rule 3b: every operand in the role the evidence gives it; raise ``NotAComputation``."""
     operands = set(_operands(tree))
     differs = _DIFFERENCE_CUE.search(question) is not None
+    named = _named_in(question)
     for operand in operands:
         where = list(_occurrences(operand, evidence))
         if not differs and where and all(_LIMIT_BEFORE.search(before) for before, _ in where):
             raise NotAComputation(f"operand {_format(operand)} is a limit, not an amount")
-        named = _named_in(question)
         priced_at = [before for before, after in where if _is_money(before, after)]
         if named and priced_at and all(_other_tier(before, named) for before in priced_at):
             raise NotAComputation(f"operand {_format(operand)} is the price of another kind")
     if _ASKS_MONEY.search(question) and isinstance(tree.op, ast.Add | ast.Sub):
-        money = {
-            operand
-            for operand in operands
-            if any(_is_money(b, a) for b, a in _occurrences(operand, question))
-            or (
-                not list(_occurrences(operand, question))
-                and any(_is_money(b, a) for b, a in _occurrences(operand, evidence))
-            )
-        }
+        money = {operand for operand in operands if _money_operand(operand, question, evidence)}
         for term in _terms(tree):
             if not money & set(_operands(term)):
                 raise NotAComputation("a term of the sum is no amount of money")
+
+
+def _money_operand(operand: Fraction, question: str, evidence: str) -> bool:
+    """An amount of money where the question states it, else where the evidence does (the
+    question's "5 天" is days, though the evidence's 「加收 5 元」 is money)."""
+    where = list(_occurrences(operand, question)) or list(_occurrences(operand, evidence))
+    return any(_is_money(before, after) for before, after in where)
 
 
 def _occurrences(number: Fraction, text: str) -> Iterable[tuple[str, str]]:
