@@ -170,7 +170,7 @@ _SENSITIVE = re.compile(
     r"|https?://|www\.|ftp://|\b[\w.-]+\.(?:com|net|org|io|cn|dev|app)/\S*"
     r"|\bsk-[A-Za-z0-9]{8,}|\bAKIA[0-9A-Z]{12,}|\bghp_[A-Za-z0-9]{10,}"
     r"|(?=[A-Za-z0-9_\-]{24,})(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{24,}"
-    r"|\d[\d -]{11,}\d",
+    r"|\d(?:[ -]?\d){12,}",  # 13 digits or more: a card's length; a phone number is shorter
     re.I,
 )
 

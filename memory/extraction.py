@@ -16,8 +16,12 @@ driver"; not "a member", "a big fan"). "My <relative or pet> …" and "我妈妈
 relations, said as they were said: never the person's own name, age or birthday. The first
 matching rule gives the kind (preference, goal, correction, relation, fact) and, for stable
 facts, a key (``name``, ``birthday``, ``current_city``, ``hometown``, ``job``, ``employer``,
-``native_language``, ``favorite:<thing>``, ``relation:<who>``): a newer statement with the same
-key replaces the older one in the store.
+``native_language``, ``phone``, ``favorite:<thing>``, ``relation:<who>``): a newer statement
+with the same key replaces the older one in the store. A phone number is the person's when a
+phone word or "my/the wrong/the new number" stands beside it and no relative owns it ("My
+mobile is 07700 900123"; "Sorry, I gave you the wrong number earlier, it's 07700 900321"
+replaces it); a flight or booking number is not. Card-length numbers (13 digits or more) stay
+secrets (``is_sensitive``).
 
 A clause is *not* stored when it is a question (ends with ``?``/``？``, or is a Chinese question
 by its particles and question words), hypothetical (if/suppose/would…, 如果/假如/要是…),
@@ -174,6 +178,7 @@ def _en(pattern: str) -> re.Pattern[str]:
 _EN_RULES: tuple[_Rule, ...] = (
     _Rule("correction", _en(r"(?:please\s+)?(?:remember|keep in mind|note)\s*(?:that\s*)?[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
     _Rule("correction", _en(r"(?:correction|to correct myself|let me correct (?:that|myself)|i misspoke)\s*[:,]?\s*(?P<rest>.+)"), inner=True),  # noqa: E501
+    _Rule("fact", _en(rf"(?!.*\b(?:my|our) (?:{EN_RELATIONS})\b)(?!.*\b(?:old|wrong|previous|former|work|office)\s+(?:phone |mobile )?(?:number|phone|mobile)\b(?:\s+(?:is|was))?\W*\+?\d)(?=.*(?:\b(?:phone|mobile|cell|telephone)\b|\b(?:my|wrong|right|correct|new) number\b|\bcall me (?:on|at)\b)).*?(?P<rest>\+?\d(?:[ ()-]{{0,2}}\d){{6,14}})\D*$"), key="phone", says="My phone number is {rest}"),  # noqa: E501
     _Rule("fact", _en(r"(?:my name is|(?:please |you can |just )?call me|i'm called|i am called|my name's|i go by|the name's|(?:people|everyone|friends|my friends|most people) (?:usually |just |all )?calls? me)\s+(?P<rest>.+)"), key="name"),  # noqa: E501
     _Rule("fact", _EN_INTRODUCTION, key="name", says="My name is {rest}"),
     _Rule("fact", _en(r"(?:my birthday is|my birthday's|i was born on)\s+(?P<rest>.+)"), key="birthday"),  # noqa: E501
@@ -203,6 +208,7 @@ _ZH_RULES: tuple[_Rule, ...] = (
     _Rule("fact", re.compile(r"(?:我的名字是|我的名字叫|我叫|你可以叫我|叫我|我的名字|(?:大家|朋友们?|别人|同事们?)(?:都|一般|平时)?(?:叫我|喊我|称呼我)|我姓)(?P<rest>.+)"), key="name"),  # noqa: E501
     _Rule("fact", re.compile(rf"我是(?P<rest>(?:小|老|大)?[{_ZH_SURNAMES}][\u4e00-\u9fff]{{0,2}})$"), key="name", says="我叫{rest}"),  # noqa: E501
     _Rule("fact", re.compile(r"我的?生日(?:是|在)(?P<rest>.+)"), key="birthday"),
+    _Rule("fact", re.compile(rf"(?!.*我(?:的|家的?)?(?:{ZH_RELATIONS}))(?=.*(?:手机|电话|号码)).*?(?P<rest>\+?\d(?:[ ()-]{{0,2}}\d){{6,14}})\W*$"), key="phone", says="我的手机号是{rest}"),  # noqa: E501
     _Rule("fact", re.compile(r"我们?(?:一家|全家)?(?:现在|目前|如今|已经|上个月|去年|刚)?(?:住在|生活在|定居在|居住在|常住在|搬到了|搬到|搬去了|搬去|搬家到)(?P<rest>.+)"), key="current_city"),  # noqa: E501
     _Rule("fact", re.compile(r"(?:我来自|我老家是|我老家在|我的家乡是|我的老家是)(?P<rest>.+?)(?:长大的?)?$"), key="hometown"),  # noqa: E501
     _Rule("fact", re.compile(r"我是在(?P<rest>.+?)(?:长大|出生)的?$"), key="hometown"),
@@ -315,10 +321,15 @@ _DIET = re.compile(
 _EN_NEGATION = re.compile(r"\b(?:not|never|no longer|nothing|none|no)\b|n't\b", re.I)
 _ZH_NEGATION = re.compile(r"不是|没有|并不|不再|从不|从来不|从没|不会|不想|不叫|不在|不住|没")
 _FIRST_PERSON = re.compile(
-    r"我|\bi\b|\bi'|\bmy\b|\bwe\b|\bwe'|\bour\b|\bremember\b|\bcalls? me\b|\bcorrection\b"
+    r"我|家里|咱|\bi\b|\bi'|\bmy\b|\bme\b|\bwe\b|\bwe'|\bour\b|\bus\b|\bremember\b|\bcorrection\b"
     r"|\b(?:this is|it's|it is) \w+(?: \w+)? (?:here|speaking|again|calling)\b|记住|纠正|更正",
     re.I,
 )
+
+
+_WHO_ALONE = re.compile(r"\s*(?:(?:[Mm]y|[Oo]ur)\s+[a-z]+(?:\s+[A-Z][a-z]+)?|[A-Z][a-z]+)\s*")
+"""A clause that is only someone ("my wife", "my partner Sam", "Tom"): the first half of "…
+and I" (the split before "and I" cut a subject of two; the model reads them together)."""
 
 
 def _clauses(text: str) -> list[str]:
@@ -415,7 +426,13 @@ def stated_clauses(text: str) -> list[str]:
     if not text or len(text) > MAX_MESSAGE_CHARS or not _FIRST_PERSON.search(text):
         return []
     out: list[str] = []
+    raws: list[str] = []
     for raw in _clauses(text):
+        if raws and _WHO_ALONE.fullmatch(raws[-1]) and raw.startswith("I "):
+            raws[-1] += " and " + raw  # "My partner and I are…": one subject, one clause
+        else:
+            raws.append(raw)
+    for raw in raws:
         zh = has_cjk(raw)
         if _refused(raw, zh):
             continue

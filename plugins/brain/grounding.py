@@ -45,7 +45,15 @@ Rule 6. Memory in other words: what a question asks of the person and what an en
         ``asks_about_me`` is a first-person question whose attribute some entry has: when it
         asks *for* something ("what should you call me?", 「我是做哪一行的」) it is a memory
         question whatever its words; any other ("can I bring my dog?") is searched in the
-        documents first and answered from memory only when they do not answer it.
+        documents first and answered from memory only when they do not answer it; so is one
+        asking what the person may or must do ("where can I park my car?", 「我可以带狗吗」:
+        ``_MAY_I``), whatever an entry shares with it.
+Rule 6b. Memory by rare words: an attribute said in no fixed form (a liking, a habit, a diet,
+        a car: ``_FREE_FORM``) that no entry has is matched by the rare words a question
+        shares with an entry ("how do I prefer to be contacted?" and "please contact me by
+        email"); and when the documents do not answer a question in the first person ("we"
+        and "our" too) or naming someone an entry names, an entry sharing a rare word with it
+        answers it ("which anniversary are we celebrating?": ``remembered_by_words``).
 Rule 7. The document in focus: a conversation is about one business's documents at a time.
         The passages kept are those of the documents the question names (``brand``: a title's
         first word or first two Chinese characters — "Bluecoast", 「云雀」), else, for a
@@ -74,6 +82,7 @@ from plugins.text import (
     PET_WORDS,
     ZH_PET_WORDS,
     answer_type,
+    background_weight,
     holds_answer,
     parse_query,
     stem,
@@ -371,7 +380,11 @@ def read_turn(request: BrainInput) -> Reading:
     asked = asked_part(text)
     if question and (
         _is_about_me(asked, lang, entries)
-        or (_ASKS_FOR[lang].search(asked) is not None and asks_about_me(asked, entries))
+        or (
+            _ASKS_FOR[lang].search(asked) is not None
+            and not _MAY_I[lang].search(asked)
+            and asks_about_me(asked, entries)
+        )
     ):
         return Reading(lang, Intent.MEMORY, text)
     if question:
@@ -395,7 +408,7 @@ def _is_about_me(text: str, lang: str, entries: Sequence[str]) -> bool:
         return True
     if _WHAT_IS_MY[lang].search(text) and attributes(text):
         return True
-    if not _MY_THING[lang].search(text):
+    if not _MY_THING[lang].search(text) or _MAY_I[lang].search(text):
         return False
     wanted = terms(text)
     return any(wanted & terms(entry) for entry in entries)
@@ -829,18 +842,20 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         "age": r"\bage\b|\bhow old\b|\b(?:years?|months?|weeks?) old\b"
         r"|\bi(?:'m| am)(?: actually| now)? \d{1,3}\b|岁|年纪|多大"
         r"|\b(?:is|'s|turned|turns) (?:\d{1,2}|one|two|three|four|five|six|seven|eight|nine|ten"
-        r"|eleven|twelve|thirteen|fourteen|fifteen)(?: (?:now|already|this year))?\W*$",
+        r"|eleven|twelve|thirteen|fourteen|fifteen)(?: (?:now|already|this year))?"
+        r"(?:\W*$|,|\s+and\b)",
         "allergy": r"\ballerg|\bmedic(?:ine|ation)s?\b|\bdrugs?\b"
         r"|\b(?:can'?t|cannot|shouldn'?t|should not|mustn'?t|not allowed to) eat\b"
         r"|\b(?:food|eat|drink)s?\b.*\b(?:stay|keep) away from\b|\bcan'?t i (?:eat|have)\b"
-        r"|\bco?eliac|\bintoleran|过敏|药|不能吃|不可以吃|忌口",
+        r"|\bco?eliac|\bintoleran|\bmakes? me (?:\w+ )?(?:ill|sick)\b"
+        r"|过敏|药|不能吃|不可以吃|吃不了|忌口",
         "goal": r"\bgoals?\b|\blearn|\bstudy|\bstudying\b|\bplan(?:s|ning)?\b|\btraining\b"
         r"|\bhop(?:e|ed|ing) to\b|\bpick up\b|\baim"
         r"|目标|学|打算|计划",
         "diet": r"\bdiet(?:ary)?\b|\bvegetarian|\bvegan|\bpescatarian|\bhalal\b|\bkosher\b"
         r"|\b(?:don'?t|do not|never) eat\b|\bmeat\b|\bavoid\b"
         r"|\b(?:food|eat|drink)s?\b.*\b(?:stay|keep) away from\b"
-        r"|吃素|素食|饮食|清真|不吃|口味|吃辣|忌口",
+        r"|吃素|素食|饮食|清真|不吃|吃不了|口味|吃辣|忌口",
         "likes": r"\blikes?\b|\bloves?\b|\bfavou?rite|\bprefer|\benjoy|喜欢|爱|最爱|偏好",
         "vehicle": r"\bcars?\b|\bdriv(?:e|es|ing)\b|\bvehicle|\bmotor(?:bike|cycle)\b|车|辆",
         "study": r"\bstud(?:y|ies|ying|ent)\b|\bmajor(?:ing)?\b|\bdegree\b|\buniversity|\bcollege\b"
@@ -849,12 +864,15 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\bfor fun\b|\borchestra|\bband\b|\bclub\b|爱好|乐器|运动|业余|弹|打球|踢球",
         "habit": r"\busual(?:ly)?\b|\balways\b|\bnormally\b|\bregular(?:ly)?\b"
         r"|平时|经常|总是|每次|每天|习惯",
+        "phone": r"\b(?:phone|mobile|cell|telephone)\b|\b(?:my|your) number\b|手机|电话|号码",
         "language": r"\blanguages?\b|\bspeak\b|\bnative\b|语言|母语|(?:说|讲)什么话",
     }.items()
 }
 _ASKS_FOR = {
     "en": re.compile(
-        r"\b(?:what|which|where|who|when|how old|how many|how much|how long)\b.*\b(?:i|me|my|i'm)\b"
+        r"\b(?:what|which|where|who|when|how old|how many|how much|how long)\b"
+        r".*\b(?:i|me|my|i'm|we|our|us)\b"
+        r"|\b(?:do|did) i (?:usually |normally )?(?:prefer|like|love|want|hate)\b"
         r"|^\W*(?:is there|are there|do i have|have i got)\b.*\b(?:i|me|my)\b"
         r"|\bremember\b|\bremind me\b|\bdo you know (?:what|where|who|when|which|how|my)\b",
         re.I,
@@ -864,6 +882,17 @@ _ASKS_FOR = {
     ),
 }
 """A question that asks for something of the person (Rule 6), in any words."""
+_MAY_I = {
+    "en": re.compile(
+        r"\b(?:can|could|may|shall|should|must) (?:i|we)\b|\bdo (?:i|we) (?:need|have) to\b"
+        r"|\bhow (?:do|can|should) (?:i|we) (?!(?:usually |normally )?(?:prefer|like|want)\b)",
+        re.I,
+    ),
+    "zh": re.compile(r"我们?(?:可以|能|能不能|可不可以|需要|需不需要|要不要|该|应该)"),
+}
+"""Asking what the person may or must do ("where can I park my car?", 「我可以带狗吗」) is a
+question for the documents, even when an entry shares its attribute (Rule 6): memory answers
+it only when they do not."""
 _ANYTHING_ABOUT_ME = re.compile(
     r"\b(?:know|remember|recall)\b.*\babout me\b|\bwhat do you (?:know|remember)\b"
     r"|\bwhat have i (?:told|said)\b|(?:记得|知道|了解).{0,4}我(?:什么|哪些|些什么)"
@@ -962,8 +991,11 @@ def relevant_memories(
     asked = attributes(question)
     subjects = asked & _SUBJECTS
     own = asked - _SUBJECTS
+    by_rare = False
     if own and not subjects and not any(own & attributes(entry) for entry in entries):
-        return []  # "which hospital was I born in?" is not the job's hospital
+        if own - _FREE_FORM:
+            return []  # "which hospital was I born in?" is not the job's hospital
+        by_rare = True  # "how do I prefer to be contacted?" and "contact me by email"
     kinds = _kinds(question)
     own_first = bool(asked) and not subjects and _FIRST_PERSON.search(question) is not None
     scored = []
@@ -976,7 +1008,10 @@ def relevant_memories(
         about_subject = own_first and bool(has & _SUBJECTS)
         if about_subject and asked & has and (asked & has <= _OF_A_SUBJECT or _theirs(entry)):
             continue  # "what should you call me?" is not the cat's name
-        shared = len(asked & has) * 2 + len(wanted & terms(entry))
+        if by_rare:
+            shared = len(rare_words(question, entry))
+        else:
+            shared = len(asked & has) * 2 + len(wanted & terms(entry))
         if shared:
             scored.append((not about_subject, shared, -i, entry))
     if not scored:
@@ -985,6 +1020,27 @@ def relevant_memories(
     if best_only:
         scored = [item for item in scored if item[:2] == scored[0][:2]]
     return [entry for *_, entry in scored[:limit]]
+
+
+_FREE_FORM = frozenset({"likes", "habit", "hobby", "goal", "diet", "allergy", "vehicle", "study"})
+"""Attributes said in any words, with no fixed form to match (Rule 6b)."""
+RARE_SHARED = 0.5
+"""Rule 6b: a word at least this rare (``plugins.text.background_weight``) is shared."""
+_WE = re.compile(r"\b(?:we|us|our|ours)\b|咱|我们", re.I)
+
+
+def rare_words(question: str, entry: str) -> set[str]:
+    """The words a question and an entry share that say something: not everyday ones."""
+    return {t for t in terms(question) & terms(entry) if background_weight(t) >= RARE_SHARED}
+
+
+def remembered_by_words(question: str, entries: Sequence[str]) -> bool:
+    """Rule 6b: a question in the first person (we and our too) or naming someone an entry
+    names, sharing a rare word with an entry ("Which anniversary are we celebrating?" and "My
+    partner and I are celebrating our tenth anniversary"), when no attribute matched it."""
+    if not (_FIRST_PERSON.search(question) or _WE.search(question) or _named_in(question, entries)):
+        return False
+    return any(rare_words(question, entry) for entry in entries)
 
 
 _SECOND_PERSON_EN = [

@@ -171,6 +171,7 @@ from plugins.brain.grounding import (
     Intent,
     Passage,
     Reading,
+    asked_part,
     asked_terms,
     asks_about_me,
     asks_for_transfer,
@@ -191,6 +192,7 @@ from plugins.brain.grounding import (
     quote_is_from,
     read_turn,
     relevant_memories,
+    remembered_by_words,
     second_person,
     sentences,
     terms,
@@ -464,7 +466,9 @@ class LLMBrain:
                 # The documents do not answer it; a question about the person in words the
                 # memory patterns missed is answered from memory (grounding Rule 6).
                 entries = memory_entries(request.system)
-                if asks_about_me(reading.text, entries):
+                if asks_about_me(reading.text, entries) or remembered_by_words(
+                    reading.text, entries
+                ):
                     self._decided(request.session, "memory_instead")
                     async with contextlib.aclosing(
                         self._answer_from_memory(request, reading, entries)
@@ -952,10 +956,12 @@ def judged_question(reading: Reading) -> str:
     """The question Rule 4 judges: the person's own words when they were searched with the
     previous message only for being short ("Is there a gym at the inn?", 「店里有 Wi-Fi 吗?」
     name their own subject; with the previous question in front, the check copied that
-    one's answer), else the query searched."""
+    one's answer), else the query searched; of either, the sentences that ask, when a
+    statement stands beside them ("I'm Priya, by the way. Is there parking at the inn?": the
+    check, shown the introduction too, answered NONE)."""
     if reading.query and reading.query != reading.text:
-        return reading.text
-    return reading.query or reading.text
+        return asked_part(reading.text)
+    return asked_part(reading.query or reading.text)
 
 
 def checked_evidence(

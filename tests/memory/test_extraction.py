@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from memory.extraction import MAX_MESSAGE_CHARS, Extracted, extract, next_subject
+from memory.extraction import MAX_MESSAGE_CHARS, Extracted, extract, next_subject, stated_clauses
 
 REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
     # Chinese (the product guide's examples first)
@@ -27,6 +27,17 @@ REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
     ("我和同事每周一起复盘", [("relation", None, "我和同事每周一起复盘")]),
     ("我的生日是3月5日", [("fact", "birthday", "我的生日是3月5日")]),
     ("我现在住在杭州", [("fact", "current_city", "我现在住在杭州")]),
+    # A phone number, under one key: a later one replaces it.
+    ("My mobile is 07700 900123.", [("fact", "phone", "My phone number is 07700 900123")]),
+    (
+        "Sorry, I gave you the wrong number earlier, it's actually 07700 900321.",
+        [("fact", "phone", "My phone number is 07700 900321")],
+    ),
+    (
+        "Call me on 020 7946 0958 after six.",
+        [("fact", "phone", "My phone number is 020 7946 0958")],
+    ),
+    ("我的手机号是138 0013 8000。", [("fact", "phone", "我的手机号是138 0013 8000")]),
     ("嗯，其实我搬到了深圳", [("fact", "current_city", "我搬到了深圳")]),
     ("我是一名老师", [("fact", "job", "我是一名老师")]),
     ("我在腾讯工作", [("fact", "employer", "我在腾讯工作")]),
@@ -162,6 +173,11 @@ NOT_REMEMBERED = [
     "我是老师",
     "我是新会员",
     "我是黄金会员",
+    # numbers that are not the person's phone
+    "My flight number is BA 1234567.",
+    "Room 1203 please, my booking number is 88231234.",
+    "My old number was 07700 900123.",
+    "我老婆的电话是13800138000",
 ]
 
 
@@ -245,3 +261,24 @@ def test_a_pets_age_is_kept_under_its_own_key_and_never_as_the_persons() -> None
     aged = Extracted("relation", "我家的猫三岁了", "relation:猫:age")
     assert extract("它三岁了", subject) == [aged]
     assert extract("它三岁了") == []
+
+
+def test_a_card_length_number_is_never_stored_but_a_phone_number_is() -> None:
+    assert extract("My number is +44 7700 900123.") == [
+        Extracted("fact", "My phone number is +44 7700 900123", "phone")
+    ]
+    assert extract("My phone is 4111 1111 1111 1111.") == []
+
+
+def test_a_subject_of_two_stays_one_clause_for_the_model() -> None:
+    said = "My partner and I are celebrating our tenth anniversary with you."
+    assert stated_clauses(said) == [
+        "My partner and I are celebrating our tenth anniversary with you"
+    ]
+    assert stated_clauses("Just so you know, shellfish makes me really ill.") == [
+        "shellfish makes me really ill"
+    ]
+    # The patterns still read the person's own part.
+    assert extract("My wife and I live in Leeds.") == [
+        Extracted("fact", "I live in Leeds", "current_city")
+    ]

@@ -128,7 +128,10 @@ def test_an_attribute_a_person_has_one_of_replaces_the_older_value() -> None:
 
 
 def test_an_attribute_needs_a_word_of_it_in_the_statement() -> None:
-    assert read_answer(answer("current_city", "日本"), "我下个月要去日本旅游") is None
+    trip = read_answer(answer("current_city", "日本"), "我下个月要去日本旅游")
+    # Not a city they live in: kept as said (Rule 3d), under no key, and not where they live.
+    assert trip is not None and trip.key is None and trip.content == "我下个月要去日本旅游"
+    assert relevant_memories("我住在哪里？", [trip.content]) == []
     home = read_answer(answer("hometown", "Valencia"), "my home is Valencia now")
     assert home is not None and home.key == "current_city"
     origin = read_answer(answer("hometown", "Lyon"), "I grew up in Lyon")
@@ -205,3 +208,41 @@ def test_what_one_cannot_have_is_kept_as_said() -> None:
     assert relevant_memories("What can't I eat?", ["My name is Sam", found.content]) == [
         found.content
     ]
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        "shellfish makes me really ill",
+        "Please contact me by email rather than phone",
+        "家里有只猫，叫年糕",
+        "我下个月要去日本旅游",
+    ],
+)
+def test_a_statement_no_attribute_fits_is_kept_as_said(stated: str) -> None:
+    found = read_answer(answer("none", ""), stated)
+    assert found is not None and found.content == stated and found.key is None
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        "Let me think",
+        "We are looking forward to it",
+        "I'm running late",
+        "我知道了",
+        "我今天有点累",
+    ],
+)
+def test_a_passing_state_or_an_everyday_line_is_not_kept(stated: str) -> None:
+    assert read_answer(answer("none", ""), stated) is None
+
+
+def test_words_the_model_missed_for_a_car_an_allergy_and_a_diet() -> None:
+    car = read_answer(answer("vehicle", "Skoda"), "I'll be driving down in my old red Skoda")
+    assert car is not None and car.key == "vehicle"
+    ill = read_answer(answer("allergy", "shellfish"), "shellfish makes me really ill")
+    assert ill is not None and ill.content == "I am allergic to shellfish"
+    spicy = read_answer(answer("none", ""), "我吃不了辣的")
+    assert spicy is not None and spicy.content == "我吃不了辣的"
+    assert relevant_memories("我有什么忌口？", [spicy.content]) == [spicy.content]

@@ -34,6 +34,7 @@ from plugins.brain.grounding import (
     passages,
     read_turn,
     relevant_memories,
+    remembered_by_words,
     says_dont_know,
     second_person,
     sentences,
@@ -204,6 +205,38 @@ def test_a_question_about_my_thing_is_memory_only_when_a_memory_entry_matches() 
     zh = "我的订单到了吗?"
     assert read_turn(brain_input(zh)).intent is Intent.QUESTION
     assert read_turn(brain_input(zh, memory=memory("我的订单号是123"))).intent is Intent.MEMORY
+
+
+def test_what_the_person_may_do_is_asked_of_the_documents_before_memory() -> None:
+    car = memory("My car: Skoda")
+    assert read_turn(brain_input("What car am I driving?", memory=car)).intent is Intent.MEMORY
+    for text in ("Where can I park my car?", "How do I charge my car?"):
+        assert read_turn(brain_input(text, memory=car)).intent is Intent.QUESTION
+    pet = memory("我家狗叫球球")
+    assert read_turn(brain_input("我可以带我家狗进去吗？", memory=pet)).intent is Intent.QUESTION
+
+
+def test_memory_in_other_words_by_attribute_and_by_rare_words() -> None:
+    son = "My son Tom is eight and he's just started the violin"
+    assert "age" in attributes(son)
+    assert relevant_memories("How old is Tom?", [son, "My name is Ada"], by_words=False) == [son]
+    contact = "Please contact me by email rather than phone"
+    # "prefer" asks for a liking no entry states: a shared rare word finds the entry…
+    assert relevant_memories("How do I prefer to be contacted?", [contact]) == [contact]
+    # …but never for an attribute held in a fixed form (the job's hospital is no birthplace).
+    job = "My job: nurse at St Mary's hospital"
+    assert relevant_memories("Which hospital was I born in?", [job]) == []
+    day = "My partner and I are celebrating our tenth anniversary with you"
+    assert remembered_by_words("Which anniversary are we celebrating?", [day])
+    assert not remembered_by_words("Which anniversary are they celebrating?", [day])
+    assert not remembered_by_words("What time is breakfast for us?", [day])
+
+
+def test_a_phone_number_is_a_memory_of_its_own() -> None:
+    phone = "My phone number is 07700 900321"
+    assert attributes(phone) == {"phone"}
+    assert relevant_memories("What's my mobile number?", ["My name is Ada", phone]) == [phone]
+    assert attributes("What's my booking number?") == set()
 
 
 # ---------------------------------------------------------------- language (Rule 1)
