@@ -804,6 +804,43 @@ def coverage(question: str, evidence: Sequence[Passage]) -> float:
     return sum(1 for unit in counted if unit & body) / len(counted)
 
 
+FOCUS_WEIGHT = 0.85
+"""Rule 4c: an English word at least this rare (``plugins.text.background_weight``: Zipf 4.5
+or less — monthly, kettle, motorbike; not boat, beer, pool) that no passage found holds is
+what the question is about."""
+_STEM_PREFIX = 5
+TELLING_WEIGHT = 0.5
+HELD_SHARE = 0.75
+"""Rule 4c: a question whose words of at least ``TELLING_WEIGHT`` the passages hold for this
+share misses none: it names several things, and they speak of most ("Can guests use the
+lockers, towels, sauna and pool?" over lockers, sauna and pool)."""
+
+
+def missing_focus(question: str, found: Sequence[Passage]) -> list[str]:
+    """Rule 4c: the rare English words of ``question`` that no passage found holds — in its
+    text, its headings or its document's name, synonyms and translations counted, a word
+    sharing its first five letters with a held one held ("cancel" and "cancelled"): "motorbike"
+    of "How much does it cost to take a motorbike across?" over a car's fare, "monthly" of
+    "How much is a monthly pass?" over the single and return fares. The passages speak of the
+    question's topic, not of what it asks. None when the passages hold ``HELD_SHARE`` of its
+    telling words. Chinese is not read so: its frequency list cannot tell a rare word from
+    two characters that make none."""
+    parsed = translated(parse_query(question))
+    held = set(index_terms(" ".join(f"{p.source} {p.topic} {p.text}" for p in found)))
+    prefixes = {t[:_STEM_PREFIX] for t in held if len(t) >= _STEM_PREFIX}
+    words = [
+        (word, bool(unit & held) or len(word) >= _STEM_PREFIX and word[:_STEM_PREFIX] in prefixes)
+        for unit, word in zip(parsed.units, parsed.words, strict=False)
+        if word.isascii() and word.isalpha() and len(word) >= 3
+    ]
+    telling = [is_held for word, is_held in words if background_weight(word) >= TELLING_WEIGHT]
+    if telling and sum(telling) / len(telling) >= HELD_SHARE:
+        return []  # "lockers, towels, sauna and pool": most of what it names is there
+    return [
+        word for word, is_held in words if not is_held and background_weight(word) >= FOCUS_WEIGHT
+    ]
+
+
 def quote_is_from(quote: str, evidence: Sequence[Passage], *, at_least: float = 0.8) -> bool:
     """Whether ``quote`` is (nearly) made of the evidence's own words: at least ``at_least`` of
     its Chinese characters and English words (and numbers) occur in the evidence."""

@@ -187,6 +187,7 @@ from plugins.brain.grounding import (
     keypad_request,
     knowledge_results,
     memory_entries,
+    missing_focus,
     passages,
     points_back,
     quote_is_from,
@@ -600,6 +601,9 @@ class LLMBrain:
             return None
         if lacks_the_kind(reading.text, evidence, found):
             self._decided(session, "no_kind")
+            return None
+        if may_check(reading, evidence) and missing_focus(judged_question(reading), found):
+            self._decided(session, "no_focus")  # grounding Rule 4c
             return None
         if rewritten:
             if rewrite_covered(rewritten, evidence):

@@ -31,6 +31,7 @@ from plugins.brain.grounding import (
     knowledge_query,
     knowledge_results,
     memory_entries,
+    missing_focus,
     passages,
     read_turn,
     relevant_memories,
@@ -930,3 +931,22 @@ def test_a_labelled_entry_is_said_back_as_a_sentence() -> None:
     assert second_person("我的车：白色比亚迪") == "你的车是白色比亚迪"
     assert second_person("My family: I have two daughters") == "your family: you have two daughters"
     assert second_person("I live in Leeds") == "you live in Leeds"
+
+
+def test_a_rare_word_no_passage_holds_is_what_the_question_misses() -> None:
+    fares = [
+        Passage("Northline Ferries — Passenger Guide", "A single adult ticket costs £14."),
+        Passage("Northline Ferries — Passenger Guide", "A car with its driver costs £38."),
+    ]
+    assert missing_focus("How much is a monthly pass?", fares) == ["monthly"]
+    assert missing_focus("How much does it cost to take a motorbike across?", fares) == [
+        "motorbike"
+    ]
+    # Everyday words, words the passages or their document's name hold, and Chinese are not.
+    assert missing_focus("Do I pay more if I buy my ticket on the boat?", fares) == []
+    assert missing_focus("How much is a ticket for Northline?", fares) == []
+    assert missing_focus("月票多少钱？", fares) == []
+    gym = [Passage("Gym rules", "Guests get a locker. The sauna and pool are open until nine.")]
+    assert missing_focus("Can guests use the lockers, towels, sauna and pool?", gym) == []
+    rules = [Passage("Inn", "Standard rates can be cancelled free of charge until 48 hours.")]
+    assert missing_focus("Until when can I cancel without paying?", rules) == []
