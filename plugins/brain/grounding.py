@@ -23,6 +23,15 @@ Rule 4. Evidence: a knowledge result counts only through its ``<untrusted_knowle
         the answer is the fixed "the documents don't say" sentence in the person's language;
         the model is never asked to abstain. What may be quoted is the passages' best sentences
         (``best_sentences``), never the whole document.
+Rule 4c. A rare English word the question asks about ("a monthly pass", "a motorbike", "the
+        airport shuttle": in a noun phrase it names, not a place it sets the asking in, "on
+        my balcony", nor a verb, "can I vape") that no passage found holds — in text,
+        headings or document name, synonyms counted — means the documents do not say, when
+        every passage is in the question's language and they hold under ``HELD_SHARE`` of
+        its telling words (``missing_focus``). On a probe of 22 unanswerable and 10
+        answerable questions over dev documents, written before the rule
+        (``dev_unanswerable.json``): unanswerable answered 10 → 6 (its Chinese questions
+        untouched), false "don't know" 4 → 4.
 Rule 5. A memory question with no ``<memory_data>`` entry to answer it gets the fixed "I don't
         remember you telling me" sentence.
 Rule 6. Memory in other words: what a question asks of the person and what an entry says of
@@ -836,9 +845,31 @@ def missing_focus(question: str, found: Sequence[Passage]) -> list[str]:
     telling = [is_held for word, is_held in words if background_weight(word) >= TELLING_WEIGHT]
     if telling and sum(telling) / len(telling) >= HELD_SHARE:
         return []  # "lockers, towels, sauna and pool": most of what it names is there
+    named = _named_things(question)
     return [
-        word for word, is_held in words if not is_held and background_weight(word) >= FOCUS_WEIGHT
+        word
+        for word, is_held in words
+        if not is_held and background_weight(word) >= FOCUS_WEIGHT and word[:4] in named
     ]
+
+
+_DETERMINER = re.compile(
+    r"\b(?:(?P<place>on|in|at|inside|outside|near|onto|into|during|from|of|with|by)\s+)?"
+    r"(?:a|an|the|any|some|my|our|your|this|that|there(?: is| are)?|(?:is|are) there)\s+"
+    r"(?P<phrase>[a-z]+(?:[\s-][a-z]+)?)",
+    re.I,
+)
+
+
+def _named_things(question: str) -> set[str]:
+    """Rule 4c: the first four letters of the words of the noun phrases a question asks about
+    ("a monthly pass", "the airport shuttle", "are there cabins"), not of those it places the
+    asking in ("on my balcony", "in the middle of a term") nor of its verbs ("can I vape")."""
+    out: set[str] = set()
+    for match in _DETERMINER.finditer(question.lower()):
+        if match["place"] is None:
+            out.update(stem(w)[:4] for w in re.split(r"[\s-]", match["phrase"]))
+    return out
 
 
 def quote_is_from(quote: str, evidence: Sequence[Passage], *, at_least: float = 0.8) -> bool:

@@ -223,6 +223,7 @@ CAUSES = {
     "no_passage": "don't know: the search found no passage (Rule 3)",
     "no_sentence": "don't know: no sentence of the passages to show (Rule 5)",
     "no_kind": "don't know: no sentence holds the kind of answer asked (Rule 5)",
+    "no_focus": "don't know: a rare word asked about is in no passage (grounding Rule 4c)",
     "weak_evidence": "don't know: the model's quote did not hold (Rule 4)",
     "rewrite_uncovered": "don't know: a rewritten search's words not in its passages (Rule 9)",
     "search_again": "searched again, rewritten (Rule 9)",
@@ -602,7 +603,7 @@ class LLMBrain:
         if lacks_the_kind(reading.text, evidence, found):
             self._decided(session, "no_kind")
             return None
-        if may_check(reading, evidence) and missing_focus(judged_question(reading), found):
+        if _one_language(reading, found) and missing_focus(judged_question(reading), found):
             self._decided(session, "no_focus")  # grounding Rule 4c
             return None
         if rewritten:
@@ -954,6 +955,13 @@ def may_check(reading: Reading, evidence: Sequence[Passage]) -> bool:
         return False
     searched_with_previous = bool(reading.query) and reading.query != reading.text
     return not (searched_with_previous and points_back(reading.text, reading.language))
+
+
+def _one_language(reading: Reading, found: Sequence[Passage]) -> bool:
+    """Every passage found is in the question's language: Rule 4c reads words, and a
+    question asked across languages ("Can kids get a discount?" of 「儿童套餐半价」) shares
+    few of them."""
+    return all(detect_language(p.text) == reading.language for p in found)
 
 
 def judged_question(reading: Reading) -> str:

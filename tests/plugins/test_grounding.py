@@ -946,6 +946,10 @@ def test_a_rare_word_no_passage_holds_is_what_the_question_misses() -> None:
     assert missing_focus("Do I pay more if I buy my ticket on the boat?", fares) == []
     assert missing_focus("How much is a ticket for Northline?", fares) == []
     assert missing_focus("月票多少钱？", fares) == []
+    # A place the asking is set in, or a verb, is not what is asked for.
+    inn = [Passage("Inn", "All rooms are non-smoking. Smoking and vaping are allowed outside.")]
+    assert missing_focus("Am I allowed to smoke on my balcony?", inn) == []
+    assert missing_focus("Can I vape on the deck?", inn) == []
     gym = [Passage("Gym rules", "Guests get a locker. The sauna and pool are open until nine.")]
     assert missing_focus("Can guests use the lockers, towels, sauna and pool?", gym) == []
     rules = [Passage("Inn", "Standard rates can be cancelled free of charge until 48 hours.")]
