@@ -1094,7 +1094,8 @@ _FREE_FORM = frozenset({"likes", "habit", "hobby", "goal", "diet", "allergy", "v
 """Attributes said in any words, with no fixed form to match (Rule 6b)."""
 RARE_SHARED = 0.5
 """Rule 6b: a word at least this rare (``plugins.text.background_weight``) is shared."""
-_WE = re.compile(r"\b(?:we|us|our|ours)\b|咱|我们", re.I)
+_WE = re.compile(r"\b(?:we|us|our|ours)\b|咱", re.I)
+"""Rule 6b: "we" and "our" ask about the person too (我们 holds 我: ``_FIRST_PERSON``)."""
 
 
 def rare_words(question: str, entry: str) -> set[str]:
