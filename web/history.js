@@ -80,18 +80,23 @@ async function showCalls() {
     const transcript = el("div", { class: "transcript hidden" });
     const open = el("button", { type: "button", class: "link" }, `${c.caller || "unknown"} → ${c.called || "unknown"}`);
     open.addEventListener("click", async () => {
-      if (!transcript.classList.toggle("hidden") && !transcript.childElementCount) {
-        try {
-          const { messages } = await api(`/api/calls/${encodeURIComponent(c.id)}`);
-          for (const m of messages) {
-            const who = m.role === "user" ? "Caller" : m.interrupted ? "Agent (interrupted)" : "Agent";
-            transcript.append(el("p", { class: `msg ${m.role}` }, el("strong", {}, `${who}: `), m.text));
-          }
-          if (!messages.length) transcript.append(el("p", { class: "muted" }, "Nothing was said."));
-        } catch (error) {
-          transcript.append(el("p", { class: "muted" }, `Could not load: ${errorText(error)}`));
-        }
+      // The transcript opens at once, saying it is loading; it is filled once, and
+      // `data-loaded` marks it whole (a second click while it loads only hides it).
+      if (transcript.classList.toggle("hidden") || transcript.childElementCount) return;
+      transcript.append(el("p", { class: "muted" }, "Loading…"));
+      let lines;
+      try {
+        const { messages } = await api(`/api/calls/${encodeURIComponent(c.id)}`);
+        lines = messages.map((m) => {
+          const who = m.role === "user" ? "Caller" : m.interrupted ? "Agent (interrupted)" : "Agent";
+          return el("p", { class: `msg ${m.role}` }, el("strong", {}, `${who}: `), m.text);
+        });
+        if (!lines.length) lines.push(el("p", { class: "muted" }, "Nothing was said."));
+      } catch (error) {
+        lines = [el("p", { class: "muted" }, `Could not load: ${errorText(error)}`)];
       }
+      transcript.replaceChildren(...lines);
+      transcript.dataset.loaded = "true";
     });
     list.append(el("li", { "data-call": c.id }, open, el("div", { class: "muted small" }, callSummary(c)), transcript));
   }

@@ -277,5 +277,5 @@ async def test_the_history_page_lists_phone_calls_and_opens_a_transcript(
         assert "+15550001111 → +15550002222" in text
         assert "42 s" in text and "put through to +15550150" in text and "SIP" in text
         await item.locator("button").click()
-        await page.wait_for_selector("#calls li .transcript:not(.hidden)")
+        await page.wait_for_selector("#calls li .transcript[data-loaded=true]:not(.hidden)")
         assert "Nothing was said." in await item.locator(".transcript").inner_text()
