@@ -244,11 +244,21 @@ class KnowledgeBase:
         return query
 
     async def search(
-        self, tenant: str, user: str, query: str, *, role_id: str | None, limit: int = 3
+        self,
+        tenant: str,
+        user: str,
+        query: str,
+        *,
+        role_id: str | None,
+        limit: int = 3,
+        focus: str | None = None,
     ) -> list[Hit]:
         """The best chunks for ``query`` among the owner's documents bound to ``role_id``
-        (all of them when None)."""
+        (all of them when None). ``focus``: the part of ``query`` that asks (a follow-up's own
+        words, the earlier turns in front of them in ``query``): each hit's closest sentence
+        is the one closest to it (``retrieval`` Rule 8)."""
         query = self.check_query(query)
+        focus = self.check_query(focus) if focus and focus.strip() != query.strip() else None
         limit = max(1, min(limit, self.limits.max_hits))
         index = await self.index(tenant, user)
         if not index.serves(role_id):
@@ -262,6 +272,9 @@ class KnowledgeBase:
             vector = await self.embedder.query(query)
             reference = await self.embedder.reference()
             floor = float(np.max(reference @ vector)) + self.semantic_margin
+        closest = None
+        if self.embedder is not None and vector is not None and focus:
+            closest = await self.embedder.query(focus)
         return index.search(
             parsed,
             vector,
@@ -273,6 +286,7 @@ class KnowledgeBase:
             lexical=lexical,
             reference=reference,
             reference_languages=REFERENCE_LANGUAGES,
+            closest_vector=closest,
         )
 
     def lexical_suffices(self, lexical: list[LexicalHit]) -> bool:

@@ -63,6 +63,9 @@ so results prefer covering different sources. Rule 7: only documents bound to th
 role are eligible (``role_id=None``: all of the owner's documents). Rule 8: each hit names its
 sentence closest to the query by the sentence vectors stored at ingest (no embedding at query
 time): a paraphrase shares no word with the sentence that answers it, but is near it in meaning.
+A follow-up searched with the earlier turns in front names the sentence closest to its own
+words (the caller's ``closest_vector``): "Do I have to leave anything as security for it?"
+after an e-bike's day price is answered by the deposit, which the price is closer to the pair.
 The headings a chunk starts with (its document's title, its section's name) are never named.
 """
 
@@ -418,6 +421,7 @@ class KnowledgeIndex:
             if sim > best.get(chunk, -2.0):
                 best[chunk] = sim
         by_name: dict[str, float] = {}
+        topical = -2.0  # Rule 4f: the name of a document whose chunks Rule 4b dropped
         for chunk in list(best):
             if chunk in exempt:
                 continue
@@ -439,6 +443,14 @@ class KnowledgeIndex:
                 by_name[info.document_id] = float(name_vector @ query_vector)
             if best[chunk] < by_name[info.document_id] + specificity:
                 del best[chunk]
+                topical = max(topical, by_name[info.document_id])
+        # Rule 4f: a chunk of another document no closer to the question than the name of a
+        # document whose chunks Rule 4b dropped is further still from what is asked.
+        best = {
+            chunk: sim
+            for chunk, sim in best.items()
+            if sim >= topical or chunk in exempt or self._chunks[chunk].language in cross_floors
+        }
         ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))
         return ranked[:SEMANTIC_CANDIDATES]
 
@@ -497,13 +509,17 @@ class KnowledgeIndex:
         cross_language_margin: float | None = CROSS_LANGUAGE_MARGIN,
         cross_language_partial: float = CROSS_LANGUAGE_PARTIAL,
         answer_types: bool = True,
+        closest_vector: npt.NDArray[np.float32] | None = None,
     ) -> list[Hit]:
         """The best ``limit`` chunks, fused and diversified (see the module doc). ``lexical``:
         this query's ``lexical()`` result when the caller already has it;
         ``specific_word_weight``: Rule 4c's least weight (None: Rule 4c off); ``reference``,
         ``reference_languages``, ``cross_language_*``: Rule 4e (``semantic``);
-        ``answer_types``: Rule 4d on."""
+        ``answer_types``: Rule 4d on; ``closest_vector``: what Rule 8 names each hit's closest
+        sentence by (the query's vector when None)."""
         eligible = self._eligible(role_id)
+        if closest_vector is None:
+            closest_vector = query_vector
         if eligible is not None and not eligible:
             return []
         if lexical is None:
@@ -567,8 +583,8 @@ class KnowledgeIndex:
                     lexical_score=lexical_scores.get(index),
                     semantic_score=semantic_scores.get(index),
                     closest_sentence=(
-                        self.closest_sentence(index, query_vector)
-                        if query_vector is not None
+                        self.closest_sentence(index, closest_vector)
+                        if closest_vector is not None
                         else None
                     ),
                 )

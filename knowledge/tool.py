@@ -96,7 +96,12 @@ TOOL_SPEC = ToolSpec(
                 "type": "string",
                 "description": "What to look for: the user's question or its key words, "
                 "in the user's language.",
-            }
+            },
+            "focus": {
+                "type": "string",
+                "description": "Optional: when the query holds earlier turns for context, "
+                "the latest question alone (it picks the sentence that answers it).",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -114,7 +119,11 @@ def make_knowledge_tool(
         if not isinstance(query, str) or not query.strip():
             return 'Error: knowledge_search needs a non-empty string argument "query".'
         query = query.strip()[: store.limits.max_query_chars]
-        hits = await store.search(tenant, user, query, role_id=role_id, limit=limit)
+        focus = arguments.get("focus")
+        focus = focus.strip()[: store.limits.max_query_chars] if isinstance(focus, str) else None
+        hits = await store.search(
+            tenant, user, query, role_id=role_id, limit=limit, focus=focus or None
+        )
         return format_hits(hits)
 
     return TOOL_SPEC, handler

@@ -308,6 +308,34 @@ def test_a_specific_word_in_the_body_exempts_a_chunk_from_the_name_rule() -> Non
     assert SPECIFIC_WORD_WEIGHT > background_weight("employee")
 
 
+def test_no_chunk_further_than_a_topical_documents_name_is_found() -> None:
+    # Rule 4f. The question is about the parcel station's topic (its name, 0.9) and closer to
+    # it than to the station's chunk (0.9 < 0.9 + the margin): Rule 4b drops that chunk. The
+    # study room's chunk is further still from the question (0.85) and was answered from
+    # ("包裹放在驿站几天之内不收钱?" → the study room's prices); the restaurant's (0.95) is
+    # closer than the topical name and stays.
+    parcels = "取件\n包裹到站后免费保管 3 天,从第 4 天起每件每天收取 1 元保管费。"
+    study = "收费\n散座按小时计费,每小时 6 元。"
+    restaurant = "订位\n最多可提前 14 天预订。"
+    topical = [0.9, 0.43589, 0.0]
+    index = _snapshot_index(
+        {
+            "城东快递驿站服务说明": [(parcels, topical)],
+            "青禾自习室使用须知": [(study, [0.85, 0.0, 0.52678])],
+            "松间小馆用餐须知": [(restaurant, [0.95, 0.0, 0.31225])],
+        },
+        {"城东快递驿站服务说明": topical, "青禾自习室使用须知": AWAY, "松间小馆用餐须知": AWAY},
+    )
+    question = "包裹放在驿站几天之内不收钱?"
+    assert index.lexical(parse_query(question), role_id="r") == []
+    plain = {"answer_types": False}  # Rule 4d (the kind of answer asked) aside
+    assert _search(index, question, specific_word_weight=None, **plain) == [restaurant]
+    # Without the name rule nothing is topical, and every chunk above the floor is found.
+    assert sorted(_search(index, question, specificity=None, **plain)) == sorted(
+        [parcels, study, restaurant]
+    )
+
+
 async def test_a_towel_question_about_the_gym_finds_the_towel_rule(embedder: E5Embedder) -> None:
     """Rule 4c with the real model over the evaluation's documents (the gym's name is closer to
     the question than the towel sentence is)."""
@@ -388,6 +416,30 @@ async def test_a_hit_names_its_sentence_closest_in_meaning_to_the_question(
     assert hits[0].closest_sentence.startswith("退货运费规则")
     lexical = await KnowledgeBase(store).search(T, ALICE, "退货运费谁承担", role_id="r")
     assert lexical and lexical[0].closest_sentence is None  # no query vector, no guess
+
+
+async def test_a_follow_ups_closest_sentence_is_the_one_closest_to_its_own_words(
+    store: KnowledgeStore, embedder: E5Embedder
+) -> None:
+    # Rule 8 with a focus: searched with the question before it in front, a follow-up names
+    # the sentence closest to its own words, not the one closest to the pair.
+    text = (
+        "Electric bikes cost $12 per hour or $55 per day. A deposit of $100 is held on a card "
+        "for every electric bike and is released when the bike comes back undamaged."
+    )
+    semantic = KnowledgeBase(store, embedder=embedder)
+    await semantic.add_document(T, ALICE, name="Harbourview Rentals", text=text, role_ids=["r"])
+    query = "What's the price of an e-bike for a whole day? When do I get my deposit back?"
+    paired = await semantic.search(T, ALICE, query, role_id="r")
+    assert (
+        paired and paired[0].closest_sentence == "Electric bikes cost $12 per hour or $55 per day."
+    )
+    focused = await semantic.search(
+        T, ALICE, query, role_id="r", focus="When do I get my deposit back?"
+    )
+    assert focused and focused[0].chunk_text == paired[0].chunk_text
+    assert focused[0].closest_sentence is not None
+    assert focused[0].closest_sentence.startswith("A deposit of $100")
 
 
 def test_a_chunk_stored_without_sentence_vectors_names_no_closest_sentence() -> None:

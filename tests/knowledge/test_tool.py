@@ -114,6 +114,11 @@ async def test_the_tool_searches_only_its_users_documents_bound_to_its_role(
         assert await other({"query": "退货期限是多少"}) == NO_RESULTS
     assert (await search({})).startswith("Error:")
     assert (await search({"query": 42})).startswith("Error:")
+    # ``focus`` (optional: the question alone when the query carries earlier turns) is read
+    # when it is a string and left aside otherwise; the query decides what is found.
+    assert "focus" in spec.parameters["properties"]
+    assert await search({"query": "退货期限是多少", "focus": "多少天"}) == found
+    assert await search({"query": "退货期限是多少", "focus": 7}) == found
 
 
 async def answer(knowledge: KnowledgeBase, question: str, role_id: str = "sales") -> str:
