@@ -431,13 +431,48 @@ def knowledge_query(request: BrainInput, text: str, lang: str) -> str:
     return with_previous(request, text) or text
 
 
+_CHAIN = 3
+"""How many of the person's earlier messages a follow-up's search may carry (Rule 3)."""
+
+
 def with_previous(request: BrainInput, text: str) -> str | None:
-    """``text`` with the person's previous message (not a greeting or thanks) in front; None
-    when there is none."""
+    """``text`` with the person's previous message (not a greeting or thanks) in front — and,
+    while that one is itself a follow-up, the message before it, up to ``_CHAIN``: "What if
+    she were only 4?" after "And for my 10-year-old?" is still about the adult ticket asked
+    first — then the last answer's words when it quoted a document (``quoted_answer``). None
+    when the person said nothing before."""
     earlier = [
         message for message in earlier_user_inputs(request.history) if not _is_social(message)
     ]
-    return f"{earlier[-1]} {text}" if earlier else None
+    if not earlier:
+        return None
+    chain = [earlier.pop()]
+    while earlier and len(chain) < _CHAIN:
+        if not is_follow_up(chain[0], detect_language(chain[0])):
+            break
+        chain.insert(0, earlier.pop())
+    answer = quoted_answer(request.history)
+    return " ".join([*chain, *([answer] if answer else []), text])
+
+
+_QUOTED_CHARS = 240
+"""The most of the last answer a follow-up's search carries (``quoted_answer``)."""
+
+
+def quoted_answer(history: Sequence[HistoryTurn]) -> str:
+    """The words of the assistant's last answer when it answered from a document ("According
+    to X, …", its source's name left off), else "": they are the document's own words, so a
+    follow-up searched with them finds the passage the conversation is on ("那啤酒呢?" after
+    "欢迎自带葡萄酒,每瓶收取 50 元开瓶费" finds the drinks rule, which "可以自己带红酒过去喝吗?
+    那啤酒呢?" — red wine, where the rule says grape wine — did not)."""
+    for turn in reversed(history):
+        if turn.role != "assistant":
+            continue
+        match = _CITED.match(turn.text)
+        if match is None:
+            return ""
+        return turn.text[match.end() :].lstrip("，,: ")[:_QUOTED_CHARS]
+    return ""
 
 
 _FAREWELLS = (
@@ -604,24 +639,31 @@ def cited_source(history: Sequence[HistoryTurn]) -> str | None:
 
 
 def in_focus(
-    question: str, language: str, history: Sequence[HistoryTurn], found: list[Passage]
+    question: str,
+    language: str,
+    history: Sequence[HistoryTurn],
+    found: list[Passage],
+    instructions: str = "",
 ) -> list[Passage]:
     """The passages of the documents the conversation is about (Rule 7): those whose name the
     question says, else, for a follow-up (Rule 3), those named like the document the last
     answers quoted ("And on Sundays?" stays with the library it asked about). A passage of
-    another business's document, however close in words, answers no question about this one;
-    a new question that names none may turn to any of the person's documents. A short one
-    naming no subject (``is_elliptical``: "最多会收多少?") keeps to the quoted document's
-    passages when the search found some."""
+    another business's document, however close in words, answers no question about this one.
+    A new question that names none keeps to the documents of the business the role's
+    ``instructions`` name ("You are the front desk of Tidewater Inn": "When do I have to be
+    out of the room?" is the inn's, not the piano school's) when the search found some of
+    them, else may turn to any of the person's documents; so does a follow-up when no answer
+    quoted a document yet. A short one naming no subject (``is_elliptical``: "最多会收多少?")
+    keeps to the quoted document's passages when the search found some."""
     names = {brand(p.source) for p in found if p.source}
     named = {name for name in names if _names(question, name)}
     if not named:
         follow_up = is_follow_up(question, language)
-        if not follow_up and not is_elliptical(question, language):
-            return found  # a new question may turn to another of the person's documents
-        cited = cited_source(history)
+        cited = cited_source(history) if follow_up or is_elliptical(question, language) else None
         if cited is None:
-            return found
+            role = _role_named(instructions, found)
+            kept = [p for p in found if brand(p.source) in role]
+            return kept or found  # else any of the person's documents
         named = {brand(cited)} - {""}
         if not named:
             return found
@@ -631,6 +673,19 @@ def in_focus(
             kept = [p for p in found if brand(p.source) in named]
             return kept or found
     return [p for p in found if brand(p.source) in named]
+
+
+def _role_named(instructions: str, found: Sequence[Passage]) -> set[str]:
+    """The names (``brand``) of the documents found whose business the role's instructions
+    name: an English title's first word, a Chinese title's first three characters (two, such
+    as 「安心」, are too often words of their own)."""
+    out = set()
+    for title in {p.source for p in found if p.source}:
+        name = brand(title)
+        said = title.strip()[:3] if name and not name.isascii() else name
+        if said and _names(instructions, said):
+            out.add(name)
+    return out
 
 
 def knowledge_results(request: BrainInput) -> list[ToolResult]:

@@ -446,7 +446,9 @@ class LLMBrain:
                 yield BrainDelta(tool_call=call)
                 return
             found = passages(knowledge_results(request))
-            found = in_focus(reading.text, reading.language, request.history, found)
+            found = in_focus(
+                reading.text, reading.language, request.history, found, request.instructions
+            )
             searched = _searched_with_previous(request)
             if searched is not None:  # judged as a follow-up, searched so (Rules 3, 4)
                 reading = dataclasses.replace(reading, query=searched)
@@ -661,7 +663,9 @@ class LLMBrain:
             return None
         number = len(request.tool_calls) + 1
         return ToolCall(
-            call_id=f"{_WITH_PREVIOUS}{number}", name=KNOWLEDGE_TOOL, arguments={"query": query}
+            call_id=f"{_WITH_PREVIOUS}{number}",
+            name=KNOWLEDGE_TOOL,
+            arguments=_search_arguments(query, reading.text),
         )
 
     def _alone_call(self, request: BrainInput, reading: Reading) -> ToolCall | None:
@@ -1048,8 +1052,15 @@ def _knowledge_call(reading: Reading, number: int) -> ToolCall:
     return ToolCall(
         call_id=f"llm_{KNOWLEDGE_TOOL}_{number}",
         name=KNOWLEDGE_TOOL,
-        arguments={"query": reading.query or reading.text},
+        arguments=_search_arguments(reading.query or reading.text, reading.text),
     )
+
+
+def _search_arguments(query: str, text: str) -> dict[str, str]:
+    """A knowledge search's arguments: the query, and the question alone as its ``focus``
+    when the query carries earlier turns too (the sentence closest to the question is named,
+    not the one closest to the pair: ``knowledge.retrieval`` Rule 8)."""
+    return {"query": query} if query == text else {"query": query, "focus": text}
 
 
 def _recall_answer(request: BrainInput, lang: str) -> str:

@@ -98,7 +98,9 @@ class LocalBrain:
         if reading.intent is Intent.STATEMENT:
             return _ACKNOWLEDGE[lang]
         found = passages(knowledge_results(request))
-        found = in_focus(reading.text, reading.language, request.history, found)
+        found = in_focus(
+            reading.text, reading.language, request.history, found, request.instructions
+        )
         best = best_sentences(reading.text, found, limit=1)
         if not best:
             return NOT_IN_DOCUMENTS[lang]

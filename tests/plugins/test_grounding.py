@@ -40,6 +40,7 @@ from plugins.brain.grounding import (
     second_person,
     sentences,
     terms,
+    with_previous,
 )
 from plugins.contracts import BrainInput, HistoryTurn, ToolResult
 
@@ -826,6 +827,82 @@ def test_a_new_question_may_turn_to_another_of_the_persons_documents() -> None:
     question = "How many items can a library card borrow at the same time?"
 
     assert in_focus(question, "en", history, [LIBRARY, FLATS]) == [LIBRARY, FLATS]
+
+
+def test_a_new_question_keeps_to_the_business_the_role_names() -> None:
+    # The piano school's practice rooms were closer to "out of the room" than the inn's
+    # check-out; the agent is the inn's.
+    inn = Passage("Tidewater Inn — Guest Information", "Check-out is by 11:00 am.")
+    piano = Passage("Evergreen Piano School — Student Handbook", "Practice rooms: 4 to 8 pm.")
+    role = "You are the guest assistant of Tidewater Inn. Answer from the documents."
+    question = "When do I have to be out of the room on my last day?"
+
+    assert in_focus(question, "en", (), [piano, inn], role) == [inn]
+    # None of the role's business found: any of the person's documents may answer.
+    assert in_focus(question, "en", (), [piano], role) == [piano]
+    # A question that names a business keeps to that one; a role naming none changes nothing.
+    assert in_focus("Does Evergreen have a piano for practice?", "en", (), [piano, inn], role) == [
+        piano
+    ]
+    assert in_focus(question, "en", (), [piano, inn], "Be brief.") == [piano, inn]
+
+
+def test_a_follow_up_before_any_quoted_answer_keeps_to_the_roles_business() -> None:
+    history = (
+        HistoryTurn("user", "包裹放在驿站几天之内不收钱？"),
+        HistoryTurn("assistant", "抱歉,我不知道:资料里没有提到这一点。"),
+    )
+    parcels = Passage("城东快递驿站服务说明", "包裹到站后免费保管 3 天。")
+    chores = Passage("安心家政服务须知", "服务结束后由客户确认,再通过小程序付款。")
+
+    assert in_focus(
+        "那过了之后呢？", "zh", history, [chores, parcels], "你是城东快递驿站的客服。"
+    ) == [parcels]
+    # A Chinese business is named by its title's first three characters: 安心 alone is a word.
+    assert in_focus("那过了之后呢？", "zh", history, [chores, parcels], "让客人安心。") == [
+        chores,
+        parcels,
+    ]
+
+
+def test_a_follow_up_of_a_follow_up_is_searched_with_the_question_it_follows() -> None:
+    history = (
+        HistoryTurn("user", "How much is a one-way adult ticket over to Gull Island?"),
+        HistoryTurn("assistant", "£14."),
+        HistoryTurn("user", "And for my 10-year-old?"),
+        HistoryTurn("assistant", "Half the adult fare."),
+    )
+    request = brain_input("What if she were only 4?", history)
+
+    assert with_previous(request, "What if she were only 4?") == (
+        "How much is a one-way adult ticket over to Gull Island? And for my 10-year-old? "
+        "What if she were only 4?"
+    )  # the last answer quoted no document: its words are not searched
+    # A message that names its own subject ends the chain.
+    request = brain_input("And the hour-long ones?", history[:2] + (
+        HistoryTurn("user", "How much does a term of 45-minute lessons cost?"),
+        HistoryTurn("assistant", "$600."),
+    ))  # fmt: skip
+    assert with_previous(request, "And the hour-long ones?") == (
+        "How much does a term of 45-minute lessons cost? And the hour-long ones?"
+    )
+
+
+def test_a_follow_up_is_searched_with_the_words_the_last_answer_quoted() -> None:
+    history = (
+        HistoryTurn("user", "可以自己带红酒过去喝吗？"),
+        HistoryTurn("assistant", "根据《松间小馆用餐须知》，欢迎自带葡萄酒,每瓶收取 50 元开瓶费。"),
+    )
+    request = brain_input("那啤酒呢？", history)
+
+    assert with_previous(request, "那啤酒呢？") == (
+        "可以自己带红酒过去喝吗？ 欢迎自带葡萄酒,每瓶收取 50 元开瓶费。 那啤酒呢？"
+    )
+    assert knowledge_query(request, "那啤酒呢？", "zh") == with_previous(request, "那啤酒呢？")
+    # A don't-know, or an answer from memory, holds no document's words.
+    for said in ("抱歉,我不知道:资料里没有提到这一点。", "You told me that you live in Lyon."):
+        request = brain_input("那啤酒呢？", (history[0], HistoryTurn("assistant", said)))
+        assert with_previous(request, "那啤酒呢？") == "可以自己带红酒过去喝吗？ 那啤酒呢？"
 
 
 def test_an_faqs_question_is_never_a_best_sentence_but_lends_its_words_to_its_answer() -> None:

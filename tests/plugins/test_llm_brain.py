@@ -259,7 +259,7 @@ async def test_with_only_knowledge_search_offered_code_searches_with_the_context
             tool_call=ToolCall(
                 "llm_knowledge_search_1",
                 "knowledge_search",
-                {"query": "我是因为商品质量问题退货。 那运费谁承担?"},
+                {"query": "我是因为商品质量问题退货。 那运费谁承担?", "focus": "那运费谁承担?"},
             )
         )
     ]
@@ -319,7 +319,7 @@ async def test_when_no_function_fits_the_knowledge_search_uses_codes_query() -> 
     assert delta.tool_call == ToolCall(
         "llm_knowledge_search_1",
         "knowledge_search",
-        {"query": "我是因为商品质量问题退货。 那运费谁承担?"},
+        {"query": "我是因为商品质量问题退货。 那运费谁承担?", "focus": "那运费谁承担?"},
     )
     assert model.closed_early == 1  # a reply in words is no call: stopped at once
     # The decision saw the person's previous message (a follow-up's subject is there).
@@ -1167,9 +1167,14 @@ async def _nothing_found(
 async def test_a_question_that_found_nothing_alone_is_searched_with_the_previous_message() -> None:
     brain, model, out = await _nothing_found("周末有人吗?", ASKED_HOURS)
 
-    query = "客服几点开始上班? 周末有人吗?"
+    # The previous question, the words of the answer quoted from a document, the question.
+    query = "客服几点开始上班? 客服服务时间为工作日 09:00—18:00。 周末有人吗?"
     assert [delta.tool_call for delta in out] == [
-        ToolCall("llm_knowledge_search_with_previous_2", "knowledge_search", {"query": query})
+        ToolCall(
+            "llm_knowledge_search_with_previous_2",
+            "knowledge_search",
+            {"query": query, "focus": "周末有人吗?"},  # the sentence named is its own
+        )
     ]
     assert model.calls == [] and causes(brain) == ["search_with_previous"]
 
