@@ -439,8 +439,9 @@ def with_previous(request: BrainInput, text: str) -> str | None:
     """``text`` with the person's previous message (not a greeting or thanks) in front — and,
     while that one is itself a follow-up, the message before it, up to ``_CHAIN``: "What if
     she were only 4?" after "And for my 10-year-old?" is still about the adult ticket asked
-    first — then the last answer's words when it quoted a document (``quoted_answer``). None
-    when the person said nothing before."""
+    first. None when the person said nothing before. (The last answer's words, when it quoted
+    a document, were tried in the query too: follow-ups then found the sentence already said —
+    "Does it cover water damage?" after the warranty's length — and lost 6 turns of 296.)"""
     earlier = [
         message for message in earlier_user_inputs(request.history) if not _is_social(message)
     ]
@@ -451,28 +452,7 @@ def with_previous(request: BrainInput, text: str) -> str | None:
         if not is_follow_up(chain[0], detect_language(chain[0])):
             break
         chain.insert(0, earlier.pop())
-    answer = quoted_answer(request.history)
-    return " ".join([*chain, *([answer] if answer else []), text])
-
-
-_QUOTED_CHARS = 240
-"""The most of the last answer a follow-up's search carries (``quoted_answer``)."""
-
-
-def quoted_answer(history: Sequence[HistoryTurn]) -> str:
-    """The words of the assistant's last answer when it answered from a document ("According
-    to X, …", its source's name left off), else "": they are the document's own words, so a
-    follow-up searched with them finds the passage the conversation is on ("那啤酒呢?" after
-    "欢迎自带葡萄酒,每瓶收取 50 元开瓶费" finds the drinks rule, which "可以自己带红酒过去喝吗?
-    那啤酒呢?" — red wine, where the rule says grape wine — did not)."""
-    for turn in reversed(history):
-        if turn.role != "assistant":
-            continue
-        match = _CITED.match(turn.text)
-        if match is None:
-            return ""
-        return turn.text[match.end() :].lstrip("，,: ")[:_QUOTED_CHARS]
-    return ""
+    return " ".join([*chain, text])
 
 
 _FAREWELLS = (
@@ -622,8 +602,9 @@ def brand(title: str) -> str:
 def _names(text: str, name: str) -> bool:
     if not name:
         return False
-    if name.isascii():
-        return re.search(rf"\b{re.escape(name)}\b", text, re.I) is not None
+    if name.isascii():  # a whole word, also between Chinese characters: 「你是Northline渡轮的」
+        found = re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])", text, re.I)
+        return found is not None
     return name in text
 
 
