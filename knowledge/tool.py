@@ -97,11 +97,7 @@ TOOL_SPEC = ToolSpec(
                 "description": "What to look for: the user's question or its key words, "
                 "in the user's language.",
             },
-            "focus": {
-                "type": "string",
-                "description": "Optional: when the query holds earlier turns for context, "
-                "the latest question alone (it picks the sentence that answers it).",
-            },
+            "focus": {"type": "string", "description": "Optional: the latest question alone."},
         },
         "required": ["query"],
         "additionalProperties": False,
