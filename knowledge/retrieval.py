@@ -64,8 +64,8 @@ role are eligible (``role_id=None``: all of the owner's documents). Rule 8: each
 sentence closest to the query by the sentence vectors stored at ingest (no embedding at query
 time): a paraphrase shares no word with the sentence that answers it, but is near it in meaning.
 A follow-up searched with the earlier turns in front names the sentence closest to its own
-words (the caller's ``closest_vector``): "Do I have to leave anything as security for it?"
-after an e-bike's day price is answered by the deposit, which the price is closer to the pair.
+words (the caller's ``closest_vector``): "When do I get my deposit back?" after an e-bike's day
+price names the deposit's sentence, though the price's is closer to the two questions together.
 The headings a chunk starts with (its document's title, its section's name) are never named.
 """
 
