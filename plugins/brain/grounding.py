@@ -889,22 +889,35 @@ def missing_focus(question: str, found: Sequence[Passage]) -> list[str]:
     ]
 
 
+_PLACE = r"on|in|at|inside|outside|near|onto|into|during|from|of|with|by"
 _DETERMINER = re.compile(
-    r"\b(?:(?P<place>on|in|at|inside|outside|near|onto|into|during|from|of|with|by)\s+)?"
+    rf"\b(?:(?P<place>{_PLACE})\s+)?"
     r"(?:a|an|the|any|some|my|our|your|this|that|there(?: is| are)?|(?:is|are) there)\s+"
-    r"(?P<phrase>[a-z]+(?:[\s-][a-z]+)?)",
+    rf"(?P<phrase>[a-z]+(?:[\s-](?!(?:{_PLACE}|for|to|and|or)\b)[a-z]+)?)",
     re.I,
+)
+_SUPERLATIVE = re.compile(r"[a-z]{2,}(?:iest|est)$|first|last|next", re.I)
+"""Rule 4c: a word that ranks what is asked for ("the earliest boat", "the next ferry") is
+not a thing asked about: the passages name the boat and its times, not "earliest"."""
+_NOT_SUPERLATIVE = frozenset(
+    "guest guests request interest forest contest protest harvest chest honest modest".split()
 )
 
 
 def _named_things(question: str) -> set[str]:
     """Rule 4c: the first four letters of the words of the noun phrases a question asks about
     ("a monthly pass", "the airport shuttle", "are there cabins"), not of those it places the
-    asking in ("on my balcony", "in the middle of a term") nor of its verbs ("can I vape")."""
+    asking in ("on my balcony", "in the middle of a term", "my car at the inn overnight": a
+    phrase ends before a preposition), nor of its verbs ("can I vape"), nor of a word ranking
+    the thing ("the earliest boat")."""
     out: set[str] = set()
     for match in _DETERMINER.finditer(question.lower()):
         if match["place"] is None:
-            out.update(stem(w)[:4] for w in re.split(r"[\s-]", match["phrase"]))
+            out.update(
+                stem(w)[:4]
+                for w in re.split(r"[\s-]", match["phrase"])
+                if not _SUPERLATIVE.fullmatch(w) or w in _NOT_SUPERLATIVE
+            )
     return out
 
 

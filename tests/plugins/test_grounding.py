@@ -1016,3 +1016,15 @@ def test_a_rare_word_no_passage_holds_is_what_the_question_misses() -> None:
     assert missing_focus("Can guests use the lockers, towels, sauna and pool?", gym) == []
     rules = [Passage("Inn", "Standard rates can be cancelled free of charge until 48 hours.")]
     assert missing_focus("Until when can I cancel without paying?", rules) == []
+
+
+def test_a_ranking_word_or_a_place_after_the_thing_is_not_what_is_missing() -> None:
+    # dev_followup: "earliest" and "overnight" made 4c refuse questions the passages answer.
+    ferry = [
+        Passage("Northline Ferries", "Ferries leave Port Ellis every 90 minutes from 6:30 am.")
+    ]
+    assert missing_focus("What's the earliest boat I can catch from Port Ellis?", ferry) == []
+    inn = [Passage("Tidewater Inn", "The inn has 20 parking spaces at $15 per night.")]
+    assert missing_focus("Can I leave my car at the inn overnight?", inn) == []
+    # A thing asked about is still missed when no passage holds it.
+    assert missing_focus("How much is the cheapest motorbike ticket?", ferry) == ["motorbike"]
