@@ -25,13 +25,16 @@ Rule 4. Evidence: a knowledge result counts only through its ``<untrusted_knowle
         (``best_sentences``), never the whole document.
 Rule 4c. A rare English word the question asks about ("a monthly pass", "a motorbike", "the
         airport shuttle": in a noun phrase it names, not a place it sets the asking in, "on
-        my balcony", nor a verb, "can I vape") that no passage found holds — in text,
+        my balcony", nor a verb, "can I vape", nor a word ranking the thing, "the earliest
+        boat"; a phrase ends before a preposition) that no passage found holds — in text,
         headings or document name, synonyms counted — means the documents do not say, when
         every passage is in the question's language and they hold under ``HELD_SHARE`` of
         its telling words (``missing_focus``). On a probe of 22 unanswerable and 10
         answerable questions over dev documents, written before the rule
         (``dev_unanswerable.json``): unanswerable answered 10 → 6 (its Chinese questions
-        untouched), false "don't know" 4 → 4.
+        untouched), false "don't know" 4 → 4. On the 238 turns of the dev sets on unseen
+        documents, after the ranking words and the phrase's end: 1 answerable question
+        refused (4 before), the same 4 unanswerable ones caught.
 Rule 5. A memory question with no ``<memory_data>`` entry to answer it gets the fixed "I don't
         remember you telling me" sentence.
 Rule 6. Memory in other words: what a question asks of the person and what an entry says of
