@@ -903,8 +903,10 @@ _SUPERLATIVE = re.compile(r"[a-z]{2,}(?:iest|est)$|first|last|next", re.I)
 """Rule 4c: a word that ranks what is asked for ("the earliest boat", "the next ferry") is
 not a thing asked about: the passages name the boat and its times, not "earliest"."""
 _NOT_SUPERLATIVE = frozenset(
-    "guest guests request interest forest contest protest harvest chest honest modest".split()
+    "guest request interest forest contest protest harvest chest honest modest priest arrest "
+    "digest quest conquest inquest suggest invest tempest manifest".split()
 )
+"""Words ending in -est that rank nothing."""
 
 
 def _named_things(question: str) -> set[str]:
