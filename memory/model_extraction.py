@@ -49,7 +49,7 @@ Rule 3d. How the person wants to be reached ("Please contact me by email rather 
         1.0 after.
 Rule 4. Code writes the entry, in the statement's language, from a template per attribute
         ("My job: nurse at the Royal Free" / "我的工作：护士"), so the brain's memory rules match
-        it by attribute (``plugins.brain.grounding`` Rule 6). Attributes a person has one of
+        it by attribute (``plugins.brain.memory_match`` Rule 6). Attributes a person has one of
         (name, city, job, birthday, age…) carry the patterns' key, so a later statement of the
         same attribute replaces the older one — a correction replaces what it corrects.
         A statement about a family member or a pet ("我妈妈的生日是十月一号") is kept as it

@@ -73,8 +73,8 @@ from memory.pool import (
     visible_ids,
 )
 from memory.pool_store import AddEntry, InvalidateEntry, PoolStore, PoolWrite
-from plugins.brain.grounding import terms
 from plugins.language import detect_language
+from plugins.text import content_terms as terms
 
 if TYPE_CHECKING:
     from journal.store import JournalStore

@@ -306,6 +306,34 @@ def stem(word: str) -> str:
     return word
 
 
+_CONTENT_STOP_EN = frozenset(
+    """a an the and or but to of in on at for with from by is are was were be been am do does did
+    what when where which who how why can could will would should may might i you he she it we
+    they me my your our their this that these those there here have has had not no yes please
+    tell about any some much many long just also so then if than as""".split()
+)
+_CONTENT_STOP_ZH = frozenset(
+    "什么 多少 多久 怎么 如何 是否 可以 一下 请问 我们 你们 他们 的是 是什".split()
+)
+_LATIN_WORD = re.compile(r"[a-z0-9]+")
+_CJK_RUN = re.compile(f"[{CJK_IDEOGRAPHS}]+")
+
+
+def content_terms(text: str) -> set[str]:
+    """Content terms, as a set, for comparing two short texts (a question and a sentence or a
+    memory entry): Chinese character bigrams and English words of 3+ letters that are not stop
+    words, stemmed as the knowledge index stems them (``stem``)."""
+    lowered = text.lower()
+    out = {
+        stem(w) for w in _LATIN_WORD.findall(lowered) if len(w) >= 3 and w not in _CONTENT_STOP_EN
+    }
+    for run in _CJK_RUN.findall(lowered):
+        if len(run) == 1:
+            continue
+        out.update(b for i in range(len(run) - 1) if (b := run[i : i + 2]) not in _CONTENT_STOP_ZH)
+    return out
+
+
 def terms(text: str) -> list[str]:
     """Every lexical term of ``text``, in order, repeats kept (for term frequencies)."""
     out: list[str] = []
@@ -666,7 +694,7 @@ PET_WORDS = (
     r"|pugs?|schnauzers?|shepherds?|greyhounds?|whippets?|tabby|tabbies|siamese|ragdolls?"
 )
 """Animals and the commonest breeds a person says they have: ``memory.extraction`` stores "we've
-got a golden retriever called Biscuit" as a pet, and ``plugins.brain.grounding`` Rule 6 reads it
+got a golden retriever called Biscuit" as a pet, and ``plugins.brain.memory_match`` Rule 6 reads it
 as one for "what's my dog called?"."""
 ZH_PET_WORDS = (
     r"狗|猫|宠物|鹦鹉|兔|仓鼠|金鱼|乌龟|蜥蜴|荷兰猪|金毛|拉布拉多|泰迪|柯基|哈士奇|柴犬"

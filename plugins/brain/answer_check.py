@@ -15,8 +15,9 @@ import contextlib
 import re
 from collections.abc import AsyncGenerator, Callable, Sequence
 
-from plugins.brain.grounding import is_asked, sentences, terms
+from plugins.brain.grounding import is_asked, sentences
 from plugins.language import detect_language
+from plugins.text import content_terms as terms
 
 _NUMBER = re.compile(r"\d+(?:[.:：]\d+)?")
 

@@ -62,10 +62,11 @@ from typing import Any
 import jsonschema
 
 from plugins.brain.arithmetic import stated_numbers
-from plugins.brain.grounding import earlier_user_inputs, terms
+from plugins.brain.grounding import earlier_user_inputs
 from plugins.contracts import BrainInput, ToolCall, ToolChoice, ToolResult, ToolSpec
 from plugins.embedding import E5Embedder, Embedder, Vector
 from plugins.errors import PluginError, PluginTimeout
+from plugins.text import content_terms as terms
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ Rule 3. No evidence, no model: a short question searched alone that found nothin
         ("Can I vape on the deck?" after a refund question). A question whose search
         returned no passage gets the fixed "my documents don't say" answer — unless it asks
         about the person in words the memory patterns missed and an entry has what it asks
-        (``grounding.asks_about_me``: "what should you call me?"), then memory answers it; a
-        memory question no entry answers (``grounding.relevant_memories``, Rule 6 there) gets
+        (``memory_match.asks_about_me``: "what should you call me?"), then memory answers it; a
+        memory question no entry answers (``memory_match.relevant_memories``, Rule 6 there) gets
         "I don't remember". The model is never asked to abstain.
 Rule 4. Weak evidence is checked before any answer: when the passages share less than half of
         the question's content words (same language: the retrieval matched by meaning alone), the
@@ -173,7 +173,6 @@ from plugins.brain.grounding import (
     Reading,
     asked_part,
     asked_terms,
-    asks_about_me,
     asks_for_transfer,
     best_sentences,
     coverage,
@@ -192,21 +191,24 @@ from plugins.brain.grounding import (
     points_back,
     quote_is_from,
     read_turn,
-    relevant_memories,
-    remembered_by_words,
-    second_person,
     sentences,
-    terms,
     with_previous,
 )
 from plugins.brain.json_model import json_payload
 from plugins.brain.local_model import Generation, LocalModel
+from plugins.brain.memory_match import (
+    asks_about_me,
+    relevant_memories,
+    remembered_by_words,
+    second_person,
+)
 from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewritten_queries
 from plugins.brain.rates import fits, priced
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
 from plugins.embedding import Embedder
 from plugins.language import detect_language, zh_or_en
 from plugins.text import AnswerType, answer_type, holds_answer
+from plugins.text import content_terms as terms
 
 log = logging.getLogger(__name__)
 decision_log = logging.getLogger("openrealtime.brain.decision")
@@ -468,7 +470,7 @@ class LLMBrain:
             )
             if evidence is None:
                 # The documents do not answer it; a question about the person in words the
-                # memory patterns missed is answered from memory (grounding Rule 6).
+                # memory patterns missed is answered from memory (memory_match Rule 6).
                 entries = memory_entries(request.system)
                 if asks_about_me(reading.text, entries) or remembered_by_words(
                     reading.text, entries

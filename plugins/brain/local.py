@@ -31,9 +31,11 @@ from plugins.brain.grounding import (
     memory_entries,
     passages,
     read_turn,
+)
+from plugins.brain.memory_match import (
     relevant_memories,
 )
-from plugins.brain.grounding import (
+from plugins.brain.memory_match import (
     second_person as _second_person,
 )
 from plugins.contracts import BrainDelta, BrainInput, ToolCall

@@ -10,9 +10,11 @@ from memory.fact_reader import FactReader
 from memory.memory_ledger import InMemoryMemoryLedger
 from memory.pool_memory import PoolMemoryStore
 from memory.pool_store import InMemoryPoolStore, PoolLocks
-from plugins.brain.grounding import attributes
 from plugins.brain.json_model import LocalJsonModel
 from plugins.brain.local_model import LocalModel
+from plugins.brain.memory_match import (
+    attributes,
+)
 from tests.memory.test_fact_reader import AT, contents, session
 
 pytestmark = pytest.mark.skipif(

@@ -8,7 +8,10 @@ import pytest
 
 from memory.extraction import extract
 from memory.model_extraction import SCHEMA, messages, read_answer, statement, unread
-from plugins.brain.grounding import attributes, relevant_memories
+from plugins.brain.memory_match import (
+    attributes,
+    relevant_memories,
+)
 
 
 def answer(attribute: str, value: str) -> str:

@@ -14,9 +14,7 @@ from plugins.brain.grounding import (
     NOTHING_EARLIER,
     Intent,
     Passage,
-    asks_about_me,
     asks_for_transfer,
-    attributes,
     best_sentences,
     brand,
     coverage,
@@ -34,15 +32,19 @@ from plugins.brain.grounding import (
     missing_focus,
     passages,
     read_turn,
-    relevant_memories,
-    remembered_by_words,
     says_dont_know,
-    second_person,
     sentences,
-    terms,
     with_previous,
 )
+from plugins.brain.memory_match import (
+    asks_about_me,
+    attributes,
+    relevant_memories,
+    remembered_by_words,
+    second_person,
+)
 from plugins.contracts import BrainInput, HistoryTurn, ToolResult
+from plugins.text import content_terms as terms
 
 ZH_RETURNS = (
     HistoryTurn("user", "我是因为商品质量问题退货。"),
