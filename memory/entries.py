@@ -21,8 +21,9 @@ Saving a draft (``plan_save``, then ``saved_entry``: the same decision in every 
    (``unchanged``: a re-save does not replay) or it was stated before the entry's
    ``stated_at`` (``stale``: an older transcript never overwrites a newer statement or a
    manual edit).
-3. A draft from the same source event as an extracted entry of the same kind updates it (an
-   ASR correction of that message), under the same time rule.
+3. A draft from the same source event as an extracted entry of the same kind, and nearly the
+   same words (``REVISED_SIMILARITY``), updates it (an ASR correction of that message), under
+   the same time rule; another clause of that message is an entry of its own.
 4. Exact duplicates (same normalised content in the same user×role) are merged: nothing
    changes (``duplicate``).
 5. At ``MAX_ENTRIES_PER_ROLE`` active entries a new entry is refused (``full``): nothing is
@@ -39,6 +40,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from difflib import SequenceMatcher
 from typing import Literal, get_args
 
 from memory.errors import InvalidMemory, MemoryNotFound, SensitiveContent, StaleRevision
@@ -230,8 +232,15 @@ def prepare_draft(draft: MemoryDraft) -> MemoryDraft:
     return replace(draft, content=clean_content(draft.content), kind=check_kind(draft.kind))
 
 
+REVISED_SIMILARITY = 0.8
+"""Rule 3: how alike (``difflib``'s ratio) a draft and an entry from the same source event are
+when the draft is that entry's clause again, revised ("I like te" → "I like tea"); two clauses
+of one message ("我是小学语文老师", "我周末喜欢去爬山") are two entries."""
+
+
 def _same_source(entry: MemoryEntry, draft: MemoryDraft) -> bool:
-    """``entry`` is an extracted entry of the draft's kind from the draft's source event."""
+    """``entry`` is an extracted entry of the draft's kind from the draft's source event, and
+    the draft is the same clause revised (Rule 3)."""
     source = draft.source
     return (
         source is not None
@@ -242,6 +251,7 @@ def _same_source(entry: MemoryEntry, draft: MemoryDraft) -> bool:
         and entry.kind == draft.kind
         and entry.source_thread_id == source.thread_id
         and entry.source_seq == source.seq
+        and SequenceMatcher(None, entry.content, draft.content).ratio() >= REVISED_SIMILARITY
     )
 
 

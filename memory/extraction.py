@@ -3,22 +3,27 @@
 Theory of operation
 -------------------
 A message is split into clauses (sentence ends; a comma or "and"/"but"/"但是" followed by a new
-first-person start). Each clause, with leading fillers and discourse markers ("well,",
-"actually", "no,", "sorry, I mean", "嗯", "其实", "不对", "我说错了"…) and stress adverbs inside it
-("I actually live…", "我其实住在…") removed, is matched against one table of anchored patterns
-per language (Chinese when the clause has CJK characters). A pattern only matches at the start
-of the clause, in the first person, so statements about third parties ("my friend likes…",
-"他喜欢…") and reported speech never match. The first person includes "we"/"our"/"我们" ("we
-moved to Bristol", "at home we speak Portuguese", "our cat is called Mochi"): what a person says
-of their household is theirs to have remembered. "I'm a/an …" is a job only when what follows
-ends in a job word and is not one of the words that only look like one ("a pharmacist", "a bus
-driver"; not "a member", "a big fan"). "My <relative or pet> …" and "我妈妈的生日是…" are
-relations, said as they were said: never the person's own name, age or birthday. The first
-matching rule gives the kind (preference, goal, correction, relation, fact) and, for stable
-facts, a key (``name``, ``birthday``, ``current_city``, ``hometown``, ``job``, ``employer``,
-``native_language``, ``phone``, ``favorite:<thing>``, ``relation:<who>``): a newer statement
-with the same key replaces the older one in the store. A phone number is the person's when a
-phone word or "my/the wrong/the new number" stands beside it and no relative owns it ("My
+first-person start; a dash, which sets off a statement before a question: "I'm Deepak — could
+you arrange a cake?"). Chinese drops a subject that goes on: after a clause whose subject is the
+speaker, each comma piece with none of its own is a clause with 我 put back (「我叫周敏，
+习惯坐靠窗的位子」 → 「我叫周敏」, 「我习惯坐靠窗的位子」); a relative's clauses and a
+correction stay whole. A clause that only leads into a question ("Given the car I've got, …?",
+「按我女儿的身高，…？」) states nothing. Each clause, with leading fillers and discourse markers
+("well,", "actually", "no,", "sorry, I mean", "嗯", "其实", "不对", "我说错了"…) and stress
+adverbs inside it ("I actually live…", "我其实住在…") removed, is matched against one table of
+anchored patterns per language (Chinese when the clause has CJK characters). A pattern only
+matches at the start of the clause, in the first person, so statements about third parties ("my
+friend likes…", "他喜欢…") and reported speech never match. The first person includes
+"we"/"our"/"我们" ("we moved to Bristol", "at home we speak Portuguese", "our cat is called
+Mochi"): what a person says of their household is theirs to have remembered. "I'm a/an …" is a
+job only when what follows ends in a job word and is not one of the words that only look like
+one ("a pharmacist", "a bus driver"; not "a member", "a big fan"). "My <relative or pet> …" and
+"我妈妈的生日是…" are relations, said as they were said: never the person's own name, age or
+birthday. The first matching rule gives the kind (preference, goal, correction, relation, fact)
+and, for stable facts, a key (``name``, ``birthday``, ``current_city``, ``hometown``, ``job``,
+``employer``, ``native_language``, ``phone``, ``favorite:<thing>``, ``relation:<who>``): a newer
+statement with the same key replaces the older one in the store. A phone number is the person's
+when a phone word or "my/the wrong/the new number" stands beside it and no relative owns it ("My
 mobile is 07700 900123"; "Sorry, I gave you the wrong number earlier, it's 07700 900321"
 replaces it); a flight or booking number is not. Card-length numbers (13 digits or more) stay
 secrets (``is_sensitive``).
@@ -248,8 +253,14 @@ _CLAUSE_SPLIT = re.compile(
     r"|,\s*(?=(?i:is|are|do|does|can|could|will|would|should|what|where|when|how|which|who)\b"
     r"[^,]*\?\s*$)"
     r"|[，,](?=[^，,]*[\u4e00-\u9fff][^，,]*(?:[吗呢][？?]?|[？?])\s*$)"
+    # 「我老公叫陈志远，他生日是九月十二号」: a pronoun starts a clause about whom it means.
+    r"|[，,]\s*(?=[他她它](?![们的]))"
     # 「我是张伟，在一家医院当护士」: the speaker goes on with a new verb — a clause of its own.
     r"|[，,](?=(?:在|当|做|从事)[\u4e00-\u9fff])"
+    # A dash sets off a clause of its own, in speech as in writing: "I'm Deepak, by the way —
+    # could you arrange a cake?" states a name before it asks; "my little girl Maisie is three
+    # — do they pay?" too.
+    r"|\s+[—–-]{1,2}\s+|\s*(?:—|——)\s*"
 )
 # Leading fillers and discourse markers, corrective ones included ("no,", "sorry, I mean",
 # "不对", "我说错了"): what follows them is matched as an ordinary statement.
@@ -261,7 +272,8 @@ _EN_FILLER = re.compile(
 )
 _ZH_FILLER = re.compile(
     r"^(?:(?:顺便说一下|顺便说|对了|另外|还有|然后|而且|那个|其实|实际上|事实上|好的|是的|不过|但是|可是|"
-    r"所以|你好|您好|不对|不是的|我刚才说错了|刚才说错了|我说错了|说错了|错了|准确地说|确切地说|嗯|啊|哦|呃|对)"
+    r"所以|你好|您好|不对|不是的|我刚才说错了|刚才说错了|我说错了|说错了|我(?:记|搞|弄)错了|(?:记|搞|弄)错了|错了|"
+    r"准确地说|确切地说|嗯|啊|哦|呃|对)"
     r"[\s,，!！。:：]*|不是[\s,，!！。:：]+)+"
 )
 # Trailing asides say nothing of the fact ("I'm Priya, by the way.").
@@ -309,6 +321,12 @@ _EN_HYPOTHETICAL = re.compile(
     r"unless)\b|\bi'd\b",
     re.I,
 )
+_EN_LEAD = re.compile(
+    r"^(?:given|considering|based on|going by|according to|for|with|about|as for)\b", re.I
+)
+_ZH_LEAD = re.compile(r"^(?:按照?|根据|依照?|照|就|以|对于|关于)")
+"""A clause that only leads into a question ("Given the car I've got, which spaces…?",
+「按我女儿的身高，…怎么收费？」) states nothing."""
 _ZH_HYPOTHETICAL = re.compile(r"如果|假如|假设|要是|万一|假装|想象|也许|可能|或许|的话|假若|倘若")
 _EN_REPORTED = re.compile(r"\b(?:said|says|told|tells|thinks|claims)\b", re.I)
 _ZH_REPORTED = re.compile(r"(?:他|她|他们|她们|别人|朋友|同事)(?:说|认为|觉得|告诉)")
@@ -343,7 +361,53 @@ def _clauses(text: str) -> list[str]:
                 merged[-1] = merged[-1] + "，" + part
             else:
                 merged.append(part)
-        out.extend(p.strip() for p in merged if p.strip())
+        out.extend(_speaker_goes_on([p.strip() for p in merged if p.strip()]))
+    return out
+
+
+_ZH_SPEAKER = re.compile(r"^(?:我们?)(?![的家])")
+_ZH_HAS_SUBJECT = re.compile(r"我|你|您|他|她|它|咱")
+_ZH_BIDDING = re.compile(r"请|别|不要|麻烦|帮我|给我")
+_ZH_COMMA = re.compile(r"[，,]")
+_ZH_PUTS_RIGHT = re.compile(r"错了|不对|纠正|更正|(?:^|[，,])\s*(?:其实|实际上)?不?是")
+"""A correction (「我记错了，其实是七个人，不是五个」) says what it corrects as a whole."""
+
+
+def _speaker_goes_on(parts: list[str]) -> list[str]:
+    """Chinese drops a subject that goes on: in 「我叫周敏，习惯坐靠窗的位子」 and
+    「我是从杭州来的，在一家电商公司上班」 the person still speaks of themself. After a
+    clause whose subject is the speaker (我, 我们 — not 我家的狗, 我女儿: whose the rest
+    is, is theirs to say), each comma piece with no subject of its own is a clause of its own
+    with 我 put back; a request in it (「有事请发微信给我」, 「别打电话」) stays as said, and a
+    correction (「我记错了，其实是七个人」) stays whole. English keeps its subjects."""
+    out: list[str] = []
+    speaker = ""
+    for part in parts:
+        if not has_cjk(part):
+            out.append(part)
+            speaker = ""
+            continue
+        pieces = [piece.strip() for piece in _ZH_COMMA.split(part) if piece.strip()]
+        if _ZH_PUTS_RIGHT.search(part):
+            out.append(part)
+            speaker = ""
+            continue
+        head = _ZH_SPEAKER.match(pieces[0]) if pieces else None
+        if head is not None and _subject_in(pieces[0]) is None:
+            speaker = head.group()
+        elif not (speaker and not _ZH_HAS_SUBJECT.search(part)):
+            out.append(part)
+            speaker = ""
+            continue
+        for i, piece in enumerate(pieces):
+            if (i or head is None) and not _ZH_HAS_SUBJECT.search(piece):
+                if _ZH_BIDDING.search(piece) or len(piece) < 2:
+                    if out and i:
+                        out.append(piece)
+                        continue
+                else:
+                    piece = speaker + piece
+            out.append(piece)
     return out
 
 
@@ -366,10 +430,16 @@ def _refused(clause: str, zh: bool) -> bool:
         return True
     if zh:
         return bool(
-            _ZH_QUESTION.search(body) or _ZH_HYPOTHETICAL.search(body) or _ZH_REPORTED.search(body)
+            _ZH_QUESTION.search(body)
+            or _ZH_HYPOTHETICAL.search(body)
+            or _ZH_REPORTED.search(body)
+            or _ZH_LEAD.match(body)
         )
     return bool(
-        _EN_QUESTION.match(body) or _EN_HYPOTHETICAL.search(body) or _EN_REPORTED.search(body)
+        _EN_QUESTION.match(body)
+        or _EN_HYPOTHETICAL.search(body)
+        or _EN_REPORTED.search(body)
+        or _EN_LEAD.match(body)
     )
 
 
@@ -437,8 +507,35 @@ def stated_clauses(text: str) -> list[str]:
         if _refused(raw, zh):
             continue
         clause = _strip(raw, zh).strip(_TRAILING)
+        tail = (_ZH_CONTRAST if zh else _EN_CONTRAST).search(clause)
+        if tail is not None and tail.start() > 0:
+            clause = clause[: tail.start()].strip(_TRAILING)  # "…York now, not Leeds"
         if clause and len(clause) <= MAX_ENTRY_CHARS and not is_sensitive(clause):
             out.append(clause)
+    return out
+
+
+_NEGATION = re.compile(
+    r"^\W*(?:and\s+|but\s+)?(?:not|no longer)\s+(?:the\s+|a\s+|an\s+|in\s+|on\s+|at\s+)?"
+    r"|^\W*(?:而|但)?(?:不是|并不是|而不是|而非|不再是|不在|不叫)",
+    re.I,
+)
+
+
+def corrected_values(text: str) -> list[str]:
+    """The old values a message's corrections name in a contrastive tail ("I've moved to
+    York, not Leeds" → "Leeds"; 「其实是七个人，不是五个」 → 「五个」): what an entry said that
+    is no longer true."""
+    out: list[str] = []
+    for raw in _clauses(text):
+        zh = has_cjk(raw)
+        clause = _strip(raw, zh).strip(_TRAILING)
+        tail = (_ZH_CONTRAST if zh else _EN_CONTRAST).search(clause)
+        if tail is None or tail.start() == 0:
+            continue
+        old = _NEGATION.sub("", tail.group().strip(" ,，;；-–—")).strip(_TRAILING)
+        if old:
+            out.append(old)
     return out
 
 

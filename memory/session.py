@@ -6,6 +6,11 @@ message. Both first ask ``is_enabled()`` — the role's ``memory_enabled`` read 
 moment: the role is frozen for the rest of that read or extraction. With memory disabled
 nothing is read, injected or extracted, and nothing is deleted.
 
+A correction that names what it corrects ("I've moved to York, not Leeds", 「其实是七个人，不是
+五个」: ``memory.extraction.corrected_values``) deletes the earlier entries holding the old
+value and sharing another word with it, so what is no longer true is not said back beside what
+is (an entry kept as said has no key for the correction to replace).
+
 What the patterns find nothing in, a ``FactReader`` (when the process has a memory model) reads
 in the background with the model (``memory/model_extraction.py``); its entries are saved
 without a status event (the session may be over by then).
@@ -26,12 +31,13 @@ from datetime import datetime
 from typing import Any
 
 from memory.entries import MemoryDraft, MemorySource, SaveOutcome
-from memory.extraction import Extracted, Subject, extract, next_subject
+from memory.extraction import Extracted, Subject, corrected_values, extract, next_subject
 from memory.fact_reader import FactRead, FactReader
 from memory.injection import DEFAULT_BUDGET_CHARS, DEFAULT_MAX_ENTRIES, render_memory_block
 from memory.model_extraction import put_right, unread
 from memory.store import MemoryStore
 from pipeline.events import MemoryStatus, ServerEvent
+from plugins.text import content_terms
 
 log = logging.getLogger(__name__)
 
@@ -162,15 +168,41 @@ class SessionMemory:
                     self.tenant, self.user, self.role_id, stated, source, self.is_enabled
                 )
                 self.facts.offer(read)
-        if not found:
-            return []
-        self.counters.extractions += 1
         outcomes: list[SaveOutcome] = []
-        async with asyncio.timeout(self.settings.save_timeout_s):
-            for item in found:
-                draft = MemoryDraft(item.kind, item.content, item.key, "extraction", source)
-                outcomes.append(await self.store.save(self.tenant, self.user, self.role_id, draft))
+        if found:
+            self.counters.extractions += 1
+            async with asyncio.timeout(self.settings.save_timeout_s):
+                for item in found:
+                    draft = MemoryDraft(item.kind, item.content, item.key, "extraction", source)
+                    saved = await self.store.save(self.tenant, self.user, self.role_id, draft)
+                    outcomes.append(saved)
+        await self._forget_corrected(text, source)
         return outcomes
+
+    async def _forget_corrected(self, text: str, source: MemorySource) -> None:
+        """A correction that names what it corrects ("I've moved to York, not Leeds", 「其实是
+        七个人，不是五个」) deletes the earlier entries that said it: an entry holding an old
+        value and sharing another word with the correction ("我们一共五个人"), so what is no
+        longer true is not said back beside what is. An entry that only mentions the old
+        value ("I'm driving down from Leeds at six") stays."""
+        olds = corrected_values(text)
+        if not olds:
+            return
+        said = content_terms(text)
+        for old in olds:
+            said -= content_terms(old)
+        async with asyncio.timeout(self.settings.save_timeout_s):
+            entries = await self.store.list_entries(self.tenant, self.user, self.role_id)
+            for entry in entries:
+                if entry.source_thread_id == source.thread_id and entry.source_seq == source.seq:
+                    continue  # this message's own
+                content = entry.content.casefold()
+                if any(old.casefold() in content for old in olds) and said & content_terms(
+                    entry.content
+                ):
+                    await self.store.delete(
+                        self.tenant, self.user, entry.id, revision=entry.revision
+                    )
 
     def _report(self, body: dict[str, Any]) -> None:
         if self.report is not None:

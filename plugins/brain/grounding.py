@@ -228,7 +228,8 @@ _ABOUT_ME = {
         r"|\bhow (do|did) i (like|prefer)\b|\bmy preferences\b"
         r"|\bwhat (do|did) you know about me\b|\babout me\b.*\?"
         r"|\bhow old am i\b|\bwhat am i allergic\b|\bwhere am i (?:calling )?from\b"
-        r"|\b(?:what|how) (?:should|do|will|would) you (?:call|address|greet) me\b",
+        r"|\b(?:what|how) (?:should|do|will|would) you (?:be )?(?:call|address|greet)(?:ing)? me\b"
+        r"|\bwho i am\b",
         re.I,
     ),
     "zh": re.compile(
@@ -241,8 +242,10 @@ _ABOUT_ME = {
     ),
 }
 _WHAT_IS_MY = {
-    "en": re.compile(r"\bwhat('?s| is| was| were| are) my\b|\bwhen is my\b", re.I),
-    "zh": re.compile(rf"我的[{CJK_IDEOGRAPHS}]{{1,6}}(是什么|是哪|叫什么|在哪|是多少|是几)"),
+    "en": re.compile(r"\bwhat('?s| is| was| were| are) (?:my|our)\b|\bwhen is my\b", re.I),
+    "zh": re.compile(
+        rf"我(?:的|家的?|们家的?)[{CJK_IDEOGRAPHS}]{{1,6}}(是什么|是哪|叫什么|在哪|是多少|是几)"
+    ),
 }
 """A question for something of the person's ("what's my name?", 「我的生日是哪天?」) — when it
 names an attribute of a person (``attributes``): "What are my options?" after a cancelled boat,

@@ -136,6 +136,8 @@ import re
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
+import numpy as np
+
 from plugins.brain.answer_check import Support, checked_sentences, drawn_from
 from plugins.brain.arithmetic import (
     EXPRESSION_SCHEMA,
@@ -197,7 +199,12 @@ from plugins.brain.grounding import (
 from plugins.brain.json_model import json_payload
 from plugins.brain.local_model import Generation, LocalModel
 from plugins.brain.memory_match import (
+    ASKS_FOR,
+    MAY_I,
     asks_about_me,
+    closest_in_meaning,
+    entries_of_the_kind_asked,
+    may_match_by_meaning,
     relevant_memories,
     remembered_by_words,
     second_person,
@@ -205,7 +212,7 @@ from plugins.brain.memory_match import (
 from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewritten_queries
 from plugins.brain.rates import fits, priced
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
-from plugins.embedding import Embedder
+from plugins.embedding import REFERENCE_LANGUAGES, E5Embedder, Embedder
 from plugins.language import detect_language, zh_or_en
 from plugins.text import AnswerType, answer_type, holds_answer
 from plugins.text import content_terms as terms
@@ -472,12 +479,14 @@ class LLMBrain:
                 # The documents do not answer it; a question about the person in words the
                 # memory patterns missed is answered from memory (memory_match Rule 6).
                 entries = memory_entries(request.system)
-                if asks_about_me(reading.text, entries) or remembered_by_words(
+                by_words = asks_about_me(reading.text, entries) or remembered_by_words(
                     reading.text, entries
-                ):
+                )
+                closest = None if by_words else await self._by_meaning(reading, entries)
+                if by_words or closest is not None:
                     self._decided(request.session, "memory_instead")
                     async with contextlib.aclosing(
-                        self._answer_from_memory(request, reading, entries)
+                        self._answer_from_memory(request, reading, entries, closest)
                     ) as ans:
                         async for delta in ans:
                             yield delta
@@ -519,19 +528,52 @@ class LLMBrain:
         yield BrainDelta(text=ACKNOWLEDGED[lang])
 
     async def _answer_from_memory(
-        self, request: BrainInput, reading: Reading, entries: Sequence[str]
+        self,
+        request: BrainInput,
+        reading: Reading,
+        entries: Sequence[str],
+        closest: str | None = None,
     ) -> AsyncGenerator[BrainDelta, None]:
         """A question about the person, from the entries that answer it best (grounding Rule
         6), said back by code in the second person: the model chose the wrong one of two and
         copied "I" for "you"; none: the fixed "don't remember" sentence (Rule 3)."""
         lang = reading.language
         chosen = relevant_memories(reading.text, entries, limit=2, best_only=True)
+        if not chosen:  # memory_match Rule 6c
+            closest = closest or await self._by_meaning(reading, entries)
+            chosen = [closest] if closest is not None else []
         self._decided(request.session, "memory" if chosen else "memory_none")
         if not chosen:
             yield BrainDelta(text=NOT_REMEMBERED[lang])
             return
         said = _AND[lang].join(second_person(entry).rstrip("。.!！ ") for entry in chosen)
         yield BrainDelta(text=f"{_TOLD_ME[lang]}{said}{_STOP[lang]}")
+
+    async def _by_meaning(self, reading: Reading, entries: Sequence[str]) -> str | None:
+        """``memory_match`` Rule 6c: the entry closest in meaning to a first-person question
+        that asks for something, when no attribute or word matched it."""
+        question = asked_part(reading.text)
+        lang = reading.language
+        if not may_match_by_meaning(question, entries):
+            return None
+        if not ASKS_FOR[lang].search(question) and not asks_about_me(question, entries):
+            if reading.intent is not Intent.MEMORY:
+                return None
+        if reading.intent is not Intent.MEMORY and MAY_I[lang].search(question):
+            return None
+        entries = entries_of_the_kind_asked(question, entries)
+        if not entries:
+            return None
+        embedder = self.functions.embedder or E5Embedder.shared()
+        self.functions.embedder = embedder
+        query = np.asarray(await embedder.query(question))
+        rows = await embedder.passages(list(entries))
+        reference = await embedder.reference()
+        if len(reference) == len(REFERENCE_LANGUAGES):  # the question's language's half
+            own = [i for i, language in enumerate(REFERENCE_LANGUAGES) if language == lang]
+            reference = reference[own]
+        baseline = float(np.max(reference @ query)) if len(reference) else 0.0
+        return closest_in_meaning(entries, [float(v) for v in rows @ query], baseline)
 
     # ------------------------------------------------------------ tool routing (Rule 2)
 

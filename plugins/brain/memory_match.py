@@ -23,7 +23,14 @@ Rule 6. Memory in other words: what a question asks of the person and what an en
         is called Mochi", even when no entry has the person's name), and nor is one whose
         subject is a relative or a pet ("My sister lives in Munich" for "where do I live?";
         "I live with my wife in Leeds" is the person's own). A breed is a pet ("a golden
-        retriever called Biscuit" answers "what's my dog called?": ``plugins.text.PET_WORDS``).
+        retriever called Biscuit" answers "what's my dog called?": ``plugins.text.PET_WORDS``);
+        a relative is of their kind ("what's my daughter called?" is not the son's name), a
+        friend or a colleague is a subject too, and an entry about the subject asked about
+        must say what is asked of them (the partner's name is not "my partner and I cycle
+        everywhere": ``_says_of_them``). A question for a number or a price is not answered
+        by an entry without one (「我的门禁卡卡号是多少?」 and 「我门禁卡好像丢了」). A
+        liking asked finds a habit or a hobby said, a diet an allergy, a way to reach the
+        person their phone, when no entry has the attribute itself (``_RELATED``).
         A question that plainly asks about the person ("who am I", "how old am I", 「我是
         做什么工作的」, 「我是哪里人」) is a memory question even when nothing is remembered:
         the answer is that they have not said, never a document's sentence.
@@ -39,6 +46,14 @@ Rule 6b. Memory by rare words: an attribute said in no fixed form (a liking, a h
         email"); and when the documents do not answer a question in the first person ("we"
         and "our" too) or naming someone an entry names, an entry sharing a rare word with it
         answers it ("which anniversary are we celebrating?": ``remembered_by_words``).
+Rule 6c. Memory by meaning: a first-person question no attribute or word matched, asking for
+        nothing a person has one of that no entry has (``may_match_by_meaning``), is answered
+        by the entry closest to it in meaning (multilingual-e5-small: the knowledge index's
+        embedder), when that clears the question's everyday baseline
+        (``closest_in_meaning``): "What time did I say I'd get there?" and "I'm driving down
+        from Leeds and should roll in around six". A question that only starts from the
+        person ("given what I'm bringing", "if…", what it costs: ``_NOT_ABOUT_ME``) asks the
+        documents.
 """
 
 from __future__ import annotations
@@ -47,14 +62,21 @@ import re
 from collections.abc import Sequence
 
 from plugins.language import detect_language
-from plugins.text import PET_WORDS, ZH_PET_WORDS, background_weight
+from plugins.text import (
+    PET_WORDS,
+    ZH_PET_WORDS,
+    AnswerType,
+    answer_type,
+    background_weight,
+    holds_answer,
+)
 from plugins.text import content_terms as terms
 
 _ATTRIBUTES: dict[str, re.Pattern[str]] = {
     name: re.compile(pattern, re.I)
     for name, pattern in {
-        "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bgo by\b|\bnickname|\b(?:address|greet) me\b"
-        r"|\bwho am i\b|叫|名字|称呼|姓|我是谁",
+        "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bcalling me\b|\bgo by\b|\bnickname"
+        r"|\b(?:address|greet) me\b|\bwho (?:am i|i am)\b|叫|名字|称呼|姓|我是谁",
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
         r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come|am i) from\b|\baddress\b(?! me\b)"
         r"|\bgr[eo]w(?:s|n|ing)? up\b|\braised\b|\bcalling from\b"
@@ -90,8 +112,10 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\b(?:don'?t|do not|never) eat\b|\bmeat\b|\bavoid\b"
         r"|\b(?:food|eat|drink)s?\b.*\b(?:stay|keep) away from\b"
         r"|吃素|素食|饮食|清真|不吃|吃不了|口味|吃辣|忌口",
-        "likes": r"\blikes?\b|\bloves?\b|\bfavou?rite|\bprefer|\benjoy|喜欢|爱|最爱|偏好",
-        "vehicle": r"\bcars?\b|\bdriv(?:e|es|ing)\b|\bvehicle|\bmotor(?:bike|cycle)\b|车|辆",
+        "likes": r"\blikes?\b|\bloves?\b|\bfavou?rite|\bprefer|\benjoy|\bdislike|\bhate"
+        r"|\bcan'?t stand\b|喜欢|爱|最爱|偏好|讨厌",
+        "vehicle": r"\bcars?\b|\bdriv(?:e|es|ing)\b|\bvehicle|\bmotor(?:bike|cycle)\b|车|辆"
+        r"|怎么(?:过)?来的",
         "study": r"\bstud(?:y|ies|ying|ent)\b|\bmajor(?:ing)?\b|\bdegree\b|\buniversity|\bcollege\b"
         r"|专业|学的|学什么|在读|读研|读博|大学|学生|研究生",
         "hobby": r"\bhobb|\binstrument|\bplay(?:s|ing)?\b|\bsports?\b|\b(?:free|spare) time\b"
@@ -99,7 +123,13 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         "habit": r"\busual(?:ly)?\b|\balways\b|\bnormally\b|\bregular(?:ly)?\b"
         r"|平时|经常|总是|每次|每天|习惯",
         "phone": r"\b(?:phone|mobile|cell|telephone)\b|\b(?:my|your) number\b|手机|电话|号码",
-        "language": r"\blanguages?\b|\bspeak\b|\bnative\b|语言|母语|(?:说|讲)什么话",
+        "contact": r"\b(?:reach|contact(?:ed)?|text|email|e-mail|ring) me\b"
+        r"|\bget (?:hold of|in touch with) me\b|\bcall me (?:on|at|after|before)\b"
+        r"|联系我|找我|发微信|打电话|发短信|发邮件",
+        "others": r"\bfriends?\b|\bcolleagues?\b|\bco-?workers?\b|\bboss\b|\bneighbou?rs?\b"
+        r"|\broom-?mates?\b|朋友|同事|同学|老板|领导|邻居|室友",
+        "language": r"\blanguages?\b|\bspeak\b|\bnative\b|语言|母语|方言"
+        r"|(?:说|讲)(?:什么|哪些|哪几种|几种)(?:话|语)|(?:粤|国|英|日|韩|法|德)语|普通话",
     }.items()
 }
 ASKS_FOR = {
@@ -134,7 +164,7 @@ _ANYTHING_ABOUT_ME = re.compile(
     re.I,
 )
 """A question for whatever memory holds, not for one thing (Rule 6)."""
-_SUBJECTS = frozenset({"pet", "family"})
+_SUBJECTS = frozenset({"pet", "family", "others"})
 """Attributes that name *who* a question is about (Rule 6): "my dog's name" is the dog's."""
 _OF_A_SUBJECT = frozenset({"name", "age", "birthday", "likes"})
 """Attributes an entry about a pet or a family member says of *them* ("my cat is called
@@ -171,6 +201,20 @@ _KINDS = {
     "reptile": r"\b(?:turtles?|tortoises?|lizards?|snakes?)\b|乌龟|蜥蜴|蛇",
     "horse": r"\b(?:horses?|ponies|pony)\b|马",
 }
+_KINDS.update(
+    {
+        "daughter": r"\bdaughters?\b|\b(?:little |baby |eldest |youngest )?girl\b|女儿|闺女",
+        "son": r"\bsons?\b|\b(?:little |baby |eldest |youngest )?boy\b|儿子",
+        "wife": r"\bwife\b|老婆|妻子|太太|媳妇",
+        "husband": r"\bhusband\b|老公|丈夫",
+        "mother": r"\bm(?:um|om|other)\b|妈|母亲",
+        "father": r"\bdad\b|\bfather\b|爸|父亲",
+        "sister": r"\bsisters?\b|姐|妹",
+        "brother": r"\bbrothers?\b|哥|弟",
+        "partner": r"\bpartner\b|\b(?:boy|girl)friend\b|\bfianc[ée]e?\b|对象|男朋友|女朋友|未婚",
+    }
+)
+"""Kinds of relative, as of animal: "what's my daughter called?" is not the son's name."""
 _KIND_PATTERNS = {kind: re.compile(pattern, re.I) for kind, pattern in _KINDS.items()}
 
 
@@ -227,18 +271,28 @@ def relevant_memories(
     own = asked - _SUBJECTS
     by_rare = False
     if own and not subjects and not any(own & attributes(entry) for entry in entries):
+        # "我喜欢坐什么位置?" and "我习惯坐靠窗的位子": a liking asked, a habit said
+        related = set().union(*(_RELATED.get(name, ()) for name in own))
+        if any(related & attributes(entry) for entry in entries):
+            asked, own = asked | related, own | related
+    if own and not subjects and not any(own & attributes(entry) for entry in entries):
         if own - _FREE_FORM:
             return []  # "which hospital was I born in?" is not the job's hospital
         by_rare = True  # "how do I prefer to be contacted?" and "contact me by email"
     kinds = _kinds(question)
     own_first = bool(asked) and not subjects and _FIRST_PERSON.search(question) is not None
+    counted = _counted(question)
     scored = []
     for i, entry in enumerate(entries):
+        if counted is not None and not holds_answer(entry, counted):
+            continue  # "我的门禁卡卡号是多少?" is not "我门禁卡好像丢了"
         has = attributes(entry)
         if subjects and not subjects & has:
             continue  # about someone else
         if kinds and _kinds(entry) and not kinds & _kinds(entry):
             continue  # "what's my dog called?" is not the cat's name
+        if subjects and not _says_of_them(asked & _OF_A_SUBJECT, has, entry):
+            continue  # "what's my partner's name?" is not "my partner and I cycle"
         about_subject = own_first and bool(has & _SUBJECTS)
         if about_subject and asked & has and (asked & has <= _OF_A_SUBJECT or _theirs(entry)):
             continue  # "what should you call me?" is not the cat's name
@@ -256,7 +310,40 @@ def relevant_memories(
     return [entry for *_, entry in scored[:limit]]
 
 
-_FREE_FORM = frozenset({"likes", "habit", "hobby", "goal", "diet", "allergy", "vehicle", "study"})
+_EN_NAMED = re.compile(r"(?<=\w)[\s,]+(?-i:[A-Z][a-z]+)\b")
+_ZH_NAMED = re.compile(
+    r"(?:叫|名叫|名字)|(?:女儿|儿子|老婆|老公|妻子|丈夫|爸爸|妈妈|孩子|狗|猫)"
+    r"(?!生日|今年|工作|喜欢|名字|过)[\u4e00-\u9fff]{1,3}?(?:[0-9一二两三四五六七八九十]|今年|是|在|岁)"
+)
+
+
+def _says_of_them(wanted: set[str], has: set[str], entry: str) -> bool:
+    """An entry about the relative or pet a question asks about says what it asks for: their
+    name ("my little girl Maisie is three", 「我女儿朵朵五岁了」), age, birthday or liking.
+    "My partner and I cycle everywhere" does not say the partner's name."""
+    for attribute in wanted:
+        if attribute in has:
+            continue
+        if attribute == "name" and (_EN_NAMED.search(entry) or _ZH_NAMED.search(entry)):
+            continue
+        return False
+    return True
+
+
+_RELATED = {
+    "contact": ("phone",),
+    "phone": ("contact",),
+    "likes": ("habit", "hobby"),
+    "hobby": ("likes", "habit"),
+    "habit": ("likes",),
+    "diet": ("allergy",),
+    "allergy": ("diet",),
+}
+"""Rule 6: attributes a question may ask in the other's words when no entry has its own: a
+liking for a habit or a hobby, a diet for an allergy and back."""
+_FREE_FORM = frozenset(
+    {"likes", "habit", "hobby", "goal", "diet", "allergy", "vehicle", "study", "contact"}
+)
 """Attributes said in any words, with no fixed form to match (Rule 6b)."""
 RARE_SHARED = 0.5
 """Rule 6b: a word at least this rare (``plugins.text.background_weight``) is shared."""
@@ -276,6 +363,65 @@ def remembered_by_words(question: str, entries: Sequence[str]) -> bool:
     if not (_FIRST_PERSON.search(question) or _WE.search(question) or _named_in(question, entries)):
         return False
     return any(rare_words(question, entry) for entry in entries)
+
+
+_ZH_WHICH_NUMBER = re.compile(r"几号|多少号")
+
+
+def _counted(question: str) -> AnswerType | None:
+    """A number or a price the question asks for (``plugins.text.answer_type``): an entry
+    without one does not answer it (Rule 6). Times and durations are said in too many ways
+    ("around six in the evening") to ask the same of them."""
+    wanted = answer_type(question)
+    if wanted is not None and wanted.kind in ("number", "price"):
+        return wanted
+    return AnswerType("number") if _ZH_WHICH_NUMBER.search(question) else None
+
+
+def entries_of_the_kind_asked(question: str, entries: Sequence[str]) -> list[str]:
+    """The entries that hold a number or a price when the question asks for one (Rule 6)."""
+    counted = _counted(question)
+    return [e for e in entries if counted is None or holds_answer(e, counted)]
+
+
+_NOT_ABOUT_ME = re.compile(
+    r"(?:if|given|going by|based on|how much|cost|price|fee|pay)"
+    r"|如果|要是|假如|按照?|像我这|根据|多少钱|费用|收费|[交付]多少",
+    re.I,
+)
+"""Rule 6c: a question that only starts from the person (a condition, "given what I'm
+bringing", what it costs them) asks the documents, not memory."""
+
+
+def may_match_by_meaning(question: str, entries: Sequence[str]) -> bool:
+    """Rule 6c: whether the entry closest in meaning may answer a question no attribute or
+    word matched — one in the first person ("we" too) that asks about no relative or pet and
+    for nothing a person has one of that no entry has ("when's my birthday?" with none
+    stays unremembered): "What time did I say I'd get there?" and "…roll in around six"."""
+    if not entries or not (_FIRST_PERSON.search(question) or _WE.search(question)):
+        return False
+    if _NOT_ABOUT_ME.search(question):
+        return False
+    asked = attributes(question)
+    if asked & _SUBJECTS:
+        return False
+    standard = asked - _FREE_FORM
+    return not standard or any(standard & attributes(entry) for entry in entries)
+
+
+MEANING_MARGIN = 0.0
+"""Rule 6c: how far above the question's everyday baseline (``plugins.embedding``'s
+reference sentences) the closest entry's similarity must be."""
+
+
+def closest_in_meaning(
+    entries: Sequence[str], similarities: Sequence[float], baseline: float
+) -> str | None:
+    """Rule 6c: the entry most similar to the question, when it clears the baseline."""
+    if not entries:
+        return None
+    best = max(range(len(entries)), key=lambda i: similarities[i])
+    return entries[best] if similarities[best] - baseline >= MEANING_MARGIN else None
 
 
 _SECOND_PERSON_EN = [

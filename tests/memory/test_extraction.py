@@ -8,7 +8,14 @@ import time
 
 import pytest
 
-from memory.extraction import MAX_MESSAGE_CHARS, Extracted, extract, next_subject, stated_clauses
+from memory.extraction import (
+    MAX_MESSAGE_CHARS,
+    Extracted,
+    corrected_values,
+    extract,
+    next_subject,
+    stated_clauses,
+)
 
 REMEMBERED: list[tuple[str, list[tuple[str, str | None, str]]]] = [
     # Chinese (the product guide's examples first)
@@ -281,4 +288,45 @@ def test_a_subject_of_two_stays_one_clause_for_the_model() -> None:
     # The patterns still read the person's own part.
     assert extract("My wife and I live in Leeds.") == [
         Extracted("fact", "I live in Leeds", "current_city")
+    ]
+
+
+def test_a_dash_sets_off_a_statement_before_a_question() -> None:
+    said = "I'm Deepak, by the way — could you arrange a birthday cake for my mum?"
+    assert stated_clauses(said) == ["I'm Deepak"]
+    said = "My son Leo's six and my little girl Maisie is three — do they pay for breakfast?"
+    assert stated_clauses(said) == ["My son Leo's six", "my little girl Maisie is three"]
+    # A clause that only leads into the question states nothing.
+    assert stated_clauses("Given the car I've got, which parking spaces should I use?") == []
+    assert stated_clauses("按我女儿的身高，她的儿童套餐怎么收费？") == []
+
+
+def test_a_chinese_speaker_who_goes_on_without_a_subject_is_still_the_speaker() -> None:
+    assert stated_clauses("我是小学语文老师，周末喜欢去爬山，平时说粤语和普通话。") == [
+        "我是小学语文老师",
+        "我周末喜欢去爬山",
+        "我平时说粤语和普通话",
+    ]
+    # A request stays as said; a relative's clauses stay theirs; a correction stays whole.
+    assert stated_clauses("我叫周敏，习惯坐靠窗的位子，有事请发微信给我。") == [
+        "我叫周敏",
+        "我习惯坐靠窗的位子",
+        "有事请发微信给我",
+    ]
+    assert stated_clauses("我女儿朵朵五岁了，身高一米一左右。") == [
+        "我女儿朵朵五岁了，身高一米一左右"
+    ]
+    assert stated_clauses("我记错了，其实是七个人，不是五个。") == ["是七个人"]
+
+
+def test_a_correction_names_what_it_corrects() -> None:
+    assert corrected_values("我记错了，其实是七个人，不是五个。") == ["五个"]
+    assert corrected_values("I've just moved to York, so that's home now, not Leeds.") == ["Leeds"]
+    assert corrected_values("Our anniversary is actually the 16th of June, not the 14th.") == [
+        "14th"
+    ]
+    assert corrected_values("I'm not sure about the dates.") == []
+    # The stored statement is what is true now.
+    assert stated_clauses("I've just moved to York, so that's home now, not Leeds.") == [
+        "I've just moved to York, so that's home now"
     ]

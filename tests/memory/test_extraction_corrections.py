@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from memory.entries import MemoryDraft, MemorySource
 from memory.extraction import Extracted, extract
 from memory.session import SessionMemory
 from memory.store import MemoryStore
@@ -235,3 +236,24 @@ async def test_a_bare_value_corrects_only_the_message_right_before(store: Memory
         await memory.on_user_final(text, thread_id="th_a", seq=seq, at=T0)
     contents = [entry.content for entry in await store.list_entries("t", "u1", "r1")]
     assert contents == ["My birthday is on the 3rd of May"]
+
+
+async def test_a_correction_deletes_the_unkeyed_entry_that_said_the_old_value(
+    store: MemoryStore,
+) -> None:
+    # What no key holds ("我们一共五个人", kept as said) is not said back beside the correction.
+    memory = SessionMemory(
+        store, tenant="t", user="u1", role_id="r1", language="zh", is_enabled=_enabled
+    )
+    kept = [Extracted("fact", "我们一共五个人"), Extracted("fact", "我从五个城市来")]
+    for seq, item in enumerate(kept, 1):
+        draft = MemoryDraft(item.kind, item.content, None, "extraction",
+                            MemorySource("th_a", seq, T0))  # fmt: skip
+        await store.save("t", "u1", "r1", draft)
+
+    await memory.on_user_final("我记错了，其实是七个人，不是五个。", thread_id="th_b", seq=1,
+                               at=T0 + timedelta(days=1))  # fmt: skip
+
+    # The entry that only mentions the old value, sharing nothing else with it, stays.
+    contents = {entry.content for entry in await store.list_entries("t", "u1", "r1")}
+    assert "我们一共五个人" not in contents and "我从五个城市来" in contents

@@ -179,8 +179,7 @@ def test_each_clause_the_patterns_left_is_read_alone() -> None:
     # A clause the patterns' entry holds ("Max"), or one starting with a pronoun, is theirs.
     text = "I have a dog. He's called Max."
     assert unread(text, extract(text)) == []
-    # Nothing found: the whole statement, as before; a question is never read.
-    assert unread("Peanuts make me ill, I'm allergic.", []) == ["Peanuts make me ill I'm allergic"]
+    # A question is never read.
     assert unread("What's my name?", []) == []
 
 
@@ -197,7 +196,7 @@ def test_an_introduction_and_a_job_in_one_message_are_two_clauses() -> None:
     assert unread(text, extract(text)) == ["I'm calling from Turin"]
     text = "你好，我是张伟，在一家医院当护士。"
     assert [e.content for e in extract(text)] == ["我叫张伟"]
-    assert unread(text, extract(text)) == ["在一家医院当护士"]
+    assert unread(text, extract(text)) == ["我在一家医院当护士"]  # the speaker goes on
     # A comma before 叫 is no new clause: the daughter's name stays with her.
     assert [e.content for e in extract("我女儿今年五岁，叫朵朵。")] == ["我女儿今年五岁，叫朵朵"]
 
@@ -236,3 +235,36 @@ def test_words_the_model_missed_for_a_car_an_allergy_and_a_diet() -> None:
     spicy = read_answer(answer("none", ""), "我吃不了辣的")
     assert spicy is not None and spicy.content == "我吃不了辣的"
     assert relevant_memories("我有什么忌口？", [spicy.content]) == [spicy.content]
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        "My partner and I cycle just about everywhere",
+        "我们一共五个人",
+        "I'm driving down from Leeds and should roll in around six in the evening",
+    ],
+)
+def test_what_the_person_says_of_themself_is_kept_as_said_when_the_model_reads_none(
+    stated: str,
+) -> None:
+    # Rule 3e: a rare word or a number says something lasting of the person.
+    found = read_answer(answer("none", ""), stated)
+    assert found is not None and found.content == stated and found.key is None
+
+
+@pytest.mark.parametrize(
+    "stated",
+    ["Before I forget", "Small update", "I got the date wrong earlier", "我记错了", "先说一下",
+     "I left work early today, now I am tired", "我下个月要去日本旅游"],
+)  # fmt: skip
+def test_what_says_nothing_lasting_is_not_kept(stated: str) -> None:
+    assert read_answer(answer("none", ""), stated) is None
+
+
+def test_each_clause_of_a_statement_the_patterns_found_nothing_in_is_read_alone() -> None:
+    # Rule 1b: the model names one attribute per read.
+    text = "我是从杭州过来的，在一家做跨境电商的公司上班。"
+    assert unread(text, []) == ["我是从杭州过来的", "我在一家做跨境电商的公司上班"]
+    # Too short to say what it is about: read with the clause before.
+    assert unread("Peanuts make me ill, I'm allergic.", []) == ["Peanuts make me ill I'm allergic"]

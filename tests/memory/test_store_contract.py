@@ -158,6 +158,13 @@ async def test_same_source_message_revised_updates_its_entry(store: MemoryStore)
     assert await contents(store) == ["I like tea"]
 
 
+async def test_two_clauses_of_one_message_are_two_entries(store: MemoryStore) -> None:
+    await store.save("t", "u1", "r1", said("我是小学语文老师", "th_a", 4, T0))
+    other = await store.save("t", "u1", "r1", said("我周末喜欢去爬山", "th_a", 4, T0))
+    assert other.action == "created"
+    assert sorted(await contents(store)) == ["我周末喜欢去爬山", "我是小学语文老师"]
+
+
 async def test_stale_revisions_are_refused(store: MemoryStore) -> None:
     created = await store.save("t", "u1", "r1", person("I like tea"))
     assert created.entry is not None

@@ -39,6 +39,8 @@ from plugins.brain.grounding import (
 from plugins.brain.memory_match import (
     asks_about_me,
     attributes,
+    closest_in_meaning,
+    may_match_by_meaning,
     relevant_memories,
     remembered_by_words,
     second_person,
@@ -1030,3 +1032,49 @@ def test_a_ranking_word_or_a_place_after_the_thing_is_not_what_is_missing() -> N
     assert missing_focus("Can I leave my car at the inn overnight?", inn) == []
     # A thing asked about is still missed when no passage holds it.
     assert missing_focus("How much is the cheapest motorbike ticket?", ferry) == ["motorbike"]
+
+
+def test_a_relative_asked_about_is_that_relative_not_another() -> None:
+    entries = ["my little girl Maisie is three", "My son Leo's six"]
+    assert relevant_memories("Remind me, what's my daughter called?", entries) == [entries[0]]
+    # Asked for a name the entry about them does not say: not remembered.
+    cycling = ["My partner and I cycle just about everywhere"]
+    assert relevant_memories("What's my partner's name?", cycling) == []
+    assert relevant_memories("我爸叫什么名字，你还记得吗？", ["下周我爸过生日"]) == []
+    assert relevant_memories("我女儿叫什么来着？", ["我女儿朵朵五岁了"]) == ["我女儿朵朵五岁了"]
+
+
+def test_a_liking_asked_finds_a_habit_said_and_a_language_in_other_words() -> None:
+    entries = ["有事请发微信给我", "我习惯坐靠窗的位子", "我叫周敏"]
+    assert relevant_memories("我喜欢坐什么位置？", entries) == ["我习惯坐靠窗的位子"]
+    assert asks_about_me("我喜欢坐什么位置？", entries)
+    spoken = ["我周末喜欢去爬山", "我平时说粤语和普通话"]
+    assert relevant_memories("我会说哪些话？", spoken) == ["我平时说粤语和普通话"]
+    assert relevant_memories("Do you remember who I am?", ["My name is Deepak"]) == [
+        "My name is Deepak"
+    ]
+
+
+def test_memory_by_meaning_is_only_for_what_no_attribute_rules_out() -> None:
+    entries = ["I'm driving down from Leeds and should roll in around six", "My name is Ana"]
+    assert may_match_by_meaning("What time did I say I'd get there?", entries)
+    assert not may_match_by_meaning("When's my birthday?", entries)  # no entry has one
+    assert not may_match_by_meaning("What's my dog called?", entries)  # a pet: attributes'
+    assert not may_match_by_meaning("What time does the bar close?", entries)  # not the person
+    assert closest_in_meaning(entries, [0.9, 0.8], baseline=0.85) == entries[0]
+    assert closest_in_meaning(entries, [0.8, 0.7], baseline=0.85) is None
+
+
+def test_a_number_asked_is_not_answered_by_an_entry_without_one() -> None:
+    entries = ["我门禁卡好像丢了", "叫我小周就行"]
+    assert relevant_memories("我的门禁卡卡号是多少？", entries) == []
+    assert relevant_memories("我们一共几个人来着？", ["是七个人", "我叫林涛"]) == ["是七个人"]
+
+
+def test_a_friend_asked_about_is_not_the_person() -> None:
+    entries = ["我叫朴智敏", "我是韩国来的留学生"]
+    assert relevant_memories("我要约的那个朋友叫什么名字？", entries) == []
+    dog = ["we're bringing the family spaniel too"]
+    request = brain_input("And what's our dog's name?", language="en", memory=memory(*dog))
+    assert read_turn(request).intent is Intent.MEMORY
+    assert relevant_memories("And what's our dog's name?", dog) == []

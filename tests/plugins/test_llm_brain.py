@@ -1542,3 +1542,50 @@ async def test_a_question_pointing_back_is_not_searched_alone() -> None:
     said = "".join(delta.text for delta in out)
     assert said == "I am sorry, I do not know: my documents do not say."
     assert causes(brain) == ["no_passage"]
+
+
+class _MeaningEmbedder:
+    """Stands in for e5 in Rule 6c: a text is near another when they share a listed idea."""
+
+    dim = 3
+    IDEAS = (("arrive", "roll in", "get there"), ("cycle", "spare time"), ("birthday",))
+
+    def _vector(self, text: str) -> Any:
+        import numpy as np
+
+        lowered = text.lower()
+        vector = np.array(
+            [float(any(w in lowered for w in idea)) for idea in self.IDEAS], dtype=np.float32
+        )
+        norm = float(np.linalg.norm(vector))
+        return vector / norm if norm else vector
+
+    async def reference(self) -> Any:
+        import numpy as np
+
+        return np.full((1, self.dim), 0.1, dtype=np.float32)
+
+    async def passages(self, texts: Any) -> Any:
+        import numpy as np
+
+        return np.stack([self._vector(t) for t in texts])
+
+    async def query(self, text: str) -> Any:
+        return self._vector(text)
+
+
+async def test_a_question_about_the_person_gets_the_entry_closest_in_meaning() -> None:
+    # memory_match Rule 6c: no attribute or word of "get there" is in the entry.
+    brain = LLMBrain(FakeModel([]), embedder=_MeaningEmbedder())  # type: ignore[arg-type]
+    memory = (
+        "<memory_data>\n- My name is Ana\n"
+        "- I'm driving down from Leeds and should roll in around six\n</memory_data>"
+    )
+    request = turn("What time did I say I'd get there?", language="en", memory=memory)
+
+    answer = await spoken(brain, request)
+
+    assert "six" in answer and "Ana" not in answer
+    # Asking for a birthday no entry has is not answered by the closest one.
+    answer = await spoken(brain, turn("When's my birthday?", language="en", memory=memory))
+    assert "six" not in answer and answer.startswith("I am sorry, I do not")
