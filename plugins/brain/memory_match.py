@@ -76,7 +76,8 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
     name: re.compile(pattern, re.I)
     for name, pattern in {
         "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bcalling me\b|\bgo by\b|\bnickname"
-        r"|\b(?:address|greet) me\b|\bwho (?:am i|i am)\b|叫|名字|称呼|姓|我是谁",
+        r"|\b(?:address|greet) me\b|\bto be (?:addressed|called)\b|\bwho (?:am i|i am)\b"
+        r"|叫|名字|称呼|姓|我是谁",
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
         r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come|am i) from\b|\baddress\b(?! me\b)"
         r"|\bgr[eo]w(?:s|n|ing)? up\b|\braised\b|\bcalling from\b"
@@ -122,7 +123,8 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
         r"|\bfor fun\b|\borchestra|\bband\b|\bclub\b|爱好|乐器|运动|业余|弹|打球|踢球",
         "habit": r"\busual(?:ly)?\b|\balways\b|\bnormally\b|\bregular(?:ly)?\b"
         r"|平时|经常|总是|每次|每天|习惯",
-        "phone": r"\b(?:phone|mobile|cell|telephone)\b|\b(?:my|your) number\b|手机|电话|号码",
+        "phone": r"\b(?:phone|mobile|cell|telephone)\b|\b(?:my|your) number\b"
+        r"|\bwhat number\b.*\b(?:me|my)\b|手机|电话|号码",
         "contact": r"\b(?:reach|contact(?:ed)?|text|email|e-mail|ring) me\b"
         r"|\bget (?:hold of|in touch with) me\b|\bcall me (?:on|at|after|before)\b"
         r"|联系我|找我|发微信|打电话|发短信|发邮件",
@@ -365,7 +367,7 @@ def remembered_by_words(question: str, entries: Sequence[str]) -> bool:
     return any(rare_words(question, entry) for entry in entries)
 
 
-_ZH_WHICH_NUMBER = re.compile(r"几号|多少号")
+_ZH_WHICH_NUMBER = re.compile(r"几[号台扇只条辆间层楼口套座]|多少[号台扇只条辆间层套]")
 
 
 def _counted(question: str) -> AnswerType | None:

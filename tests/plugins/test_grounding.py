@@ -1069,6 +1069,7 @@ def test_a_number_asked_is_not_answered_by_an_entry_without_one() -> None:
     entries = ["我门禁卡好像丢了", "叫我小周就行"]
     assert relevant_memories("我的门禁卡卡号是多少？", entries) == []
     assert relevant_memories("我们一共几个人来着？", ["是七个人", "我叫林涛"]) == ["是七个人"]
+    assert relevant_memories("我家装了几台油烟机来着?", ["我家厨房挺油的"]) == []
 
 
 def test_a_friend_asked_about_is_not_the_person() -> None:
