@@ -369,6 +369,8 @@ _ZH_SPEAKER = re.compile(r"^(?:我们?)(?![的家])")
 _ZH_HAS_SUBJECT = re.compile(r"我|你|您|他|她|它|咱")
 _ZH_BIDDING = re.compile(r"请|别|不要|麻烦|帮我|给我")
 _ZH_COMMA = re.compile(r"[，,]")
+_ZH_SOMEONE = re.compile(f"{ZH_RELATIONS}|{ZH_PET_WORDS}")
+"""「我有两个儿子，大的叫明明」: after a relative or a pet is named, who goes on is not sure."""
 _ZH_PUTS_RIGHT = re.compile(r"错了|不对|纠正|更正|(?:^|[，,])\s*(?:其实|实际上)?不?是")
 """A correction (「我记错了，其实是七个人，不是五个」) says what it corrects as a whole."""
 
@@ -393,7 +395,7 @@ def _speaker_goes_on(parts: list[str]) -> list[str]:
             speaker = ""
             continue
         head = _ZH_SPEAKER.match(pieces[0]) if pieces else None
-        if head is not None and _subject_in(pieces[0]) is None:
+        if head is not None and _ZH_SOMEONE.search(pieces[0]) is None:
             speaker = head.group()
         elif not (speaker and not _ZH_HAS_SUBJECT.search(part)):
             out.append(part)

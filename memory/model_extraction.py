@@ -367,7 +367,8 @@ _PASSING = re.compile(
     r"|forget|forgot|remember|have a question|was wondering|remind|got\b.*\bwrong)\b"
     r"|^(?:small |quick )?update\b|^change of plans?\b|^(?:sorry|my mistake|my bad)\b"
     r"|^(?:correction|hi|hiya|hey|hello|morning|evening|good (?:morning|afternoon|evening))\b"
-    r"|^我?(?:想问|想知道|问一下|请问|觉得|记得|忘了|明白|知道了|同意|看看|试试|先说|说一下)",
+    r"|^我?(?:想问|想知道|问一下|请问|觉得|记得|忘了|明白|知道了|同意|看看|试试|先说|说一下)"
+    r"|^我?(?:想|要|得|需要)(?:订|预订|预约|约|买|问|咨询|退|换|取消)",
     re.I,
 )
 """Rule 3e: what a person says of the conversation, not of themself ("I need to ask…",

@@ -77,7 +77,7 @@ _ATTRIBUTES: dict[str, re.Pattern[str]] = {
     for name, pattern in {
         "name": r"\bnames?\b|\bcall(?:ed|s)?\b|\bcalling me\b|\bgo by\b|\bnickname"
         r"|\b(?:address|greet) me\b|\bto be (?:addressed|called)\b|\bwho (?:am i|i am)\b"
-        r"|叫|名字|称呼|姓|我是谁",
+        r"|叫|名字|称呼|姓|我是谁|单名|双名",
         "home": r"\bliv(?:e|es|ed)\b|(?<!for a )\bliving\b|\bmov(?:e|ed|ing)\b|\bcity\b"
         r"|\bhome(?:town)?\b|\bbased\b|\b(?:am|are|i'm|come|am i) from\b|\baddress\b(?! me\b)"
         r"|\bgr[eo]w(?:s|n|ing)? up\b|\braised\b|\bcalling from\b"
@@ -395,20 +395,24 @@ _NOT_ABOUT_ME = re.compile(
 bringing", what it costs them) asks the documents, not memory."""
 
 
+_CUED = frozenset({"allergy", "diet", "vehicle", "study", "contact"})
+"""Rule 6c: attributes said in words an entry shows (an allergy, a car): asked with no entry
+holding one, the question is not remembered, not answered by the nearest entry."""
+
+
 def may_match_by_meaning(question: str, entries: Sequence[str]) -> bool:
     """Rule 6c: whether the entry closest in meaning may answer a question no attribute or
     word matched — one in the first person ("we" too) that asks about no relative or pet and
-    for nothing a person has one of that no entry has ("when's my birthday?" with none
-    stays unremembered): "What time did I say I'd get there?" and "…roll in around six"."""
+    for no attribute the rules read ("when's my birthday?", 「我对什么过敏？」 with none stay
+    unremembered; 「我的生日是哪天？」 is not the wife's): "What time did I say I'd get
+    there?" and "…roll in around six"; "what do I like doing in my spare time?" and "my
+    partner and I cycle just about everywhere"."""
     if not entries or not (_FIRST_PERSON.search(question) or _WE.search(question)):
         return False
     if _NOT_ABOUT_ME.search(question):
         return False
     asked = attributes(question)
-    if asked & _SUBJECTS:
-        return False
-    standard = asked - _FREE_FORM
-    return not standard or any(standard & attributes(entry) for entry in entries)
+    return not asked & (_SUBJECTS | _CUED) and not asked - _FREE_FORM
 
 
 MEANING_MARGIN = 0.0

@@ -1061,6 +1061,9 @@ def test_memory_by_meaning_is_only_for_what_no_attribute_rules_out() -> None:
     assert not may_match_by_meaning("When's my birthday?", entries)  # no entry has one
     assert not may_match_by_meaning("What's my dog called?", entries)  # a pet: attributes'
     assert not may_match_by_meaning("What time does the bar close?", entries)  # not the person
+    # An attribute the rules read, none holding it: not remembered, not the nearest entry.
+    assert not may_match_by_meaning("我对什么过敏？", ["我们一共五个人"])
+    assert not may_match_by_meaning("我的生日是哪天？", ["我老婆的生日是九月八号"])
     assert closest_in_meaning(entries, [0.9, 0.8], baseline=0.85) == entries[0]
     assert closest_in_meaning(entries, [0.8, 0.7], baseline=0.85) is None
 
