@@ -316,6 +316,9 @@ def test_a_chinese_speaker_who_goes_on_without_a_subject_is_still_the_speaker() 
     assert stated_clauses("我女儿朵朵五岁了，身高一米一左右。") == [
         "我女儿朵朵五岁了，身高一米一左右"
     ]
+    assert stated_clauses("我有两个儿子，大的叫明明，小的叫亮亮。") == [
+        "我有两个儿子，大的叫明明，小的叫亮亮"
+    ]
     assert stated_clauses("我记错了，其实是七个人，不是五个。") == ["是七个人"]
 
 

@@ -256,6 +256,7 @@ def test_what_the_person_says_of_themself_is_kept_as_said_when_the_model_reads_n
 @pytest.mark.parametrize(
     "stated",
     ["Before I forget", "Small update", "I got the date wrong earlier", "我记错了", "先说一下",
+     "我想订个位子",
      "I left work early today, now I am tired", "我下个月要去日本旅游"],
 )  # fmt: skip
 def test_what_says_nothing_lasting_is_not_kept(stated: str) -> None:
