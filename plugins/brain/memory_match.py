@@ -47,13 +47,16 @@ Rule 6b. Memory by rare words: an attribute said in no fixed form (a liking, a h
         and "our" too) or naming someone an entry names, an entry sharing a rare word with it
         answers it ("which anniversary are we celebrating?": ``remembered_by_words``).
 Rule 6c. Memory by meaning: a first-person question no attribute or word matched, asking for
-        nothing a person has one of that no entry has (``may_match_by_meaning``), is answered
-        by the entry closest to it in meaning (multilingual-e5-small: the knowledge index's
-        embedder), when that clears the question's everyday baseline
+        no attribute the rules read but a liking, a habit, a hobby or a goal
+        (``may_match_by_meaning``: 「我的生日是哪天？」 is not the wife's, 「我对什么过敏？」 not a
+        booking), is answered by the entry closest to it in meaning (multilingual-e5-small,
+        the knowledge index's embedder), when that clears the question's everyday baseline
         (``closest_in_meaning``): "What time did I say I'd get there?" and "I'm driving down
         from Leeds and should roll in around six". A question that only starts from the
         person ("given what I'm bringing", "if…", what it costs: ``_NOT_ABOUT_ME``) asks the
-        documents.
+        documents. e5-small cannot tell when no entry answers: "What's my blood type?" is
+        answered with "I can't have gluten" (0.039 above the baseline, above most right
+        answers).
 """
 
 from __future__ import annotations
