@@ -564,11 +564,15 @@ class LLMBrain:
         entries = entries_of_the_kind_asked(question, entries)
         if not entries:
             return None
-        embedder = self.functions.embedder or E5Embedder.shared()
-        self.functions.embedder = embedder
-        query = np.asarray(await embedder.query(question))
-        rows = await embedder.passages(list(entries))
-        reference = await embedder.reference()
+        try:
+            embedder = self.functions.embedder or E5Embedder.shared()
+            self.functions.embedder = embedder
+            query = np.asarray(await embedder.query(question))
+            rows = await embedder.passages(list(entries))
+            reference = await embedder.reference()
+        except Exception as e:  # no embedder: the rules' answer stands ("don't remember")
+            log.warning("memory by meaning unavailable: %s", type(e).__name__)
+            return None
         if len(reference) == len(REFERENCE_LANGUAGES):  # the question's language's half
             own = [i for i, language in enumerate(REFERENCE_LANGUAGES) if language == lang]
             reference = reference[own]
