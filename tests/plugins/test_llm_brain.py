@@ -1589,3 +1589,16 @@ async def test_a_question_about_the_person_gets_the_entry_closest_in_meaning() -
     # Asking for a birthday no entry has is not answered by the closest one.
     answer = await spoken(brain, turn("When's my birthday?", language="en", memory=memory))
     assert "six" not in answer and answer.startswith("I am sorry, I do not")
+
+
+class _BrokenEmbedder(_MeaningEmbedder):
+    async def query(self, text: str) -> Any:
+        raise RuntimeError("no e5 here")
+
+
+async def test_memory_by_meaning_without_an_embedder_leaves_the_rules_answer() -> None:
+    brain = LLMBrain(FakeModel([]), embedder=_BrokenEmbedder())  # type: ignore[arg-type]
+    memory = "<memory_data>\n- I'm driving down and should roll in around six\n</memory_data>"
+    answer = await spoken(brain, turn("What time did I say I'd get there?", language="en",
+                                      memory=memory))  # fmt: skip
+    assert answer.startswith("I am sorry, I do not")
