@@ -129,6 +129,9 @@ class Generation:
     first_token_s: float | None = None  # from start of running to the first text
     timings: Timings | None = None
     stopped: bool = False
+    first_top_logprobs: dict[str, float] | None = None
+    """The first generated token's alternatives and their log-probabilities, when the payload
+    asked for ``logprobs`` / ``top_logprobs`` (a judge reads them: ``plugins.brain.relevance``)."""
 
 
 @dataclass
@@ -476,6 +479,8 @@ class LocalModel:
                 job.push(ProviderError(f"local model: {error}", retryable=False))
                 return True
             for choice in chunk.get("choices") or ():
+                if generation.first_top_logprobs is None:
+                    generation.first_top_logprobs = _top_logprobs(choice)
                 piece = (choice.get("delta") or {}).get("content") or ""
                 if piece:
                     if generation.first_token_s is None:
@@ -655,6 +660,15 @@ class _XllamacppBackend:
     def close(self) -> None:
         del self._server
         shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+
+def _top_logprobs(choice: dict[str, Any]) -> dict[str, float] | None:
+    """The first token's ``top_logprobs`` of a streamed choice as {token: logprob}, if any."""
+    content = (choice.get("logprobs") or {}).get("content") or ()
+    for token in content:
+        top = token.get("top_logprobs") or ()
+        return {str(t.get("token", "")): float(t.get("logprob", -1e9)) for t in top}
+    return None
 
 
 def _xllamacpp_backend(path: Path, settings: LocalModelSettings) -> ChatBackend:

