@@ -273,6 +273,10 @@ class Settings(BaseSettings):
     llm_prefill_batch_tokens: int = Field(default=64, ge=8, le=2048)
     """llama.cpp's prompt batch: background work can be stopped after each (smaller stops it
     sooner for a person, and prefills a little slower)."""
+    llm_relevance_judge: bool = True
+    """Rule 4 of the default brain: whether the evidence answers the question is judged by the
+    1.5B model (``plugins.brain.relevance``, loaded beside the 0.5B one: ~1.1 GB more on disk
+    and in memory); false, or its wheels not installed: the 0.5B model's quote check."""
 
     # the model server (``openrealtime serve-models``, runtime/model_server.py)
     models_port: int = Field(default=8770, ge=0, le=65535)

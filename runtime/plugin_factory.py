@@ -12,6 +12,7 @@ from plugins.contracts import ASR, TTS, VAD, Brain, Endpointer
 from runtime.config import BRAIN_ENTRY_POINTS, BUILTIN_BRAINS, Settings
 
 if TYPE_CHECKING:
+    from plugins.brain.relevance import RelevanceJudge
     from runtime.model_server import ModelBackends
 
 log = logging.getLogger(__name__)
@@ -172,11 +173,39 @@ def build_brain(settings: Settings) -> Brain:
                     ),
                 )
             )
-            return LLMBrain(model, max_answer_tokens=settings.llm_max_answer_tokens)
+            return LLMBrain(
+                model,
+                max_answer_tokens=settings.llm_max_answer_tokens,
+                judge=relevance_judge(settings),
+            )
         log.warning("brain: the local language model cannot run (%s); using rules", reason)
     from plugins.brain.local import LocalBrain
 
     return LocalBrain()
+
+
+def relevance_judge(settings: Settings) -> RelevanceJudge | None:
+    """Rule 4's judge for the default brain (``plugins.brain.relevance``), or None when it is
+    switched off or its wheels are not installed (the brain's quote check decides)."""
+    from plugins.brain.local_model import LocalModelSettings
+    from plugins.brain.relevance import RelevanceJudge
+
+    if not settings.llm_relevance_judge:
+        return None
+    reason = RelevanceJudge.unavailable_reason()
+    if reason is not None:
+        log.warning("brain: no relevance judge (%s); the quote check decides", reason)
+        return None
+    return RelevanceJudge.local(
+        LocalModelSettings(
+            context_tokens=2048,
+            threads=settings.llm_threads,
+            max_waiting=settings.llm_queue_max,
+            start_deadline_s=settings.llm_start_deadline_s,
+            cache_dir=settings.model_cache_dir,
+            prefill_batch_tokens=settings.llm_prefill_batch_tokens,
+        )
+    )
 
 
 def _tts(settings: Settings) -> TTS:

@@ -36,12 +36,17 @@ Rule 3. No evidence, no model: a short question searched alone that found nothin
         memory question no entry answers (``memory_match.relevant_memories``, Rule 6 there) gets
         "I don't remember". The model is never asked to abstain.
 Rule 4. Weak evidence is checked before any answer: when the passages share less than half of
-        the question's content words (same language: the retrieval matched by meaning alone), the
-        model is asked to copy the words of the passages that answer the question, or NONE
+        the question's content words (same language: the retrieval matched by meaning alone), a
+        second, larger model (``plugins.brain.relevance``: Qwen2.5-Coder-1.5B) is asked whether
+        the text answers the question, and code reads the probability of its "yes" against its
+        "no" (calibrated on dev, verified on held_out: it refuses fewer answerable questions
+        and catches more unanswerable ones than the 0.5B model's quote). Without that judge
+        (switched off, not installed, failing) this model is asked to copy the words of the
+        passages that answer the question, or NONE
         (shown once how, ``_QUOTE_EXAMPLES``: a rule that decides the question is copied —
         "under 16 must come with an adult" for "my son is twelve" — and a text silent on it
         gets NONE); the answer goes on only when the copy is really made of the passages'
-        words (code checks it) or is a bare yes/no (``_VERDICT``), else the turn gets the
+        words (code checks it) or is a bare yes/no (``_VERDICT``). Else the turn gets the
         fixed "documents don't say" answer. The words only the document's name covers are not
         counted ("Is there a gym at the inn?" of the inn's guide shares "inn" with no sentence).
         A question in one language about a passage in the other, and a follow-up whose words
@@ -211,8 +216,10 @@ from plugins.brain.memory_match import (
 )
 from plugins.brain.query_rewrite import REWRITE_SCHEMA, rewrite_messages, rewritten_queries
 from plugins.brain.rates import fits, priced
+from plugins.brain.relevance import RelevanceJudge
 from plugins.contracts import BrainDelta, BrainInput, ToolCall, ToolResult, ToolSpec
 from plugins.embedding import REFERENCE_LANGUAGES, E5Embedder, Embedder
+from plugins.errors import PluginTimeout, PluginUnavailable, ProviderError
 from plugins.language import detect_language, zh_or_en
 from plugins.text import AnswerType, answer_type, holds_answer
 from plugins.text import content_terms as terms
@@ -346,8 +353,12 @@ class LLMBrain:
         compute: bool = True,
         rewrite_queries: bool = False,
         embedder: Embedder | None = None,
+        judge: RelevanceJudge | None = None,
     ) -> None:
         self.model = model
+        self.judge = judge
+        """Rule 4's judge (``plugins.brain.relevance``: the 1.5B model); None, or failing:
+        this model's quote check."""
         self.functions = FunctionCaller(model, embedder)
         """Rule 10's decisions (``embedder`` shortlists functions; the process's e5 model when
         first needed)."""
@@ -399,9 +410,13 @@ class LLMBrain:
 
     async def warm_up(self) -> None:
         await self.model.warm_up()
+        if self.judge is not None:
+            await self.judge.warm_up()
 
     async def aclose(self) -> None:
         await self.model.aclose()
+        if self.judge is not None:
+            await self.judge.aclose()
 
     async def prepare(self, request: BrainInput) -> None:
         """Rule 11: ``request`` is the coming turn's without its words."""
@@ -671,9 +686,15 @@ class LLMBrain:
     async def evidence_answers(
         self, session: str, reading: Reading, evidence: Sequence[Passage]
     ) -> bool:
-        """Rule 4: the model copies the words of ``evidence`` that answer the question (or
-        NONE); True when the copy is really made of the evidence's words."""
+        """Rule 4: the judge's share of "yes" (``plugins.brain.relevance``) — or, without one,
+        the model copies the words of ``evidence`` that answer the question (or NONE); True
+        when the copy is really made of the evidence's words."""
         text = " ".join(p.text for p in evidence)
+        if self.judge is not None:
+            try:
+                return await self.judge.answers(text, judged_question(reading), lane=session)
+            except (PluginUnavailable, PluginTimeout, ProviderError) as e:
+                log.warning("relevance judge failed (%s): the quote check", type(e).__name__)
         payload = {
             "messages": [
                 {"role": "system", "content": _QUOTE_PROMPT},

@@ -1602,3 +1602,68 @@ async def test_memory_by_meaning_without_an_embedder_leaves_the_rules_answer() -
     answer = await spoken(brain, turn("What time did I say I'd get there?", language="en",
                                       memory=memory))  # fmt: skip
     assert answer.startswith("I am sorry, I do not")
+
+
+# ---------------------------------------------------------------- Rule 4 by the relevance judge
+
+
+class FakeJudge:
+    """What LLMBrain needs of ``RelevanceJudge``: ``answers`` (a verdict or an error)."""
+
+    def __init__(self, verdict: bool | BaseException) -> None:
+        self.verdict = verdict
+        self.asked: list[tuple[str, str, str]] = []
+
+    async def answers(self, text: str, question: str, *, lane: str) -> bool:
+        self.asked.append((text, question, lane))
+        if isinstance(self.verdict, BaseException):
+            raise self.verdict
+        return self.verdict
+
+
+@pytest.mark.parametrize("verdict", [True, False])
+async def test_with_a_judge_weak_evidence_is_judged_by_it_not_quoted(verdict: bool) -> None:
+    model = FakeModel(["退货期限为签收后 7 天。"])
+    judge = FakeJudge(verdict)
+    brain = LLMBrain(model, judge=judge)  # type: ignore[arg-type]
+    request = turn("买的东西几天内能退?", results=(ZH_EVIDENCE,))
+
+    text = await spoken(brain, request)
+
+    ((shown, question, lane),) = judge.asked
+    assert "退货期限为签收后 7 天。" in shown
+    assert (question, lane) == ("买的东西几天内能退?", "session-1")
+    if verdict:
+        assert text == "根据《售后政策》，退货期限为签收后 7 天。"
+        assert len(model.calls) == 1  # the answer only: no quote asked of the brain's model
+        assert causes(brain) == ["answered"]
+    else:
+        assert text == NOT_IN_DOCUMENTS["zh"]
+        assert model.calls == []
+        assert causes(brain) == ["weak_evidence"]
+
+
+async def test_a_failing_judge_leaves_rule_4_to_the_quote_check(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = FakeModel(["NONE"], ["never spoken"])
+    judge = FakeJudge(PluginTimeout("the judge was busy"))
+    brain = LLMBrain(model, judge=judge)  # type: ignore[arg-type]
+    request = turn("买的东西几天内能退?", results=(ZH_EVIDENCE,))
+
+    with caplog.at_level(logging.WARNING, logger="plugins.brain.llm"):
+        assert await spoken(brain, request) == NOT_IN_DOCUMENTS["zh"]
+
+    assert len(judge.asked) == 1 and len(model.calls) == 1  # the quote check decided
+    assert causes(brain) == ["weak_evidence"]
+    assert "relevance judge failed (PluginTimeout)" in caplog.text
+    assert "退货" not in caplog.text
+
+
+async def test_strong_evidence_is_not_judged() -> None:
+    model = FakeModel(["质量问题退货的运费由商店承担。"])
+    judge = FakeJudge(False)
+    brain = LLMBrain(model, judge=judge)  # type: ignore[arg-type]
+    await deltas(brain, turn("运费由谁承担?", results=(ZH_EVIDENCE,)))
+
+    assert judge.asked == [] and len(model.calls) == 1

@@ -9,7 +9,9 @@ from plugins.asr.openai_asr import OpenAIASR
 from plugins.brain.llm import LLMBrain
 from plugins.brain.local import LocalBrain
 from plugins.brain.local_model import LocalModel
+from plugins.brain.model_files import QWEN_15B
 from plugins.brain.openai_brain import OpenAIBrain
+from plugins.brain.relevance import RelevanceJudge
 from plugins.tts.openai_tts import OpenAITTS
 from plugins.vad.energy import EnergyVAD
 from runtime.config import Settings
@@ -41,6 +43,26 @@ def test_the_local_language_model_is_the_default(tmp_path: Path) -> None:
         assert not brain.model.loaded  # built lazily: loading waits for warm_up
     else:
         assert isinstance(brain, LocalBrain)
+
+
+def test_the_default_brain_judges_relevance_with_the_larger_model_unless_switched_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(LocalModel, "unavailable_reason", staticmethod(lambda *a: None))
+    brain = build_plugins(Settings(data_dir=tmp_path)).brain
+    assert isinstance(brain, LLMBrain) and isinstance(brain.judge, RelevanceJudge)
+    assert brain.judge.model.model is QWEN_15B and not brain.judge.model.loaded
+
+    off = build_plugins(Settings(data_dir=tmp_path, llm_relevance_judge=False)).brain
+    assert isinstance(off, LLMBrain) and off.judge is None
+
+    monkeypatch.setattr(
+        RelevanceJudge, "unavailable_reason", staticmethod(lambda: "packages not installed: y")
+    )
+    with caplog.at_level("WARNING"):
+        missing = build_plugins(Settings(data_dir=tmp_path)).brain
+    assert isinstance(missing, LLMBrain) and missing.judge is None
+    assert "no relevance judge" in caplog.text
 
 
 def test_rules_are_chosen_by_name_and_under_their_old_name(tmp_path: Path) -> None:
