@@ -293,7 +293,9 @@ class LocalModel:
             started = time.perf_counter()
             self._backend = await asyncio.to_thread(self._open_backend)
             _restore_signal_handlers(saved)
-            log.info("local model loaded in %.1f s", time.perf_counter() - started)
+            log.info(
+                "local model %s loaded in %.1f s", self.model.name, time.perf_counter() - started
+            )
             self._worker = threading.Thread(target=self._work, name="local-llm", daemon=True)
             self._worker.start()
 
