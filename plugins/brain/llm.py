@@ -39,8 +39,9 @@ Rule 4. Weak evidence is checked before any answer: when the passages share less
         the question's content words (same language: the retrieval matched by meaning alone), a
         second, larger model (``plugins.brain.relevance``: Qwen2.5-Coder-1.5B) is asked whether
         the text answers the question, and code reads the probability of its "yes" against its
-        "no" (calibrated on dev, verified on held_out: it refuses fewer answerable questions
-        and catches more unanswerable ones than the 0.5B model's quote). Without that judge
+        "no" (calibrated on dev, verified on held_out: its trade-off curve lies under the 0.5B
+        model's quote; at this scope it refuses fewer answerable questions and lets more
+        unanswerable ones through). Without that judge
         (switched off, not installed, failing) this model is asked to copy the words of the
         passages that answer the question, or NONE
         (shown once how, ``_QUOTE_EXAMPLES``: a rule that decides the question is copied —

@@ -466,6 +466,8 @@ class LocalModel:
         if job.background and (self._queue.foreground_waiting or self._queue.held(started)):
             self._preempt.set()  # foreground work came between the take and now
 
+        wants_logprobs = bool(job.payload.get("logprobs"))
+
         def on_chunk(chunk: dict[str, Any]) -> bool:
             nonlocal preempted
             if job.gone.is_set():
@@ -481,7 +483,7 @@ class LocalModel:
                 job.push(ProviderError(f"local model: {error}", retryable=False))
                 return True
             for choice in chunk.get("choices") or ():
-                if generation.first_top_logprobs is None:
+                if wants_logprobs and generation.first_top_logprobs is None:
                     generation.first_top_logprobs = _top_logprobs(choice)
                 piece = (choice.get("delta") or {}).get("content") or ""
                 if piece:
@@ -666,11 +668,11 @@ class _XllamacppBackend:
 
 def _top_logprobs(choice: dict[str, Any]) -> dict[str, float] | None:
     """The first token's ``top_logprobs`` of a streamed choice as {token: logprob}, if any."""
-    content = (choice.get("logprobs") or {}).get("content") or ()
-    for token in content:
-        top = token.get("top_logprobs") or ()
-        return {str(t.get("token", "")): float(t.get("logprob", -1e9)) for t in top}
-    return None
+    content = (choice.get("logprobs") or {}).get("content")
+    if not content:
+        return None
+    top = content[0].get("top_logprobs") or ()
+    return {str(t.get("token", "")): float(t.get("logprob", -1e9)) for t in top}
 
 
 def _xllamacpp_backend(path: Path, settings: LocalModelSettings) -> ChatBackend:
