@@ -120,7 +120,13 @@ async def test_concurrent_compactions_of_one_thread_agree(backend: Backend) -> N
     runs = [ThreadCompactor(journal, backend.checkpoints, policy=policy) for _ in range(6)]
     results = await asyncio.gather(*(run.compact(THREAD) for run in runs))
     outcomes = [r.outcome for r in results]
-    assert set(outcomes) <= {CompactionOutcome.COMPACTED, CompactionOutcome.RACED}
+    # A run that reads the thread only after another has compacted it finds too little left
+    # (seen on PostgreSQL under load): below the threshold, which is as right as a race.
+    assert set(outcomes) <= {
+        CompactionOutcome.COMPACTED,
+        CompactionOutcome.RACED,
+        CompactionOutcome.BELOW_THRESHOLD,
+    }
     assert CompactionOutcome.COMPACTED in outcomes
     chain = await backend.checkpoints.list(THREAD, limit=1000)
     assert chain[0].from_seq == 1
